@@ -9,7 +9,7 @@ and largest value an expression can take. A prover returning False means
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from .canonical import Canonicalizer, Poly, poly_add, poly_constant, poly_to_expr
 from .expr import FloorDiv, FloorMod, IntLike, Max, Min, PrimExpr, Var, as_expr
@@ -19,10 +19,10 @@ BoundsLike = Mapping[str, "tuple[int | None, int | None] | Interval"]
 
 
 class Analyzer:
-    def __init__(self, bounds: BoundsLike | None = None, *, nonnegative: Iterable[str] = ()):
+    def __init__(self, bounds: BoundsLike | None = None, *, nonnegative: bool = False):
+        """``nonnegative``: variables without explicit bounds are at least 0 (shape sizes)."""
+        self._default = Interval(0, None) if nonnegative else Interval()
         self._bounds: dict[str, Interval] = {}
-        for name in nonnegative:
-            self.bind(name, 0, None)
         for name, bound in (bounds or {}).items():
             lo, hi = (bound.lo, bound.hi) if isinstance(bound, Interval) else bound
             self.bind(name, lo, hi)
@@ -31,7 +31,7 @@ class Analyzer:
     def bind(self, var: Var | str, lo: int | None = None, hi: int | None = None) -> None:
         """Narrow the range of ``var`` to ``[lo, hi]`` (None: unbounded on that side)."""
         name = var.name if isinstance(var, Var) else var
-        old = self._bounds.get(name, Interval())
+        old = self.bounds_of(name)
         lo = old.lo if lo is None else (lo if old.lo is None else max(lo, old.lo))
         hi = old.hi if hi is None else (hi if old.hi is None else min(hi, old.hi))
         if lo is not None and hi is not None and lo > hi:
@@ -39,7 +39,7 @@ class Analyzer:
         self._bounds[name] = Interval(lo, hi)
 
     def bounds_of(self, var: Var | str) -> Interval:
-        return self._bounds.get(var.name if isinstance(var, Var) else var, Interval())
+        return self._bounds.get(var.name if isinstance(var, Var) else var, self._default)
 
     # -- canonical form ----------------------------------------------------
 

@@ -1,0 +1,42 @@
+"""Errors raised by the graph IR. Each names the problem and, where there is one, the binding."""
+
+
+class TesseraError(Exception):
+    """Base of every error Tessera raises on bad input."""
+
+
+class DeductionError(TesseraError):
+    """A call whose struct info cannot be deduced because its inputs are incompatible.
+
+    ``kind`` is a short category ("shape mismatch", "rank mismatch", ...) and
+    ``detail`` says what was seen; the builder adds the offending binding.
+    """
+
+    def __init__(self, kind: str, detail: str, binding: str | None = None):
+        self.kind, self.detail, self.binding = kind, detail, binding
+        where = f" in {binding}" if binding else ""
+        super().__init__(f"{kind}{where}: {detail}")
+
+    def at(self, binding: str) -> "DeductionError":
+        return DeductionError(self.kind, self.detail, binding)
+
+
+class UnknownOpError(TesseraError):
+    """An operator name that is not registered."""
+
+
+class WellFormedError(TesseraError):
+    """A module that breaks a structural rule of the IR (scoping, purity, consistency)."""
+
+
+class ScriptError(TesseraError):
+    """Script text that cannot be parsed; the message starts with the line and column."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None):
+        self.line, self.column = line, column
+        where = f"line {line}, column {column}: " if line is not None else ""
+        super().__init__(where + message)
+
+
+class RuntimeCheckError(TesseraError):
+    """A value that violates an annotation or a match_cast when the program runs."""

@@ -1,0 +1,298 @@
+"""Reference interpreter: run graph functions on numpy arrays.
+
+It is the ground truth that compiled programs are compared with, so it is
+strict: arguments are checked against the parameter annotations (binding
+symbolic variables as they are first seen), every match_cast is checked, and
+every computed value is checked against the struct info deduced for it, which
+also tests deduction itself on real data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import arith
+from .errors import RuntimeCheckError
+from .expr import (
+    Call,
+    Constant,
+    DataflowBlock,
+    Expr,
+    ExternFunc,
+    Function,
+    GlobalVar,
+    If,
+    MatchCast,
+    Op,
+    PrimValue,
+    SeqExpr,
+    ShapeExpr,
+    StringImm,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
+from .module import IRModule
+from .printer import print_binding, print_sinfo
+from .struct_info import (
+    FuncStructInfo,
+    ObjectStructInfo,
+    PrimStructInfo,
+    ShapeStructInfo,
+    StructInfo,
+    TensorStructInfo,
+    TupleStructInfo,
+)
+
+
+class ShapeValue(tuple):
+    """A shape at run time (distinct from a tuple of values)."""
+
+
+def interpret(mod: IRModule, func_name: str, *args, library: dict | None = None):
+    """Run ``mod[func_name]`` on ``args`` (numpy arrays, ints, tuples) and return its result."""
+    return Interpreter(mod, library).call(func_name, list(args))
+
+
+class Interpreter:
+    def __init__(self, mod: IRModule, library: dict | None = None):
+        self.mod = mod
+        self.library = dict(library or {})
+
+    def call(self, func_name: str, args: list) -> Any:
+        func = self.mod[func_name]
+        if not isinstance(func, Function):
+            raise RuntimeCheckError(f"'{func_name}' is not a graph function")
+        return self._call_function(func_name, func, args)
+
+    def _call_function(self, name: str, func: Function, args: list) -> Any:
+        if len(args) != len(func.params):
+            raise RuntimeCheckError(f"{name} takes {len(func.params)} arguments "
+                                    f"({', '.join(p.name_hint for p in func.params)}), got {len(args)}")
+        frame = _Frame(name)
+        args = [_as_value(a) for a in args]
+        # Plain dims of all parameters bind first, so (n, 4) and (n * 4,) check in any order.
+        for param, value in zip(func.params, args):
+            _bind_plain(param.struct_info, value, frame.sym)
+        for param, value in zip(func.params, args):
+            check_value(value, param.struct_info, frame.sym, f"argument '{param.name_hint}' of {name}")
+            frame.env[param] = value
+        result = self._seq(func.body, frame)
+        check_value(result, func.ret_struct_info, frame.sym, f"the result of {name}")
+        return result
+
+    def _seq(self, seq: SeqExpr, frame: _Frame) -> Any:
+        for block in seq.blocks:
+            for binding in block.bindings:
+                self._binding(binding, frame, isinstance(block, DataflowBlock))
+        return self._eval(seq.body, frame)
+
+    def _binding(self, binding, frame: _Frame, in_dataflow: bool) -> None:
+        try:
+            value = self._eval(binding.value, frame)
+        except RuntimeCheckError as error:
+            raise RuntimeCheckError(f"{error} (in {print_binding(binding)})") from None
+        except (ValueError, IndexError, FloatingPointError, ZeroDivisionError) as error:
+            raise RuntimeCheckError(f"{type(error).__name__}: {error} (in {print_binding(binding)})") from None
+        if isinstance(binding, MatchCast):
+            _bind_plain(binding.struct_info, value, frame.sym)
+            check_value(value, binding.struct_info, frame.sym, f"match_cast in {print_binding(binding)}")
+        else:
+            check_value(value, binding.var.struct_info, frame.sym,
+                        f"the deduced struct info of {print_binding(binding)}")
+        frame.env[binding.var] = value
+
+    # -- expressions ------------------------------------------------------------
+
+    def _eval(self, expr: Expr, frame: _Frame) -> Any:
+        if isinstance(expr, Var):
+            return frame.env[expr]
+        if isinstance(expr, Constant):
+            return expr.data
+        if isinstance(expr, ShapeExpr):
+            return ShapeValue(frame.int(v) for v in expr.values)
+        if isinstance(expr, PrimValue):
+            return frame.int(expr.value)
+        if isinstance(expr, StringImm):
+            return expr.value
+        if isinstance(expr, Tuple):
+            return tuple(self._eval(f, frame) for f in expr.fields)
+        if isinstance(expr, TupleGetItem):
+            return self._eval(expr.tuple_value, frame)[expr.index]
+        if isinstance(expr, If):
+            cond = self._eval(expr.cond, frame)
+            branch = expr.true_branch if bool(np.asarray(cond).item()) else expr.false_branch
+            return self._seq(branch, frame)
+        if isinstance(expr, SeqExpr):
+            return self._seq(expr, frame)
+        if isinstance(expr, Call):
+            return self._call_expr(expr, frame)
+        if isinstance(expr, GlobalVar):
+            return _Closure(self, expr.name)
+        raise RuntimeCheckError(f"cannot evaluate {type(expr).__name__}")
+
+    def _call_expr(self, call: Call, frame: _Frame) -> Any:
+        args = [self._eval(a, frame) for a in call.args]
+        if isinstance(call.op, Op):
+            return self._op(call, args, frame)
+        if isinstance(call.op, ExternFunc):
+            return self._library(call.op.global_symbol)(*args)
+        if isinstance(call.op, GlobalVar):
+            return self._call_function(call.op.name, self.mod[call.op.name], args)
+        callee = self._eval(call.op, frame)
+        if not callable(callee):
+            raise RuntimeCheckError(f"{call.op!r} is not callable")
+        return callee(*args)
+
+    def _op(self, call: Call, args: list, frame: _Frame) -> Any:
+        name = call.op.name
+        if name == "call_tir":
+            raise RuntimeCheckError(f"call_tir to kernel '{call.args[0].name}' needs a compiled kernel; "
+                                    "the reference interpreter runs graph operators and library calls")
+        if name == "call_dps_library":
+            outputs = [_allocate(s, frame) for s in call.sinfo_args]
+            extra = list(args[2]) if len(args) > 2 else []
+            self._library(args[0])(*args[1], *outputs, *extra)
+            return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        if name == "call_pure_packed":
+            return self._library(args[0])(*args[1:])
+        if call.op.reference is None:
+            raise RuntimeCheckError(f"operator {name} has no numpy reference")
+        attrs = {k: frame.attr(v) for k, v in call.attrs}
+        return call.op.reference(*args, **attrs)
+
+    def _library(self, name: str):
+        if name in self.library:
+            return self.library[name]
+        from ..op.library import get_library_function
+
+        try:
+            return get_library_function(name)
+        except KeyError as error:
+            raise RuntimeCheckError(str(error.args[0])) from None
+
+
+class _Frame:
+    def __init__(self, name: str):
+        self.name = name
+        self.env: dict[Var, Any] = {}
+        self.sym: dict[str, int] = {}
+
+    def int(self, expr) -> int:
+        try:
+            return arith.evaluate(expr, self.sym)
+        except KeyError as error:
+            raise RuntimeCheckError(f"{error.args[0]} in {self.name}") from None
+
+    def attr(self, value):
+        if isinstance(value, arith.PrimExpr):
+            return self.int(value)
+        if isinstance(value, tuple):
+            return tuple(self.attr(v) for v in value)
+        return value
+
+
+class _Closure:
+    def __init__(self, interpreter: Interpreter, name: str):
+        self.interpreter, self.name = interpreter, name
+
+    def __call__(self, *args):
+        return self.interpreter.call(self.name, list(args))
+
+
+def _as_value(value):
+    if isinstance(value, (np.ndarray, ShapeValue, str, _Closure)) or callable(value):
+        return value
+    if isinstance(value, (bool, int, np.integer)):
+        return int(value)
+    if isinstance(value, tuple):
+        return tuple(_as_value(v) for v in value)
+    if isinstance(value, (float, np.floating, list)):
+        return np.asarray(value)
+    return value
+
+
+def _allocate(sinfo: StructInfo, frame: _Frame) -> np.ndarray:
+    if not isinstance(sinfo, TensorStructInfo) or sinfo.shape is None or not sinfo.dtype:
+        raise RuntimeCheckError(f"cannot allocate an output of {print_sinfo(sinfo)}: "
+                                "out_sinfo needs a shape and a dtype")
+    return np.zeros(tuple(frame.int(d) for d in sinfo.shape), sinfo.dtype)
+
+
+def _bind_plain(sinfo: StructInfo, value, sym: dict[str, int]) -> None:
+    """Bind the not-yet-bound plain symbolic dims of ``sinfo`` from ``value``."""
+    dims: tuple = ()
+    actual: tuple = ()
+    if isinstance(sinfo, TensorStructInfo) and isinstance(value, np.ndarray) and sinfo.shape is not None:
+        dims, actual = sinfo.shape, value.shape
+    elif isinstance(sinfo, ShapeStructInfo) and isinstance(value, ShapeValue) and sinfo.values is not None:
+        dims, actual = sinfo.values, value
+    elif isinstance(sinfo, PrimStructInfo) and isinstance(value, int) and sinfo.value is not None:
+        dims, actual = (sinfo.value,), (value,)
+    elif isinstance(sinfo, TupleStructInfo) and isinstance(value, tuple):
+        for field, item in zip(sinfo.fields, value):
+            _bind_plain(field, item, sym)
+    if len(dims) != len(actual):
+        return
+    for dim, size in zip(dims, actual):
+        if isinstance(dim, arith.Var) and dim.name not in sym:
+            sym[dim.name] = int(size)
+
+
+def check_value(value, sinfo: StructInfo, sym: dict[str, int], what: str) -> None:
+    """Raise RuntimeCheckError if ``value`` does not match ``sinfo`` under ``sym``."""
+    reason = _mismatch(value, sinfo, sym)
+    if reason:
+        raise RuntimeCheckError(f"{what}: expected {print_sinfo(sinfo)}, {reason}")
+
+
+def _mismatch(value, sinfo: StructInfo, sym: dict[str, int]) -> str | None:
+    if isinstance(sinfo, ObjectStructInfo):
+        return None
+    if isinstance(sinfo, TensorStructInfo):
+        if not isinstance(value, np.ndarray):
+            return f"got a {type(value).__name__}"
+        if sinfo.dtype and value.dtype.name != sinfo.dtype:
+            return f"got dtype {value.dtype.name}"
+        if sinfo.ndim >= 0 and value.ndim != sinfo.ndim:
+            return f"got rank {value.ndim} (shape {tuple(value.shape)})"
+        if sinfo.shape is not None:
+            return _dims_mismatch(sinfo.shape, value.shape, sym)
+        return None
+    if isinstance(sinfo, ShapeStructInfo):
+        if not isinstance(value, ShapeValue):
+            return f"got a {type(value).__name__}"
+        if sinfo.ndim >= 0 and len(value) != sinfo.ndim:
+            return f"got a shape of rank {len(value)}"
+        return _dims_mismatch(sinfo.values, value, sym) if sinfo.values is not None else None
+    if isinstance(sinfo, PrimStructInfo):
+        if not isinstance(value, (int, np.integer)):
+            return f"got a {type(value).__name__}"
+        return _dims_mismatch((sinfo.value,), (value,), sym) if sinfo.value is not None else None
+    if isinstance(sinfo, TupleStructInfo):
+        if not isinstance(value, tuple) or isinstance(value, ShapeValue):
+            return f"got a {type(value).__name__}"
+        if len(value) != len(sinfo.fields):
+            return f"got a tuple of {len(value)} fields"
+        for index, (field, item) in enumerate(zip(sinfo.fields, value)):
+            reason = _mismatch(item, field, sym)
+            if reason:
+                return f"field {index}: {reason}"
+        return None
+    if isinstance(sinfo, FuncStructInfo):
+        return None if callable(value) else f"got a {type(value).__name__}"
+    return f"unknown struct info {sinfo!r}"
+
+
+def _dims_mismatch(dims, actual, sym: dict[str, int]) -> str | None:
+    for axis, (dim, size) in enumerate(zip(dims, actual)):
+        try:
+            expected = arith.evaluate(dim, sym)
+        except KeyError:
+            return f"symbolic variable in {dim} is not bound when checking"
+        if expected != int(size):
+            shown = f"{dim} = {expected}" if not isinstance(dim, arith.IntImm) else str(expected)
+            return f"got shape {tuple(int(s) for s in actual)}: dimension {axis} is {int(size)}, not {shown}"
+    return None

@@ -1,0 +1,143 @@
+"""Convolution and pooling for small CNNs (NCHW data, OIHW weights)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.errors import DeductionError
+from .common import result_tensor, same_dtype, tensor_input
+from .registry import register_op
+
+
+def _pair(value) -> tuple:
+    return (value, value) if isinstance(value, int) else tuple(value)
+
+
+def _quad(value) -> tuple:
+    """Padding as (top, left, bottom, right), from 1, 2 or 4 values."""
+    value = (value,) if isinstance(value, int) else tuple(value)
+    if len(value) == 1:
+        return value * 4
+    if len(value) == 2:
+        return value * 2
+    return value
+
+
+def _window_out(ctx, size, kernel, stride, pad_lo, pad_hi, dilation, ceil_mode=False):
+    span = dilation * (kernel - 1) + 1
+    numerator = size + pad_lo + pad_hi - span
+    if ceil_mode:
+        numerator = numerator + stride - 1
+    return ctx.simplify(numerator // stride + 1)
+
+
+def _check_layout(call, key, expected):
+    if call.attr(key) != expected:
+        raise DeductionError("unsupported attribute", f"{call.op.name} supports {key}={expected!r}, "
+                             f"got {call.attr(key)!r}")
+
+
+def _deduce_conv2d(call, ctx):
+    _check_layout(call, "data_layout", "NCHW")
+    _check_layout(call, "kernel_layout", "OIHW")
+    x, w = tensor_input(call, 0, ctx), tensor_input(call, 1, ctx)
+    dtype = call.attr("out_dtype") or same_dtype(call, [x, w], ctx)
+    for arg, info in zip(call.args, (x, w)):
+        if info.ndim not in (-1, 4):
+            raise DeductionError("rank mismatch", f"conv2d needs rank-4 tensors, {ctx.show(arg)} "
+                                 f"has rank {info.ndim}")
+    if x.shape is None or w.shape is None:
+        return result_tensor(None, dtype, 4)
+    groups = call.attr("groups")
+    in_channels = ctx.analyzer.as_int(x.shape[1])
+    per_group = ctx.analyzer.as_int(w.shape[1])
+    if in_channels is not None and per_group is not None and in_channels != per_group * groups:
+        raise DeductionError("shape mismatch", f"{ctx.show(call.args[0])} has {in_channels} channels, "
+                             f"{ctx.show(call.args[1])} expects {per_group} x {groups} groups")
+    sh, sw = _pair(call.attr("strides"))
+    dh, dw = _pair(call.attr("dilation"))
+    top, left, bottom, right = _quad(call.attr("padding"))
+    height = _window_out(ctx, x.shape[2], w.shape[2], sh, top, bottom, dh)
+    width = _window_out(ctx, x.shape[3], w.shape[3], sw, left, right, dw)
+    return result_tensor((x.shape[0], w.shape[0], height, width), dtype)
+
+
+def _conv2d_reference(x, w, strides, padding, dilation, groups, data_layout, kernel_layout,
+                      out_dtype):
+    sh, sw = _pair(strides)
+    dh, dw = _pair(dilation)
+    top, left, bottom, right = _quad(padding)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    n, c, hp, wp = xp.shape
+    o, cg, kh, kw = w.shape
+    oh = (hp - dh * (kh - 1) - 1) // sh + 1
+    ow = (wp - dw * (kw - 1) - 1) // sw + 1
+    out = np.zeros((n, o, oh, ow))
+    per_group = o // groups
+    for g in range(groups):
+        xs = xp[:, g * cg:(g + 1) * cg]
+        ws = w[g * per_group:(g + 1) * per_group].astype(np.float64)
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+                out[:, g * per_group:(g + 1) * per_group] += np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j])
+    return out.astype(out_dtype or np.result_type(x, w))
+
+
+register_op("nn.conv2d", inputs=("data", "weight"),
+            attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
+                   "data_layout": "NCHW", "kernel_layout": "OIHW", "out_dtype": ""},
+            deduce=_deduce_conv2d, reference=_conv2d_reference)
+
+
+def _deduce_pool(call, ctx):
+    _check_layout(call, "layout", "NCHW")
+    x = tensor_input(call, 0, ctx)
+    if x.ndim not in (-1, 4):
+        raise DeductionError("rank mismatch", f"{call.op.name} needs a rank-4 tensor, "
+                             f"{ctx.show(call.args[0])} has rank {x.ndim}")
+    if x.shape is None:
+        return result_tensor(None, x.dtype, 4, x.vdevice)
+    kh, kw = _pair(call.attr("pool_size"))
+    sh, sw = _pair(call.attr("strides"))
+    dh, dw = _pair(call.attr("dilation"))
+    top, left, bottom, right = _quad(call.attr("padding"))
+    ceil = call.attr("ceil_mode")
+    height = _window_out(ctx, x.shape[2], kh, sh, top, bottom, dh, ceil)
+    width = _window_out(ctx, x.shape[3], kw, sw, left, right, dw, ceil)
+    return result_tensor((x.shape[0], x.shape[1], height, width), x.dtype, vdevice=x.vdevice)
+
+
+def _pool_reference(kind):
+    def reference(x, pool_size, strides, padding, dilation, ceil_mode, layout, count_include_pad=False):
+        kh, kw = _pair(pool_size)
+        sh, sw = _pair(strides)
+        dh, dw = _pair(dilation)
+        top, left, bottom, right = _quad(padding)
+        n, c, h, w = x.shape
+
+        def out_size(size, k, s, lo, hi, d):
+            num = size + lo + hi - (d * (k - 1) + 1)
+            return (num + (s - 1 if ceil_mode else 0)) // s + 1
+
+        oh, ow = out_size(h, kh, sh, top, bottom, dh), out_size(w, kw, sw, left, right, dw)
+        fill = -np.inf if kind == "max" else np.nan
+        xp = np.full((n, c, h + top + bottom + sh * kh, w + left + right + sw * kw), fill)
+        xp[:, :, top:top + h, left:left + w] = x
+        windows = np.stack([xp[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+                            for i in range(kh) for j in range(kw)])
+        if kind == "max":
+            return windows.max(axis=0).astype(x.dtype)
+        if count_include_pad:
+            return np.nan_to_num(windows).sum(axis=0).__truediv__(kh * kw).astype(x.dtype)
+        return np.nanmean(windows, axis=0).astype(x.dtype)
+
+    return reference
+
+
+_POOL_ATTRS = {"pool_size": (1, 1), "strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1),
+               "ceil_mode": False, "layout": "NCHW"}
+register_op("nn.max_pool2d", inputs=("x",), attrs=_POOL_ATTRS, deduce=_deduce_pool,
+            reference=_pool_reference("max"))
+register_op("nn.avg_pool2d", inputs=("x",), attrs={**_POOL_ATTRS, "count_include_pad": False},
+            deduce=_deduce_pool, reference=_pool_reference("avg"))

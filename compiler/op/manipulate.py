@@ -1,0 +1,327 @@
+"""Shape manipulation: reshape, transpose, expand/squeeze, concat/split, take, slicing."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import arith
+from ..ir.errors import DeductionError
+from ..ir.struct_info import ShapeStructInfo, TupleStructInfo, describe
+from .common import (
+    INT_DTYPES,
+    normalize_axes,
+    normalize_axis,
+    product,
+    result_tensor,
+    shape_input,
+    tensor_input,
+    tuple_of_tensors,
+)
+from .registry import register_op
+
+
+def _text(dims) -> str:
+    return "(" + ", ".join(str(d) for d in dims) + (",)" if len(dims) == 1 else ")")
+
+
+# -- reshape ----------------------------------------------------------------
+
+
+def _deduce_reshape(call, ctx):
+    x = tensor_input(call, 0, ctx)
+    target = shape_input(call, 1, ctx)
+    if target.values is None:
+        return result_tensor(None, x.dtype, target.ndim, x.vdevice)
+    dims = list(target.values)
+    inferred = [i for i, d in enumerate(dims) if ctx.analyzer.as_int(d) == -1]
+    if len(inferred) > 1:
+        raise DeductionError("invalid attribute", f"reshape to {_text(dims)} has more than one -1")
+    if x.shape is None:
+        if inferred:
+            return result_tensor(None, x.dtype, len(dims), x.vdevice)
+        return result_tensor(dims, x.dtype, vdevice=x.vdevice)
+    size = product(x.shape)
+    if inferred:
+        known = product(d for i, d in enumerate(dims) if i != inferred[0])
+        dims[inferred[0]] = ctx.simplify(size // known)
+        if not ctx.analyzer.prove_equal(product(dims), size):
+            if ctx.analyzer.as_int(size % known) not in (None, 0):
+                raise DeductionError("shape mismatch", f"cannot reshape {ctx.show(call.args[0])} of "
+                                     f"{_text(x.shape)} to {_text(target.values)}")
+    else:
+        diff = ctx.analyzer.as_int(product(dims) - size)
+        if diff is not None and diff != 0:
+            raise DeductionError("shape mismatch", f"cannot reshape {ctx.show(call.args[0])} of "
+                                 f"{_text(x.shape)} ({ctx.simplify(size)} elements) to {_text(dims)}")
+    return result_tensor(dims, x.dtype, vdevice=x.vdevice)
+
+
+def _reshape_reference(x, shape):
+    return np.reshape(x, tuple(shape))
+
+
+register_op("reshape", inputs=("x", "shape"), deduce=_deduce_reshape, reference=_reshape_reference)
+
+
+def _deduce_flatten(call, ctx):
+    x = tensor_input(call, 0, ctx)
+    if x.shape is None:
+        return result_tensor(None, x.dtype, 1, x.vdevice)
+    return result_tensor((product(x.shape),), x.dtype, vdevice=x.vdevice)
+
+
+register_op("flatten", inputs=("x",), deduce=_deduce_flatten, reference=lambda x: x.reshape(-1))
+
+
+# -- axes -------------------------------------------------------------------
+
+
+def _deduce_permute_dims(call, ctx):
+    x = tensor_input(call, 0, ctx)
+    axes = call.attr("axes")
+    if x.ndim < 0:
+        return result_tensor(None, x.dtype, len(axes) if axes is not None else -1, x.vdevice)
+    order = tuple(reversed(range(x.ndim))) if axes is None else tuple(
+        normalize_axis(call, a, x.ndim, ctx) for a in axes)
+    if sorted(order) != list(range(x.ndim)):
+        raise DeductionError("invalid attribute", f"axes {axes} are not a permutation of "
+                             f"{x.ndim} axes of {ctx.show(call.args[0])}")
+    if x.shape is None:
+        return result_tensor(None, x.dtype, x.ndim, x.vdevice)
+    return result_tensor([x.shape[a] for a in order], x.dtype, vdevice=x.vdevice)
+
+
+register_op("permute_dims", inputs=("x",), attrs={"axes": None}, deduce=_deduce_permute_dims,
+            reference=lambda x, axes: np.transpose(x, axes))
+
+
+def _deduce_expand_dims(call, ctx):
+    x = tensor_input(call, 0, ctx)
+    axis = call.attr("axis")
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    if x.ndim < 0:
+        return result_tensor(None, x.dtype, -1, x.vdevice)
+    out_ndim = x.ndim + len(axes)
+    # The axes name positions in the output, so they are checked against its rank.
+    positions = set(normalize_axes(call, axes, out_ndim, ctx))
+    if x.shape is None:
+        return result_tensor(None, x.dtype, out_ndim, x.vdevice)
+    rest = iter(x.shape)
+    dims = [arith.IntImm(1) if i in positions else next(rest) for i in range(out_ndim)]
+    return result_tensor(dims, x.dtype, vdevice=x.vdevice)
+
+
+register_op("expand_dims", inputs=("x",), attrs={"axis": 0}, deduce=_deduce_expand_dims,
+            reference=lambda x, axis: np.expand_dims(x, axis))
+
+
+def _deduce_squeeze(call, ctx):
+    x = tensor_input(call, 0, ctx)
+    axis = call.attr("axis")
+    if x.shape is None:
+        if axis is None or x.ndim < 0:
+            return result_tensor(None, x.dtype, -1, x.vdevice)
+        count = 1 if isinstance(axis, int) else len(axis)
+        return result_tensor(None, x.dtype, x.ndim - count, x.vdevice)
+    if axis is None:
+        # Only dims known to be 1 are removed; a symbolic dim might be 1 at run time.
+        if any(ctx.analyzer.as_int(d) is None for d in x.shape):
+            return result_tensor(None, x.dtype, -1, x.vdevice)
+        return result_tensor([d for d in x.shape if ctx.analyzer.as_int(d) != 1], x.dtype,
+                             vdevice=x.vdevice)
+    axes = normalize_axes(call, axis, x.ndim, ctx)
+    for a in axes:
+        value = ctx.analyzer.as_int(x.shape[a])
+        if value is not None and value != 1:
+            raise DeductionError("shape mismatch", f"cannot squeeze axis {a} of {ctx.show(call.args[0])}: "
+                                 f"it has size {value}")
+    return result_tensor([d for i, d in enumerate(x.shape) if i not in axes], x.dtype, vdevice=x.vdevice)
+
+
+register_op("squeeze", inputs=("x",), attrs={"axis": None}, deduce=_deduce_squeeze,
+            reference=lambda x, axis: np.squeeze(x, axis))
+
+
+# -- concat / split -----------------------------------------------------------
+
+
+def _deduce_concat(call, ctx):
+    infos = tuple_of_tensors(call, 0, ctx)
+    if not infos:
+        raise DeductionError("invalid attribute", "concat needs at least one tensor")
+    dtypes = {s.dtype for s in infos if s.dtype}
+    if len(dtypes) > 1:
+        raise DeductionError("dtype mismatch", f"concat of {', '.join(sorted(dtypes))}")
+    dtype = dtypes.pop() if dtypes else ""
+    ndims = {s.ndim for s in infos if s.ndim >= 0}
+    if len(ndims) > 1:
+        raise DeductionError("rank mismatch", f"concat of ranks {sorted(ndims)}")
+    if not ndims:
+        return result_tensor(None, dtype, -1)
+    ndim = ndims.pop()
+    axis = normalize_axis(call, call.attr("axis"), ndim, ctx)
+    if any(s.shape is None for s in infos):
+        return result_tensor(None, dtype, ndim)
+    dims = []
+    for i in range(ndim):
+        if i == axis:
+            dims.append(ctx.simplify(sum((s.shape[i] for s in infos), arith.IntImm(0))))
+            continue
+        dim = infos[0].shape[i]
+        for other in infos[1:]:
+            if not ctx.analyzer.prove_equal(dim, other.shape[i]):
+                if ctx.analyzer.as_int(dim - other.shape[i]) is not None:
+                    raise DeductionError("shape mismatch", f"concat on axis {axis}: "
+                                         + ", ".join(describe(s) for s in infos))
+                return result_tensor(None, dtype, ndim)
+        dims.append(dim)
+    return result_tensor(dims, dtype)
+
+
+register_op("concat", inputs=("tensors",), attrs={"axis": 0}, deduce=_deduce_concat,
+            reference=lambda tensors, axis: np.concatenate(tensors, axis))
+
+
+def _deduce_split(call, ctx):
+    x = tensor_input(call, 0, ctx)
+    spec = call.attr("indices_or_sections")
+    if isinstance(spec, int):
+        if spec <= 0:
+            raise DeductionError("invalid attribute", f"split into {spec} sections")
+        count = spec
+    else:
+        count = len(spec) + 1
+    if x.ndim < 0:
+        return TupleStructInfo(tuple(result_tensor(None, x.dtype, -1, x.vdevice) for _ in range(count)))
+    axis = normalize_axis(call, call.attr("axis"), x.ndim, ctx)
+    if x.shape is None:
+        return TupleStructInfo(tuple(result_tensor(None, x.dtype, x.ndim, x.vdevice) for _ in range(count)))
+    dim = x.shape[axis]
+    if isinstance(spec, int):
+        size = ctx.simplify(dim // spec)
+        if not ctx.analyzer.prove_equal(size * spec, dim):
+            if ctx.analyzer.as_int(dim % spec) not in (None, 0):
+                raise DeductionError("shape mismatch", f"axis {axis} of {ctx.show(call.args[0])} has size "
+                                     f"{dim}, not divisible into {spec} sections")
+        sizes = [size] * spec
+    else:
+        bounds = [arith.IntImm(0)] + [arith.as_expr(i) for i in spec] + [dim]
+        sizes = [ctx.simplify(b - a) for a, b in zip(bounds, bounds[1:])]
+    fields = []
+    for size in sizes:
+        shape = list(x.shape)
+        shape[axis] = size
+        fields.append(result_tensor(shape, x.dtype, vdevice=x.vdevice))
+    return TupleStructInfo(tuple(fields))
+
+
+def _split_reference(x, indices_or_sections, axis):
+    return tuple(np.split(x, indices_or_sections if isinstance(indices_or_sections, int)
+                          else list(indices_or_sections), axis))
+
+
+register_op("split", inputs=("x",), attrs={"indices_or_sections": 2, "axis": 0},
+            deduce=_deduce_split, reference=_split_reference)
+
+
+# -- take / strided_slice / broadcast_to -------------------------------------
+
+
+def _deduce_take(call, ctx):
+    x, indices = tensor_input(call, 0, ctx), tensor_input(call, 1, ctx)
+    if indices.dtype and indices.dtype not in INT_DTYPES:
+        raise DeductionError("dtype mismatch", f"take needs integer indices, "
+                             f"{ctx.show(call.args[1])} is {indices.dtype}")
+    if x.ndim < 0 or indices.ndim < 0:
+        return result_tensor(None, x.dtype, -1, x.vdevice)
+    axis = normalize_axis(call, call.attr("axis"), x.ndim, ctx)
+    if x.shape is None or indices.shape is None:
+        return result_tensor(None, x.dtype, x.ndim - 1 + indices.ndim, x.vdevice)
+    return result_tensor(x.shape[:axis] + indices.shape + x.shape[axis + 1:], x.dtype, vdevice=x.vdevice)
+
+
+def _take_reference(x, indices, axis):
+    if np.any(indices < 0) or np.any(indices >= x.shape[axis]):
+        raise IndexError(f"take: an index is outside [0, {x.shape[axis]})")
+    return np.take(x, indices, axis)
+
+
+register_op("take", inputs=("x", "indices"), attrs={"axis": 0}, deduce=_deduce_take,
+            reference=_take_reference)
+
+
+def _slice_length(ctx, dim, begin, end, stride):
+    """Length of x[begin:end:stride] along a dim; begin and end may be symbolic."""
+    values = [ctx.analyzer.as_int(v) for v in (dim, begin, end)]
+    if None not in values:
+        return arith.IntImm(len(range(*slice(values[1], values[2], stride).indices(values[0]))))
+    if stride <= 0:
+        return None
+    # Symbolic: negative static offsets count from the end, as in Python.
+    begin, end = (dim + v if ctx.analyzer.as_int(v) is not None and ctx.analyzer.as_int(v) < 0 else v
+                  for v in (begin, end))
+    begin = arith.min_expr(arith.max_expr(begin, 0), dim)
+    end = arith.min_expr(arith.max_expr(end, 0), dim)
+    return ctx.simplify(arith.max_expr((end - begin + (stride - 1)) // stride, 0))
+
+
+def _deduce_strided_slice(call, ctx):
+    x = tensor_input(call, 0, ctx)
+    axes, begin, end = call.attr("axes"), call.attr("begin"), call.attr("end")
+    strides = call.attr("strides") or (1,) * len(axes)
+    if not len(axes) == len(begin) == len(end) == len(strides):
+        raise DeductionError("invalid attribute", "strided_slice needs as many begin, end and strides "
+                             f"as axes ({len(axes)})")
+    if any(not isinstance(s, int) or s == 0 for s in strides):
+        raise DeductionError("invalid attribute", f"strided_slice strides must be non-zero ints: {strides}")
+    if x.shape is None:
+        return result_tensor(None, x.dtype, x.ndim, x.vdevice)
+    dims = list(x.shape)
+    for a, b, e, s in zip(axes, begin, end, strides):
+        axis = normalize_axis(call, a, x.ndim, ctx)
+        length = _slice_length(ctx, x.shape[axis], arith.as_expr(b), arith.as_expr(e), s)
+        if length is None:
+            return result_tensor(None, x.dtype, x.ndim, x.vdevice)
+        dims[axis] = length
+    return result_tensor(dims, x.dtype, vdevice=x.vdevice)
+
+
+def _strided_slice_reference(x, axes, begin, end, strides):
+    index = [slice(None)] * x.ndim
+    strides = strides or (1,) * len(axes)
+    for axis, b, e, s in zip(axes, begin, end, strides):
+        index[axis] = slice(int(b), int(e), int(s))
+    return x[tuple(index)]
+
+
+register_op("strided_slice", inputs=("x",),
+            attrs={"axes": (), "begin": (), "end": (), "strides": None},
+            deduce=_deduce_strided_slice, reference=_strided_slice_reference)
+
+
+def _deduce_broadcast_to(call, ctx):
+    x = tensor_input(call, 0, ctx)
+    target = shape_input(call, 1, ctx)
+    if target.values is None or x.shape is None:
+        return result_tensor(target.values, x.dtype, target.ndim, x.vdevice)
+    if x.ndim > target.ndim:
+        raise DeductionError("rank mismatch", f"cannot broadcast {ctx.show(call.args[0])} of rank "
+                             f"{x.ndim} to rank {target.ndim}")
+    for axis, (have, want) in enumerate(zip(reversed(x.shape), reversed(target.values))):
+        h, w = ctx.analyzer.as_int(have), ctx.analyzer.as_int(want)
+        if h is not None and w is not None and h != 1 and h != w:
+            raise DeductionError("shape mismatch", f"cannot broadcast {ctx.show(call.args[0])} of "
+                                 f"{_text(x.shape)} to {_text(target.values)}")
+    return result_tensor(target.values, x.dtype, vdevice=x.vdevice)
+
+
+register_op("broadcast_to", inputs=("x", "shape"), deduce=_deduce_broadcast_to,
+            reference=lambda x, shape: np.broadcast_to(x, tuple(shape)).copy())
+
+
+def _deduce_shape_of(call, ctx):
+    x = tensor_input(call, 0, ctx)
+    return ShapeStructInfo(x.shape, x.ndim)
+
+
+register_op("shape_of", inputs=("x",), deduce=_deduce_shape_of, reference=lambda x: tuple(x.shape))
