@@ -30,10 +30,11 @@ from .expr import (
     to_source,
 )
 from .interval import Interval
+from .parse import parse_expr
 
 __all__ = [
     "Add", "Analyzer", "FloorDiv", "FloorMod", "IntImm", "IntLike", "Interval", "Max", "Min",
     "Mul", "PrimExpr", "Sub", "Var", "as_expr", "evaluate", "free_vars", "lower_bound",
-    "max_expr", "min_expr", "prove_equal", "prove_less", "prove_less_equal", "simplify",
+    "max_expr", "min_expr", "parse_expr", "prove_equal", "prove_less", "prove_less_equal", "simplify",
     "substitute", "to_source", "upper_bound",
 ]

@@ -33,6 +33,7 @@ from .expr import (
     Var,
     VarBinding,
 )
+from .interpreter import ShapeValue
 from .module import IRModule, VDevice
 from .printer import print_binding, print_expr, print_function, print_module, print_sinfo
 from .struct_info import (
@@ -49,15 +50,5 @@ from .struct_info import (
 )
 
 
-def interpret(mod, func_name, *args, **kwargs):
-    """Run ``mod[func_name]`` on numpy arrays with the reference interpreter (see interpreter.py)."""
-    from .interpreter import interpret as _interpret
-
-    return _interpret(mod, func_name, *args, **kwargs)
-
-
-def well_formed(mod) -> None:
-    """Raise WellFormedError naming the first broken rule (see well_formed.py)."""
-    from .well_formed import check_well_formed
-
-    check_well_formed(mod)
+from .interpreter import interpret
+from .well_formed import check_well_formed as well_formed

@@ -266,3 +266,12 @@ LEAF_TYPES = (Var, Constant, ShapeExpr, PrimValue, StringImm, GlobalVar, ExternF
 def with_struct_info(expr: Expr, sinfo: StructInfo) -> Expr:
     """A copy of a non-variable node carrying ``sinfo``."""
     return replace(expr, struct_info=sinfo)
+
+
+def attr_prims(value) -> Any:
+    """The symbolic expressions inside an attribute value (attributes may hold dims)."""
+    if isinstance(value, PrimExpr):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from attr_prims(item)

@@ -34,6 +34,7 @@ from .expr import (
     TupleGetItem,
     Var,
     VarBinding,
+    attr_prims,
 )
 from .module import IRModule
 from .struct_info import (
@@ -284,7 +285,7 @@ def function_symbolic_vars(func: Function) -> list[arith.Var]:
             for a in expr.args:
                 add_expr(a)
             for _, value in expr.attrs:
-                for prim in _attr_prims(value):
+                for prim in attr_prims(value):
                     for v in arith.free_vars(prim):
                         found.setdefault(v)
             for s in expr.sinfo_args:
@@ -307,14 +308,6 @@ def function_symbolic_vars(func: Function) -> list[arith.Var]:
     add_sinfo(func.ret_struct_info)
     add_seq(func.body)
     return list(found)
-
-
-def _attr_prims(value):
-    if isinstance(value, arith.PrimExpr):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _attr_prims(v)
 
 
 def print_function(name: str, func: Function) -> str:

@@ -27,9 +27,9 @@ def check_dtype(dtype: str) -> str:
 
 
 def as_dim(value) -> PrimExpr:
-    """A shape dimension from an int, a PrimExpr or a variable name."""
+    """A shape dimension from an int, a PrimExpr, or text such as "n" or "n * 4"."""
     if isinstance(value, str):
-        return arith.Var(value)
+        return arith.Var(value) if value.isidentifier() else arith.parse_expr(value)
     return arith.as_expr(value)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .. import arith
+from ..arith.parse import from_ast
 from ..ir.builder import BlockBuilder
 from ..ir.errors import ScriptError, TesseraError
 from ..ir.expr import (
@@ -42,8 +43,6 @@ from ..ir.struct_info import (
 )
 from ..op import registry
 
-_PRIM_BINOPS = {ast.Add: arith.Add, ast.Sub: arith.Sub, ast.Mult: arith.Mul,
-                ast.FloorDiv: arith.FloorDiv, ast.Mod: arith.FloorMod}
 _LITERAL_FLOATS = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
 
 
@@ -542,37 +541,24 @@ class _PrimParser:
         self.symbols = symbols
 
     def parse(self, node: ast.AST) -> arith.PrimExpr:
+        where = node
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             try:
-                inner = ast.parse(node.value, mode="eval").body
+                node = ast.parse(node.value.strip(), mode="eval").body
             except SyntaxError:
-                raise _fail(node, f"bad symbolic expression {node.value!r}") from None
-            return _PrimParser(None if self.symbols is None else self.symbols).parse_inner(inner, node)
-        return self.parse_inner(node, node)
+                raise _fail(where, f"bad symbolic expression {node.value!r}") from None
+        try:
+            return from_ast(node, lambda name: self._resolve(name, where))
+        except ValueError:
+            raise _fail(where, "expected a symbolic integer expression") from None
 
-    def parse_inner(self, node: ast.AST, where: ast.AST) -> arith.PrimExpr:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-            return arith.IntImm(node.value)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            operand = self.parse_inner(node.operand, where)
-            if isinstance(operand, arith.IntImm):
-                return arith.IntImm(-operand.value)
-            return arith.Mul(arith.IntImm(-1), operand)
-        if isinstance(node, ast.Name):
-            if self.symbols is None:
-                return arith.Var(node.id)
-            if node.id not in self.symbols:
-                raise _fail(where, f"symbolic variable '{node.id}' is not declared; add "
-                            f"`{node.id} = T.int64()` or bind it in a parameter")
-            return self.symbols[node.id]
-        if isinstance(node, ast.BinOp) and type(node.op) in _PRIM_BINOPS:
-            return _PRIM_BINOPS[type(node.op)](self.parse_inner(node.left, where),
-                                               self.parse_inner(node.right, where))
-        if isinstance(node, ast.Call) and _dotted(node.func) in ("T.min", "T.max", "min", "max") \
-                and len(node.args) == 2:
-            node_type = arith.Min if _dotted(node.func).endswith("min") else arith.Max
-            return node_type(self.parse_inner(node.args[0], where), self.parse_inner(node.args[1], where))
-        raise _fail(where, "expected a symbolic integer expression")
+    def _resolve(self, name: str, where: ast.AST) -> arith.Var:
+        if self.symbols is None:
+            return arith.Var(name)
+        if name not in self.symbols:
+            raise _fail(where, f"symbolic variable '{name}' is not declared; add "
+                        f"`{name} = T.int64()` or bind it in a parameter")
+        return self.symbols[name]
 
 
 class _SinfoParser:

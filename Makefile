@@ -1,0 +1,47 @@
+# Tessera: `make test` sets everything up and runs every suite; `make demo` shows it working.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# Debian packages beyond the basics; later backends (Vulkan, Chromium, ...) add theirs here.
+APT_PACKAGES :=
+
+.PHONY: setup system-deps python-deps node-deps test test-python demo bench clean
+
+setup: system-deps python-deps node-deps
+
+system-deps:
+	@TESSERA_APT_PACKAGES="$(APT_PACKAGES)" scripts/install-system-deps.sh
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Re-installs only when the project's dependencies change; safe to run any number of times.
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+python-deps: $(VENV)/.installed
+
+node_modules/.package-lock.json: package-lock.json package.json runtime-js/package.json web/package.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+node-deps: node_modules/.package-lock.json
+
+test: setup test-python
+
+test-python:
+	$(PY) -m pytest
+
+demo: setup
+	$(VENV)/bin/tessera demo
+
+bench: setup
+	@shopt -s nullglob; benches=(bench/*.py); \
+	if [ $${#benches[@]} -eq 0 ]; then echo "no benchmarks yet: they arrive with the kernel issue"; fi; \
+	for b in "$${benches[@]}"; do echo "== $$b"; $(PY) "$$b" || exit 1; done
+
+clean:
+	rm -rf $(VENV) node_modules .pytest_cache .hypothesis
