@@ -210,7 +210,7 @@ class BlockBuilder:
     def match_cast(self, value: Expr, sinfo: StructInfo, name_hint: str = "") -> Var:
         """Assert at run time that ``value`` matches ``sinfo``; new symbolic variables become bound."""
         frame = self._require_frame()
-        name = self._fresh_name(name_hint or "lv")
+        name = self._fresh_name(name_hint, "lv" if frame.in_dataflow else "gv")
         value = self._normalize_operand(value)
         var_type = DataflowVar if frame.in_dataflow else Var
         var = var_type(name, sinfo)
@@ -222,12 +222,13 @@ class BlockBuilder:
         return self.emit(If(self._normalize_operand(cond), true_branch, false_branch), name_hint, annotation)
 
     def _emit(self, expr: Expr, name_hint: str, annotation: StructInfo | None, dataflow: bool) -> Var:
-        hint = name_hint or ("lv" if dataflow else "gv")
+        default = "lv" if dataflow else "gv"
         try:
             value = self.normalize(expr)  # may emit nested calls first
         except DeductionError as error:
-            raise error.at(f"{self._fresh_name(hint, peek=True)} = {_show_expr(expr)}") from None
-        name = self._fresh_name(hint)
+            name = self._fresh_name(name_hint, default, peek=True)
+            raise error.at(f"{name} = {_show_expr(expr)}") from None
+        name = self._fresh_name(name_hint, default)
         sinfo = value.sinfo
         if annotation is not None:
             sinfo = self._check_annotation(name, value, sinfo, annotation)
@@ -247,11 +248,13 @@ class BlockBuilder:
         raise DeductionError("annotation mismatch", f"deduced {describe(deduced)}, annotated "
                              f"{describe(annotation)}", binding)
 
-    def _fresh_name(self, hint: str, peek: bool = False) -> str:
-        """``hint`` itself if unused (generated hints get a number: lv0, lv1, gv0 ...)."""
+    def _fresh_name(self, name_hint: str, default: str, peek: bool = False) -> str:
+        """``name_hint`` if given and unused, else a numbered name: lv0, lv1, gv0, x1 ..."""
         frame = self._require_frame()
-        name = hint
-        if name in frame.names or name in ("lv", "gv"):
+        hint = name_hint or default
+        if name_hint and name_hint not in frame.names:
+            name = name_hint
+        else:
             count = frame.counters.get(hint, 0)
             while f"{hint}{count}" in frame.names:
                 count += 1

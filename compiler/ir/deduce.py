@@ -216,5 +216,5 @@ def _dims_mismatch(expected, actual, analyzer: arith.Analyzer) -> str | None:
     for axis, (e, a) in enumerate(zip(expected, actual)):
         diff = analyzer.as_int(arith.as_expr(e) - a)
         if diff is not None and diff != 0:
-            return f"dimension {axis} is {a}, not {e}"
+            return f"dimension {axis} is {a}, not {analyzer.simplify(e)}"
     return None

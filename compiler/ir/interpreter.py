@@ -131,6 +131,8 @@ class Interpreter:
             return self._call_expr(expr, frame)
         if isinstance(expr, GlobalVar):
             return _Closure(self, expr.name)
+        if isinstance(expr, ExternFunc):
+            return self._library(expr.global_symbol)
         raise RuntimeCheckError(f"cannot evaluate {type(expr).__name__}")
 
     def _call_expr(self, call: Call, frame: _Frame) -> Any:
@@ -154,14 +156,17 @@ class Interpreter:
         if name == "call_dps_library":
             outputs = [_allocate(s, frame) for s in call.sinfo_args]
             extra = list(args[2]) if len(args) > 2 else []
-            self._library(args[0])(*args[1], *outputs, *extra)
+            self._callee(args[0])(*args[1], *outputs, *extra)
             return outputs[0] if len(outputs) == 1 else tuple(outputs)
         if name == "call_pure_packed":
-            return self._library(args[0])(*args[1:])
+            return self._callee(args[0])(*args[1:])
         if call.op.reference is None:
             raise RuntimeCheckError(f"operator {name} has no numpy reference")
         attrs = {k: frame.attr(v) for k, v in call.attrs}
         return call.op.reference(*args, **attrs)
+
+    def _callee(self, value):
+        return value if callable(value) else self._library(value)
 
     def _library(self, name: str):
         if name in self.library:

@@ -51,6 +51,7 @@ from .struct_info import (
 INDENT = "    "
 HEADER = "# from tessera.script import ir as I, relax as R, tir as T"
 SINFO_KEYWORD = {"call_tir": "out_sinfo", "call_dps_library": "out_sinfo"}
+NAMED_CALLEE = ("call_dps_library", "call_pure_packed")
 
 
 # -- primitive pieces ---------------------------------------------------------
@@ -167,6 +168,10 @@ def print_expr(expr: Expr) -> str:
 
 def _print_call(call: Call) -> str:
     args = [print_expr(a) for a in call.args]
+    if isinstance(call.op, Op) and call.op.name in NAMED_CALLEE and call.args:
+        callee = call.args[0]  # library and runtime functions are named by a plain string
+        if isinstance(callee, (StringImm, ExternFunc)):
+            args[0] = json.dumps(callee.value if isinstance(callee, StringImm) else callee.global_symbol)
     if isinstance(call.op, Op):
         defaults = call.op.attr_defaults
         args += [f"{k}={print_literal(v)}" for k, v in call.attrs if v != defaults.get(k, object())]

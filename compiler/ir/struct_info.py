@@ -118,8 +118,21 @@ def Tuple(*fields: StructInfo) -> TupleStructInfo:
 
 
 def sinfo_vars(sinfo: StructInfo) -> list[arith.Var]:
-    """Symbolic variables mentioned by ``sinfo``, in order, each once."""
+    """Free symbolic variables of ``sinfo``, in order, each once.
+
+    A callable's signature binds its own parameters' plain dims (like a
+    function's), so those are not free in it.
+    """
     found: dict[arith.Var, None] = {}
+    if isinstance(sinfo, FuncStructInfo):
+        own = {v.name for p in sinfo.params or () for v in defining_vars(p)}
+        inner = [v for p in sinfo.params or () for v in sinfo_vars(p)] + sinfo_vars(sinfo.ret)
+        return list(dict.fromkeys(v for v in inner if v.name not in own))
+    if isinstance(sinfo, TupleStructInfo):
+        for field in sinfo.fields:
+            for var in sinfo_vars(field):
+                found.setdefault(var)
+        return list(found)
     for expr in _sinfo_exprs(sinfo):
         for var in arith.free_vars(expr):
             found.setdefault(var)

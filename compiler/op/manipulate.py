@@ -6,6 +6,7 @@ import numpy as np
 
 from .. import arith
 from ..ir.errors import DeductionError
+from ..ir.interpreter import ShapeValue
 from ..ir.struct_info import ShapeStructInfo, TupleStructInfo, describe
 from .common import (
     INT_DTYPES,
@@ -324,4 +325,4 @@ def _deduce_shape_of(call, ctx):
     return ShapeStructInfo(x.shape, x.ndim)
 
 
-register_op("shape_of", inputs=("x",), deduce=_deduce_shape_of, reference=lambda x: tuple(x.shape))
+register_op("shape_of", inputs=("x",), deduce=_deduce_shape_of, reference=lambda x: ShapeValue(x.shape))

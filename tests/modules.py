@@ -1,0 +1,209 @@
+"""A catalogue of modules used across the IR tests; every one must round-trip through text."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera import op
+from tessera.arith import Var as SymVar
+from tessera.demo import build_attention
+from tessera.ir import (
+    BlockBuilder,
+    Call,
+    Constant,
+    ExternFunc,
+    FuncStructInfo,
+    GlobalVar,
+    IRModule,
+    PrimStructInfo,
+    PrimValue,
+    StringImm,
+    Tensor,
+    TupleGetItem,
+    TupleStructInfo,
+    Var,
+    VDevice,
+)
+from tessera.script import from_source
+
+F32 = "float32"
+
+
+def mlp_with_branch() -> IRModule:
+    """Non-dataflow bindings, an If with bindings in one arm, tuples and tuple indexing."""
+    x = Var("x", Tensor(("batch", 8), F32))
+    w1 = Var("w1", Tensor((8, 16), F32))
+    w2 = Var("w2", Tensor((16, 4), F32))
+    bb = BlockBuilder()
+    with bb.function("mlp", [x, w1, w2]):
+        with bb.dataflow():
+            h = bb.emit(op.nn.gelu(op.matmul(x, w1)), "h")
+            logits = bb.emit_output(op.matmul(h, w2), "logits")
+            parts = bb.emit_output(op.split(logits, indices_or_sections=2, axis=1), "parts")
+        total = bb.emit(op.sum(logits), "total")
+        positive = bb.emit(op.greater(total, Constant(np.float32(0.0))), "positive")
+        with bb.branch() as arm:
+            scaled = bb.emit(op.multiply(logits, Constant(np.float32(2.0))), "scaled")
+            arm.result = op.nn.softmax(scaled)
+        then = arm.seq
+        with bb.branch() as arm:
+            arm.result = op.negative(logits)
+        out = bb.emit_if(positive, then, arm.seq, "out")
+        first = bb.emit(TupleGetItem(parts, 0), "first")
+        bb.emit_func_output((out, first))
+    return bb.get()
+
+
+def cross_level_calls() -> IRModule:
+    """call_tir to a kernel-less name is still printable; call_dps_library; a symbolic tir var."""
+    n = SymVar("n")
+    x = Var("x", Tensor(("n", 4), F32))
+    bb = BlockBuilder()
+    with bb.function("dps", [x], attrs={"tir_var_upper_bound": {"n": 1024}}):
+        with bb.dataflow():
+            doubled = bb.emit(op.call_dps_library("tessera.test.double", [x], Tensor((n, 4), F32), tir_vars=[n]),
+                              "doubled")
+            shape = bb.emit_output(op.shape_of(doubled), "shape")
+            out = bb.emit_output(op.reshape(doubled, [n * 2, 2]), "out")
+        bb.emit_func_output((out, shape))
+    return bb.get()
+
+
+def everything_else() -> IRModule:
+    """Constants of several dtypes, prim values, strings, packed calls, vdevices, impure functions."""
+    bb = BlockBuilder()
+    bb.set_global_infos("vdevice", [VDevice("webgpu", 0), VDevice("cpu", 0)])
+    x = Var("x", Tensor(("n",), "int32", vdevice="webgpu:0"))
+    k = Var("k", PrimStructInfo("int64", SymVar("k")))
+    f = Var("f", FuncStructInfo((Tensor(("m",), F32),), Tensor(("m",), F32)))
+    with bb.function("misc", [x, k, f], pure=False):
+        c = bb.emit(op.add(x, Constant(np.array([1, -2, 3], np.int32)[:1])), "c")
+        bb.emit(Constant(np.array([[1.5, float("inf")], [-0.0, 2e-9]], np.float16)), "half")
+        bb.emit(Constant(np.zeros((2, 0), np.float32)), "empty")
+        bb.emit(Constant(np.array([True, False])), "flags")
+        bb.emit(PrimValue(SymVar("k") * 2 + 1), "odd")
+        bb.emit(StringImm('quote " and newline \n'), "text")
+        bb.emit(c, "alias")
+        printed = bb.emit(op.call_pure_packed("vm.print", c, sinfo_args=Tensor(("n",), "int32")), "printed")
+        impure = bb.emit(Call(ExternFunc("vm.builtin.log"), (printed,), (), (Tensor(ndim=1, dtype="int32"),)),
+                         "logged")
+        floats = bb.emit(op.astype(impure, dtype=F32), "floats")
+        applied = bb.emit(Call(f, (floats,)), "applied")
+        bb.emit(op.strided_slice(c, axes=[0], begin=[0], end=[SymVar("n") - 1]), "head")
+        bb.emit(op.arange(start=0, end=SymVar("k"), step=1), "indices")
+        bb.emit(op.zeros([SymVar("k"), 2], dtype="float16"), "zeros")
+        bb.emit_func_output(applied)
+    return bb.get()
+
+
+def calls_between_functions() -> IRModule:
+    text = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 4), dtype="float32")) -> R.Tensor(("n", 4), dtype="float32"):
+        n = T.int64()
+        with R.dataflow():
+            lv0: R.Tensor((n, 4), dtype="float32") = cls.helper(x)
+            R.output(lv0)
+        return lv0
+
+    @R.function
+    def helper(y: R.Tensor(("m", 4), dtype="float32")) -> R.Tensor(("m", 4), dtype="float32"):
+        m = T.int64()
+        return y
+'''
+    return from_source(text)
+
+
+def tuple_params() -> IRModule:
+    t = Var("t", TupleStructInfo((Tensor(("n",), F32), Tensor(("n", 2), F32))))
+    bb = BlockBuilder()
+    with bb.function("pick", [t]):
+        a = bb.emit(TupleGetItem(t, 0), "a")
+        b = bb.emit(TupleGetItem(t, 1), "b")
+        bb.emit_func_output(op.add(op.expand_dims(a, axis=1), b))
+    return bb.get()
+
+
+def _global_call_module() -> IRModule:
+    bb = BlockBuilder(calls_between_functions())
+    x = Var("x", Tensor((3, 4), F32))
+    with bb.function("static_caller", [x]):
+        out = bb.emit(Call(GlobalVar("helper"), (x,)), "out")
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+CATALOGUE = {
+    "attention_demo": build_attention,
+    "mlp_with_branch": mlp_with_branch,
+    "cross_level_calls": cross_level_calls,
+    "everything_else": everything_else,
+    "calls_between_functions": calls_between_functions,
+    "static_caller": _global_call_module,
+    "tuple_params": tuple_params,
+}
+
+
+# The Relax paper's examples as scripts (tests/ir/test_paper_examples.py explains each).
+
+FIGURE_3 = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 4), dtype="float32")) -> R.Tensor(dtype="float32", ndim=1):
+        n = T.int64()
+        m = T.int64()
+        with R.dataflow():
+            lv0: R.Tensor((n, 4), dtype="float32") = R.exp(x)
+            lv1: R.Tensor(dtype="float32", ndim=1) = R.unique(lv0)
+            lv2: R.Tensor((m,), dtype="float32") = R.match_cast(lv1, R.Tensor((m,), dtype="float32"))
+            lv3: R.Tensor((m,), dtype="float32") = R.exp(lv2)
+            R.output(lv3)
+        return lv3
+'''
+
+FIGURE_4 = '''
+@I.ir_module
+class Module:
+    @R.function
+    def subfn(s: R.Tensor(("k", 2, 2), dtype="float32")) -> R.Tensor(("k * 4",), dtype="float32"):
+        k = T.int64()
+        with R.dataflow():
+            lv0: R.Tensor((k * 4,), dtype="float32") = R.reshape(s, R.shape([k * 4]))
+            R.output(lv0)
+        return lv0
+
+    @R.function
+    def main(x: R.Tensor(("n", 4), dtype="float32"), y: R.Tensor(("n", 2, 2), dtype="float32")) -> R.Tensor(("n * 4",), dtype="float32"):
+        n = T.int64()
+        with R.dataflow():
+            lv0: R.Tensor((n, 4), dtype="float32") = R.exp(x)
+            lv1: R.Tensor((n * 4,), dtype="float32") = R.flatten(lv0)
+            lv2: R.Tensor((n * 4,), dtype="float32") = cls.subfn(y)
+            lv3: R.Tensor(dtype="float32", ndim=1) = R.unique(lv1)
+            gv: R.Tensor((n * 4,), dtype="float32") = R.add(lv1, lv2)
+            R.output(gv)
+        return gv
+'''
+
+SHAPE_EXAMPLE = '''
+@I.ir_module
+class Module:
+    @R.function
+    def shape_example(x: R.Tensor(("n", 2, 2), dtype="float32")) -> R.Tensor(dtype="float32", ndim=1):
+        n = T.int64()
+        m = T.int64()
+        with R.dataflow():
+            lv0: R.Tensor((n, 4), dtype="float32") = R.reshape(x, R.shape([n, 4]))
+            lv1: R.Tensor((n * 4,), dtype="float32") = R.flatten(lv0)
+            lv2: R.Shape([n * 4]) = R.shape_of(lv1)
+            lv3: R.Tensor(dtype="float32", ndim=1) = R.call_pure_packed("myfunc", lv1, lv2, sinfo_args=R.Tensor(dtype="float32", ndim=1))
+            lv4: R.Tensor((m,), dtype="float32") = R.match_cast(lv3, R.Tensor((m,), dtype="float32"))
+            gv0: R.Tensor((m,), dtype="float32") = R.exp(lv4)
+            R.output(gv0)
+        return gv0
+'''
+
+PAPER_TEXTS = {"figure_3": FIGURE_3, "figure_4": FIGURE_4, "shape_example": SHAPE_EXAMPLE}
