@@ -18,7 +18,6 @@ $(PY):
 
 # Re-installs only when the project's dependencies change; safe to run any number of times.
 $(VENV)/.installed: pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
