@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # Debian packages beyond the basics; later backends (Vulkan, Chromium, ...) add theirs here.
 APT_PACKAGES :=
 
-.PHONY: setup system-deps python-deps node-deps test test-python demo bench clean
+.PHONY: setup system-deps python-deps node-deps test lint test-python demo bench clean
 
 setup: system-deps python-deps node-deps
 
@@ -29,7 +29,10 @@ node_modules/.package-lock.json: package-lock.json package.json runtime-js/packa
 
 node-deps: node_modules/.package-lock.json
 
-test: setup test-python
+test: setup lint test-python
+
+lint:
+	$(VENV)/bin/ruff check compiler codegen tests
 
 test-python:
 	$(PY) -m pytest

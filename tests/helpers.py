@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 from tessera.ir import BlockBuilder, IRModule, TensorStructInfo, Var, interpret, print_sinfo
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 from tessera import op
 from tessera.arith import Var as SymVar
 from tessera.demo import build_attention

@@ -9,7 +9,7 @@ and largest value an expression can take. A prover returning False means
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from .canonical import Canonicalizer, Poly, poly_add, poly_constant, poly_to_expr
 from .expr import FloorDiv, FloorMod, IntLike, Max, Min, PrimExpr, Var, as_expr

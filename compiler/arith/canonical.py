@@ -14,8 +14,8 @@ analyzer; every rewrite here is exact for all integers otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import gcd
-from typing import Callable
 
 from .expr import (
     Add,

@@ -33,7 +33,7 @@ from .expr import (
     Var,
     VarBinding,
 )
-from .interpreter import ShapeValue
+from .interpreter import ShapeValue, interpret
 from .module import IRModule, VDevice
 from .printer import print_binding, print_expr, print_function, print_module, print_sinfo
 from .struct_info import (
@@ -48,7 +48,4 @@ from .struct_info import (
     TupleStructInfo,
     is_base_of,
 )
-
-
-from .interpreter import interpret
 from .well_formed import check_well_formed as well_formed

@@ -15,9 +15,10 @@ deduction. A deduction error names the binding it happened in.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any
 
 from .. import arith
 from .deduce import DeduceContext, deduce

@@ -8,7 +8,7 @@ an error means the inputs are provably incompatible.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .. import arith
 from .errors import DeductionError
@@ -104,10 +104,11 @@ def _deduce_get_item(expr: TupleGetItem, ctx: DeduceContext) -> StructInfo:
     if isinstance(sinfo, ObjectStructInfo):
         return ObjectStructInfo()
     if not isinstance(sinfo, TupleStructInfo):
-        raise DeductionError("type mismatch", f"{ctx.show(expr.tuple_value)} is a {describe(sinfo)}, not a tuple")
+        raise DeductionError("type mismatch",
+                             f"{ctx.show(expr.tuple_value)} is a {describe(sinfo)}, not a tuple")
     if not -len(sinfo.fields) <= expr.index < len(sinfo.fields):
-        raise DeductionError("index out of range",
-                             f"{ctx.show(expr.tuple_value)} has {len(sinfo.fields)} fields, index {expr.index}")
+        raise DeductionError("index out of range", f"{ctx.show(expr.tuple_value)} has "
+                             f"{len(sinfo.fields)} fields, index {expr.index}")
     return sinfo.fields[expr.index]
 
 

@@ -95,7 +95,8 @@ class Interpreter:
         except RuntimeCheckError as error:
             raise RuntimeCheckError(f"{error} (in {print_binding(binding)})") from None
         except (ValueError, IndexError, FloatingPointError, ZeroDivisionError) as error:
-            raise RuntimeCheckError(f"{type(error).__name__}: {error} (in {print_binding(binding)})") from None
+            where = print_binding(binding)
+            raise RuntimeCheckError(f"{type(error).__name__}: {error} (in {where})") from None
         if isinstance(binding, MatchCast):
             _bind_plain(binding.struct_info, value, frame.sym)
             check_value(value, binding.struct_info, frame.sym, f"match_cast in {print_binding(binding)}")

@@ -7,8 +7,9 @@ devices that tensors may be placed on.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .expr import Function
 

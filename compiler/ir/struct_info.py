@@ -8,8 +8,8 @@ Shapes hold canonical ``tessera.arith`` expressions.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from .. import arith
 from ..arith import PrimExpr
@@ -209,7 +209,9 @@ def erase_to_ndim(sinfo: StructInfo, keep=lambda var: True) -> StructInfo:
     if isinstance(sinfo, TupleStructInfo):
         return TupleStructInfo(tuple(erase_to_ndim(f, keep) for f in sinfo.fields))
     if isinstance(sinfo, FuncStructInfo):
-        return sinfo if known(list(_sinfo_exprs(sinfo))) else FuncStructInfo(None, ObjectStructInfo(), sinfo.pure)
+        if known(list(_sinfo_exprs(sinfo))):
+            return sinfo
+        return FuncStructInfo(None, ObjectStructInfo(), sinfo.pure)
     return sinfo
 
 

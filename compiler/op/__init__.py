@@ -6,8 +6,18 @@ or by name with ``make_call("nn.softmax", x, axis=-1)``.
 
 from functools import partial
 
-from . import conv, create, cross_level, data_dependent, elementwise, linear, manipulate, norm, reduce
-from . import library
+from . import (
+    conv,
+    create,
+    cross_level,
+    data_dependent,
+    elementwise,
+    library,
+    linear,
+    manipulate,
+    norm,
+    reduce,
+)
 from .cross_level import call_dps_library, call_pure_packed, call_tir
 from .registry import get_op, list_ops, make_call, register_op
 

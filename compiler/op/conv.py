@@ -124,8 +124,9 @@ def _pool_reference(kind):
         fill = -np.inf if kind == "max" else np.nan
         xp = np.full((n, c, h + top + bottom + sh * kh, w + left + right + sw * kw), fill)
         xp[:, :, top:top + h, left:left + w] = x
-        windows = np.stack([xp[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
-                            for i in range(kh) for j in range(kw)])
+        rows = [slice(i * dh, i * dh + sh * (oh - 1) + 1, sh) for i in range(kh)]
+        cols = [slice(j * dw, j * dw + sw * (ow - 1) + 1, sw) for j in range(kw)]
+        windows = np.stack([xp[:, :, r, c] for r in rows for c in cols])
         if kind == "max":
             return windows.max(axis=0).astype(x.dtype)
         if count_include_pad:

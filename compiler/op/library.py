@@ -8,7 +8,7 @@ numpy implementation registered here; runtimes bind the same names natively.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 _LIBRARY: dict[str, Callable] = {}
 

@@ -308,7 +308,7 @@ def _deduce_broadcast_to(call, ctx):
     if x.ndim > target.ndim:
         raise DeductionError("rank mismatch", f"cannot broadcast {ctx.show(call.args[0])} of rank "
                              f"{x.ndim} to rank {target.ndim}")
-    for axis, (have, want) in enumerate(zip(reversed(x.shape), reversed(target.values))):
+    for have, want in zip(reversed(x.shape), reversed(target.values)):
         h, w = ctx.analyzer.as_int(have), ctx.analyzer.as_int(want)
         if h is not None and w is not None and h != 1 and h != w:
             raise DeductionError("shape mismatch", f"cannot broadcast {ctx.show(call.args[0])} of "

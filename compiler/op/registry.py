@@ -10,7 +10,8 @@ defaults filled in, so every call carries all of its attributes.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import arith
 from ..ir.errors import UnknownOpError

@@ -195,7 +195,8 @@ class _FunctionParser:
                     raise _fail(stmt, "return must be the last statement of the function")
                 if stmt.value is None:
                     raise _fail(stmt, "a function must return a value")
-                self._at(stmt, lambda: self.bb.emit_func_output(self._expr(stmt.value)))
+                result = self._expr(stmt.value)
+                self._at(stmt, self.bb.emit_func_output, result)
                 return
             if isinstance(stmt, ast.With):
                 self._dataflow(stmt)
@@ -263,13 +264,13 @@ class _FunctionParser:
             self._define_pattern_symbols(value.args[1])
             pattern = self._sinfo(value.args[1])
             source = self._expr(value.args[0])
-            var = self._at(stmt, lambda: self.bb.match_cast(source, pattern, name))
+            var = self._at(stmt, self.bb.match_cast, source, pattern, name)
         else:
             expr = self._expr(value)
             if self.dataflow_outputs is not None and name in self.dataflow_outputs:
-                var = self._at(stmt, lambda: self.bb.emit_output(expr, name, annotation))
+                var = self._at(stmt, self.bb.emit_output, expr, name, annotation)
             else:
-                var = self._at(stmt, lambda: self.bb.emit(expr, name, annotation))
+                var = self._at(stmt, self.bb.emit, expr, name, annotation)
         self.scope[name] = var
 
     def _define_pattern_symbols(self, node: ast.AST) -> None:
@@ -309,12 +310,13 @@ class _FunctionParser:
                 branch.result = self._expr(last.value)
             self.scope = saved
             branches.append(branch.seq)
-        var = self._at(stmt, lambda: self.bb.emit_if(cond, branches[0], branches[1], result_name, annotation))
+        var = self._at(stmt, self.bb.emit_if, cond, branches[0], branches[1], result_name, annotation)
         self.scope[result_name] = var
 
-    def _at(self, stmt: ast.AST, action):
+    def _at(self, stmt: ast.AST, action, *args):
+        """Run a builder step; its errors get the statement's line and column."""
         try:
-            return action()
+            return action(*args)
         except ScriptError:
             raise
         except (TesseraError, TypeError, ValueError, KeyError) as error:

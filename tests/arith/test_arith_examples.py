@@ -1,10 +1,20 @@
 """The identities shape reasoning relies on, written out."""
 
 import pytest
-
 from tessera.arith import (
-    Analyzer, IntImm, Var, evaluate, max_expr, min_expr, prove_equal, prove_less,
-    prove_less_equal, simplify, substitute, to_source, upper_bound,
+    Analyzer,
+    IntImm,
+    Var,
+    evaluate,
+    max_expr,
+    min_expr,
+    prove_equal,
+    prove_less,
+    prove_less_equal,
+    simplify,
+    substitute,
+    to_source,
+    upper_bound,
 )
 
 n, m = Var("n"), Var("m")

@@ -2,9 +2,19 @@
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-
 from tessera.arith import (
-    Add, Analyzer, FloorDiv, FloorMod, IntImm, Max, Min, Mul, Sub, Var, evaluate, simplify,
+    Add,
+    Analyzer,
+    FloorDiv,
+    FloorMod,
+    IntImm,
+    Max,
+    Min,
+    Mul,
+    Sub,
+    Var,
+    evaluate,
+    simplify,
 )
 
 NAMES = ("n", "m", "k")

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 from modules import cross_level_calls, mlp_with_branch
-
 from tessera.ir import RuntimeCheckError, ShapeValue, interpret
 from tessera.script import from_source
 

@@ -8,7 +8,6 @@ annotation, with what the paper shows. Then it runs in the interpreter.
 import numpy as np
 import pytest
 from modules import FIGURE_3, FIGURE_4, SHAPE_EXAMPLE
-
 from tessera.ir import RuntimeCheckError, interpret, print_sinfo, well_formed
 from tessera.script import from_source
 

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from tessera import op
 from tessera.arith import Var as SymVar
 from tessera.ir import (

@@ -7,7 +7,6 @@ checks the deduced struct info against the value numpy actually computes.
 import numpy as np
 import pytest
 from helpers import deduced, run_single_call
-
 from tessera import op
 from tessera.ir import DeductionError, GlobalVar, Tensor
 from tessera.ir import Tuple as TupleExpr

@@ -2,7 +2,6 @@
 
 import pytest
 from modules import CATALOGUE, PAPER_TEXTS
-
 from tessera.ir import well_formed
 from tessera.script import from_source
 

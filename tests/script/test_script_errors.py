@@ -1,7 +1,6 @@
 """Bad script text gets an error with its line and column and what was wrong."""
 
 import pytest
-
 from tessera.ir import ScriptError
 from tessera.script import from_source
 
@@ -38,7 +37,6 @@ def test_wrong_rank_to_matmul_names_the_binding():
 
 def test_symbolic_contraction_is_checked_at_run_time_not_rejected():
     import numpy as np
-
     from tessera.ir import RuntimeCheckError, interpret
 
     # (n * 4,) @ (4, 4) is fine when n == 1, so it parses; n == 2 fails when it runs.
@@ -89,7 +87,6 @@ def test_bad_struct_info_and_dtype():
 
 def test_match_cast_that_contradicts_static_info_still_parses_and_fails_at_run_time():
     import numpy as np
-
     from tessera.ir import RuntimeCheckError, interpret
 
     mod = from_source(body("m = T.int64()", "lv0 = R.match_cast(x, R.Tensor((m, 8), dtype=\"float32\"))",
