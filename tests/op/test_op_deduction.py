@@ -326,3 +326,41 @@ def test_cross_level_calls_use_explicit_output_info():
 
 def test_every_registered_op_is_covered():
     assert set(op.list_ops()) - COVERED == set()
+
+
+def _coarse_cases():
+    from tessera.ir import Shape
+
+    c = T  # readability: c(dtype=..., ndim=...) is a coarse tensor
+    return [
+        ("where", op.where, (c(dtype="bool", ndim=2), c(dtype=F32, ndim=2), T((4,), F32)), coarse_text(2)),
+        ("permute_dims", lambda x: op.permute_dims(x, axes=[0, 2, 1]), (c(dtype=F32, ndim=3),), coarse_text(3)),
+        ("expand_dims", lambda x: op.expand_dims(x, axis=0), (c(dtype=F32, ndim=2),), coarse_text(3)),
+        ("concat", lambda a, b: op.concat((a, b)), (c(dtype=F32, ndim=2), T(("n", 4), F32)), coarse_text(2)),
+        ("take", op.take, (c(dtype=F32, ndim=2), T(("n",), "int32")), coarse_text(2)),
+        ("strided_slice", lambda x: op.strided_slice(x, axes=[0], begin=[1], end=[3]), (c(dtype=F32, ndim=2),),
+         coarse_text(2)),
+        # The target shape alone decides broadcast_to's result.
+        ("broadcast_to", lambda x, s: op.broadcast_to(x, s), (c(dtype=F32, ndim=1), Shape(["n", 4])),
+         tensor_text(["n", "4"])),
+        ("argmax", lambda x: op.argmax(x, axis=1), (c(dtype=F32, ndim=3),), coarse_text(2, "int64")),
+        ("nn.rms_norm", op.nn.rms_norm, (c(dtype=F32, ndim=3), T((576,), F32)), coarse_text(3)),
+        ("nn.layer_norm", op.nn.layer_norm, (c(dtype=F32, ndim=2), T((8,), F32), T((8,), F32)), coarse_text(2)),
+        ("zeros", lambda s: op.zeros(s, dtype="float16"), (Shape(ndim=2),), coarse_text(2, "float16")),
+        ("full", lambda s: op.full(s, fill_value=1.0), (Shape(ndim=3),), coarse_text(3)),
+        ("nn.conv2d", op.nn.conv2d, (c(dtype=F32, ndim=4), T((8, 3, 3, 3), F32)), coarse_text(4)),
+        ("nn.max_pool2d", lambda x: op.nn.max_pool2d(x, pool_size=2), (c(dtype=F32, ndim=4),), coarse_text(4)),
+        ("call_tir", lambda x: op.call_tir("k", [x], T((3,), F32)), (c(dtype=F32, ndim=-1),), tensor_text(["3"])),
+    ]
+
+
+@pytest.mark.parametrize("case", _coarse_cases(), ids=lambda case: case[0])
+def test_coarse_inputs_give_coarse_results(case):
+    _, make, inputs, expected = case
+    assert deduced(make, *inputs) == expected
+
+
+def test_flatten_static():
+    assert deduced(op.flatten, T((2, 3, 4), F32)) == tensor_text(["24"])
+    result, (x,) = run_single_call(op.flatten, T((2, 3, 4), F32))
+    np.testing.assert_array_equal(result, x.reshape(-1))
