@@ -18,7 +18,6 @@ from .errors import RuntimeCheckError
 from .expr import (
     Call,
     Constant,
-    DataflowBlock,
     Expr,
     ExternFunc,
     Function,
@@ -86,10 +85,10 @@ class Interpreter:
     def _seq(self, seq: SeqExpr, frame: _Frame) -> Any:
         for block in seq.blocks:
             for binding in block.bindings:
-                self._binding(binding, frame, isinstance(block, DataflowBlock))
+                self._binding(binding, frame)
         return self._eval(seq.body, frame)
 
-    def _binding(self, binding, frame: _Frame, in_dataflow: bool) -> None:
+    def _binding(self, binding, frame: _Frame) -> None:
         try:
             value = self._eval(binding.value, frame)
         except RuntimeCheckError as error:
