@@ -135,7 +135,8 @@ class Op(Expr):
     """A registered operator. Its behaviour lives with its definition in ``tessera.op``.
 
     ``deduce(call, ctx)`` returns the struct info of a call; ``reference(*values, **attrs)``
-    computes it in numpy (None when the op has no reference); ``inputs`` name the
+    computes it in numpy (None when the op has no reference); ``legalize(call, ctx)``
+    describes it as a kernel computation (``tessera.op.lowering``); ``inputs`` name the
     positional arguments and ``attrs`` maps each attribute to its default.
     """
 
@@ -146,6 +147,7 @@ class Op(Expr):
     reference: Callable | None = None
     pure: bool = True
     variadic: bool = False
+    legalize: Callable | None = None
     struct_info: StructInfo | None = None
 
     @property

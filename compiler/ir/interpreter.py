@@ -50,15 +50,20 @@ class ShapeValue(tuple):
     """A shape at run time (distinct from a tuple of values)."""
 
 
-def interpret(mod: IRModule, func_name: str, *args, library: dict | None = None):
-    """Run ``mod[func_name]`` on ``args`` (numpy arrays, ints, tuples) and return its result."""
-    return Interpreter(mod, library).call(func_name, list(args))
+def interpret(mod: IRModule, func_name: str, *args, library: dict | None = None, kernel_runner=None):
+    """Run ``mod[func_name]`` on ``args`` (numpy arrays, ints, tuples) and return its result.
+
+    ``kernel_runner`` (e.g. ``tessera.vm.kernel_runner.default_runner()``) runs the
+    kernels of ``call_tir``; without one, modules with kernels cannot run here.
+    """
+    return Interpreter(mod, library, kernel_runner).call(func_name, list(args))
 
 
 class Interpreter:
-    def __init__(self, mod: IRModule, library: dict | None = None):
+    def __init__(self, mod: IRModule, library: dict | None = None, kernel_runner=None):
         self.mod = mod
         self.library = dict(library or {})
+        self.kernel_runner = kernel_runner
 
     def call(self, func_name: str, args: list) -> Any:
         func = self.mod[func_name]
@@ -151,8 +156,15 @@ class Interpreter:
     def _op(self, call: Call, args: list, frame: _Frame) -> Any:
         name = call.op.name
         if name == "call_tir":
-            raise RuntimeCheckError(f"call_tir to kernel '{call.args[0].name}' needs a compiled kernel; "
-                                    "the reference interpreter runs graph operators and library calls")
+            kernel = call.args[0].name
+            if self.kernel_runner is None or kernel not in self.mod.functions:
+                raise RuntimeCheckError(f"call_tir to kernel '{kernel}' needs a compiled kernel and a "
+                                        "kernel runner; the reference interpreter alone runs graph "
+                                        "operators and library calls")
+            func = self.mod[kernel]
+            scalars = dict(zip(func.scalars, args[2])) if len(args) > 2 else {}
+            outputs = self.kernel_runner.run(func, list(args[1]), scalars)
+            return outputs[0] if len(outputs) == 1 else tuple(outputs)
         if name == "call_dps_library":
             outputs = [_allocate(s, frame) for s in call.sinfo_args]
             extra = list(args[2]) if len(args) > 2 else []

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import arith
 from ..ir.errors import DeductionError
+from ..tir.compute import ComputeDef, Reduction, read
+from ..tir.ir import Const, binary, cast, from_prim, logical_and, maximum, minimum, select
+from ..tir.schedule.common import accumulate_type
 from .common import result_tensor, same_dtype, tensor_input
+from .lowering import clamp_index, lowest
 from .registry import register_op
 
 
@@ -84,10 +89,41 @@ def _conv2d_reference(x, w, strides, padding, dilation, groups, data_layout, ker
     return out.astype(out_dtype or np.result_type(x, w))
 
 
+def _legalize_conv2d(call, ctx):
+    x, w = ctx.inputs
+    out = ctx.output
+    groups = call.attr("groups")
+    sh, sw = _pair(call.attr("strides"))
+    dh, dw = _pair(call.attr("dilation"))
+    top, left, _, _ = _quad(call.attr("padding"))
+    per_group = w.shape[1]
+    out_per_group = arith.simplify(w.shape[0] // groups)
+    acc = accumulate_type(out.dtype)
+
+    def body(idx, ridx):
+        nb, o, y, xx = idx
+        c, i, j = ridx
+        channel = binary("+", binary("*", binary("/", o, from_prim(out_per_group)), from_prim(per_group)), c)
+        row = binary("-", binary("+", binary("*", y, Const(sh)), binary("*", i, Const(dh))), Const(top))
+        col = binary("-", binary("+", binary("*", xx, Const(sw)), binary("*", j, Const(dw))), Const(left))
+        inside = _inside(row, x.shape[2], col, x.shape[3])
+        pixel = read(x, nb, channel, clamp_index(row, x.shape[2]), clamp_index(col, x.shape[3]))
+        value = binary("*", cast(pixel, acc), cast(read(w, o, c, i, j), acc))
+        return select(inside, value, Const(0.0, acc) if acc != "i32" else Const(0))
+
+    extents = (per_group, w.shape[2], w.shape[3])
+    return ComputeDef(ctx.kernel_name, (x, w), out, body, Reduction(extents, "sum", 0), accumulate_dtype=acc)
+
+
+def _inside(row, height, col, width):
+    return logical_and(logical_and(binary(">=", row, Const(0)), binary("<", row, from_prim(height))),
+                       logical_and(binary(">=", col, Const(0)), binary("<", col, from_prim(width))))
+
+
 register_op("nn.conv2d", inputs=("data", "weight"),
             attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
                    "data_layout": "NCHW", "kernel_layout": "OIHW", "out_dtype": ""},
-            deduce=_deduce_conv2d, reference=_conv2d_reference)
+            deduce=_deduce_conv2d, reference=_conv2d_reference, legalize=_legalize_conv2d)
 
 
 def _deduce_pool(call, ctx):
@@ -136,9 +172,60 @@ def _pool_reference(kind):
     return reference
 
 
+def _legalize_pool(kind):
+    def legalize(call, ctx):
+        x, out = ctx.inputs[0], ctx.output
+        kh, kw = _pair(call.attr("pool_size"))
+        sh, sw = _pair(call.attr("strides"))
+        dh, dw = _pair(call.attr("dilation"))
+        top, left, _, _ = _quad(call.attr("padding"))
+        acc = accumulate_type(x.dtype)
+
+        def window(idx, i, j):
+            nb, c, y, xx = idx
+            row = binary("-", binary("+", binary("*", y, Const(sh)), binary("*", i, Const(dh))), Const(top))
+            col = binary("-", binary("+", binary("*", xx, Const(sw)), binary("*", j, Const(dw))), Const(left))
+            pixel = cast(read(x, nb, c, clamp_index(row, x.shape[2]), clamp_index(col, x.shape[3])), acc)
+            return _inside(row, x.shape[2], col, x.shape[3]), pixel
+
+        if kind == "max":
+            def body(idx, ridx):
+                inside, pixel = window(idx, *ridx)
+                return select(inside, pixel, Const(lowest(acc), acc))
+
+            return ComputeDef(ctx.kernel_name, (x,), out, body, Reduction((kh, kw), "max", lowest(acc)),
+                              accumulate_dtype=acc)
+        if dh != 1 or dw != 1:
+            raise ctx.fail("avg_pool2d kernels support dilation 1")
+        include_pad = call.attr("count_include_pad")
+
+        def body(idx, ridx):
+            inside, pixel = window(idx, *ridx)
+            return select(inside, pixel, Const(0.0, acc))
+
+        def finalize(total, idx):
+            if include_pad:
+                return binary("/", total, Const(float(kh * kw), acc))
+            _, _, y, xx = idx
+            count = binary("*", _covered(y, sh, top, kh, x.shape[2]), _covered(xx, sw, left, kw, x.shape[3]))
+            return binary("/", total, cast(count, acc))
+
+        return ComputeDef(ctx.kernel_name, (x,), out, body, Reduction((kh, kw), "sum", 0.0), finalize,
+                          accumulate_dtype=acc)
+
+    return legalize
+
+
+def _covered(position, stride, pad, size, extent):
+    """How many of the window's ``size`` taps along one axis fall inside [0, extent)."""
+    start = binary("-", binary("*", position, Const(stride)), Const(pad))
+    end = minimum(binary("+", start, Const(size)), from_prim(extent))
+    return binary("-", end, maximum(start, Const(0)))
+
+
 _POOL_ATTRS = {"pool_size": (1, 1), "strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1),
                "ceil_mode": False, "layout": "NCHW"}
 register_op("nn.max_pool2d", inputs=("x",), attrs=_POOL_ATTRS, deduce=_deduce_pool,
-            reference=_pool_reference("max"))
+            reference=_pool_reference("max"), legalize=_legalize_pool("max"))
 register_op("nn.avg_pool2d", inputs=("x",), attrs={**_POOL_ATTRS, "count_include_pad": False},
-            deduce=_deduce_pool, reference=_pool_reference("avg"))
+            deduce=_deduce_pool, reference=_pool_reference("avg"), legalize=_legalize_pool("avg"))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from .common import result_tensor, tensor_input
+from .cross_level import call_pure_packed
+from .library import register_library_function
 from .registry import register_op
 
 
@@ -19,5 +21,16 @@ def _unique_reference(x, sorted):
     return values if sorted else x.reshape(-1)[np.sort(first)]
 
 
+# The output size is known only after looking at the data: a runtime library call.
+UNIQUE_FUNCTIONS = {True: "tessera.builtin.unique", False: "tessera.builtin.unique_unsorted"}
+
+
+def _legalize_unique(call, ctx):
+    return call_pure_packed(UNIQUE_FUNCTIONS[bool(call.attr("sorted"))], call.args[0],
+                            sinfo_args=call.struct_info)
+
+
 register_op("unique", inputs=("x",), attrs={"sorted": True}, deduce=_deduce_unique,
-            reference=_unique_reference)
+            reference=_unique_reference, legalize=_legalize_unique)
+for _sorted, _name in UNIQUE_FUNCTIONS.items():
+    register_library_function(_name, lambda x, _sorted=_sorted: _unique_reference(x, _sorted))

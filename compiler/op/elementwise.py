@@ -8,6 +8,7 @@ import numpy as np
 
 from ..ir.errors import DeductionError
 from ..ir.struct_info import TensorStructInfo
+from ..tir.ir import Const, Unary, binary, intrinsic, select
 from .common import (
     FLOAT_DTYPES,
     broadcast_shapes,
@@ -17,6 +18,7 @@ from .common import (
     same_vdevice,
     tensor_input,
 )
+from .lowering import as_value
 from .registry import register_op
 
 # -- binary -----------------------------------------------------------------
@@ -71,10 +73,42 @@ def _binary_reference(fn):
     return reference
 
 
+def _float_or_int(float_fn, int_fn):
+    return lambda a, b: float_fn(a, b) if a.dtype in ("f32", "f16") else int_fn(a, b)
+
+
+# How each binary op computes one element in a kernel.
+BINARY_KERNEL = {
+    "add": lambda a, b: binary("+", a, b),
+    "subtract": lambda a, b: binary("-", a, b),
+    "multiply": lambda a, b: binary("*", a, b),
+    "divide": lambda a, b: binary("/", a, b),
+    "floor_divide": _float_or_int(lambda a, b: intrinsic("floor", binary("/", a, b)),
+                                  lambda a, b: intrinsic("floordiv", a, b)),
+    "power": lambda a, b: intrinsic("pow", a, b),
+    "maximum": lambda a, b: binary("max", a, b),
+    "minimum": lambda a, b: binary("min", a, b),
+    "equal": lambda a, b: binary("==", a, b),
+    "not_equal": lambda a, b: binary("!=", a, b),
+    "less": lambda a, b: binary("<", a, b),
+    "less_equal": lambda a, b: binary("<=", a, b),
+    "greater": lambda a, b: binary(">", a, b),
+    "greater_equal": lambda a, b: binary(">=", a, b),
+    "logical_and": lambda a, b: binary("&&", a, b),
+    "logical_or": lambda a, b: binary("||", a, b),
+}
+
+
+def _legalize_binary(name):
+    return lambda call, ctx: ctx.elementwise(BINARY_KERNEL[name])
+
+
 for _name, _fn in BINARY.items():
-    register_op(_name, inputs=("x1", "x2"), deduce=_deduce_binary(None), reference=_binary_reference(_fn))
+    register_op(_name, inputs=("x1", "x2"), deduce=_deduce_binary(None), reference=_binary_reference(_fn),
+                legalize=_legalize_binary(_name))
 for _name, _fn in COMPARISON.items():
-    register_op(_name, inputs=("x1", "x2"), deduce=_deduce_binary("bool"), reference=_binary_reference(_fn))
+    register_op(_name, inputs=("x1", "x2"), deduce=_deduce_binary("bool"), reference=_binary_reference(_fn),
+                legalize=_legalize_binary(_name))
 
 
 # -- unary ------------------------------------------------------------------
@@ -131,8 +165,48 @@ def _unary_reference(fn):
     return reference
 
 
+def _sigmoid_kernel(x):
+    one = Const(1.0, x.dtype)
+    return binary("/", one, binary("+", one, intrinsic("exp", Unary("neg", x, x.dtype))))
+
+
+def _gelu_kernel(x):
+    half, one = Const(0.5, x.dtype), Const(1.0, x.dtype)
+    inner = intrinsic("erf", binary("*", x, Const(1 / math.sqrt(2.0), x.dtype)))
+    return binary("*", binary("*", half, x), binary("+", one, inner))
+
+
+def _gelu_tanh_kernel(x):
+    half, one = Const(0.5, x.dtype), Const(1.0, x.dtype)
+    cube = binary("*", binary("*", x, x), x)
+    inner = binary("*", Const(math.sqrt(2.0 / math.pi), x.dtype),
+                   binary("+", x, binary("*", Const(0.044715, x.dtype), cube)))
+    return binary("*", binary("*", half, x), binary("+", one, intrinsic("tanh", inner)))
+
+
+def _zero(x):
+    return Const(0.0, x.dtype) if x.dtype in ("f32", "f16") else Const(0, x.dtype)
+
+
+UNARY_KERNEL = {
+    "sigmoid": _sigmoid_kernel,
+    "negative": lambda x: Unary("neg", x, x.dtype),
+    "square": lambda x: binary("*", x, x),
+    "nn.relu": lambda x: binary("max", x, _zero(x)),
+    "nn.silu": lambda x: binary("*", x, _sigmoid_kernel(x)),
+    "nn.gelu": _gelu_kernel,
+    "nn.gelu_tanh": _gelu_tanh_kernel,
+}
+
+
+def _legalize_unary(name):
+    fn = UNARY_KERNEL.get(name) or (lambda x: intrinsic(name, x))
+    return lambda call, ctx: ctx.elementwise(fn)
+
+
 for _name, (_fn, _float_only) in UNARY.items():
-    register_op(_name, inputs=("x",), deduce=_deduce_unary(_float_only), reference=_unary_reference(_fn))
+    register_op(_name, inputs=("x",), deduce=_deduce_unary(_float_only), reference=_unary_reference(_fn),
+                legalize=_legalize_unary(_name))
 
 
 # -- astype, where ------------------------------------------------------------
@@ -147,7 +221,8 @@ def _deduce_astype(call, ctx):
 
 
 register_op("astype", inputs=("x",), attrs={"dtype": ""}, deduce=_deduce_astype,
-            reference=lambda x, dtype: x.astype(dtype))
+            reference=lambda x, dtype: x.astype(dtype),
+            legalize=lambda call, ctx: ctx.elementwise(lambda x: as_value(x, ctx.output.dtype)))
 
 
 def _deduce_where(call, ctx):
@@ -166,4 +241,5 @@ def _deduce_where(call, ctx):
 
 
 register_op("where", inputs=("condition", "x1", "x2"), deduce=_deduce_where,
-            reference=lambda c, a, b: np.where(c, a, b).astype(np.result_type(a, b)))
+            reference=lambda c, a, b: np.where(c, a, b).astype(np.result_type(a, b)),
+            legalize=lambda call, ctx: ctx.elementwise(lambda c, a, b: select(c, a, b)))

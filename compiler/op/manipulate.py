@@ -6,8 +6,11 @@ import numpy as np
 
 from .. import arith
 from ..ir.errors import DeductionError
+from ..ir.expr import ShapeExpr
 from ..ir.interpreter import ShapeValue
 from ..ir.struct_info import ShapeStructInfo, TupleStructInfo, describe
+from ..tir.compute import ComputeDef, read, row_major_index, unravel
+from ..tir.ir import Const, binary, cast, from_prim, select
 from .common import (
     INT_DTYPES,
     normalize_axes,
@@ -18,6 +21,7 @@ from .common import (
     tensor_input,
     tuple_of_tensors,
 )
+from .lowering import clamp_index
 from .registry import register_op
 
 
@@ -26,6 +30,16 @@ def _text(dims) -> str:
 
 
 # -- reshape ----------------------------------------------------------------
+
+
+def _legalize_same_order(call, ctx):
+    """reshape, flatten, expand_dims, squeeze: the elements keep their row-major order."""
+    x, out = ctx.inputs[0], ctx.output
+
+    def body(idx):
+        return read(x, *unravel(row_major_index(idx, out.shape), x.shape))
+
+    return ComputeDef(ctx.kernel_name, (x,), out, body)
 
 
 def _deduce_reshape(call, ctx):
@@ -61,7 +75,8 @@ def _reshape_reference(x, shape):
     return np.reshape(x, tuple(shape))
 
 
-register_op("reshape", inputs=("x", "shape"), deduce=_deduce_reshape, reference=_reshape_reference)
+register_op("reshape", inputs=("x", "shape"), deduce=_deduce_reshape, reference=_reshape_reference,
+            legalize=_legalize_same_order)
 
 
 def _deduce_flatten(call, ctx):
@@ -71,7 +86,8 @@ def _deduce_flatten(call, ctx):
     return result_tensor((product(x.shape),), x.dtype, vdevice=x.vdevice)
 
 
-register_op("flatten", inputs=("x",), deduce=_deduce_flatten, reference=lambda x: x.reshape(-1))
+register_op("flatten", inputs=("x",), deduce=_deduce_flatten, reference=lambda x: x.reshape(-1),
+            legalize=_legalize_same_order)
 
 
 # -- axes -------------------------------------------------------------------
@@ -92,8 +108,23 @@ def _deduce_permute_dims(call, ctx):
     return result_tensor([x.shape[a] for a in order], x.dtype, vdevice=x.vdevice)
 
 
+def _legalize_permute_dims(call, ctx):
+    x, out = ctx.inputs[0], ctx.output
+    ndim = len(x.shape)
+    axes = call.attr("axes")
+    order = tuple(reversed(range(ndim))) if axes is None else tuple(a % ndim for a in axes)
+
+    def body(idx):
+        indices = [None] * ndim
+        for out_axis, in_axis in enumerate(order):
+            indices[in_axis] = idx[out_axis]
+        return read(x, *indices)
+
+    return ComputeDef(ctx.kernel_name, (x,), out, body)
+
+
 register_op("permute_dims", inputs=("x",), attrs={"axes": None}, deduce=_deduce_permute_dims,
-            reference=lambda x, axes: np.transpose(x, axes))
+            reference=lambda x, axes: np.transpose(x, axes), legalize=_legalize_permute_dims)
 
 
 def _deduce_expand_dims(call, ctx):
@@ -113,7 +144,7 @@ def _deduce_expand_dims(call, ctx):
 
 
 register_op("expand_dims", inputs=("x",), attrs={"axis": 0}, deduce=_deduce_expand_dims,
-            reference=lambda x, axis: np.expand_dims(x, axis))
+            reference=lambda x, axis: np.expand_dims(x, axis), legalize=_legalize_same_order)
 
 
 def _deduce_squeeze(call, ctx):
@@ -140,7 +171,7 @@ def _deduce_squeeze(call, ctx):
 
 
 register_op("squeeze", inputs=("x",), attrs={"axis": None}, deduce=_deduce_squeeze,
-            reference=lambda x, axis: np.squeeze(x, axis))
+            reference=lambda x, axis: np.squeeze(x, axis), legalize=_legalize_same_order)
 
 
 # -- concat / split -----------------------------------------------------------
@@ -179,8 +210,34 @@ def _deduce_concat(call, ctx):
     return result_tensor(dims, dtype)
 
 
+def _legalize_concat(call, ctx):
+    parts, out = ctx.inputs, ctx.output
+    axis = call.attr("axis") % len(out.shape)
+
+    def body(idx):
+        # Later parts first; each branch reads in bounds whichever is selected.
+        offsets, total = [], arith.IntImm(0)
+        for part in parts:
+            offsets.append(total)
+            total = arith.simplify(total + part.shape[axis])
+        value = None
+        for part, offset in reversed(list(zip(parts, offsets))):
+            local = clamp_index(binary("-", idx[axis], from_prim(offset)), part.shape[axis])
+            indices = list(idx)
+            indices[axis] = local
+            here = read(part, *indices)
+            if value is None:
+                value = here
+            else:
+                value = select(binary("<", idx[axis], from_prim(arith.simplify(offset + part.shape[axis]))),
+                               here, value)
+        return value
+
+    return ComputeDef(ctx.kernel_name, tuple(parts), out, body)
+
+
 register_op("concat", inputs=("tensors",), attrs={"axis": 0}, deduce=_deduce_concat,
-            reference=lambda tensors, axis: np.concatenate(tensors, axis))
+            reference=lambda tensors, axis: np.concatenate(tensors, axis), legalize=_legalize_concat)
 
 
 def _deduce_split(call, ctx):
@@ -221,8 +278,23 @@ def _split_reference(x, indices_or_sections, axis):
                           else list(indices_or_sections), axis))
 
 
+def _legalize_split(call, ctx):
+    x = ctx.inputs[0]
+    axis = call.attr("axis") % len(x.shape)
+    defs, start = [], arith.IntImm(0)
+    for number, out in enumerate(ctx.outputs):
+        def body(idx, start=start):
+            indices = list(idx)
+            indices[axis] = binary("+", idx[axis], from_prim(start))
+            return read(x, *indices)
+
+        defs.append(ComputeDef(f"{ctx.kernel_name}_{number}", (x,), out, body))
+        start = arith.simplify(start + out.shape[axis])
+    return defs
+
+
 register_op("split", inputs=("x",), attrs={"indices_or_sections": 2, "axis": 0},
-            deduce=_deduce_split, reference=_split_reference)
+            deduce=_deduce_split, reference=_split_reference, legalize=_legalize_split)
 
 
 # -- take / strided_slice / broadcast_to -------------------------------------
@@ -247,8 +319,22 @@ def _take_reference(x, indices, axis):
     return np.take(x, indices, axis)
 
 
+def _legalize_take(call, ctx):
+    x, indices = ctx.inputs
+    out = ctx.output
+    axis = call.attr("axis") % len(x.shape)
+    rank = len(indices.shape)
+
+    def body(idx):
+        # A GPU cannot raise: an index outside the axis reads the nearest row.
+        picked = clamp_index(cast(read(indices, *idx[axis:axis + rank]), "i32"), x.shape[axis])
+        return read(x, *idx[:axis], picked, *idx[axis + rank:])
+
+    return ComputeDef(ctx.kernel_name, (x, indices), out, body)
+
+
 register_op("take", inputs=("x", "indices"), attrs={"axis": 0}, deduce=_deduce_take,
-            reference=_take_reference)
+            reference=_take_reference, legalize=_legalize_take)
 
 
 def _slice_length(ctx, dim, begin, end, stride):
@@ -295,9 +381,35 @@ def _strided_slice_reference(x, axes, begin, end, strides):
     return x[tuple(index)]
 
 
+def _legalize_strided_slice(call, ctx):
+    x, out = ctx.inputs[0], ctx.output
+    strides = call.attr("strides") or (1,) * len(call.attr("axes"))
+    starts = {}
+    analyzer = arith.Analyzer(nonnegative=True)
+    for a, b, s in zip(call.attr("axes"), call.attr("begin"), strides):
+        axis = a % len(x.shape)
+        dim, begin = x.shape[axis], arith.as_expr(b)
+        value = analyzer.as_int(begin)
+        if value is not None and value < 0:
+            begin = dim + begin
+        if s > 0:
+            start = arith.min_expr(arith.max_expr(begin, 0), dim)
+        else:
+            start = arith.min_expr(arith.max_expr(begin, -1), dim - 1)
+        starts[axis] = (analyzer.simplify(start), s)
+
+    def body(idx):
+        indices = list(idx)
+        for axis, (start, step) in starts.items():
+            indices[axis] = binary("+", from_prim(start), binary("*", idx[axis], Const(step)))
+        return read(x, *indices)
+
+    return ComputeDef(ctx.kernel_name, (x,), out, body)
+
+
 register_op("strided_slice", inputs=("x",),
             attrs={"axes": (), "begin": (), "end": (), "strides": None},
-            deduce=_deduce_strided_slice, reference=_strided_slice_reference)
+            deduce=_deduce_strided_slice, reference=_strided_slice_reference, legalize=_legalize_strided_slice)
 
 
 def _deduce_broadcast_to(call, ctx):
@@ -317,7 +429,8 @@ def _deduce_broadcast_to(call, ctx):
 
 
 register_op("broadcast_to", inputs=("x", "shape"), deduce=_deduce_broadcast_to,
-            reference=lambda x, shape: np.broadcast_to(x, tuple(shape)).copy())
+            reference=lambda x, shape: np.broadcast_to(x, tuple(shape)).copy(),
+            legalize=lambda call, ctx: ctx.elementwise(lambda x: x, ctx.inputs[:1]))
 
 
 def _deduce_shape_of(call, ctx):
@@ -325,4 +438,12 @@ def _deduce_shape_of(call, ctx):
     return ShapeStructInfo(x.shape, x.ndim)
 
 
-register_op("shape_of", inputs=("x",), deduce=_deduce_shape_of, reference=lambda x: ShapeValue(x.shape))
+def _legalize_shape_of(call, ctx):
+    sinfo = call.args[0].struct_info
+    if sinfo.shape is None:
+        raise ctx.fail("the shape of a tensor of unknown shape is only known at run time")
+    return ShapeExpr(sinfo.shape)  # no kernel: the shape is known symbolically
+
+
+register_op("shape_of", inputs=("x",), deduce=_deduce_shape_of, reference=lambda x: ShapeValue(x.shape),
+            legalize=_legalize_shape_of)

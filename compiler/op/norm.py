@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from .. import arith
 from ..ir.errors import DeductionError
+from ..tir.compute import RowDef
 from .common import normalize_axes, require_float, same_dtype, tensor_input
 from .registry import register_op
 
@@ -51,7 +55,22 @@ def _layer_norm_reference(x, gamma, beta, axes, epsilon):
     return out.astype(x.dtype)
 
 
+def _legalize_norm(call, ctx):
+    x = ctx.inputs[0]
+    ndim = len(x.shape)
+    axes = sorted(a % ndim for a in ((call.attr("axes"),) if isinstance(call.attr("axes"), int)
+                                     else call.attr("axes")))
+    if axes != list(range(ndim - len(axes), ndim)):
+        raise ctx.fail(f"kernels normalize over trailing axes, got axes {tuple(axes)} of rank {ndim}")
+    one = arith.IntImm(1)
+    outer = arith.simplify(math.prod(x.shape[: ndim - len(axes)], start=one))
+    row = arith.simplify(math.prod(x.shape[ndim - len(axes):], start=one))
+    kind = call.op.name.split(".")[-1]
+    return RowDef(ctx.kernel_name, kind, tuple(ctx.inputs), ctx.output, outer, row, one,
+                  epsilon=call.attr("epsilon"))
+
+
 register_op("nn.rms_norm", inputs=("x", "weight"), attrs={"axes": (-1,), "epsilon": 1e-5},
-            deduce=_deduce_norm, reference=_rms_norm_reference)
+            deduce=_deduce_norm, reference=_rms_norm_reference, legalize=_legalize_norm)
 register_op("nn.layer_norm", inputs=("x", "gamma", "beta"), attrs={"axes": (-1,), "epsilon": 1e-5},
-            deduce=_deduce_norm, reference=_layer_norm_reference)
+            deduce=_deduce_norm, reference=_layer_norm_reference, legalize=_legalize_norm)

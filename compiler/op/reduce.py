@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import arith
+from ..tir.compute import RowDef
+from ..tir.ir import binary, cast, from_prim
+from ..tir.schedule.common import accumulate_type
 from .common import normalize_axes, normalize_axis, require_float, result_tensor, tensor_input
+from .lowering import highest, lowest, reduce_def
 from .registry import register_op
 
 
@@ -39,10 +45,29 @@ def _reduce_reference(fn):
     return reference
 
 
+def _legalize_reduce(call, ctx):
+    x = ctx.inputs[0]
+    ndim = len(x.shape)
+    axis = call.attr("axis")
+    axes = tuple(range(ndim)) if axis is None else tuple(sorted(a % ndim for a in (
+        (axis,) if isinstance(axis, int) else axis)))
+    name = call.op.name
+    acc = accumulate_type(x.dtype)
+    combiner = {"sum": "sum", "mean": "sum", "prod": "prod", "max": "max", "min": "min"}[name]
+    init = {"sum": 0, "prod": 1, "max": lowest(acc), "min": highest(acc)}[combiner]
+    finalize = None
+    if name == "mean":
+        count = arith.simplify(math.prod((x.shape[a] for a in axes), start=arith.IntImm(1)))
+        finalize = lambda total, idx: binary("/", total, cast(from_prim(count), acc))  # noqa: E731
+    defn = reduce_def(ctx, x, axes, call.attr("keepdims"), combiner, init, finalize)
+    defn.accumulate_dtype = acc
+    return defn
+
+
 for _name, _fn in {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min,
                    "prod": np.prod}.items():
     register_op(_name, inputs=("x",), attrs={"axis": None, "keepdims": False},
-                deduce=_deduce_reduce, reference=_reduce_reference(_fn))
+                deduce=_deduce_reduce, reference=_reduce_reference(_fn), legalize=_legalize_reduce)
 
 
 def _deduce_arg_reduce(call, ctx):
@@ -62,10 +87,30 @@ def _arg_reference(fn):
     return reference
 
 
+def _row_view(x, axis: int | None):
+    """(outer, row, inner) sizes of ``x`` around ``axis`` (None: the whole tensor is one row)."""
+    one = arith.IntImm(1)
+    if axis is None:
+        return one, x.size, one
+    axis %= len(x.shape)
+    outer = math.prod(x.shape[:axis], start=one)
+    inner = math.prod(x.shape[axis + 1:], start=one)
+    return arith.simplify(outer), x.shape[axis], arith.simplify(inner)
+
+
+def _legalize_row(kind_of=lambda call: call.op.name.split(".")[-1]):
+    def legalize(call, ctx):
+        x = ctx.inputs[0]
+        outer, row, inner = _row_view(x, call.attr("axis"))
+        return RowDef(ctx.kernel_name, kind_of(call), (x,), ctx.output, outer, row, inner)
+
+    return legalize
+
+
 register_op("argmax", inputs=("x",), attrs={"axis": None, "keepdims": False},
-            deduce=_deduce_arg_reduce, reference=_arg_reference(np.argmax))
+            deduce=_deduce_arg_reduce, reference=_arg_reference(np.argmax), legalize=_legalize_row())
 register_op("argmin", inputs=("x",), attrs={"axis": None, "keepdims": False},
-            deduce=_deduce_arg_reduce, reference=_arg_reference(np.argmin))
+            deduce=_deduce_arg_reduce, reference=_arg_reference(np.argmin), legalize=_legalize_row())
 
 
 def _deduce_softmax(call, ctx):
@@ -89,6 +134,6 @@ def _log_softmax_reference(x, axis):
 
 
 register_op("nn.softmax", inputs=("x",), attrs={"axis": -1}, deduce=_deduce_softmax,
-            reference=_softmax_reference)
+            reference=_softmax_reference, legalize=_legalize_row())
 register_op("nn.log_softmax", inputs=("x",), attrs={"axis": -1}, deduce=_deduce_softmax,
-            reference=_log_softmax_reference)
+            reference=_log_softmax_reference, legalize=_legalize_row())

@@ -23,10 +23,10 @@ _REGISTRY: dict[str, Op] = {}
 
 def register_op(name: str, *, inputs: tuple[str, ...], deduce: Callable,
                 attrs: dict[str, Any] | None = None, reference: Callable | None = None,
-                pure: bool = True, variadic: bool = False) -> Op:
+                legalize: Callable | None = None, pure: bool = True, variadic: bool = False) -> Op:
     if name in _REGISTRY:
         raise ValueError(f"operator {name!r} is registered twice")
-    op = Op(name, tuple(inputs), tuple((attrs or {}).items()), deduce, reference, pure, variadic)
+    op = Op(name, tuple(inputs), tuple((attrs or {}).items()), deduce, reference, pure, variadic, legalize)
     _REGISTRY[name] = op
     return op
 

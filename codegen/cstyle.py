@@ -1,0 +1,154 @@
+"""The C-style kernel renderer that WGSL (and later MSL, OpenCL C and C) share.
+
+A target language is a subclass that fills in small tables and a few hooks:
+type names, literal spelling, how a local is declared, how thread indices and
+barriers are written, and the kernel's signature and buffer declarations.
+Expressions and statements are walked here, once.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tessera.tir.ir import (
+    Assign,
+    Barrier,
+    Binary,
+    Buffer,
+    Builtin,
+    Call,
+    Cast,
+    Const,
+    Declare,
+    For,
+    IfThen,
+    Load,
+    Local,
+    PrimFunc,
+    Select,
+    Stmt,
+    Store,
+    TExpr,
+    Unary,
+)
+
+
+class CStyleRenderer:
+    types: dict[str, str] = {}
+    intrinsics: dict[str, str] = {}  # tir name -> target function name
+    reserved: frozenset[str] = frozenset()
+    barrier = "barrier();"
+    indent = "  "
+
+    def __init__(self, func: PrimFunc):
+        self.func = func
+        self.lines: list[str] = []
+        self.helpers: dict[str, str] = {}  # helper functions the kernel needs, by name
+
+    # -- hooks for dialects ---------------------------------------------------------
+
+    def render(self) -> str:
+        raise NotImplementedError
+
+    def declare_local(self, var: Local, value: str) -> str:
+        raise NotImplementedError
+
+    def for_header(self, var: str, start: str, end: str, step: int) -> str:
+        raise NotImplementedError
+
+    def builtin(self, e: Builtin) -> str:
+        raise NotImplementedError
+
+    def literal(self, value, dtype: str) -> str:
+        raise NotImplementedError
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        return f"({cond} ? {a} : {b})"
+
+    def cast(self, x: str, dtype: str, source_dtype: str) -> str:
+        return f"{self.types[dtype]}({x})"
+
+    def load(self, buffer: Buffer, index: str) -> str:
+        return f"{self.name(buffer.name)}[{index}]"
+
+    def store(self, buffer: Buffer, index: str, value: str) -> list[str]:
+        return [f"{self.name(buffer.name)}[{index}] = {value};"]
+
+    def call_intrinsic(self, name: str, args: list[str], dtype: str) -> str:
+        if name not in self.intrinsics:
+            raise NotImplementedError(f"{type(self).__name__} has no intrinsic {name!r}")
+        return f"{self.intrinsics[name]}({', '.join(args)})"
+
+    # -- shared walk ----------------------------------------------------------------
+
+    def name(self, name: str) -> str:
+        return name + "_" if name in self.reserved else name
+
+    def expr(self, e: TExpr) -> str:
+        if isinstance(e, Const):
+            return self.literal(e.value, e.dtype)
+        if isinstance(e, Local):
+            return self.name(e.name)
+        if isinstance(e, Builtin):
+            return self.builtin(e)
+        if isinstance(e, Load):
+            return self.load(e.buffer, self.expr(e.index))
+        if isinstance(e, Binary):
+            a, b = self.expr(e.a), self.expr(e.b)
+            if e.op in ("min", "max"):
+                return f"{e.op}({a}, {b})"
+            return f"({a} {e.op} {b})"
+        if isinstance(e, Unary):
+            if e.op == "neg":
+                return f"(-{self.expr(e.x)})"
+            if e.op == "not":
+                return f"(!{self.expr(e.x)})"
+            return self.call_intrinsic(e.op, [self.expr(e.x)], e.dtype)
+        if isinstance(e, Call):
+            return self.call_intrinsic(e.name, [self.expr(a) for a in e.args], e.dtype)
+        if isinstance(e, Cast):
+            return self.cast(self.expr(e.x), e.dtype, e.x.dtype)
+        if isinstance(e, Select):
+            return self.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
+        raise TypeError(f"cannot render {e!r}")
+
+    def emit(self, depth: int, text: str) -> None:
+        self.lines.append(self.indent * depth + text)
+
+    def stmts(self, body: tuple[Stmt, ...], depth: int) -> None:
+        for s in body:
+            self.stmt(s, depth)
+
+    def stmt(self, s: Stmt, depth: int) -> None:
+        if isinstance(s, Declare):
+            self.emit(depth, self.declare_local(s.var, self.expr(s.value)))
+        elif isinstance(s, Assign):
+            self.emit(depth, f"{self.name(s.var.name)} = {self.expr(s.value)};")
+        elif isinstance(s, Store):
+            for line in self.store(s.buffer, self.expr(s.index), self.expr(s.value)):
+                self.emit(depth, line)
+        elif isinstance(s, IfThen):
+            self.emit(depth, f"if ({self.expr(s.cond)}) {{")
+            self.stmts(s.then, depth + 1)
+            if s.otherwise:
+                self.emit(depth, "} else {")
+                self.stmts(s.otherwise, depth + 1)
+            self.emit(depth, "}")
+        elif isinstance(s, For):
+            start = self.expr(s.start)
+            end = self.expr(s.start + s.extent)
+            self.emit(depth, self.for_header(self.name(s.var.name), start, end, s.step) + " {")
+            self.stmts(s.body, depth + 1)
+            self.emit(depth, "}")
+        elif isinstance(s, Barrier):
+            self.emit(depth, self.barrier)
+        else:
+            raise TypeError(f"cannot render {s!r}")
+
+
+def float_text(value: float) -> str | None:
+    """Decimal text of a finite float that reads back exactly; None for inf/nan."""
+    if math.isnan(value) or math.isinf(value):
+        return None
+    text = repr(float(value))
+    return text if any(c in text for c in ".e") else text + ".0"

@@ -1,0 +1,178 @@
+"""WGSL for WebGPU: a dialect of the shared C-style renderer.
+
+Binding layout (group 0): the kernel's inputs, then its outputs, as storage
+buffers in that order; then, if the kernel has symbolic scalars, one uniform
+buffer holding them as i32 in declaration order. bool tensors are stored one
+u32 word per element and int64 tensors as two i32 words (low word first), so
+that every element is a whole word that a thread can write alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera.tir.ir import Buffer, Builtin, Local, PrimFunc, walk_dtypes
+
+from ..cstyle import CStyleRenderer, float_text
+
+STORAGE_ELEMENT = {"float32": "f32", "float16": "f16", "int32": "i32", "uint32": "u32",
+                   "bool": "u32", "int64": "i32"}
+
+WGSL_KEYWORDS = frozenset("""
+alias array bitcast bool break case const continue continuing default diagnostic discard else enable
+f16 f32 false fn for i32 if let loop mat2x2 override ptr requires return sampler struct switch true
+type u32 var vec2 vec3 vec4 while main
+""".split())
+
+# erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): WGSL has no erf.
+_ERF = """fn tsr_erf(x: f32) -> f32 {
+  let t = 1.0 / (1.0 + 0.3275911 * abs(x));
+  let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
+                 + 0.254829592) * t * exp(-x * x);
+  return select(-y, y, x >= 0.0);
+}"""
+# tanh saturates long before |x| = 15; clamping keeps exp-based tanh finite.
+_TANH = """fn tsr_tanh(x: f32) -> f32 {
+  return tanh(clamp(x, -15.0, 15.0));
+}"""
+_FLOORDIV = """fn tsr_floordiv(a: i32, b: i32) -> i32 {
+  let q = a / b;
+  return select(q, q - 1, (a % b != 0) && ((a < 0) != (b < 0)));
+}"""
+
+
+@dataclass(frozen=True)
+class WGSLKernel:
+    """A kernel ready for ``createShaderModule``: source, entry point and binding layout."""
+
+    source: str
+    entry_point: str
+    bindings: tuple[str, ...]  # buffer names by binding index ("params" for the scalars)
+    workgroup_size: tuple[int, int, int]
+
+
+class WGSLRenderer(CStyleRenderer):
+    types = {"f32": "f32", "f16": "f16", "i32": "i32", "u32": "u32", "bool": "bool"}
+    intrinsics = {
+        "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "inverseSqrt", "sin": "sin", "cos": "cos",
+        "floor": "floor", "ceil": "ceil", "round": "round", "abs": "abs", "pow": "pow",
+        "clamp": "clamp", "fma": "fma",
+    }
+    reserved = WGSL_KEYWORDS
+    barrier = "workgroupBarrier();"
+
+    def render(self) -> WGSLKernel:
+        func = self.func
+        entry = "k_" + "".join(c if c.isalnum() else "_" for c in func.name)
+        self.stmts(func.body, 1)
+        body = self.lines
+        header: list[str] = []
+        if "f16" in walk_dtypes(func):
+            header.append("enable f16;")
+        bindings = []
+        for index, buf in enumerate(func.params):
+            access = "read" if index < len(func.inputs) else "read_write"
+            element = STORAGE_ELEMENT[buf.storage_dtype]
+            header.append(f"@group(0) @binding({index}) var<storage, {access}> {self.name(buf.name)}: "
+                          f"array<{element}>;")
+            bindings.append(buf.name)
+        if func.scalars:
+            header.append("struct Params {")
+            header.extend(f"  {self.name(s)}: i32," for s in func.scalars)
+            header.append("}")
+            header.append(f"@group(0) @binding({len(bindings)}) var<uniform> params: Params;")
+            bindings.append("params")
+        for buf in func.scratch:
+            if buf.scope == "workgroup":
+                header.append(f"var<workgroup> {self.name(buf.name)}: array<{self.types[buf.dtype]}, "
+                              f"{_static_size(buf)}>;")
+        header.extend(self.helpers.values())
+        x, y, z = func.workgroup_size
+        lines = header + [
+            f"@compute @workgroup_size({x}, {y}, {z})",
+            f"fn {entry}(@builtin(local_invocation_id) lid: vec3<u32>, "
+            "@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {",
+        ]
+        lines += [f"  let {self.name(s)}: i32 = params.{self.name(s)};" for s in func.scalars]
+        for buf in func.scratch:
+            if buf.scope == "private":
+                lines.append(f"  var {self.name(buf.name)}: array<{self.types[buf.dtype]}, {_static_size(buf)}>;")
+        lines += body + ["}"]
+        return WGSLKernel("\n".join(lines) + "\n", entry, tuple(bindings), func.workgroup_size)
+
+    def declare_local(self, var: Local, value: str) -> str:
+        return f"var {self.name(var.name)}: {self.types[var.dtype]} = {value};"
+
+    def for_header(self, var: str, start: str, end: str, step: int) -> str:
+        return f"for (var {var}: i32 = {start}; {var} < {end}; {var} = {var} + {step})"
+
+    def builtin(self, e: Builtin) -> str:
+        source = {"local_id": "lid", "workgroup_id": "wid", "num_workgroups": "nwg"}[e.kind]
+        return f"i32({source}.{'xyz'[e.axis]})"
+
+    def literal(self, value, dtype: str) -> str:
+        if dtype == "bool":
+            return "true" if value else "false"
+        if dtype == "i32":
+            return f"{int(value)}i" if value >= 0 else f"({int(value)}i)"
+        if dtype == "u32":
+            return f"{int(value)}u"
+        text = float_text(float(value))
+        if text is None:  # WGSL has no literal for inf or nan
+            bits = {("f32", "inf"): "0x7f800000u", ("f32", "-inf"): "0xff800000u",
+                    ("f32", "nan"): "0x7fc00000u"}
+            if dtype == "f16":  # the largest finite f16 stands in for infinity
+                return "65504.0h" if value > 0 else "(-65504.0h)"
+            return f"bitcast<f32>({bits[(dtype, repr(float(value)))]})"
+        suffix = "h" if dtype == "f16" else "f"
+        return f"{text}{suffix}" if not text.startswith("-") else f"({text}{suffix})"
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        return f"select({b}, {a}, {cond})"
+
+    def cast(self, x: str, dtype: str, source_dtype: str) -> str:
+        return f"{self.types[dtype]}({x})"
+
+    def load(self, buffer: Buffer, index: str) -> str:
+        name = self.name(buffer.name)
+        if buffer.scope != "global":
+            return f"{name}[{index}]"
+        if buffer.storage_dtype == "bool":
+            return f"({name}[{index}] != 0u)"
+        if buffer.storage_dtype == "int64":
+            return f"{name}[({index}) * 2]"
+        return f"{name}[{index}]"
+
+    def store(self, buffer: Buffer, index: str, value: str) -> list[str]:
+        name = self.name(buffer.name)
+        if buffer.scope == "global" and buffer.storage_dtype == "bool":
+            return [f"{name}[{index}] = select(0u, 1u, {value});"]
+        if buffer.scope == "global" and buffer.storage_dtype == "int64":
+            return ["{", f"  let v = {value};", f"  {name}[({index}) * 2] = v;",
+                    f"  {name}[({index}) * 2 + 1] = select(0i, -1i, v < 0i);", "}"]
+        return [f"{name}[{index}] = {value};"]
+
+    def call_intrinsic(self, name: str, args: list[str], dtype: str) -> str:
+        helpers = {"erf": ("tsr_erf", _ERF), "tanh": ("tsr_tanh", _TANH)}
+        if name in helpers:
+            fn, code = helpers[name]
+            self.helpers[fn] = code
+            call = f"{fn}(f32({args[0]}))" if dtype == "f16" else f"{fn}({args[0]})"
+            return f"f16({call})" if dtype == "f16" else call
+        if name == "floordiv":
+            self.helpers["tsr_floordiv"] = _FLOORDIV
+            return f"tsr_floordiv({args[0]}, {args[1]})"
+        return super().call_intrinsic(name, args, dtype)
+
+
+def _static_size(buf: Buffer) -> int:
+    from tessera import arith
+
+    size = arith.Analyzer().as_int(buf.size)
+    if size is None:
+        raise ValueError(f"scratch buffer {buf.name} needs a static size, has {buf.shape}")
+    return size
+
+
+def emit_wgsl(func: PrimFunc) -> WGSLKernel:
+    return WGSLRenderer(func).render()

@@ -1,0 +1,118 @@
+"""Compute definitions: what an operator computes, before any schedule.
+
+An operator's legalization describes each output element as an expression of
+the output's index variables, reading inputs with multi-dimensional
+``TensorRead``s (as TVM's ``te.compute`` does). Schedule rules then decide how
+threads cover the elements. Keeping the reads multi-dimensional lets
+``analyze_pattern`` classify the computation from its structure alone.
+
+- ``ComputeDef``: out[i...] = body(i...), or a reduction
+  out[i...] = finalize(combine over r... of body(i..., r...)).
+- ``RowDef``: a normalization over one axis that needs several passes over
+  the same row (softmax, log_softmax, rms_norm, layer_norm, argmax/argmin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .. import arith
+from .ir import INDEX, Buffer, Const, Local, TExpr, binary, from_prim
+
+# Tensor dtype -> the scalar type kernels compute with.
+VALUE_DTYPE = {"float32": "f32", "float16": "f16", "int32": "i32", "uint32": "u32", "bool": "bool",
+               "int64": "i32"}
+
+
+@dataclass(frozen=True, eq=False)
+class TensorRead(TExpr):
+    """``buffer[indices...]`` before flattening; only compute definitions hold these."""
+
+    buffer: Buffer
+    indices: tuple[TExpr, ...]
+
+    @property
+    def dtype(self) -> str:
+        return self.buffer.dtype
+
+
+def placeholder(name: str, dtype: str, shape) -> Buffer:
+    if dtype not in VALUE_DTYPE:
+        raise ValueError(f"no kernel type for dtype {dtype}")
+    return Buffer(name, VALUE_DTYPE[dtype], tuple(arith.as_expr(d) for d in shape), "global", dtype)
+
+
+def read(buffer: Buffer, *indices) -> TensorRead:
+    if len(indices) != len(buffer.shape):
+        raise ValueError(f"{buffer.name} has rank {len(buffer.shape)}, read with {len(indices)} indices")
+    return TensorRead(buffer, tuple(i if isinstance(i, TExpr) else Const(int(i)) for i in indices))
+
+
+@dataclass(frozen=True)
+class Reduction:
+    extents: tuple[arith.PrimExpr, ...]
+    combiner: str  # sum, prod, max, min
+    init: float | int
+
+
+@dataclass(eq=False)
+class ComputeDef:
+    """One output; ``body(spatial_indices)`` or, with ``reduction``, ``body(spatial, reduce)``."""
+
+    name: str
+    inputs: tuple[Buffer, ...]
+    output: Buffer
+    body: Callable
+    reduction: Reduction | None = None
+    finalize: Callable | None = None  # (accumulator, spatial indices) -> value
+    accumulate_dtype: str = ""  # e.g. f32 for f16 sums
+    attrs: dict = field(default_factory=dict)
+
+    def axes(self) -> list[Local]:
+        return [Local(f"i{k}") for k in range(len(self.output.shape))]
+
+    def reduce_axes(self) -> list[Local]:
+        return [Local(f"r{k}") for k in range(len(self.reduction.extents))] if self.reduction else []
+
+    def value(self, axes, reduce_axes=None) -> TExpr:
+        return self.body(axes, reduce_axes) if self.reduction else self.body(axes)
+
+
+@dataclass(eq=False)
+class RowDef:
+    """A multi-pass reduction along one axis of ``x`` viewed as (outer, row, inner)."""
+
+    name: str
+    kind: str  # softmax, log_softmax, rms_norm, layer_norm, argmax, argmin
+    inputs: tuple[Buffer, ...]  # x first, then per-row parameters (weight, bias)
+    output: Buffer
+    outer: arith.PrimExpr
+    row: arith.PrimExpr
+    inner: arith.PrimExpr
+    epsilon: float = 0.0
+    attrs: dict = field(default_factory=dict)
+
+
+def row_major_index(indices, shape) -> TExpr:
+    """Flat offset of ``indices`` in a contiguous row-major tensor of ``shape``."""
+    flat: TExpr = Const(0)
+    for index, dim in zip(indices, shape):
+        flat = binary("+", binary("*", flat, from_prim(dim)), index)
+    return flat
+
+
+def unravel(flat: TExpr, shape) -> list[TExpr]:
+    """Indices of the element at ``flat`` in row-major ``shape`` (the inverse of the above)."""
+    indices: list[TExpr] = []
+    rest = flat
+    for dim in reversed(shape[1:]):
+        d = from_prim(dim)
+        indices.append(binary("%", rest, d))
+        rest = binary("/", rest, d)
+    indices.append(rest)
+    return list(reversed(indices)) if shape else []
+
+
+def index(value: int) -> Const:
+    return Const(value, INDEX)

@@ -1,0 +1,41 @@
+"""Default GPU schedule rules, chosen by the pattern analysis of a compute definition."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ... import arith
+from ..compute import ComputeDef, RowDef
+from ..ir import PrimFunc
+from ..pattern import analyze_pattern
+from .injective import schedule_injective
+from .matmul import is_gemv, schedule_gemm, schedule_gemv
+from .reduction import schedule_reduction, schedule_rows
+
+# A reduction this short runs serially in one thread per output element.
+SERIAL_REDUCTION_LIMIT = 64
+
+
+def schedule(defn: ComputeDef | RowDef, target, name: str) -> PrimFunc:
+    pattern = analyze_pattern(defn)
+    if isinstance(defn, RowDef):
+        func = schedule_rows(defn, target, name)
+    elif "matmul" in defn.attrs:
+        info = defn.attrs["matmul"]
+        func = (schedule_gemv if is_gemv(info) else schedule_gemm)(defn, info, target, name)
+    elif defn.reduction is not None:
+        extent = arith.Analyzer().as_int(arith.simplify(_product(defn.reduction.extents)))
+        if extent is not None and extent <= SERIAL_REDUCTION_LIMIT:
+            func = schedule_injective(defn, target, name)
+        else:
+            func = schedule_reduction(defn, target, name)
+    else:
+        func = schedule_injective(defn, target, name)
+    return replace(func, attrs={**func.attrs, "pattern": pattern.value})
+
+
+def _product(dims):
+    total = arith.IntImm(1)
+    for d in dims:
+        total = total * d
+    return total

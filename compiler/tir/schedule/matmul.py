@@ -1,0 +1,182 @@
+"""Matmul rules: GEMV for the decode case (M = 1) and tiled GEMM otherwise.
+
+The legalization views every matmul as batched (batch..., M, K) x (batch..., K, N)
+and passes ``MatmulInfo`` with how a batch index finds its A and B matrices
+(broadcast batch dimensions repeat a matrix).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ... import arith
+from ..compute import ComputeDef, unravel
+from ..ir import (
+    Assign,
+    Barrier,
+    Buffer,
+    Builtin,
+    Const,
+    Declare,
+    For,
+    IfThen,
+    Load,
+    Local,
+    PrimFunc,
+    Store,
+    TExpr,
+    binary,
+    cast,
+    from_prim,
+    logical_and,
+    minimum,
+    select,
+)
+from .common import accumulate_type, const, scalars_of
+
+LID = Builtin("local_id", 0)
+
+
+@dataclass(frozen=True, eq=False)
+class MatmulInfo:
+    a: Buffer
+    b: Buffer
+    batch_shape: tuple[arith.PrimExpr, ...]
+    m: arith.PrimExpr
+    n: arith.PrimExpr
+    k: arith.PrimExpr
+    a_matrix: Callable[[list[TExpr]], TExpr]  # batch indices -> flat offset of A's matrix
+    b_matrix: Callable[[list[TExpr]], TExpr]
+
+
+def is_gemv(info: MatmulInfo) -> bool:
+    return arith.Analyzer().as_int(info.m) == 1
+
+
+def _batch(info: MatmulInfo, batch_id: TExpr) -> tuple[list, TExpr, TExpr]:
+    indices = unravel(batch_id, info.batch_shape) if info.batch_shape else []
+    return indices, info.a_matrix(indices), info.b_matrix(indices)
+
+
+def schedule_gemv(defn: ComputeDef, info: MatmulInfo, target, name: str) -> PrimFunc:
+    """out[b, n] = sum_k a[b, k] * B[b, k, n]: 64 columns x 4 slices of K per workgroup."""
+    cols, slices = 64, 4
+    threads = cols * slices
+    acc_dtype = accumulate_type(defn.output.dtype)
+    red = Buffer("partial", acc_dtype, (arith.IntImm(threads),), "workgroup")
+    n, k = from_prim(info.n), from_prim(info.k)
+    col, part, column, acc, kk = Local("col"), Local("part"), Local("column"), Local("acc", acc_dtype), Local("kk")
+    batch_id, a_base, b_base = Local("batch"), Local("a_base"), Local("b_base")
+    body = [Declare(col, binary("%", LID, Const(cols))), Declare(part, binary("/", LID, Const(cols))),
+            Declare(batch_id, Builtin("workgroup_id", 1))]
+    _, a_off, b_off = _batch(info, batch_id)
+    body += [Declare(a_base, a_off), Declare(b_base, b_off),
+             Declare(column, minimum(binary("+", binary("*", Builtin("workgroup_id", 0), Const(cols)), col),
+                                     binary("-", n, Const(1)))),
+             Declare(acc, const(0, acc_dtype))]
+    a_val = cast(Load(info.a, binary("+", a_base, kk)), acc_dtype)
+    b_val = cast(Load(info.b, binary("+", b_base, binary("+", binary("*", kk, n), column))), acc_dtype)
+    body.append(For(kk, part, binary("-", k, part), (Assign(acc, binary("+", acc, binary("*", a_val, b_val))),),
+                    step=slices))
+    body += [Store(red, LID, acc), Barrier()]
+    total = Local("total", acc_dtype)
+    summed = [Declare(total, Load(red, col))]
+    for s in range(1, slices):
+        summed.append(Assign(total, binary("+", total, Load(red, binary("+", col, Const(s * cols))))))
+    out_index = binary("+", binary("*", batch_id, n), column)
+    real = binary("<", binary("+", binary("*", Builtin("workgroup_id", 0), Const(cols)), col), n)
+    summed.append(IfThen(real, (Store(defn.output, out_index, cast(total, defn.output.dtype)),)))
+    body.append(IfThen(binary("==", part, Const(0)), tuple(summed)))
+    batches = arith.simplify(_prod(info.batch_shape))
+    grid = (arith.simplify((info.n + cols - 1) // cols), batches, arith.IntImm(1))
+    _check_grid(grid, target, name)
+    return PrimFunc(name, defn.inputs, (defn.output,), scalars_of(*defn.inputs, defn.output), tuple(body),
+                    (threads, 1, 1), grid, scratch=(red,), attrs={"rule": "gemv"})
+
+
+def schedule_gemm(defn: ComputeDef, info: MatmulInfo, target, name: str) -> PrimFunc:
+    """64x64 output tiles per workgroup of 16x16 threads, 4x4 per thread, K in steps of 16
+    staged through workgroup memory."""
+    tile, step, per = 64, 16, 4
+    threads = (tile // per) ** 2
+    acc_dtype = accumulate_type(defn.output.dtype)
+    a_tile = Buffer("a_tile", acc_dtype, (arith.IntImm(tile * step),), "workgroup")
+    b_tile = Buffer("b_tile", acc_dtype, (arith.IntImm(step * tile),), "workgroup")
+    acc = Buffer("acc", acc_dtype, (arith.IntImm(per * per),), "private")
+    m, n, k = from_prim(info.m), from_prim(info.n), from_prim(info.k)
+    tx, ty, m0, n0 = Local("tx"), Local("ty"), Local("m0"), Local("n0")
+    batch_id, a_base, b_base, k0 = Local("batch"), Local("a_base"), Local("b_base"), Local("k0")
+    body = [Declare(tx, binary("%", LID, Const(tile // per))), Declare(ty, binary("/", LID, Const(tile // per))),
+            Declare(n0, binary("*", Builtin("workgroup_id", 0), Const(tile))),
+            Declare(m0, binary("*", Builtin("workgroup_id", 1), Const(tile))),
+            Declare(batch_id, Builtin("workgroup_id", 2))]
+    _, a_off, b_off = _batch(info, batch_id)
+    body += [Declare(a_base, a_off), Declare(b_base, b_off)]
+    init = Local("i")
+    body.append(For(init, Const(0), Const(per * per), (Store(acc, init, const(0, acc_dtype)),), unroll=True))
+
+    loads = []
+    for part in range(tile * step // threads):
+        flat = binary("+", Const(part * threads), LID)
+        # A tile: 64 rows x 16 columns of K.
+        a_row, a_col = binary("/", flat, Const(step)), binary("%", flat, Const(step))
+        gm, gk = binary("+", m0, a_row), binary("+", k0, a_col)
+        inside = logical_and(binary("<", gm, m), binary("<", gk, k))
+        a_index = binary("+", a_base, binary("+", binary("*", minimum(gm, binary("-", m, Const(1))), k),
+                                             minimum(gk, binary("-", k, Const(1)))))
+        loads.append(Store(a_tile, flat, select(inside, cast(Load(info.a, a_index), acc_dtype),
+                                                const(0, acc_dtype))))
+        # B tile: 16 rows of K x 64 columns.
+        b_row, b_col = binary("/", flat, Const(tile)), binary("%", flat, Const(tile))
+        gk2, gn = binary("+", k0, b_row), binary("+", n0, b_col)
+        inside_b = logical_and(binary("<", gk2, k), binary("<", gn, n))
+        b_index = binary("+", b_base, binary("+", binary("*", minimum(gk2, binary("-", k, Const(1))), n),
+                                             minimum(gn, binary("-", n, Const(1)))))
+        loads.append(Store(b_tile, flat, select(inside_b, cast(Load(info.b, b_index), acc_dtype),
+                                                const(0, acc_dtype))))
+    kk = Local("kk")
+    a_regs = [Local(f"a{i}", acc_dtype) for i in range(per)]
+    b_regs = [Local(f"b{j}", acc_dtype) for j in range(per)]
+    inner = []
+    for i, reg in enumerate(a_regs):
+        inner.append(Declare(reg, Load(a_tile, binary("+", binary("*", binary("+", binary("*", ty, Const(per)),
+                                                                             Const(i)), Const(step)), kk))))
+    for j, reg in enumerate(b_regs):
+        inner.append(Declare(reg, Load(b_tile, binary("+", binary("*", kk, Const(tile)),
+                                                      binary("+", binary("*", tx, Const(per)), Const(j))))))
+    for i in range(per):
+        for j in range(per):
+            slot = Const(i * per + j)
+            inner.append(Store(acc, slot, binary("+", Load(acc, slot), binary("*", a_regs[i], b_regs[j]))))
+    compute = For(kk, Const(0), Const(step), tuple(inner), unroll=True)
+    body.append(For(k0, Const(0), k, tuple(loads) + (Barrier(), compute, Barrier()), step=step))
+
+    for i in range(per):
+        for j in range(per):
+            gm = binary("+", m0, binary("+", binary("*", ty, Const(per)), Const(i)))
+            gn = binary("+", n0, binary("+", binary("*", tx, Const(per)), Const(j)))
+            index = binary("+", binary("*", binary("+", binary("*", batch_id, m), gm), n), gn)
+            body.append(IfThen(logical_and(binary("<", gm, m), binary("<", gn, n)),
+                               (Store(defn.output, index, cast(Load(acc, Const(i * per + j)), defn.output.dtype)),)))
+    batches = arith.simplify(_prod(info.batch_shape))
+    grid = (arith.simplify((info.n + tile - 1) // tile), arith.simplify((info.m + tile - 1) // tile), batches)
+    _check_grid(grid, target, name)
+    return PrimFunc(name, defn.inputs, (defn.output,), scalars_of(*defn.inputs, defn.output), tuple(body),
+                    (threads, 1, 1), grid, scratch=(a_tile, b_tile, acc), attrs={"rule": "gemm"})
+
+
+def _prod(dims) -> arith.PrimExpr:
+    total: arith.PrimExpr = arith.IntImm(1)
+    for d in dims:
+        total = total * d
+    return total
+
+
+def _check_grid(grid, target, name) -> None:
+    limit = target.limit("maxComputeWorkgroupsPerDimension")
+    for axis, extent in enumerate(grid):
+        value = arith.Analyzer().as_int(extent)
+        if value is not None and value > limit:
+            raise ValueError(f"kernel {name}: {value} workgroups along {'xyz'[axis]} exceed the limit {limit}")
+

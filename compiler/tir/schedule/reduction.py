@@ -1,0 +1,187 @@
+"""Reduction rules: one workgroup per output element (or row), tree reduction in workgroup memory.
+
+``schedule_reduction`` covers sum/mean/max/min/prod, pooling and convolution
+when the reduction is long; ``schedule_rows`` covers the multi-pass row
+operators (softmax, log_softmax, rms_norm, layer_norm, argmax, argmin).
+Barriers stay in workgroup-uniform control flow: every thread of a workgroup
+runs every barrier, and only the final store is guarded.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ... import arith
+from ..compute import ComputeDef, RowDef, unravel
+from ..ir import (
+    Assign,
+    Barrier,
+    Buffer,
+    Builtin,
+    Const,
+    Declare,
+    For,
+    IfThen,
+    Load,
+    Local,
+    PrimFunc,
+    Store,
+    binary,
+    cast,
+    from_prim,
+    intrinsic,
+    logical_and,
+    minimum,
+)
+from .common import accumulate_type, combine, const, grid_for, lower_reads, scalars_of, workgroup_linear_id
+
+LID = Builtin("local_id", 0)
+
+
+def _threads(target, extent: arith.PrimExpr) -> int:
+    limit = min(256, target.limit("maxComputeInvocationsPerWorkgroup"))
+    static = arith.Analyzer().as_int(extent)
+    if static is not None and static < limit:
+        return max(32, 1 << max(static - 1, 1).bit_length())
+    return limit
+
+
+def _tree(shared: Buffer, threads: int, combiner: str, extra: Buffer | None = None) -> list:
+    """Halve the active threads each step; ``extra`` carries argmax/argmin indices along."""
+    stmts = [Barrier()]
+    step = threads // 2
+    while step >= 1:
+        other = binary("+", LID, Const(step))
+        if extra is None:
+            update = (Store(shared, LID, combine(combiner, Load(shared, LID), Load(shared, other))),)
+        else:
+            mine, theirs = Load(shared, LID), Load(shared, other)
+            better = binary(">" if combiner == "argmax" else "<", theirs, mine)
+            tie = logical_and(binary("==", theirs, mine), binary("<", Load(extra, other), Load(extra, LID)))
+            take = binary("||", better, tie)
+            update = (IfThen(take, (Store(shared, LID, theirs), Store(extra, LID, Load(extra, other)))),)
+        stmts += [IfThen(binary("<", LID, Const(step)), update), Barrier()]
+        step //= 2
+    return stmts
+
+
+def schedule_reduction(defn: ComputeDef, target, name: str) -> PrimFunc:
+    out = defn.output
+    extent = arith.simplify(math.prod(defn.reduction.extents, start=arith.IntImm(1)))
+    threads = _threads(target, extent)
+    acc_dtype = defn.accumulate_dtype or accumulate_type(out.dtype)
+    shared = Buffer("red", acc_dtype, (arith.IntImm(threads),), "workgroup")
+    total = from_prim(arith.simplify(out.size))
+    wg, acc, r = Local("wg"), Local("acc", acc_dtype), Local("r")
+    axes = defn.axes()
+    reduce_axes = defn.reduce_axes()
+    body = [Declare(wg, workgroup_linear_id())]
+    # Workgroups past the end compute a valid element and skip the store.
+    clamped = minimum(wg, binary("-", total, Const(1)))
+    body += [Declare(axis, value) for axis, value in zip(axes, unravel(clamped, out.shape))]
+    body.append(Declare(acc, const(defn.reduction.init, acc_dtype)))
+    decoded = [Declare(axis, value) for axis, value in zip(reduce_axes, unravel(r, defn.reduction.extents))]
+    update = Assign(acc, combine(defn.reduction.combiner, acc,
+                                 cast(lower_reads(defn.value(axes, reduce_axes)), acc_dtype)))
+    body.append(For(r, LID, binary("-", from_prim(extent), LID), tuple(decoded) + (update,), step=threads))
+    body.append(Store(shared, LID, acc))
+    body += _tree(shared, threads, defn.reduction.combiner)
+    result = Load(shared, Const(0))
+    value = defn.finalize(result, axes) if defn.finalize else result
+    done = logical_and(binary("==", LID, Const(0)), binary("<", wg, total))
+    body.append(IfThen(done, (Store(out, wg, cast(lower_reads(value), out.dtype)),)))
+    grid = grid_for(arith.simplify(out.size), target)
+    return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), tuple(body), (threads, 1, 1),
+                    grid, scratch=(shared,), attrs={"rule": "workgroup-reduction"})
+
+
+def schedule_rows(defn: RowDef, target, name: str) -> PrimFunc:
+    x = defn.inputs[0]
+    out = defn.output
+    threads = _threads(target, defn.row)
+    acc_dtype = accumulate_type(x.dtype)
+    shared = Buffer("red", acc_dtype, (arith.IntImm(threads),), "workgroup")
+    scratch = [shared]
+    rows = arith.simplify(defn.outer * defn.inner)
+    row_id, base, r = Local("row_id"), Local("base"), Local("r")
+    inner, row = from_prim(defn.inner), from_prim(defn.row)
+    body = [Declare(row_id, minimum(workgroup_linear_id(), binary("-", from_prim(rows), Const(1))))]
+    outer_index = binary("/", row_id, inner)
+    inner_index = binary("%", row_id, inner)
+    body.append(Declare(base, binary("+", binary("*", binary("*", outer_index, row), inner), inner_index)))
+
+    def element(index):  # x[o, index, i]
+        return binary("+", base, binary("*", index, inner))
+
+    def x_at(index):
+        return cast(Load(x, element(index)), acc_dtype)
+
+    def over_row(stmts):
+        return For(r, LID, binary("-", row, LID), tuple(stmts), step=threads)
+
+    def reduce_into(local: Local, init, combiner: str, value):
+        return [Declare(local, const(init, acc_dtype)),
+                over_row([Assign(local, combine(combiner, local, value))]),
+                Store(shared, LID, local), *_tree(shared, threads, combiner)]
+
+    kind = defn.kind
+    if kind in ("argmax", "argmin"):
+        indices = Buffer("red_index", "i32", (arith.IntImm(threads),), "workgroup")
+        scratch.append(indices)
+        best, best_index = Local("best", acc_dtype), Local("best_index")
+        worst = -math.inf if kind == "argmax" else math.inf
+        value = x_at(r)
+        better = binary(">" if kind == "argmax" else "<", value, best)
+        body += [Declare(best, const(worst, acc_dtype)), Declare(best_index, Const(2**31 - 1)),
+                 over_row([IfThen(better, (Assign(best, value), Assign(best_index, r)))]),
+                 Store(shared, LID, best), Store(indices, LID, best_index), *_tree(shared, threads, kind, indices)]
+        valid = binary("<", workgroup_linear_id(), from_prim(rows))
+        body.append(IfThen(logical_and(binary("==", LID, Const(0)), valid),
+                           (Store(out, row_id, Load(indices, Const(0))),)))
+    else:
+        body += _row_normalization(defn, acc_dtype, shared, threads, x_at, over_row, reduce_into, element, r)
+    grid = grid_for(rows, target)
+    return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), tuple(body), (threads, 1, 1),
+                    grid, scratch=tuple(scratch), attrs={"rule": "row-reduction"})
+
+
+def _row_normalization(defn, acc_dtype, shared, threads, x_at, over_row, reduce_into, element, r):
+    out, kind = defn.output, defn.kind
+    row = from_prim(defn.row)
+    count = cast(row, acc_dtype)
+    stmts = []
+    if kind in ("softmax", "log_softmax"):
+        peak, total = Local("peak", acc_dtype), Local("total", acc_dtype)
+        stmts += reduce_into(Local("m", acc_dtype), -math.inf, "max", x_at(r))
+        stmts += [Declare(peak, Load(shared, Const(0))), Barrier()]
+        shifted = binary("-", x_at(r), peak)
+        stmts += reduce_into(Local("s", acc_dtype), 0.0, "sum", intrinsic("exp", shifted))
+        stmts.append(Declare(total, Load(shared, Const(0))))
+        if kind == "softmax":
+            value = binary("/", intrinsic("exp", shifted), total)
+        else:
+            value = binary("-", shifted, intrinsic("log", total))
+    elif kind == "rms_norm":
+        scale = Local("scale", acc_dtype)
+        stmts += reduce_into(Local("ss", acc_dtype), 0.0, "sum", binary("*", x_at(r), x_at(r)))
+        mean_square = binary("/", Load(shared, Const(0)), count)
+        stmts.append(Declare(scale, intrinsic("rsqrt", binary("+", mean_square, const(defn.epsilon, acc_dtype)))))
+        weight = cast(Load(defn.inputs[1], r), acc_dtype)
+        value = binary("*", binary("*", x_at(r), scale), weight)
+    elif kind == "layer_norm":
+        mean, scale = Local("mean", acc_dtype), Local("scale", acc_dtype)
+        stmts += reduce_into(Local("s1", acc_dtype), 0.0, "sum", x_at(r))
+        stmts += [Declare(mean, binary("/", Load(shared, Const(0)), count)), Barrier()]
+        centered = binary("-", x_at(r), mean)
+        stmts += reduce_into(Local("s2", acc_dtype), 0.0, "sum", binary("*", centered, centered))
+        variance = binary("/", Load(shared, Const(0)), count)
+        stmts.append(Declare(scale, intrinsic("rsqrt", binary("+", variance, const(defn.epsilon, acc_dtype)))))
+        gamma = cast(Load(defn.inputs[1], r), acc_dtype)
+        beta = cast(Load(defn.inputs[2], r), acc_dtype)
+        value = binary("+", binary("*", binary("*", centered, scale), gamma), beta)
+    else:
+        raise ValueError(f"unknown row operator {kind}")
+    valid = binary("<", workgroup_linear_id(), from_prim(arith.simplify(defn.outer * defn.inner)))
+    stmts.append(IfThen(valid, (over_row([Store(out, element(r), cast(value, out.dtype))]),)))
+    return stmts
+

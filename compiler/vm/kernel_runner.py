@@ -1,0 +1,150 @@
+"""Run one kernel on a real WebGPU device through wgpu-py (Mesa's llvmpipe on a CPU-only machine).
+
+The runner compiles the kernel's WGSL, binds numpy arrays as storage buffers
+in the binding layout of ``codegen/wgsl`` (inputs, outputs, then the scalar
+uniform), dispatches the kernel's grid and reads the outputs back. Pipelines
+are cached by source text. Tests and the reference interpreter use it to check
+kernels against numpy.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+
+from .. import arith
+from ..tir.ir import PrimFunc
+
+
+class WebGPUUnavailable(RuntimeError):
+    """No WebGPU adapter could be found (no Vulkan driver, or wgpu-py missing)."""
+
+
+def _quiet_vulkan() -> None:
+    # Vulkan loaders warn when XDG_RUNTIME_DIR is unset; a private folder silences it.
+    if "XDG_RUNTIME_DIR" not in os.environ:
+        path = os.path.join(tempfile.gettempdir(), f"tessera-xdg-{os.getuid()}")
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        os.environ["XDG_RUNTIME_DIR"] = path
+
+
+class KernelRunner:
+    def __init__(self, features=("shader-f16",)):
+        _quiet_vulkan()
+        try:
+            import wgpu
+        except ImportError as error:  # pragma: no cover - wgpu is a dependency
+            raise WebGPUUnavailable(f"wgpu-py is not installed: {error}") from None
+        self.wgpu = wgpu
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+        if adapter is None:
+            raise WebGPUUnavailable("no WebGPU adapter (install mesa-vulkan-drivers for llvmpipe)")
+        self.adapter = adapter
+        self.features = {f for f in features if f in adapter.features}
+        limits = {key: adapter.limits[key] for key in (
+            "max-compute-invocations-per-workgroup", "max-compute-workgroup-storage-size",
+            "max-storage-buffers-per-shader-stage", "max-storage-buffer-binding-size",
+            "max-buffer-size", "max-compute-workgroup-size-x")}
+        self.device = adapter.request_device_sync(required_features=sorted(self.features),
+                                                  required_limits=limits)
+        self._pipelines: dict[str, tuple] = {}
+
+    @property
+    def adapter_name(self) -> str:
+        return self.adapter.info.get("device", "unknown adapter")
+
+    def has(self, feature: str) -> bool:
+        return feature in self.features
+
+    def pipeline(self, func: PrimFunc):
+        from tessera.codegen.wgsl import emit_wgsl
+
+        kernel = emit_wgsl(func)
+        cached = self._pipelines.get(kernel.source)
+        if cached is None:
+            wgpu = self.wgpu
+            module = self.device.create_shader_module(code=kernel.source)
+            entries = []
+            for index, name in enumerate(kernel.bindings):
+                if name == "params":
+                    kind = wgpu.BufferBindingType.uniform
+                elif index < len(func.inputs):
+                    kind = wgpu.BufferBindingType.read_only_storage
+                else:
+                    kind = wgpu.BufferBindingType.storage
+                entries.append({"binding": index, "visibility": wgpu.ShaderStage.COMPUTE,
+                                "buffer": {"type": kind}})
+            layout = self.device.create_bind_group_layout(entries=entries)
+            pipeline = self.device.create_compute_pipeline(
+                layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
+                compute={"module": module, "entry_point": kernel.entry_point})
+            cached = (kernel, layout, pipeline)
+            self._pipelines[kernel.source] = cached
+        return cached
+
+    def run(self, func: PrimFunc, inputs: list[np.ndarray], scalars: dict[str, int]) -> list[np.ndarray]:
+        wgpu = self.wgpu
+        kernel, layout, pipeline = self.pipeline(func)
+        usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        buffers = [self.device.create_buffer_with_data(data=_to_device(array, buf.storage_dtype), usage=usage)
+                   for array, buf in zip(inputs, func.inputs)]
+        out_shapes = [tuple(arith.evaluate(d, scalars) for d in buf.shape) for buf in func.outputs]
+        for shape, buf in zip(out_shapes, func.outputs):
+            size = _device_bytes(int(np.prod(shape, dtype=np.int64)), buf.storage_dtype)
+            buffers.append(self.device.create_buffer(size=size, usage=usage))
+        if func.scalars:
+            values = np.zeros(max(4, -(-len(func.scalars) // 4) * 4), np.int32)
+            values[: len(func.scalars)] = [scalars[name] for name in func.scalars]
+            buffers.append(self.device.create_buffer_with_data(
+                data=values.tobytes(), usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST))
+        bind_group = self.device.create_bind_group(layout=layout, entries=[
+            {"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}} for i, b in enumerate(buffers)])
+        grid = [arith.evaluate(g, scalars) for g in func.grid]
+        if min(grid) > 0:
+            encoder = self.device.create_command_encoder()
+            compute = encoder.begin_compute_pass()
+            compute.set_pipeline(pipeline)
+            compute.set_bind_group(0, bind_group)
+            compute.dispatch_workgroups(*grid)
+            compute.end()
+            self.device.queue.submit([encoder.finish()])
+        outputs = []
+        for shape, buf, device_buffer in zip(out_shapes, func.outputs, buffers[len(inputs):]):
+            raw = self.device.queue.read_buffer(device_buffer)
+            outputs.append(_from_device(raw, shape, buf.storage_dtype))
+        return outputs
+
+
+def _device_bytes(count: int, dtype: str) -> int:
+    per = {"bool": 4, "int64": 8, "float16": 2}.get(dtype, 4)
+    return max(4, -(-count * per // 4) * 4)  # WebGPU buffers are whole 4-byte words
+
+
+def _to_device(array: np.ndarray, dtype: str) -> bytes:
+    array = np.ascontiguousarray(array)
+    if dtype == "bool":
+        data = array.astype(np.uint32).tobytes()
+    else:
+        data = array.astype(dtype, copy=False).tobytes()
+    padding = _device_bytes(array.size, dtype) - len(data)
+    return data + b"\0" * padding
+
+
+def _from_device(raw, shape, dtype: str) -> np.ndarray:
+    count = int(np.prod(shape, dtype=np.int64))
+    if dtype == "bool":
+        return np.frombuffer(raw, np.uint32, count).reshape(shape).astype(bool)
+    return np.frombuffer(raw, dtype, count).reshape(shape).copy()
+
+
+_RUNNER: KernelRunner | None = None
+
+
+def default_runner() -> KernelRunner:
+    """One device per process: creating adapters is slow."""
+    global _RUNNER
+    if _RUNNER is None:
+        _RUNNER = KernelRunner()
+    return _RUNNER

@@ -1,0 +1,63 @@
+"""Run one operator as legalized, scheduled WGSL kernels on WebGPU and compare with numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+from tessera.ir import BlockBuilder, Function, Var, interpret
+from tessera.ir.struct_info import TensorStructInfo, sinfo_vars
+from tessera.target import Target
+from tessera.transform import legalize_ops
+
+SIZES = (1, 7, 64, 1000)
+TARGET = Target.preset("llvmpipe")
+
+
+def build(make, params):
+    vars_ = [Var(f"x{i}", s) for i, s in enumerate(params)]
+    bb = BlockBuilder()
+    with bb.function("main", vars_):
+        with bb.dataflow():
+            out = bb.emit_output(make(*vars_), "out")
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def random_value(sinfo: TensorStructInfo, env, rng, low=0.5, high=1.5):
+    shape = tuple(int(d.value) if hasattr(d, "value") else env[d.name] for d in sinfo.shape)
+    if sinfo.dtype == "bool":
+        return rng.random(shape) > 0.5
+    if sinfo.dtype.startswith(("int", "uint")):
+        return rng.integers(1, 4, shape).astype(sinfo.dtype)
+    return rng.uniform(low, high, shape).astype(sinfo.dtype)
+
+
+def size_sweeps(params, sizes=SIZES, base=7):
+    """One environment per (symbolic variable, size): the swept variable at that size, others at base."""
+    names = list(dict.fromkeys(v.name for p in params for v in sinfo_vars(p)))
+    if not names:
+        return [{}]
+    return [{n: (size if n == swept else base) for n in names} for swept in names for size in sizes]
+
+
+def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=None, seed=0):
+    """Legalize ``make(*params)`` for the llvmpipe target and compare every size with numpy."""
+    mod = build(make, params)
+    lowered = legalize_ops(mod, TARGET)
+    kernels = [f for f in lowered.functions.values() if not isinstance(f, Function)]
+    rng = np.random.default_rng(seed)
+    for env in size_sweeps(params, sizes):
+        args = inputs(env, rng) if inputs else [random_value(p, env, rng) for p in params]
+        want = interpret(mod, "main", *args)
+        got = interpret(lowered, "main", *args, kernel_runner=runner)
+        for g, w in zip(_flat(got), _flat(want)):
+            assert g.dtype == w.dtype and g.shape == w.shape, (env, g.dtype, w.dtype, g.shape, w.shape)
+            if w.dtype.kind == "f":
+                np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
+                                           err_msg=f"sizes {env}")
+            else:
+                np.testing.assert_array_equal(g, w, err_msg=f"sizes {env}")
+    return lowered, kernels
+
+
+def _flat(value):
+    return list(value) if isinstance(value, tuple) else [value]

@@ -1,0 +1,47 @@
+"""Elementwise operators as WGSL kernels on WebGPU, against numpy, f32 and f16, at sizes 1..1000."""
+
+import pytest
+from harness import check_op
+from tessera import op
+from tessera.ir import Tensor
+from tessera.op.elementwise import BINARY, COMPARISON, UNARY
+
+FLOATS = [("float32", 1e-5, 1e-5), ("float16", 1e-2, 1e-2)]
+
+
+def _make(name):
+    return op.nn.__getattr__(name[3:]) if name.startswith("nn.") else getattr(op, name)
+
+
+@pytest.mark.parametrize("dtype,rtol,atol", FLOATS, ids=["f32", "f16"])
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary(runner, name, dtype, rtol, atol):
+    check_op(runner, _make(name), [Tensor(("n", 3), dtype)], rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype,rtol,atol", FLOATS, ids=["f32", "f16"])
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_with_broadcasting(runner, name, dtype, rtol, atol):
+    check_op(runner, getattr(op, name), [Tensor(("n", "m"), dtype), Tensor((1, "m"), dtype)], rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+@pytest.mark.parametrize("name", ["add", "subtract", "multiply", "divide", "floor_divide", "maximum"])
+def test_integer_binary(runner, name, dtype):
+    check_op(runner, getattr(op, name), [Tensor(("n",), dtype), Tensor(("n",), dtype)])
+
+
+@pytest.mark.parametrize("name", sorted(COMPARISON))
+def test_comparisons(runner, name):
+    dtype = "bool" if name.startswith("logical") else "float32"
+    check_op(runner, getattr(op, name), [Tensor(("n", 2), dtype), Tensor((2,), dtype)])
+
+
+@pytest.mark.parametrize("source,target", [("float32", "int32"), ("int32", "float32"), ("float32", "bool"),
+                                           ("bool", "float32"), ("int64", "float16"), ("float16", "float32")])
+def test_astype(runner, source, target):
+    check_op(runner, lambda x: op.astype(x, dtype=target), [Tensor(("n",), source)], rtol=1e-3, atol=1e-3)
+
+
+def test_where(runner):
+    check_op(runner, op.where, [Tensor(("n", 1), "bool"), Tensor((1, 5), "float32"), Tensor(("n", 5), "float32")])
