@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tessera.tir.ir import Buffer, Builtin, Local, PrimFunc, walk_dtypes
+from tessera.tir.ir import SCALAR_PREFIX, Buffer, Builtin, Local, PrimFunc, walk_dtypes
 
 from ..cstyle import CStyleRenderer, float_text
 
@@ -93,7 +93,7 @@ class WGSLRenderer(CStyleRenderer):
             f"fn {entry}(@builtin(local_invocation_id) lid: vec3<u32>, "
             "@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {",
         ]
-        lines += [f"  let {self.name(s)}: i32 = params.{self.name(s)};" for s in func.scalars]
+        lines += [f"  let {SCALAR_PREFIX}{s}: i32 = params.{self.name(s)};" for s in func.scalars]
         for buf in func.scratch:
             if buf.scope == "private":
                 lines.append(f"  var {self.name(buf.name)}: array<{self.types[buf.dtype]}, {_static_size(buf)}>;")
@@ -114,7 +114,8 @@ class WGSLRenderer(CStyleRenderer):
         if dtype == "bool":
             return "true" if value else "false"
         if dtype == "i32":
-            return f"{int(value)}i" if value >= 0 else f"({int(value)}i)"
+            # Negative literals go through an abstract int: -2147483648i does not parse.
+            return f"{int(value)}i" if value >= 0 else f"i32({int(value)})"
         if dtype == "u32":
             return f"{int(value)}u"
         text = float_text(float(value))

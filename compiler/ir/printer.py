@@ -336,11 +336,17 @@ def print_module(mod: IRModule) -> str:
     names = list(mod.functions)
     for index, name in enumerate(names):
         func = mod.functions[name]
-        if not isinstance(func, Function):
-            raise TypeError(f"cannot print module member '{name}' of type {type(func).__name__}")
         if index:
             printer.emit(0, "")
-        printer.function(name, func, 1)
+        if isinstance(func, Function):
+            printer.function(name, func, 1)
+        elif hasattr(func, "script"):
+            # Kernels print as their tir text, commented: the parser reads graph functions only.
+            printer.emit(1, f"# kernel {name} ({func.attrs.get('rule', 'kernel')}), as tir:")
+            for line in func.script().splitlines():
+                printer.emit(1, f"#   {line}")
+        else:
+            raise TypeError(f"cannot print module member '{name}' of type {type(func).__name__}")
     if not names:
         printer.emit(1, "pass")
     return "\n".join(printer.lines) + "\n"

@@ -17,6 +17,7 @@ from ..ir.errors import TesseraError
 from ..ir.expr import Call
 from ..tir.compute import ComputeDef, Reduction, read
 from ..tir.ir import Buffer, Const, TExpr, binary, cast, from_prim, maximum, minimum, select
+from ..tir.schedule.common import highest, lowest  # noqa: F401  (re-exported for operators)
 
 
 class LegalizeError(TesseraError):
@@ -87,14 +88,6 @@ def reduce_def(ctx: LegalizeContext, x: Buffer, axes: tuple[int, ...], keepdims:
         return read(x, *indices)
 
     return ComputeDef(ctx.kernel_name, (x,), out, body, Reduction(extents, combiner, init), finalize)
-
-
-def lowest(dtype: str):
-    return {"f32": float("-inf"), "f16": float("-inf"), "i32": -(2**31), "u32": 0}[dtype]
-
-
-def highest(dtype: str):
-    return {"f32": float("inf"), "f16": float("inf"), "i32": 2**31 - 1, "u32": 2**32 - 1}[dtype]
 
 
 def as_value(expr: TExpr, dtype: str) -> TExpr:

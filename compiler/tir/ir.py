@@ -232,13 +232,22 @@ def intrinsic(name: str, *args: TExpr) -> TExpr:
     return Call(name, tuple(args), args[0].dtype)
 
 
+# Kernel scalar parameters live in their own namespace, so that a symbolic size
+# named like a schedule's local (``m``, ``acc``) cannot collide with it.
+SCALAR_PREFIX = "s_"
+
+
+def scalar_local(name: str) -> Local:
+    return Local(SCALAR_PREFIX + name)
+
+
 def from_prim(expr: arith.PrimExpr) -> TExpr:
     """A shape expression as i32 index math; its variables are kernel scalar parameters."""
     expr = arith.as_expr(expr)
     if isinstance(expr, arith.IntImm):
         return Const(expr.value)
     if isinstance(expr, arith.Var):
-        return Local(expr.name)
+        return scalar_local(expr.name)
     ops = {arith.Add: "+", arith.Sub: "-", arith.Mul: "*", arith.FloorDiv: "/", arith.FloorMod: "%",
            arith.Min: "min", arith.Max: "max"}
     # Shape expressions are non-negative, where floor and truncating division agree.

@@ -88,19 +88,22 @@ class _Legalizer:
     def _legalize(self, binding: VarBinding, in_dataflow: bool) -> list:
         call = binding.value
         args = self._tensor_args(call)
-        for arg in args:
-            self._check_dtype(call, arg.struct_info.dtype)
         out_sinfos = self._outputs(call)
-        for sinfo in out_sinfos:
+        for sinfo in [a.struct_info for a in args] + out_sinfos:
             self._check_dtype(call, sinfo.dtype)
-        base = call.op.name.replace(".", "_")
-        inputs = [self._buffer(f"in{i}", a.struct_info, call, a) for i, a in enumerate(args)]
-        outputs = [self._buffer(f"out{i}", s, call, None) for i, s in enumerate(out_sinfos)]
-        ctx = LegalizeContext(call, inputs, outputs, base)
+        inputs = [self._buffer(f"in{i}", a.struct_info) for i, a in enumerate(args)]
+        outputs = [self._buffer(f"out{i}", s) for i, s in enumerate(out_sinfos)]
+        ctx = LegalizeContext(call, inputs, outputs, call.op.name.replace(".", "_"))
         result = call.op.legalize(call, ctx)
         if isinstance(result, Expr):  # replaced at the graph level (shape_of, unique)
             sinfo = deduce(result, DeduceContext(self.analyzer)) if isinstance(result, Call) else result.struct_info
             return [VarBinding(binding.var, with_struct_info(result, sinfo))]
+        for arg, buf in zip(args, inputs):
+            if buf is None:
+                raise self._unknown_shape(call, f"argument {arg.name_hint}", arg.struct_info)
+        for sinfo, buf in zip(out_sinfos, outputs):
+            if buf is None:
+                raise self._unknown_shape(call, "the result", sinfo)
         defs = result if isinstance(result, list) else [result]
         if len(defs) == 1:
             return [VarBinding(binding.var, self._call_kernel(defs[0], args, inputs, out_sinfos[0]))]
@@ -147,16 +150,16 @@ class _Legalizer:
     def _outputs(self, call: Call) -> list[TensorStructInfo]:
         sinfo = call.struct_info
         fields = sinfo.fields if isinstance(sinfo, TupleStructInfo) else (sinfo,)
-        return list(fields)
+        return [f for f in fields if isinstance(f, TensorStructInfo)]
 
-    def _buffer(self, name: str, sinfo, call: Call, arg):
-        what = f"argument {arg.name_hint}" if isinstance(arg, Var) else "the result"
-        if not isinstance(sinfo, TensorStructInfo) or sinfo.shape is None or not sinfo.dtype:
-            if call.op.name in ("unique", "shape_of"):
-                return None
-            raise LegalizeError(f"cannot legalize R.{call.op.name}: {what} has {describe(sinfo)}; a kernel "
-                                "needs a known shape and dtype (add R.match_cast)")
+    def _buffer(self, name: str, sinfo: TensorStructInfo):
+        if sinfo.shape is None or not sinfo.dtype:
+            return None
         return placeholder(name, sinfo.dtype, sinfo.shape)
+
+    def _unknown_shape(self, call: Call, what: str, sinfo) -> LegalizeError:
+        return LegalizeError(f"cannot legalize R.{call.op.name}: {what} has {describe(sinfo)}; a kernel "
+                             "needs a known shape and dtype (add R.match_cast)")
 
     def _check_dtype(self, call: Call, dtype: str) -> None:
         if dtype and not self.target.supports_dtype(dtype):

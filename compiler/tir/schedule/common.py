@@ -86,3 +86,13 @@ def const(value, dtype):
         return Const(bool(value), "bool")
     return Const(int(value), dtype)
 
+
+
+def lowest(dtype: str):
+    """The identity of max for ``dtype``."""
+    return {"f32": float("-inf"), "f16": float("-inf"), "i32": -(2**31), "u32": 0}[dtype]
+
+
+def highest(dtype: str):
+    """The identity of min for ``dtype``."""
+    return {"f32": float("inf"), "f16": float("inf"), "i32": 2**31 - 1, "u32": 2**32 - 1}[dtype]

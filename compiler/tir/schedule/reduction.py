@@ -33,7 +33,17 @@ from ..ir import (
     logical_and,
     minimum,
 )
-from .common import accumulate_type, combine, const, grid_for, lower_reads, scalars_of, workgroup_linear_id
+from .common import (
+    accumulate_type,
+    combine,
+    const,
+    grid_for,
+    highest,
+    lower_reads,
+    lowest,
+    scalars_of,
+    workgroup_linear_id,
+)
 
 LID = Builtin("local_id", 0)
 
@@ -129,7 +139,7 @@ def schedule_rows(defn: RowDef, target, name: str) -> PrimFunc:
         indices = Buffer("red_index", "i32", (arith.IntImm(threads),), "workgroup")
         scratch.append(indices)
         best, best_index = Local("best", acc_dtype), Local("best_index")
-        worst = -math.inf if kind == "argmax" else math.inf
+        worst = lowest(acc_dtype) if kind == "argmax" else highest(acc_dtype)
         value = x_at(r)
         better = binary(">" if kind == "argmax" else "<", value, best)
         body += [Declare(best, const(worst, acc_dtype)), Declare(best_index, Const(2**31 - 1)),

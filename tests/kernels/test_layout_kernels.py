@@ -1,0 +1,74 @@
+"""Shape-manipulation and creation operators as kernels on WebGPU, against numpy."""
+
+import numpy as np
+import pytest
+from harness import check_op
+
+from tessera import arith, op
+from tessera.ir import Shape, Tensor
+
+n, m = arith.Var("n"), arith.Var("m")
+F32 = "float32"
+
+
+def test_reshape_flatten_expand_squeeze(runner):
+    check_op(runner, lambda x: op.reshape(x, [-1, 2]), [Tensor(("n", 4), F32)])
+    check_op(runner, op.flatten, [Tensor(("n", 3, 2), F32)])
+    check_op(runner, lambda x: op.expand_dims(x, axis=[0, 2]), [Tensor(("n", 3), F32)])
+    check_op(runner, lambda x: op.squeeze(x, axis=[1]), [Tensor(("n", 1, 3), F32)])
+
+
+@pytest.mark.parametrize("axes", [None, [1, 0, 2], [2, 0, 1]])
+def test_permute_dims(runner, axes):
+    check_op(runner, lambda x: op.permute_dims(x, axes=axes), [Tensor(("n", 3, "m"), F32)])
+
+
+def test_concat_and_split(runner):
+    check_op(runner, lambda a, b: op.concat((a, b), axis=0), [Tensor(("n", 3), F32), Tensor(("m", 3), F32)])
+    check_op(runner, lambda a, b, c: op.concat((a, b, c), axis=1),
+             [Tensor(("n", 1), F32), Tensor(("n", 2), F32), Tensor(("n", 3), F32)])
+    check_op(runner, lambda x: op.split(x, indices_or_sections=[1, 3], axis=1), [Tensor(("n", 5), F32)])
+    check_op(runner, lambda x: op.split(x, indices_or_sections=2, axis=0), [Tensor((4, "n"), "float16")],
+             rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_take_rows_like_an_embedding(runner, index_dtype):
+    def inputs(env, rng):
+        table = rng.standard_normal((50, 8)).astype(np.float32)
+        return [table, rng.integers(0, 50, (env["n"],)).astype(index_dtype)]
+
+    check_op(runner, lambda w, i: op.take(w, i, axis=0), [Tensor((50, 8), F32), Tensor(("n",), index_dtype)],
+             inputs=inputs)
+    check_op(runner, lambda w, i: op.take(w, i, axis=1), [Tensor((3, 50), F32), Tensor(("n",), index_dtype)],
+             inputs=lambda env, rng: [rng.standard_normal((3, 50)).astype(np.float32),
+                                      rng.integers(0, 50, (env["n"],)).astype(index_dtype)])
+
+
+def test_strided_slice_and_broadcast_to(runner):
+    check_op(runner, lambda x: op.strided_slice(x, axes=[0, 1], begin=[1, -3], end=[n, 8], strides=[2, 1]),
+             [Tensor(("n", 8), F32)])
+    check_op(runner, lambda x: op.strided_slice(x, axes=[0], begin=[4], end=[0], strides=[-1]),
+             [Tensor((6, "n"), F32)])
+    check_op(runner, lambda x, s: op.broadcast_to(x, s), [Tensor((1, 4), F32), Shape(["n", 4])],
+             inputs=lambda env, rng: [rng.random((1, 4)).astype(np.float32), _shape(env["n"], 4)])
+
+
+def _shape(*dims):
+    from tessera.ir import ShapeValue
+
+    return ShapeValue(dims)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "int64"])
+def test_creation(runner, dtype):
+    check_op(runner, lambda x: op.full([n, 3], fill_value=2.5 if "float" in dtype else 3, dtype=dtype),
+             [Tensor(("n",), F32)])
+    check_op(runner, lambda x: op.zeros([n], dtype=dtype), [Tensor(("n",), F32)])
+    check_op(runner, lambda x: op.ones([3, n], dtype=dtype), [Tensor(("n",), F32)])
+    check_op(runner, lambda x: op.arange(start=n, end=n * 3, step=2, dtype=dtype), [Tensor(("n",), F32)])
+
+
+def test_shape_of_needs_no_kernel(runner):
+    lowered, kernels = check_op(runner, op.shape_of, [Tensor(("n", 3), F32)])
+    assert kernels == []

@@ -1,0 +1,114 @@
+"""Reductions, row operators, matmul, convolution and pooling as kernels on WebGPU, against numpy."""
+
+import numpy as np
+import pytest
+from harness import TARGET, build, check_op
+
+from tessera import op
+from tessera.ir import Function, Tensor
+from tessera.transform import legalize_ops
+
+F32 = "float32"
+FLOATS = [("float32", 1e-4, 1e-4), ("float16", 2e-2, 2e-2)]
+
+
+def rules(lowered):
+    return sorted(f.attrs["rule"] for f in lowered.functions.values() if not isinstance(f, Function))
+
+
+@pytest.mark.parametrize("dtype,rtol,atol", FLOATS, ids=["f32", "f16"])
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min"])
+def test_reductions_short_and_long(runner, name, dtype, rtol, atol):
+    make = getattr(op, name)
+    # A long reduction (n up to 1000) gets a workgroup per output; a short one runs serially.
+    lowered, _ = check_op(runner, lambda x: make(x, axis=[1]), [Tensor((3, "n"), dtype)], rtol=rtol, atol=atol)
+    assert rules(lowered) == ["workgroup-reduction"]
+    lowered, _ = check_op(runner, lambda x: make(x, axis=[0], keepdims=True), [Tensor((5, "n"), dtype)],
+                          rtol=rtol, atol=atol)
+    assert rules(lowered) == ["injective"]
+    check_op(runner, make, [Tensor(("n", 3), dtype)], rtol=rtol, atol=atol)
+
+
+def test_prod(runner):
+    check_op(runner, lambda x: op.prod(x, axis=[1]), [Tensor(("n", 5), F32)], rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+def test_arg_reductions(runner, name):
+    make = getattr(op, name)
+    lowered, _ = check_op(runner, lambda x: make(x, axis=1), [Tensor((4, "n"), F32)])
+    assert rules(lowered) == ["row-reduction"]
+    check_op(runner, lambda x: make(x, axis=0, keepdims=True), [Tensor(("n", 3), F32)])
+    check_op(runner, make, [Tensor(("n", 3), F32)])
+    # Ties go to the first occurrence, as in numpy.
+    check_op(runner, lambda x: make(x, axis=1), [Tensor((2, "n"), "int32")],
+             inputs=lambda env, rng: [rng.integers(0, 3, (2, env["n"])).astype(np.int32)])
+
+
+@pytest.mark.parametrize("dtype,rtol,atol", FLOATS, ids=["f32", "f16"])
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_softmax(runner, axis, dtype, rtol, atol):
+    check_op(runner, lambda x: op.nn.softmax(x, axis=axis), [Tensor(("n", "m"), dtype)], rtol=rtol, atol=atol)
+    check_op(runner, lambda x: op.nn.log_softmax(x, axis=axis), [Tensor(("n", 5), dtype)], rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype,rtol,atol", FLOATS, ids=["f32", "f16"])
+def test_norms(runner, dtype, rtol, atol):
+    check_op(runner, op.nn.rms_norm, [Tensor(("n", 576), dtype), Tensor((576,), dtype)], rtol=rtol, atol=atol)
+    check_op(runner, op.nn.layer_norm, [Tensor(("n", "m"), dtype), Tensor(("m",), dtype), Tensor(("m",), dtype)],
+             rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype,rtol,atol", FLOATS, ids=["f32", "f16"])
+def test_matmul_gemv_and_gemm(runner, dtype, rtol, atol):
+    # Decode: one row against a weight matrix (GEMV, split-K across threads).
+    lowered, _ = check_op(runner, op.matmul, [Tensor((1, 96), dtype), Tensor((96, "n"), dtype)],
+                          rtol=rtol, atol=atol)
+    assert rules(lowered) == ["gemv"]
+    # Prefill: tiled GEMM; sizes are not tile multiples.
+    lowered, _ = check_op(runner, op.matmul, [Tensor(("n", 40), dtype), Tensor((40, "m"), dtype)],
+                          rtol=rtol, atol=atol, sizes=(1, 7, 64, 130))
+    assert rules(lowered) == ["gemm"]
+    check_op(runner, op.matmul, [Tensor(("n", 64), dtype), Tensor((64, 48), dtype)], rtol=rtol, atol=atol)
+
+
+def test_matmul_batched_broadcast_and_vectors(runner):
+    check_op(runner, op.matmul, [Tensor((2, 1, "n", 8), F32), Tensor((3, 8, 5), F32)], rtol=1e-4, atol=1e-4)
+    check_op(runner, op.matmul, [Tensor(("n",), F32), Tensor(("n", 6), F32)], rtol=1e-4, atol=1e-4)
+    check_op(runner, op.matmul, [Tensor((4, "n"), F32), Tensor(("n",), F32)], rtol=1e-4, atol=1e-4)
+    check_op(runner, op.matmul, [Tensor(("n", 3), "int32"), Tensor((3, 2), "int32")])
+
+
+def test_conv2d(runner):
+    conv = lambda x, w: op.nn.conv2d(x, w, strides=2, padding=1)  # noqa: E731
+    check_op(runner, conv, [Tensor((1, 3, "n", 9), F32), Tensor((4, 3, 3, 3), F32)], rtol=1e-4, atol=1e-4,
+             sizes=(1, 7, 64))
+    grouped = lambda x, w: op.nn.conv2d(x, w, groups=2, dilation=2)  # noqa: E731
+    check_op(runner, grouped, [Tensor((2, 4, 9, "n"), F32), Tensor((6, 2, 3, 3), F32)], rtol=1e-4, atol=1e-4,
+             sizes=(5, 7, 64))
+    # A long reduction (64 channels x 3 x 3) takes the workgroup rule.
+    lowered, _ = check_op(runner, op.nn.conv2d, [Tensor((1, 64, 5, 5), F32), Tensor((2, 64, 3, 3), F32)],
+                          rtol=1e-4, atol=1e-4)
+    assert rules(lowered) == ["workgroup-reduction"]
+
+
+def test_pooling(runner):
+    check_op(runner, lambda x: op.nn.max_pool2d(x, pool_size=3, strides=2, padding=1),
+             [Tensor((1, 2, "n", 7), F32)], sizes=(1, 7, 64))
+    check_op(runner, lambda x: op.nn.avg_pool2d(x, pool_size=3, strides=2, padding=1),
+             [Tensor((1, 2, "n", 7), F32)], sizes=(1, 7, 64))
+    check_op(runner, lambda x: op.nn.avg_pool2d(x, pool_size=2, strides=2, padding=1, count_include_pad=True),
+             [Tensor((1, 2, 6, 6), F32)])
+
+
+def test_unique_becomes_a_runtime_call(runner):
+    lowered, kernels = check_op(runner, op.unique, [Tensor(("n",), "int32")])
+    assert kernels == []
+    assert "R.call_pure_packed(\"tessera.builtin.unique\", x0" in lowered.script()
+
+
+def test_lowered_module_prints_kernel_calls():
+    mod = legalize_ops(build(lambda x, w: op.exp(op.matmul(x, w)), [Tensor(("n", 4), F32), Tensor((4, 4), F32)]),
+                       TARGET)
+    text = mod.script()
+    assert 'R.call_tir(cls.matmul, (x0, x1), R.shape([n]), out_sinfo=R.Tensor((n, 4), dtype="float32"))' in text
