@@ -3,8 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# Debian packages beyond the basics; later backends (Vulkan, Chromium, ...) add theirs here.
-APT_PACKAGES :=
+# Debian packages beyond the basics: Mesa's Vulkan drivers give WebGPU (wgpu-py) the CPU adapter llvmpipe.
+APT_PACKAGES := mesa-vulkan-drivers libvulkan1
 
 .PHONY: setup system-deps python-deps node-deps test lint test-python demo bench clean
 

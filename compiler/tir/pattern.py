@@ -15,13 +15,13 @@ the kind follows from how the output's index variables reach the reads.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from .compute import ComputeDef, RowDef, TensorRead
 from .ir import Load, Local, TExpr, child_exprs
 
 
-class Pattern(str, Enum):
+class Pattern(StrEnum):
     ELEMWISE = "elementwise"
     BROADCAST = "broadcast"
     INJECTIVE = "injective"

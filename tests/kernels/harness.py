@@ -39,9 +39,14 @@ def size_sweeps(params, sizes=SIZES, base=7):
     return [{n: (size if n == swept else base) for n in names} for swept in names for size in sizes]
 
 
+# Operators that some kernel test has run; conftest.py checks that none is missing.
+COVERED_OPS: set[str] = set()
+
+
 def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=None, seed=0):
     """Legalize ``make(*params)`` for the llvmpipe target and compare every size with numpy."""
     mod = build(make, params)
+    COVERED_OPS.update(_op_names(mod))
     lowered = legalize_ops(mod, TARGET)
     kernels = [f for f in lowered.functions.values() if not isinstance(f, Function)]
     rng = np.random.default_rng(seed)
@@ -64,3 +69,12 @@ def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=
 
 def _flat(value):
     return list(value) if isinstance(value, tuple) and not isinstance(value, ShapeValue) else [value]
+
+
+def _op_names(mod):
+    from tessera.ir import Call, Op
+
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            if isinstance(binding.value, Call) and isinstance(binding.value.op, Op):
+                yield binding.value.op.name

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 from harness import check_op
-
 from tessera import arith, op
 from tessera.ir import Shape, Tensor
 

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 from harness import TARGET, build, check_op
-
 from tessera import op
 from tessera.ir import Function, Tensor
 from tessera.transform import legalize_ops
