@@ -136,7 +136,7 @@ class CStyleRenderer:
             self.emit(depth, "}")
         elif isinstance(s, For):
             start = self.expr(s.start)
-            end = self.expr(s.start + s.extent)
+            end = self.expr(s.stop)
             self.emit(depth, self.for_header(self.name(s.var.name), start, end, s.step) + " {")
             self.stmts(s.body, depth + 1)
             self.emit(depth, "}")

@@ -291,11 +291,11 @@ class IfThen(Stmt):
 
 @dataclass(frozen=True, eq=False)
 class For(Stmt):
-    """``for var in [start, start + extent)`` (step ``step``); ``unroll`` is a hint."""
+    """``for (var = start; var < stop; var += step)``; ``unroll`` is a hint."""
 
     var: Local
     start: TExpr
-    extent: TExpr
+    stop: TExpr
     body: tuple[Stmt, ...]
     step: int = 1
     unroll: bool = False
@@ -396,7 +396,7 @@ def walk_stmts(body):
             yield from walk_stmts(s.then)
             yield from walk_stmts(s.otherwise)
         elif isinstance(s, For):
-            yield s, (s.start, s.extent)
+            yield s, (s.start, s.stop)
             yield from walk_stmts(s.body)
         else:
             yield s, ()

@@ -72,7 +72,7 @@ def print_kernel(func: PrimFunc) -> str:
                 kind = "unroll" if s.unroll else "range"
                 step = f", step={s.step}" if s.step != 1 else ""
                 emit(depth, f"for {s.var.name} in {kind}({print_texpr(s.start)}, "
-                     f"+{print_texpr(s.extent)}{step}):")
+                     f"{print_texpr(s.stop)}{step}):")
                 stmts(s.body, depth + 1)
             elif isinstance(s, Barrier):
                 emit(depth, "barrier()")

@@ -1,5 +1,4 @@
 import pytest
-
 from tessera.vm.kernel_runner import default_runner
 
 
@@ -12,7 +11,6 @@ def runner():
 def pytest_sessionfinish(session, exitstatus):
     """When every kernel test ran and passed, every operator with a kernel must have been run."""
     from harness import COVERED_OPS
-
     from tessera.op import get_op, list_ops
 
     options = session.config.option

@@ -6,6 +6,7 @@ import numpy as np
 from tessera.ir import BlockBuilder, Function, ShapeValue, Var, interpret
 from tessera.ir.struct_info import TensorStructInfo, sinfo_vars
 from tessera.target import Target
+from tessera.tir.verify import verify_kernel
 from tessera.transform import legalize_ops
 
 SIZES = (1, 7, 64, 1000)
@@ -51,6 +52,8 @@ def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=
     kernels = [f for f in lowered.functions.values() if not isinstance(f, Function)]
     rng = np.random.default_rng(seed)
     for env in size_sweeps(params, sizes):
+        for kernel in kernels:
+            verify_kernel(kernel, {name: env[name] for name in kernel.scalars})
         args = inputs(env, rng) if inputs else [random_value(p, env, rng) for p in params]
         want = interpret(mod, "main", *args)
         got = interpret(lowered, "main", *args, kernel_runner=runner)

@@ -77,7 +77,7 @@ def schedule_gemv(defn: ComputeDef, info: MatmulInfo, target, name: str) -> Prim
              Declare(acc, const(0, acc_dtype))]
     a_val = cast(Load(info.a, binary("+", a_base, kk)), acc_dtype)
     b_val = cast(Load(info.b, binary("+", b_base, binary("+", binary("*", kk, n), column))), acc_dtype)
-    body.append(For(kk, part, binary("-", k, part), (Assign(acc, binary("+", acc, binary("*", a_val, b_val))),),
+    body.append(For(kk, part, k, (Assign(acc, binary("+", acc, binary("*", a_val, b_val))),),
                     step=slices))
     body += [Store(red, LID, acc), Barrier()]
     total = Local("total", acc_dtype)
@@ -152,13 +152,18 @@ def schedule_gemm(defn: ComputeDef, info: MatmulInfo, target, name: str) -> Prim
     compute = For(kk, Const(0), Const(step), tuple(inner), unroll=True)
     body.append(For(k0, Const(0), k, tuple(loads) + (Barrier(), compute, Barrier()), step=step))
 
-    for i in range(per):
-        for j in range(per):
-            gm = binary("+", m0, binary("+", binary("*", ty, Const(per)), Const(i)))
-            gn = binary("+", n0, binary("+", binary("*", tx, Const(per)), Const(j)))
-            index = binary("+", binary("*", binary("+", binary("*", batch_id, m), gm), n), gn)
-            body.append(IfThen(logical_and(binary("<", gm, m), binary("<", gn, n)),
-                               (Store(defn.output, index, cast(Load(acc, Const(i * per + j)), defn.output.dtype)),)))
+    rows = [Local(f"row{i}") for i in range(per)]
+    cols = [Local(f"col{j}") for j in range(per)]
+    body += [Declare(rows[i], binary("+", m0, binary("+", binary("*", ty, Const(per)), Const(i))))
+             for i in range(per)]
+    body += [Declare(cols[j], binary("+", n0, binary("+", binary("*", tx, Const(per)), Const(j))))
+             for j in range(per)]
+    for i, row in enumerate(rows):
+        for j, col in enumerate(cols):
+            index = binary("+", binary("*", binary("+", binary("*", batch_id, m), row), n), col)
+            value = cast(Load(acc, Const(i * per + j)), defn.output.dtype)
+            body.append(IfThen(logical_and(binary("<", row, m), binary("<", col, n)),
+                               (Store(defn.output, index, value),)))
     batches = arith.simplify(_prod(info.batch_shape))
     grid = (arith.simplify((info.n + tile - 1) // tile), arith.simplify((info.m + tile - 1) // tile), batches)
     _check_grid(grid, target, name)

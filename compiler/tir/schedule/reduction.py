@@ -93,7 +93,7 @@ def schedule_reduction(defn: ComputeDef, target, name: str) -> PrimFunc:
     decoded = [Declare(axis, value) for axis, value in zip(reduce_axes, unravel(r, defn.reduction.extents))]
     update = Assign(acc, combine(defn.reduction.combiner, acc,
                                  cast(lower_reads(defn.value(axes, reduce_axes)), acc_dtype)))
-    body.append(For(r, LID, binary("-", from_prim(extent), LID), tuple(decoded) + (update,), step=threads))
+    body.append(For(r, LID, from_prim(extent), tuple(decoded) + (update,), step=threads))
     body.append(Store(shared, LID, acc))
     body += _tree(shared, threads, defn.reduction.combiner)
     result = Load(shared, Const(0))
@@ -127,7 +127,7 @@ def schedule_rows(defn: RowDef, target, name: str) -> PrimFunc:
         return cast(Load(x, element(index)), acc_dtype)
 
     def over_row(stmts):
-        return For(r, LID, binary("-", row, LID), tuple(stmts), step=threads)
+        return For(r, LID, row, tuple(stmts), step=threads)
 
     def reduce_into(local: Local, init, combiner: str, value):
         return [Declare(local, const(init, acc_dtype)),

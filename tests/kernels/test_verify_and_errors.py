@@ -1,0 +1,67 @@
+"""The kernel verifier rejects unsafe kernels; unsupported dtypes are compile errors that say why."""
+
+import pytest
+from harness import build
+from tessera import arith, op
+from tessera.ir import Tensor
+from tessera.op.lowering import LegalizeError
+from tessera.target import Target
+from tessera.tir.ir import Barrier, Buffer, Builtin, Const, IfThen, Load, Local, PrimFunc, Store, binary
+from tessera.tir.verify import KernelVerifyError, verify_kernel
+from tessera.transform import legalize_ops
+
+n = arith.Var("n")
+LID = Builtin("local_id", 0)
+
+
+SRC = Buffer("src", "f32", (n,), storage_dtype="float32")
+DST = Buffer("dst", "f32", (n,), storage_dtype="float32")
+
+
+def kernel(body, scratch=(), grid=(arith.IntImm(1),) * 3):
+    return PrimFunc("k", (SRC,), (DST,), ("n",), tuple(body), (64, 1, 1), grid, tuple(scratch))
+
+
+def test_unguarded_access_is_rejected_and_guarded_access_passes():
+    bad = kernel([Store(DST, LID, Load(SRC, LID))])
+    with pytest.raises(KernelVerifyError, match=r"read of src\[local_id.x\] may fall outside \[0, 7\) "
+                       r"\(index in \[0, 63\] with n = 7\)"):
+        verify_kernel(bad, {"n": 7})
+    guarded = kernel([IfThen(binary("<", LID, Local("s_n")), (Store(DST, LID, Load(SRC, LID)),))])
+    verify_kernel(guarded, {"n": 7})
+    verify_kernel(guarded, {"n": 1000})
+
+
+def test_barrier_under_thread_dependent_if_is_rejected():
+    shared = Buffer("tile", "f32", (arith.IntImm(64),), "workgroup")
+    func = kernel([IfThen(binary("<", LID, Const(32)), (Barrier(),))], scratch=(shared,))
+    with pytest.raises(KernelVerifyError, match=r"barrier under `if \(local_id.x < 32\)`"):
+        verify_kernel(func, {"n": 7})
+    uniform = kernel([IfThen(binary("<", Builtin("workgroup_id", 0), Const(1)), (Barrier(),))])
+    verify_kernel(uniform, {"n": 7})
+
+
+def test_dtypes_the_target_lacks_are_compile_errors():
+    mod = build(op.exp, [Tensor(("n",), "float16")])
+    with pytest.raises(LegalizeError, match=r"R.exp: dtype float16 is not supported by target webgpu "
+                       r"\(it needs the shader-f16 feature\)"):
+        legalize_ops(mod, Target("webgpu"))
+    legalize_ops(mod, Target("webgpu", features={"shader-f16"}))
+    mod = build(op.exp, [Tensor(("n",), "float64")])
+    with pytest.raises(LegalizeError, match="R.exp: dtype float64 is not supported by target llvmpipe"):
+        legalize_ops(mod, Target.preset("llvmpipe"))
+
+
+def test_unknown_shapes_cannot_become_kernels():
+    mod = build(op.exp, [Tensor(dtype="float32", ndim=2)])
+    with pytest.raises(LegalizeError, match=r"cannot legalize R.exp: argument x0 has tensor of ndim 2 float32; "
+                       r"a kernel needs a known shape and dtype \(add R.match_cast\)"):
+        legalize_ops(mod, Target.preset("llvmpipe"))
+
+
+def test_targets_and_presets():
+    assert Target.preset("swiftshader").limit("maxStorageBuffersPerShaderStage") == 10
+    assert Target("webgpu").limit("maxComputeInvocationsPerWorkgroup") == 256
+    assert Target.preset("webgpu-f16").supports_dtype("float16")
+    with pytest.raises(ValueError, match="unknown target preset 'metal'"):
+        Target.preset("metal")
