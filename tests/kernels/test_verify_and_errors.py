@@ -18,8 +18,11 @@ SRC = Buffer("src", "f32", (n,), storage_dtype="float32")
 DST = Buffer("dst", "f32", (n,), storage_dtype="float32")
 
 
-def kernel(body, scratch=(), grid=(arith.IntImm(1),) * 3):
-    return PrimFunc("k", (SRC,), (DST,), ("n",), tuple(body), (64, 1, 1), grid, tuple(scratch))
+ONE_WORKGROUP = (arith.IntImm(1),) * 3
+
+
+def kernel(body, scratch=()):
+    return PrimFunc("k", (SRC,), (DST,), ("n",), tuple(body), (64, 1, 1), ONE_WORKGROUP, tuple(scratch))
 
 
 def test_unguarded_access_is_rejected_and_guarded_access_passes():
