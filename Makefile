@@ -3,10 +3,11 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# Debian packages beyond the basics: Mesa's Vulkan drivers give WebGPU (wgpu-py) the CPU adapter llvmpipe.
-APT_PACKAGES := mesa-vulkan-drivers libvulkan1
+# Debian packages beyond the basics: Mesa's Vulkan drivers give wgpu-py the CPU adapter llvmpipe;
+# Chromium (driven by playwright-core, never a downloaded browser) gives WebGPU on SwiftShader.
+APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium
 
-.PHONY: setup system-deps python-deps node-deps test lint test-python demo bench clean
+.PHONY: setup system-deps python-deps node-deps test lint test-python test-browser demo bench clean
 
 setup: system-deps python-deps node-deps
 
@@ -29,13 +30,17 @@ node_modules/.package-lock.json: package-lock.json package.json runtime-js/packa
 
 node-deps: node_modules/.package-lock.json
 
-test: setup lint test-python
+test: setup lint test-python test-browser
 
 lint:
 	$(VENV)/bin/ruff check compiler codegen tests
 
 test-python:
 	$(PY) -m pytest
+
+# Needs build/test-shaders.json, which a complete run of the Python kernel tests writes.
+test-browser:
+	node --test tests/browser/
 
 demo: setup
 	$(VENV)/bin/tessera demo
@@ -46,4 +51,4 @@ bench: setup
 	for b in "$${benches[@]}"; do echo "== $$b"; $(PY) "$$b" || exit 1; done
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache .hypothesis
+	rm -rf $(VENV) node_modules .pytest_cache .hypothesis build

@@ -119,12 +119,13 @@ class WGSLRenderer(CStyleRenderer):
         if dtype == "u32":
             return f"{int(value)}u"
         text = float_text(float(value))
-        if text is None:  # WGSL has no literal for inf or nan
-            bits = {("f32", "inf"): "0x7f800000u", ("f32", "-inf"): "0xff800000u",
-                    ("f32", "nan"): "0x7fc00000u"}
-            if dtype == "f16":  # the largest finite f16 stands in for infinity
-                return "65504.0h" if value > 0 else "(-65504.0h)"
-            return f"bitcast<f32>({bits[(dtype, repr(float(value)))]})"
+        if text is None:
+            # WGSL has no literal for infinity and Chrome's compiler rejects building one in a
+            # constant expression; the largest finite value stands in (max/min identities).
+            if value != value:
+                raise ValueError("WGSL kernels cannot hold a NaN constant")
+            largest = "65504.0h" if dtype == "f16" else "3.4028234663852886e38f"
+            return largest if value > 0 else f"(-{largest})"
         suffix = "h" if dtype == "f16" else "f"
         return f"{text}{suffix}" if not text.startswith("-") else f"({text}{suffix})"
 

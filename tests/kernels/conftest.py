@@ -27,3 +27,46 @@ def pytest_sessionfinish(session, exitstatus):
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         reporter.write_line("")
         reporter.write_line(f"operators with kernels that no kernel test ran: {', '.join(missing)}", red=True)
+
+
+SHADER_FILE = "build/test-shaders.json"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Leave every WGSL kernel of the run, plus one runnable example, for the Chromium test."""
+    import json
+    import os
+
+    from harness import SHADERS
+
+    if exitstatus != 0 or len(SHADERS) < 20:
+        return
+    os.makedirs(os.path.dirname(SHADER_FILE), exist_ok=True)
+    with open(SHADER_FILE, "w") as f:
+        json.dump({"shaders": list(SHADERS.values()), "example": _example()}, f)
+    terminalreporter.write_line(f"wrote {len(SHADERS)} WGSL kernels to {SHADER_FILE} for tests/browser")
+
+
+def _example() -> dict:
+    """softmax over rows of a (5, 37) matrix: a row-reduction kernel with a uniform and scratch memory."""
+    import numpy as np
+    from harness import build
+
+    from tessera import op
+    from tessera.codegen.wgsl import emit_wgsl
+    from tessera.ir import Function, Tensor
+    from tessera.target import Target
+    from tessera.transform import legalize_ops
+
+    mod = legalize_ops(build(op.nn.softmax, [Tensor(("n", 37), "float32")]), Target.preset("swiftshader"))
+    (kernel,) = [f for f in mod.functions.values() if not isinstance(f, Function)]
+    x = np.random.default_rng(0).standard_normal((5, 37)).astype(np.float32)
+    expected = np.exp(x - x.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    wgsl = emit_wgsl(kernel)
+    from tessera import arith
+
+    return {"source": wgsl.source, "entry_point": wgsl.entry_point, "bindings": list(wgsl.bindings),
+            "scalars": [5], "grid": [arith.evaluate(g, {"n": 5}) for g in kernel.grid],
+            "input": x.ravel().tolist(), "expected": expected.ravel().tolist()}

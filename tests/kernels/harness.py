@@ -42,6 +42,8 @@ def size_sweeps(params, sizes=SIZES, base=7):
 
 # Operators that some kernel test has run; conftest.py checks that none is missing.
 COVERED_OPS: set[str] = set()
+# Every kernel the tests ran, by WGSL source: the browser test compiles them all in Chromium.
+SHADERS: dict[str, dict] = {}
 
 
 def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=None, seed=0):
@@ -54,6 +56,7 @@ def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=
     for env in size_sweeps(params, sizes):
         for kernel in kernels:
             verify_kernel(kernel, {name: env[name] for name in kernel.scalars})
+            _record_shader(kernel)
         args = inputs(env, rng) if inputs else [random_value(p, env, rng) for p in params]
         want = interpret(mod, "main", *args)
         got = interpret(lowered, "main", *args, kernel_runner=runner)
@@ -81,3 +84,12 @@ def _op_names(mod):
         for binding in block.bindings:
             if isinstance(binding.value, Call) and isinstance(binding.value.op, Op):
                 yield binding.value.op.name
+
+
+def _record_shader(kernel) -> None:
+    from tessera.codegen.wgsl import emit_wgsl
+
+    wgsl = emit_wgsl(kernel)
+    SHADERS.setdefault(wgsl.source, {"name": kernel.name, "entry_point": wgsl.entry_point, "source": wgsl.source,
+                                     "needs_f16": wgsl.source.startswith("enable f16;"),
+                                     "workgroup_size": list(wgsl.workgroup_size)})

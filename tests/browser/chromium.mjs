@@ -1,0 +1,28 @@
+// Launch Debian's Chromium with WebGPU on (SwiftShader on a machine without a GPU) and serve
+// a blank page on 127.0.0.1, where WebGPU is available (a secure context). Never downloads a browser.
+import { createServer } from "node:http";
+import { chromium } from "playwright-core";
+
+export const CHROMIUM_FLAGS = [
+  "--headless=new", "--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
+  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+];
+
+export async function openWebGPUPage() {
+  const server = createServer((request, response) => {
+    response.writeHead(200, { "content-type": "text/html" });
+    response.end("<!doctype html><title>tessera</title>");
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM_PATH || "/usr/bin/chromium",
+    args: CHROMIUM_FLAGS,
+  });
+  const page = await browser.newPage();
+  await page.goto(`http://127.0.0.1:${server.address().port}/`);
+  const close = async () => {
+    await browser.close();
+    server.close();
+  };
+  return { page, close };
+}
