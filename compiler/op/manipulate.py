@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import arith
@@ -11,6 +13,7 @@ from ..ir.interpreter import ShapeValue
 from ..ir.struct_info import ShapeStructInfo, TupleStructInfo, describe
 from ..tir.compute import ComputeDef, read, row_major_index, unravel
 from ..tir.ir import Const, binary, cast, from_prim, select
+from ..tir.schedule.transpose import TransposeInfo
 from .common import (
     INT_DTYPES,
     normalize_axes,
@@ -120,7 +123,12 @@ def _legalize_permute_dims(call, ctx):
             indices[in_axis] = idx[out_axis]
         return read(x, *indices)
 
-    return ComputeDef(ctx.kernel_name, (x,), out, body)
+    attrs = {}
+    if ndim >= 2 and order == tuple(range(ndim - 2)) + (ndim - 1, ndim - 2):
+        # Swapping the last two axes: the tiled transpose rule keeps both sides contiguous.
+        batch = arith.simplify(math.prod(x.shape[:-2], start=arith.IntImm(1)))
+        attrs["transpose"] = TransposeInfo(batch, x.shape[-2], x.shape[-1])
+    return ComputeDef(ctx.kernel_name, (x,), out, body, attrs=attrs)
 
 
 register_op("permute_dims", inputs=("x",), attrs={"axes": None}, deduce=_deduce_permute_dims,

@@ -44,11 +44,34 @@ class KernelVerifyError(ValueError):
 
 def verify_kernel(func: PrimFunc, sizes: dict[str, int] | None = None) -> None:
     sizes = dict(sizes or {})
+    _check_names(func)
     _check_barriers(func)
     grid = [arith.evaluate(g, sizes) for g in func.grid]
     env: dict[str, Interval] = {f"s_{name}": Interval.point(sizes[name]) for name in func.scalars}
     checker = _BoundsChecker(func, sizes, grid)
     checker.stmts(func.body, env)
+
+
+def _check_names(func: PrimFunc) -> None:
+    """A local is declared once in its scope, and not under a buffer's or a scalar's name."""
+    taken = {b.name for b in func.params + func.scratch} | {f"s_{name}" for name in func.scalars}
+
+    def walk(body, scope: set[str]):
+        scope = set(scope)
+        for s in body:
+            if isinstance(s, Declare) or isinstance(s, For):
+                name = s.var.name
+                if name in scope:
+                    raise KernelVerifyError(f"kernel {func.name}: '{name}' is declared twice")
+                if isinstance(s, Declare):
+                    scope.add(name)
+                else:
+                    walk(s.body, scope | {name})
+            elif isinstance(s, IfThen):
+                walk(s.then, scope)
+                walk(s.otherwise, scope)
+
+    walk(func.body, taken)
 
 
 # -- barriers --------------------------------------------------------------------------

@@ -85,6 +85,12 @@ class KernelRunner:
         return cached
 
     def run(self, func: PrimFunc, inputs: list[np.ndarray], scalars: dict[str, int]) -> list[np.ndarray]:
+        bound = self.bind(func, inputs, scalars)
+        bound.dispatch()
+        return bound.read_outputs()
+
+    def bind(self, func: PrimFunc, inputs: list[np.ndarray], scalars: dict[str, int]) -> BoundKernel:
+        """Upload ``inputs`` and allocate outputs once; dispatch as often as needed (benchmarks)."""
         wgpu = self.wgpu
         kernel, layout, pipeline = self.pipeline(func)
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -102,19 +108,44 @@ class KernelRunner:
         bind_group = self.device.create_bind_group(layout=layout, entries=[
             {"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}} for i, b in enumerate(buffers)])
         grid = [arith.evaluate(g, scalars) for g in func.grid]
-        if min(grid) > 0:
-            encoder = self.device.create_command_encoder()
+        outputs = list(zip(out_shapes, func.outputs, buffers[len(inputs):]))
+        return BoundKernel(self.device, pipeline, bind_group, grid, outputs)
+
+
+class BoundKernel:
+    """A kernel with its buffers on the device."""
+
+    def __init__(self, device, pipeline, bind_group, grid, outputs):
+        self.device, self.pipeline, self.bind_group, self.grid, self.outputs = (
+            device, pipeline, bind_group, grid, outputs)
+        self._sync = None
+
+    def dispatch(self, times: int = 1) -> None:
+        if min(self.grid) <= 0:
+            return
+        encoder = self.device.create_command_encoder()
+        for _ in range(times):
             compute = encoder.begin_compute_pass()
-            compute.set_pipeline(pipeline)
-            compute.set_bind_group(0, bind_group)
-            compute.dispatch_workgroups(*grid)
+            compute.set_pipeline(self.pipeline)
+            compute.set_bind_group(0, self.bind_group)
+            compute.dispatch_workgroups(*self.grid)
             compute.end()
-            self.device.queue.submit([encoder.finish()])
-        outputs = []
-        for shape, buf, device_buffer in zip(out_shapes, func.outputs, buffers[len(inputs):]):
-            raw = self.device.queue.read_buffer(device_buffer)
-            outputs.append(_from_device(raw, shape, buf.storage_dtype))
-        return outputs
+        self.device.queue.submit([encoder.finish()])
+
+    def wait(self) -> None:
+        """Block until submitted work is done: read back one word written after it."""
+        if self._sync is None:
+            import wgpu
+
+            self._sync = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC)
+        encoder = self.device.create_command_encoder()
+        encoder.copy_buffer_to_buffer(self.outputs[0][2], 0, self._sync, 0, 4)
+        self.device.queue.submit([encoder.finish()])
+        self.device.queue.read_buffer(self._sync)
+
+    def read_outputs(self) -> list[np.ndarray]:
+        return [_from_device(self.device.queue.read_buffer(device_buffer), shape, buf.storage_dtype)
+                for shape, buf, device_buffer in self.outputs]
 
 
 def _device_bytes(count: int, dtype: str) -> int:

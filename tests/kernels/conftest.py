@@ -52,7 +52,6 @@ def _example() -> dict:
     """softmax over rows of a (5, 37) matrix: a row-reduction kernel with a uniform and scratch memory."""
     import numpy as np
     from harness import build
-
     from tessera import op
     from tessera.codegen.wgsl import emit_wgsl
     from tessera.ir import Function, Tensor

@@ -71,3 +71,14 @@ def test_creation(runner, dtype):
 def test_shape_of_needs_no_kernel(runner):
     lowered, kernels = check_op(runner, op.shape_of, [Tensor(("n", 3), F32)])
     assert kernels == []
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "bool"])
+def test_transpose_of_the_last_two_axes_uses_the_tiled_rule(runner, dtype):
+    from tessera.ir import Function
+
+    lowered, kernels = check_op(runner, op.permute_dims, [Tensor(("n", "m"), dtype)], rtol=0, atol=0)
+    assert [k.attrs["rule"] for k in kernels] == ["transpose"]
+    lowered, kernels = check_op(runner, lambda x: op.permute_dims(x, axes=[0, 2, 1]), [Tensor((3, "n", 33), dtype)],
+                                rtol=0, atol=0)
+    assert [f.attrs["rule"] for f in lowered.functions.values() if not isinstance(f, Function)] == ["transpose"]

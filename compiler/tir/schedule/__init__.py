@@ -11,6 +11,7 @@ from ..pattern import analyze_pattern
 from .injective import schedule_injective
 from .matmul import is_gemv, schedule_gemm, schedule_gemv
 from .reduction import schedule_reduction, schedule_rows
+from .transpose import schedule_transpose
 
 # A reduction this short runs serially in one thread per output element.
 SERIAL_REDUCTION_LIMIT = 64
@@ -20,6 +21,8 @@ def schedule(defn: ComputeDef | RowDef, target, name: str) -> PrimFunc:
     pattern = analyze_pattern(defn)
     if isinstance(defn, RowDef):
         func = schedule_rows(defn, target, name)
+    elif "transpose" in defn.attrs:
+        func = schedule_transpose(defn, defn.attrs["transpose"], target, name)
     elif "matmul" in defn.attrs:
         info = defn.attrs["matmul"]
         func = (schedule_gemv if is_gemv(info) else schedule_gemm)(defn, info, target, name)
