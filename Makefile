@@ -33,7 +33,7 @@ node-deps: node_modules/.package-lock.json
 test: setup lint test-python test-browser
 
 lint:
-	$(VENV)/bin/ruff check compiler codegen tests
+	$(VENV)/bin/ruff check compiler codegen tests bench
 
 test-python:
 	$(PY) -m pytest

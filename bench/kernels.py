@@ -15,7 +15,6 @@ import platform
 import time
 
 import numpy as np
-
 from tessera import op
 from tessera.ir import BlockBuilder, Function, Tensor, Var
 from tessera.target import Target

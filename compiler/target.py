@@ -36,16 +36,17 @@ _DTYPES = {
 }
 
 _PRESETS = {
-    "webgpu": ({}, {}),
-    "webgpu-f16": ({"shader-f16"}, {}),
+    # name: (features, limits beyond the defaults, CPU adapter?)
+    "webgpu": ({}, {}, False),
+    "webgpu-f16": ({"shader-f16"}, {}, False),
     "llvmpipe": ({"shader-f16", "subgroup", "timestamp-query"}, {
         "maxComputeWorkgroupStorageSize": 32768,
         "maxComputeInvocationsPerWorkgroup": 1024,
         "maxComputeWorkgroupSizeX": 1024,
         "maxComputeWorkgroupSizeY": 1024,
         "maxStorageBuffersPerShaderStage": 32,
-    }),
-    "swiftshader": ({"subgroup"}, {"maxStorageBuffersPerShaderStage": 10}),
+    }, True),
+    "swiftshader": ({"subgroup"}, {"maxStorageBuffersPerShaderStage": 10}, True),
 }
 
 
@@ -55,8 +56,11 @@ class Target:
     features: frozenset[str] = field(default_factory=frozenset)
     limits: tuple[tuple[str, int], ...] = ()
     name: str = ""
+    cpu_adapter: bool = False
 
-    def __init__(self, kind: str, features=(), limits=None, name: str = ""):
+    def __init__(self, kind: str, features=(), limits=None, name: str = "", cpu_adapter: bool = False):
+        """``cpu_adapter``: the device is a CPU emulating a GPU (llvmpipe, SwiftShader), where
+        workgroup memory and barriers cost more than they save and per-thread work should be wide."""
         if kind not in _DTYPES:
             raise ValueError(f"unknown target kind {kind!r}; known: {', '.join(sorted(_DTYPES))}")
         merged = dict(WEBGPU_DEFAULT_LIMITS)
@@ -65,13 +69,14 @@ class Target:
         object.__setattr__(self, "features", frozenset(features))
         object.__setattr__(self, "limits", tuple(sorted(merged.items())))
         object.__setattr__(self, "name", name or kind)
+        object.__setattr__(self, "cpu_adapter", cpu_adapter)
 
     @staticmethod
     def preset(name: str) -> Target:
         if name not in _PRESETS:
             raise ValueError(f"unknown target preset {name!r}; known: {', '.join(sorted(_PRESETS))}")
-        features, limits = _PRESETS[name]
-        return Target("webgpu", features, limits, name)
+        features, limits, cpu_adapter = _PRESETS[name]
+        return Target("webgpu", features, limits, name, cpu_adapter)
 
     def limit(self, key: str) -> int:
         return dict(self.limits)[key]

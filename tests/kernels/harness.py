@@ -46,11 +46,11 @@ COVERED_OPS: set[str] = set()
 SHADERS: dict[str, dict] = {}
 
 
-def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=None, seed=0):
+def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=None, seed=0, target=TARGET):
     """Legalize ``make(*params)`` for the llvmpipe target and compare every size with numpy."""
     mod = build(make, params)
     COVERED_OPS.update(_op_names(mod))
-    lowered = legalize_ops(mod, TARGET)
+    lowered = legalize_ops(mod, target)
     kernels = [f for f in lowered.functions.values() if not isinstance(f, Function)]
     rng = np.random.default_rng(seed)
     for env in size_sweeps(params, sizes):

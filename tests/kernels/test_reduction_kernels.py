@@ -5,6 +5,7 @@ import pytest
 from harness import TARGET, build, check_op
 from tessera import op
 from tessera.ir import Function, Tensor
+from tessera.target import Target
 from tessera.transform import legalize_ops
 
 F32 = "float32"
@@ -58,17 +59,25 @@ def test_norms(runner, dtype, rtol, atol):
              rtol=rtol, atol=atol)
 
 
+GPU_TARGET = Target("webgpu", features={"shader-f16"})  # workgroup-memory rules, run on llvmpipe all the same
+
+
+@pytest.mark.parametrize("target", [TARGET, GPU_TARGET], ids=["cpu-adapter-rules", "gpu-rules"])
 @pytest.mark.parametrize("dtype,rtol,atol", FLOATS, ids=["f32", "f16"])
-def test_matmul_gemv_and_gemm(runner, dtype, rtol, atol):
-    # Decode: one row against a weight matrix (GEMV, split-K across threads).
-    lowered, _ = check_op(runner, op.matmul, [Tensor((1, 96), dtype), Tensor((96, "n"), dtype)],
-                          rtol=rtol, atol=atol)
+def test_matmul_gemv_and_gemm(runner, dtype, rtol, atol, target):
+    # Decode: one row against a weight matrix (GEMV; split-K across threads on GPUs).
+    lowered, kernels = check_op(runner, op.matmul, [Tensor((1, 96), dtype), Tensor((96, "n"), dtype)],
+                                rtol=rtol, atol=atol, target=target)
     assert rules(lowered) == ["gemv"]
+    assert any(s.scope == "workgroup" for s in kernels[0].scratch) == (target is GPU_TARGET)
     # Prefill: tiled GEMM; sizes are not tile multiples.
     lowered, _ = check_op(runner, op.matmul, [Tensor(("n", 40), dtype), Tensor((40, "m"), dtype)],
-                          rtol=rtol, atol=atol, sizes=(1, 7, 64, 130))
+                          rtol=rtol, atol=atol, sizes=(1, 7, 64, 130), target=target)
     assert rules(lowered) == ["gemm"]
-    check_op(runner, op.matmul, [Tensor(("n", 64), dtype), Tensor((64, 48), dtype)], rtol=rtol, atol=atol)
+    check_op(runner, op.matmul, [Tensor(("n", 64), dtype), Tensor((64, 48), dtype)], rtol=rtol, atol=atol,
+             target=target)
+    check_op(runner, op.matmul, [Tensor((2, "n", 8), dtype), Tensor((1, 8, 5), dtype)], rtol=rtol, atol=atol,
+             target=target)
 
 
 def test_matmul_batched_broadcast_and_vectors(runner):

@@ -9,7 +9,7 @@ from ..compute import ComputeDef, RowDef
 from ..ir import PrimFunc
 from ..pattern import analyze_pattern
 from .injective import schedule_injective
-from .matmul import is_gemv, schedule_gemm, schedule_gemv
+from .matmul import is_gemv, schedule_gemm, schedule_gemm_registers, schedule_gemv, schedule_gemv_columns
 from .reduction import schedule_reduction, schedule_rows
 from .transpose import schedule_transpose
 
@@ -25,7 +25,11 @@ def schedule(defn: ComputeDef | RowDef, target, name: str) -> PrimFunc:
         func = schedule_transpose(defn, defn.attrs["transpose"], target, name)
     elif "matmul" in defn.attrs:
         info = defn.attrs["matmul"]
-        func = (schedule_gemv if is_gemv(info) else schedule_gemm)(defn, info, target, name)
+        if target.cpu_adapter:
+            rule = schedule_gemv_columns if is_gemv(info) else schedule_gemm_registers
+        else:
+            rule = schedule_gemv if is_gemv(info) else schedule_gemm
+        func = rule(defn, info, target, name)
     elif defn.reduction is not None:
         extent = arith.Analyzer().as_int(arith.simplify(_product(defn.reduction.extents)))
         if extent is not None and extent <= SERIAL_REDUCTION_LIMIT:

@@ -185,3 +185,85 @@ def _check_grid(grid, target, name) -> None:
         if value is not None and value > limit:
             raise ValueError(f"kernel {name}: {value} workgroups along {'xyz'[axis]} exceed the limit {limit}")
 
+
+
+# -- CPU adapters (llvmpipe, SwiftShader) -------------------------------------------------
+# They run a workgroup's invocations as SIMD lanes of one CPU thread: barriers and workgroup
+# memory cost more than they save, and wide per-invocation register tiles win (bench/kernels.py).
+
+
+def schedule_gemv_columns(defn: ComputeDef, info: MatmulInfo, target, name: str, columns: int = 16,
+                          threads: int = 16) -> PrimFunc:
+    """Each invocation sums all of K for ``columns`` consecutive outputs; no barrier."""
+    acc_dtype = accumulate_type(defn.output.dtype)
+    n, k = from_prim(info.n), from_prim(info.k)
+    n_last = binary("-", n, Const(1))
+    batch_id, a_base, b_base, first, kk, x = (Local("batch"), Local("a_base"), Local("b_base"), Local("first"),
+                                              Local("kk"), Local("x", acc_dtype))
+    cols = [Local(f"col{j}") for j in range(columns)]
+    accs = [Local(f"acc{j}", acc_dtype) for j in range(columns)]
+    body = [Declare(batch_id, Builtin("workgroup_id", 1))]
+    _, a_off, b_off = _batch(info, batch_id)
+    group = binary("*", Builtin("workgroup_id", 0), Const(threads * columns))
+    body += [Declare(a_base, a_off), Declare(b_base, b_off),
+             Declare(first, binary("+", group, binary("*", LID, Const(columns))))]
+    body += [Declare(c, binary("+", first, Const(j))) for j, c in enumerate(cols)]
+    body += [Declare(a, const(0, acc_dtype)) for a in accs]
+    row = binary("+", b_base, binary("*", kk, n))
+    step = [Declare(x, cast(Load(info.a, binary("+", a_base, kk)), acc_dtype))]
+    for col, acc in zip(cols, accs):
+        value = cast(Load(info.b, binary("+", row, minimum(col, n_last))), acc_dtype)
+        step.append(Assign(acc, binary("+", acc, binary("*", x, value))))
+    body.append(For(kk, Const(0), k, tuple(step)))
+    for col, acc in zip(cols, accs):
+        index = binary("+", binary("*", batch_id, n), col)
+        body.append(IfThen(binary("<", col, n), (Store(defn.output, index, cast(acc, defn.output.dtype)),)))
+    batches = arith.simplify(_prod(info.batch_shape))
+    grid = (arith.simplify((info.n + threads * columns - 1) // (threads * columns)), batches, arith.IntImm(1))
+    _check_grid(grid, target, name)
+    return PrimFunc(name, defn.inputs, (defn.output,), scalars_of(*defn.inputs, defn.output), tuple(body),
+                    (threads, 1, 1), grid, attrs={"rule": "gemv"})
+
+
+def schedule_gemm_registers(defn: ComputeDef, info: MatmulInfo, target, name: str, tile_m: int = 8,
+                            tile_n: int = 8, threads: int = 16) -> PrimFunc:
+    """Each invocation keeps a tile_m x tile_n block of the output in registers; no barrier."""
+    acc_dtype = accumulate_type(defn.output.dtype)
+    m, n, k = from_prim(info.m), from_prim(info.n), from_prim(info.k)
+    batch_id, a_base, b_base, kk = Local("batch"), Local("a_base"), Local("b_base"), Local("kk")
+    rows = [Local(f"row{i}") for i in range(tile_m)]
+    cols = [Local(f"col{j}") for j in range(tile_n)]
+    a_regs = [Local(f"a{i}", acc_dtype) for i in range(tile_m)]
+    b_regs = [Local(f"b{j}", acc_dtype) for j in range(tile_n)]
+    accs = [[Local(f"c{i}_{j}", acc_dtype) for j in range(tile_n)] for i in range(tile_m)]
+    body = [Declare(batch_id, Builtin("workgroup_id", 2))]
+    _, a_off, b_off = _batch(info, batch_id)
+    body += [Declare(a_base, a_off), Declare(b_base, b_off)]
+    first_col = binary("*", binary("+", binary("*", Builtin("workgroup_id", 0), Const(threads)), LID), Const(tile_n))
+    first_row = binary("*", Builtin("workgroup_id", 1), Const(tile_m))
+    body += [Declare(r, binary("+", first_row, Const(i))) for i, r in enumerate(rows)]
+    body += [Declare(c, binary("+", first_col, Const(j))) for j, c in enumerate(cols)]
+    body += [Declare(acc, const(0, acc_dtype)) for line in accs for acc in line]
+    m_last, n_last = binary("-", m, Const(1)), binary("-", n, Const(1))
+    step = []
+    for r, a in zip(rows, a_regs):
+        index = binary("+", a_base, binary("+", binary("*", minimum(r, m_last), k), kk))
+        step.append(Declare(a, cast(Load(info.a, index), acc_dtype)))
+    for c, b in zip(cols, b_regs):
+        index = binary("+", b_base, binary("+", binary("*", kk, n), minimum(c, n_last)))
+        step.append(Declare(b, cast(Load(info.b, index), acc_dtype)))
+    for i in range(tile_m):
+        for j in range(tile_n):
+            step.append(Assign(accs[i][j], binary("+", accs[i][j], binary("*", a_regs[i], b_regs[j]))))
+    body.append(For(kk, Const(0), k, tuple(step)))
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            index = binary("+", binary("*", binary("+", binary("*", batch_id, m), r), n), c)
+            body.append(IfThen(logical_and(binary("<", r, m), binary("<", c, n)),
+                               (Store(defn.output, index, cast(accs[i][j], defn.output.dtype)),)))
+    batches = arith.simplify(_prod(info.batch_shape))
+    grid = (arith.simplify((info.n + threads * tile_n - 1) // (threads * tile_n)),
+            arith.simplify((info.m + tile_m - 1) // tile_m), batches)
+    _check_grid(grid, target, name)
+    return PrimFunc(name, defn.inputs, (defn.output,), scalars_of(*defn.inputs, defn.output), tuple(body),
+                    (threads, 1, 1), grid, attrs={"rule": "gemm"})
