@@ -53,6 +53,9 @@ class CStyleRenderer:
     def declare_local(self, var: Local, value: str) -> str:
         raise NotImplementedError
 
+    def declare_constant(self, var: Local, value: str) -> str:
+        raise NotImplementedError
+
     def for_header(self, var: str, start: str, end: str, step: int) -> str:
         raise NotImplementedError
 
@@ -134,6 +137,13 @@ class CStyleRenderer:
                 self.emit(depth, "} else {")
                 self.stmts(s.otherwise, depth + 1)
             self.emit(depth, "}")
+        elif isinstance(s, For) and s.unroll and _static_trip(s) is not None:
+            # Unrolled: one block per iteration, the loop variable a constant in each.
+            for value in _static_trip(s):
+                self.emit(depth, "{")
+                self.emit(depth + 1, self.declare_constant(s.var, self.literal(value, s.var.dtype)))
+                self.stmts(s.body, depth + 1)
+                self.emit(depth, "}")
         elif isinstance(s, For):
             start = self.expr(s.start)
             end = self.expr(s.stop)
@@ -144,6 +154,18 @@ class CStyleRenderer:
             self.emit(depth, self.barrier)
         else:
             raise TypeError(f"cannot render {s!r}")
+
+
+MAX_UNROLL = 64
+
+
+def _static_trip(s: For) -> range | None:
+    """The loop's iterations when its bounds are constants and it is short enough to unroll."""
+    if isinstance(s.start, Const) and isinstance(s.stop, Const):
+        trip = range(int(s.start.value), int(s.stop.value), s.step)
+        if len(trip) <= MAX_UNROLL:
+            return trip
+    return None
 
 
 def float_text(value: float) -> str | None:

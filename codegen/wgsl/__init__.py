@@ -103,6 +103,9 @@ class WGSLRenderer(CStyleRenderer):
     def declare_local(self, var: Local, value: str) -> str:
         return f"var {self.name(var.name)}: {self.types[var.dtype]} = {value};"
 
+    def declare_constant(self, var: Local, value: str) -> str:
+        return f"let {self.name(var.name)}: {self.types[var.dtype]} = {value};"
+
     def for_header(self, var: str, start: str, end: str, step: int) -> str:
         return f"for (var {var}: i32 = {start}; {var} < {end}; {var} = {var} + {step})"
 

@@ -118,6 +118,10 @@ class _Legalizer:
 
     def _call_kernel(self, defn, args, inputs, out_sinfo) -> Call:
         func = schedule(defn, self.target, defn.name)
+        limit = self.target.limit("maxStorageBuffersPerShaderStage")
+        if len(func.params) > limit:
+            raise LegalizeError(f"kernel {func.name} needs {len(func.params)} storage buffers, target "
+                                f"{self.target} allows {limit} (maxStorageBuffersPerShaderStage)")
         name = self._add_kernel(func)
         tir_vars = [arith.Var(s) for s in func.scalars] or None
         # The kernel's parameters are the buffers its definition reads, in its order.

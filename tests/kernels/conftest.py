@@ -8,18 +8,25 @@ def runner():
     return default_runner()
 
 
+def _complete_kernel_run(session) -> bool:
+    """True when the run selected every kernel test (no -k, -m, --lf or single file)."""
+    options = session.config.option
+    if options.keyword or options.markexpr or getattr(options, "lf", False):
+        return False
+    kernel_items = [item for item in session.items if "tests/kernels" in str(item.fspath)]
+    return len(kernel_items) >= 100 and session.testscollected == len(session.items)
+
+
+_RUN = {"complete": False}
+
+
 def pytest_sessionfinish(session, exitstatus):
     """When every kernel test ran and passed, every operator with a kernel must have been run."""
     from harness import COVERED_OPS
     from tessera.op import get_op, list_ops
 
-    options = session.config.option
-    complete = not options.keyword and not options.markexpr and not getattr(options, "lf", False)
-    ran_kernels = any("tests/kernels" in str(item.fspath) for item in session.items)
-    if exitstatus != 0 or not complete or not ran_kernels or session.testscollected != len(session.items):
-        return
-    everything = [item for item in session.items if "tests/kernels" in str(item.fspath)]
-    if len(everything) < 100:  # a single file was asked for
+    _RUN["complete"] = exitstatus == 0 and _complete_kernel_run(session)
+    if not _RUN["complete"]:
         return
     missing = sorted(n for n in list_ops() if get_op(n).legalize is not None and n not in COVERED_OPS)
     if missing:
@@ -40,7 +47,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
     from harness import SHADERS
 
-    if exitstatus != 0 or len(SHADERS) < 20:
+    if exitstatus != 0 or not _RUN["complete"]:
         return
     os.makedirs(os.path.dirname(SHADER_FILE), exist_ok=True)
     with open(SHADER_FILE, "w") as f:

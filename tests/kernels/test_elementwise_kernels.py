@@ -43,5 +43,6 @@ def test_astype(runner, source, target):
     check_op(runner, lambda x: op.astype(x, dtype=target), [Tensor(("n",), source)], rtol=1e-3, atol=1e-3)
 
 
-def test_where(runner):
-    check_op(runner, op.where, [Tensor(("n", 1), "bool"), Tensor((1, 5), "float32"), Tensor(("n", 5), "float32")])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64"])
+def test_where(runner, dtype):
+    check_op(runner, op.where, [Tensor(("n", 1), "bool"), Tensor((1, 5), dtype), Tensor(("n", 5), dtype)])

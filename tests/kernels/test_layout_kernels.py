@@ -1,6 +1,5 @@
 """Shape-manipulation and creation operators as kernels on WebGPU, against numpy."""
 
-import numpy as np
 import pytest
 from harness import check_op
 from tessera import arith, op
@@ -10,47 +9,60 @@ n, m = arith.Var("n"), arith.Var("m")
 F32 = "float32"
 
 
-def test_reshape_flatten_expand_squeeze(runner):
-    check_op(runner, lambda x: op.reshape(x, [-1, 2]), [Tensor(("n", 4), F32)])
-    check_op(runner, op.flatten, [Tensor(("n", 3, 2), F32)])
-    check_op(runner, lambda x: op.expand_dims(x, axis=[0, 2]), [Tensor(("n", 3), F32)])
-    check_op(runner, lambda x: op.squeeze(x, axis=[1]), [Tensor(("n", 1, 3), F32)])
+# Data movement is exact, so every dtype must come back bit for bit.
+DTYPES = ["float32", "float16", "int32", "int64"]
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reshape_flatten_expand_squeeze(runner, dtype):
+    check_op(runner, lambda x: op.reshape(x, [-1, 2]), [Tensor(("n", 4), dtype)], rtol=0, atol=0)
+    check_op(runner, op.flatten, [Tensor(("n", 3, 2), dtype)], rtol=0, atol=0)
+    check_op(runner, lambda x: op.expand_dims(x, axis=[0, 2]), [Tensor(("n", 3), dtype)], rtol=0, atol=0)
+    check_op(runner, lambda x: op.squeeze(x, axis=[1]), [Tensor(("n", 1, 3), dtype)], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("axes", [None, [1, 0, 2], [2, 0, 1]])
-def test_permute_dims(runner, axes):
-    check_op(runner, lambda x: op.permute_dims(x, axes=axes), [Tensor(("n", 3, "m"), F32)])
+def test_permute_dims(runner, axes, dtype):
+    check_op(runner, lambda x: op.permute_dims(x, axes=axes), [Tensor(("n", 3, "m"), dtype)], rtol=0, atol=0)
 
 
-def test_concat_and_split(runner):
-    check_op(runner, lambda a, b: op.concat((a, b), axis=0), [Tensor(("n", 3), F32), Tensor(("m", 3), F32)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_concat_and_split(runner, dtype):
+    check_op(runner, lambda a, b: op.concat((a, b), axis=0), [Tensor(("n", 3), dtype), Tensor(("m", 3), dtype)],
+             rtol=0, atol=0)
     check_op(runner, lambda a, b, c: op.concat((a, b, c), axis=1),
-             [Tensor(("n", 1), F32), Tensor(("n", 2), F32), Tensor(("n", 3), F32)])
-    check_op(runner, lambda x: op.split(x, indices_or_sections=[1, 3], axis=1), [Tensor(("n", 5), F32)])
-    check_op(runner, lambda x: op.split(x, indices_or_sections=2, axis=0), [Tensor((4, "n"), "float16")],
+             [Tensor(("n", 1), dtype), Tensor(("n", 2), dtype), Tensor(("n", 3), dtype)], rtol=0, atol=0)
+    check_op(runner, lambda x: op.split(x, indices_or_sections=[1, 3], axis=1), [Tensor(("n", 5), dtype)],
+             rtol=0, atol=0)
+    check_op(runner, lambda x: op.split(x, indices_or_sections=2, axis=0), [Tensor((4, "n"), dtype)],
              rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("table_dtype", ["float32", "float16"])
 @pytest.mark.parametrize("index_dtype", ["int32", "int64"])
-def test_take_rows_like_an_embedding(runner, index_dtype):
-    def inputs(env, rng):
-        table = rng.standard_normal((50, 8)).astype(np.float32)
-        return [table, rng.integers(0, 50, (env["n"],)).astype(index_dtype)]
+def test_take_rows_like_an_embedding(runner, index_dtype, table_dtype):
+    def inputs(shape, axis):
+        def make(env, rng):
+            table = rng.standard_normal(shape).astype(table_dtype)
+            return [table, rng.integers(0, shape[axis], (env["n"],)).astype(index_dtype)]
 
-    check_op(runner, lambda w, i: op.take(w, i, axis=0), [Tensor((50, 8), F32), Tensor(("n",), index_dtype)],
-             inputs=inputs)
-    check_op(runner, lambda w, i: op.take(w, i, axis=1), [Tensor((3, 50), F32), Tensor(("n",), index_dtype)],
-             inputs=lambda env, rng: [rng.standard_normal((3, 50)).astype(np.float32),
-                                      rng.integers(0, 50, (env["n"],)).astype(index_dtype)])
+        return make
+
+    check_op(runner, lambda w, i: op.take(w, i, axis=0), [Tensor((50, 8), table_dtype), Tensor(("n",), index_dtype)],
+             inputs=inputs((50, 8), 0), rtol=0, atol=0)
+    check_op(runner, lambda w, i: op.take(w, i, axis=1), [Tensor((3, 50), table_dtype), Tensor(("n",), index_dtype)],
+             inputs=inputs((3, 50), 1), rtol=0, atol=0)
 
 
-def test_strided_slice_and_broadcast_to(runner):
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_strided_slice_and_broadcast_to(runner, dtype):
     check_op(runner, lambda x: op.strided_slice(x, axes=[0, 1], begin=[1, -3], end=[n, 8], strides=[2, 1]),
-             [Tensor(("n", 8), F32)])
+             [Tensor(("n", 8), dtype)], rtol=0, atol=0)
     check_op(runner, lambda x: op.strided_slice(x, axes=[0], begin=[4], end=[0], strides=[-1]),
-             [Tensor((6, "n"), F32)])
-    check_op(runner, lambda x, s: op.broadcast_to(x, s), [Tensor((1, 4), F32), Shape(["n", 4])],
-             inputs=lambda env, rng: [rng.random((1, 4)).astype(np.float32), _shape(env["n"], 4)])
+             [Tensor((6, "n"), dtype)], rtol=0, atol=0)
+    check_op(runner, lambda x, s: op.broadcast_to(x, s), [Tensor((1, 4), dtype), Shape(["n", 4])],
+             inputs=lambda env, rng: [rng.random((1, 4)).astype(dtype), _shape(env["n"], 4)], rtol=0, atol=0)
 
 
 def _shape(*dims):

@@ -29,17 +29,19 @@ def test_reductions_short_and_long(runner, name, dtype, rtol, atol):
     check_op(runner, make, [Tensor(("n", 3), dtype)], rtol=rtol, atol=atol)
 
 
-def test_prod(runner):
-    check_op(runner, lambda x: op.prod(x, axis=[1]), [Tensor(("n", 5), F32)], rtol=1e-4)
+@pytest.mark.parametrize("dtype,rtol,atol", FLOATS, ids=["f32", "f16"])
+def test_prod(runner, dtype, rtol, atol):
+    check_op(runner, lambda x: op.prod(x, axis=[1]), [Tensor(("n", 5), dtype)], rtol=rtol, atol=atol)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("name", ["argmax", "argmin"])
-def test_arg_reductions(runner, name):
+def test_arg_reductions(runner, name, dtype):
     make = getattr(op, name)
-    lowered, _ = check_op(runner, lambda x: make(x, axis=1), [Tensor((4, "n"), F32)])
+    lowered, _ = check_op(runner, lambda x: make(x, axis=1), [Tensor((4, "n"), dtype)])
     assert rules(lowered) == ["row-reduction"]
-    check_op(runner, lambda x: make(x, axis=0, keepdims=True), [Tensor(("n", 3), F32)])
-    check_op(runner, make, [Tensor(("n", 3), F32)])
+    check_op(runner, lambda x: make(x, axis=0, keepdims=True), [Tensor(("n", 3), dtype)])
+    check_op(runner, make, [Tensor(("n", 3), dtype)])
     # Ties go to the first occurrence, as in numpy.
     check_op(runner, lambda x: make(x, axis=1), [Tensor((2, "n"), "int32")],
              inputs=lambda env, rng: [rng.integers(0, 3, (2, env["n"])).astype(np.int32)])
@@ -87,26 +89,28 @@ def test_matmul_batched_broadcast_and_vectors(runner):
     check_op(runner, op.matmul, [Tensor(("n", 3), "int32"), Tensor((3, 2), "int32")])
 
 
-def test_conv2d(runner):
+@pytest.mark.parametrize("dtype,rtol,atol", FLOATS, ids=["f32", "f16"])
+def test_conv2d(runner, dtype, rtol, atol):
     conv = lambda x, w: op.nn.conv2d(x, w, strides=2, padding=1)  # noqa: E731
-    check_op(runner, conv, [Tensor((1, 3, "n", 9), F32), Tensor((4, 3, 3, 3), F32)], rtol=1e-4, atol=1e-4,
-             sizes=(1, 7, 64))
+    check_op(runner, conv, [Tensor((1, 3, "n", 9), dtype), Tensor((4, 3, 3, 3), dtype)], rtol=rtol, atol=atol)
+    # With dilation 2 a 3x3 window spans 5 pixels, so the swept axis starts at 5.
     grouped = lambda x, w: op.nn.conv2d(x, w, groups=2, dilation=2)  # noqa: E731
-    check_op(runner, grouped, [Tensor((2, 4, 9, "n"), F32), Tensor((6, 2, 3, 3), F32)], rtol=1e-4, atol=1e-4,
-             sizes=(5, 7, 64))
+    check_op(runner, grouped, [Tensor((2, 4, 9, "n"), dtype), Tensor((6, 2, 3, 3), dtype)], rtol=rtol, atol=atol,
+             sizes=(5, 7, 64, 1000))
     # A long reduction (64 channels x 3 x 3) takes the workgroup rule.
-    lowered, _ = check_op(runner, op.nn.conv2d, [Tensor((1, 64, 5, 5), F32), Tensor((2, 64, 3, 3), F32)],
-                          rtol=1e-4, atol=1e-4)
+    lowered, _ = check_op(runner, op.nn.conv2d, [Tensor((1, 64, 5, 5), dtype), Tensor((2, 64, 3, 3), dtype)],
+                          rtol=rtol, atol=atol)
     assert rules(lowered) == ["workgroup-reduction"]
 
 
-def test_pooling(runner):
+@pytest.mark.parametrize("dtype,rtol,atol", FLOATS, ids=["f32", "f16"])
+def test_pooling(runner, dtype, rtol, atol):
     check_op(runner, lambda x: op.nn.max_pool2d(x, pool_size=3, strides=2, padding=1),
-             [Tensor((1, 2, "n", 7), F32)], sizes=(1, 7, 64))
+             [Tensor((1, 2, "n", 7), dtype)], rtol=rtol, atol=atol)
     check_op(runner, lambda x: op.nn.avg_pool2d(x, pool_size=3, strides=2, padding=1),
-             [Tensor((1, 2, "n", 7), F32)], sizes=(1, 7, 64))
+             [Tensor((1, 2, "n", 7), dtype)], rtol=rtol, atol=atol)
     check_op(runner, lambda x: op.nn.avg_pool2d(x, pool_size=2, strides=2, padding=1, count_include_pad=True),
-             [Tensor((1, 2, 6, 6), F32)])
+             [Tensor((1, 2, 6, 6), dtype)], rtol=rtol, atol=atol)
 
 
 def test_unique_becomes_a_runtime_call(runner):

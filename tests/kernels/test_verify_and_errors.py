@@ -68,3 +68,20 @@ def test_targets_and_presets():
     assert Target.preset("webgpu-f16").supports_dtype("float16")
     with pytest.raises(ValueError, match="unknown target preset 'metal'"):
         Target.preset("metal")
+
+
+def test_operators_without_a_lowering_for_the_target_are_named():
+    mod = build(lambda x, g, b: op.nn.layer_norm(x, g, b, axes=[0]),
+                [Tensor((4, "n"), "float32"), Tensor((4,), "float32"), Tensor((4,), "float32")])
+    with pytest.raises(LegalizeError, match=r"cannot legalize R.nn.layer_norm: kernels normalize over trailing "
+                       r"axes, got axes \(0,\) of rank 2 \(in out: "):
+        legalize_ops(mod, Target.preset("llvmpipe"))
+
+
+def test_kernels_needing_more_storage_buffers_than_the_target_allows_are_named():
+    parts = [Tensor(("n", 1), "float32") for _ in range(8)]
+    mod = build(lambda *xs: op.concat(tuple(xs), axis=1), parts)
+    with pytest.raises(LegalizeError, match=r"kernel concat needs 9 storage buffers, target webgpu allows 8 "
+                       r"\(maxStorageBuffersPerShaderStage\)"):
+        legalize_ops(mod, Target("webgpu"))
+    legalize_ops(mod, Target.preset("llvmpipe"))  # llvmpipe grants 32
