@@ -13,6 +13,7 @@ from . import op
 from .ir import (
     BlockBuilder,
     Constant,
+    Function,
     IRModule,
     RuntimeCheckError,
     Tensor,
@@ -57,6 +58,27 @@ def numpy_attention(x, norm_w, wq, wk, wv):
     return x + probs @ v
 
 
+def _run_on_webgpu(mod: IRModule, weights, rng) -> None:
+    """Legalize to WGSL kernels and run them on the WebGPU device, if this machine has one."""
+    from .target import Target
+    from .transform import legalize_ops
+    from .vm.kernel_runner import WebGPUUnavailable, default_runner
+
+    try:
+        runner = default_runner()
+    except WebGPUUnavailable as error:
+        print(f"\nWebGPU is not available here ({error}); skipping the kernel run.")
+        return
+    lowered = legalize_ops(mod, Target.preset("llvmpipe"))
+    kernels = [f for f in lowered.functions.values() if not isinstance(f, Function)]
+    x = rng.standard_normal((64, HIDDEN)).astype(np.float32)
+    got = interpret(lowered, "attention", x, *weights, kernel_runner=runner)
+    want = interpret(mod, "attention", x, *weights)
+    rules = ", ".join(sorted({k.attrs["rule"] for k in kernels}))
+    print(f"\nLegalized to {len(kernels)} WGSL kernels ({rules}) and run on {runner.adapter_name}:")
+    print(f"n =  64: max |WebGPU - interpreter| = {float(np.max(np.abs(got - want))):.2e}")
+
+
 def run_demo() -> int:
     mod = build_attention()
     text = mod.script()
@@ -84,6 +106,7 @@ def run_demo() -> int:
         interpret(reparsed, "attention", np.zeros((3, HIDDEN + 1), np.float32), *weights)
     except RuntimeCheckError as error:
         print(f"\nA wrong input is caught with a clear error:\n  {error}")
-    print("\nComing next: loop-level kernels and WGSL on WebGPU, fusion and memory planning,\n"
-          "the VM format, then SmolLM2 chatting from the command line and in the browser.")
+    _run_on_webgpu(reparsed, weights, rng)
+    print("\nComing next: fusion and memory planning, the VM format, then SmolLM2 chatting\n"
+          "from the command line and in the browser.")
     return 0

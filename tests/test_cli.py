@@ -44,3 +44,4 @@ def test_demo_runs_end_to_end():
     assert result.returncode == 0, result.stderr
     assert "n =  64: output (64, 16)" in result.stdout
     assert "dimension 1 is 17, not 16" in result.stdout
+    assert "max |WebGPU - interpreter|" in result.stdout
