@@ -8,9 +8,9 @@ from .. import arith
 from ..ir.errors import DeductionError
 from ..tir.compute import ComputeDef, Reduction, read
 from ..tir.ir import Const, binary, cast, from_prim, logical_and, maximum, minimum, select
-from ..tir.schedule.common import accumulate_type
+from ..tir.schedule.common import accumulate_type, lowest
 from .common import result_tensor, same_dtype, tensor_input
-from .lowering import clamp_index, lowest
+from .lowering import clamp_index
 from .registry import register_op
 
 

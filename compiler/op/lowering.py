@@ -17,7 +17,6 @@ from ..ir.errors import TesseraError
 from ..ir.expr import Call
 from ..tir.compute import ComputeDef, Reduction, read
 from ..tir.ir import Buffer, Const, TExpr, binary, cast, from_prim, maximum, minimum, select
-from ..tir.schedule.common import highest, lowest  # noqa: F401  (re-exported for operators)
 
 
 class LegalizeError(TesseraError):

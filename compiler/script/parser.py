@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from .. import arith
-from ..arith.parse import from_ast
 from ..ir.builder import BlockBuilder
 from ..ir.errors import ScriptError, TesseraError
 from ..ir.expr import (
@@ -32,18 +31,9 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.module import IRModule, VDevice
-from ..ir.struct_info import (
-    FuncStructInfo,
-    ObjectStructInfo,
-    PrimStructInfo,
-    ShapeStructInfo,
-    StructInfo,
-    TensorStructInfo,
-    TupleStructInfo,
-)
+from ..ir.struct_info import FuncStructInfo, ObjectStructInfo, StructInfo
 from ..op import registry
-
-_LITERAL_FLOATS = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
+from .syntax import PrimParser, SinfoParser, column, dotted, fail, literal
 
 
 def from_source(text: str) -> IRModule:
@@ -58,34 +48,15 @@ def from_source(text: str) -> IRModule:
     return _ModuleParser(classes[0]).parse()
 
 
-def _fail(node: ast.AST, message: str) -> ScriptError:
-    return ScriptError(message, getattr(node, "lineno", None), _column(node))
-
-
-def _column(node: ast.AST) -> int | None:
-    offset = getattr(node, "col_offset", None)
-    return None if offset is None else offset + 1
-
-
-def _dotted(node: ast.AST) -> str | None:
-    """``R.nn.softmax`` -> "R.nn.softmax"; None for anything that is not a dotted name."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
-
-
 def _decorator_name(node: ast.AST) -> str | None:
-    return _dotted(node.func) if isinstance(node, ast.Call) else _dotted(node)
+    return dotted(node.func) if isinstance(node, ast.Call) else dotted(node)
 
 
 class _ModuleParser:
     def __init__(self, cls: ast.ClassDef):
         self.cls = cls
         if not any(_decorator_name(d) == "I.ir_module" for d in cls.decorator_list):
-            raise _fail(cls, f"class {cls.name} needs the @I.ir_module decorator")
+            raise fail(cls, f"class {cls.name} needs the @I.ir_module decorator")
 
     def parse(self) -> IRModule:
         functions: list[ast.FunctionDef] = []
@@ -94,12 +65,12 @@ class _ModuleParser:
             if isinstance(stmt, ast.FunctionDef):
                 functions.append(stmt)
             elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
-                    and _dotted(stmt.value.func) == "I.module_global_infos":
+                    and dotted(stmt.value.func) == "I.module_global_infos":
                 vdevices.extend(self._global_infos(stmt.value))
             elif isinstance(stmt, ast.Pass):
                 continue
             else:
-                raise _fail(stmt, "a module holds only functions and I.module_global_infos(...)")
+                raise fail(stmt, "a module holds only functions and I.module_global_infos(...)")
         # Signatures first, so that functions may call each other in any order.
         signatures = {f.name: _FunctionParser.signature(f) for f in functions}
         builder = BlockBuilder(signatures=signatures)
@@ -111,17 +82,17 @@ class _ModuleParser:
 
     def _global_infos(self, call: ast.Call) -> list[VDevice]:
         if len(call.args) != 1 or not isinstance(call.args[0], ast.Dict):
-            raise _fail(call, 'I.module_global_infos takes one dict: {"vdevice": [...]}')
+            raise fail(call, 'I.module_global_infos takes one dict: {"vdevice": [...]}')
         devices = []
         for key, value in zip(call.args[0].keys, call.args[0].values):
             if not (isinstance(key, ast.Constant) and key.value == "vdevice"):
-                raise _fail(key or call, "only the 'vdevice' global info is known")
+                raise fail(key or call, "only the 'vdevice' global info is known")
             if not isinstance(value, ast.List):
-                raise _fail(value, "vdevice needs a list of I.vdevice(...)")
+                raise fail(value, "vdevice needs a list of I.vdevice(...)")
             for item in value.elts:
-                if not (isinstance(item, ast.Call) and _dotted(item.func) == "I.vdevice"):
-                    raise _fail(item, "expected I.vdevice(kind, index, memory_scope)")
-                devices.append(VDevice(*[_literal(a) for a in item.args]))
+                if not (isinstance(item, ast.Call) and dotted(item.func) == "I.vdevice"):
+                    raise fail(item, "expected I.vdevice(kind, index, memory_scope)")
+                devices.append(VDevice(*[literal(a) for a in item.args]))
         return devices
 
 
@@ -138,11 +109,11 @@ class _FunctionParser:
 
     @staticmethod
     def signature(node: ast.FunctionDef) -> FuncStructInfo:
-        parser = _SinfoParser(symbols=None)
+        parser = SinfoParser(symbols=None)
         params = []
         for arg in node.args.args:
             if arg.annotation is None:
-                raise _fail(arg, f"parameter '{arg.arg}' needs a struct info annotation")
+                raise fail(arg, f"parameter '{arg.arg}' needs a struct info annotation")
             params.append(parser.parse(arg.annotation))
         ret = parser.parse(node.returns) if node.returns is not None else ObjectStructInfo()
         return FuncStructInfo(tuple(params), ret, _is_pure(node))
@@ -154,7 +125,7 @@ class _FunctionParser:
         for arg, sinfo in zip(node.args.args, sig.params):
             var = Var(arg.arg, sinfo)
             if arg.arg in self.scope:
-                raise _fail(arg, f"parameter '{arg.arg}' is declared twice")
+                raise fail(arg, f"parameter '{arg.arg}' is declared twice")
             self.scope[arg.arg] = var
             params.append(var)
         body = list(node.body)
@@ -162,7 +133,7 @@ class _FunctionParser:
         while body and self._declares_symbol(body[0]) or body and self._is_func_attr(body[0]):
             stmt = body.pop(0)
             if self._is_func_attr(stmt):
-                attrs.update(_literal(stmt.value.args[0]))
+                attrs.update(literal(stmt.value.args[0]))
             else:
                 name = stmt.targets[0].id
                 self.sym[name] = arith.Var(name)
@@ -173,28 +144,28 @@ class _FunctionParser:
         except ScriptError:
             raise
         except TesseraError as error:
-            raise ScriptError(f"in function '{node.name}': {error}", node.lineno, _column(node)) from None
+            raise ScriptError(f"in function '{node.name}': {error}", node.lineno, column(node)) from None
 
     def _declares_symbol(self, stmt: ast.stmt) -> bool:
         return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
                 and isinstance(stmt.targets[0], ast.Name) and isinstance(stmt.value, ast.Call)
-                and _dotted(stmt.value.func) == "T.int64" and not stmt.value.args)
+                and dotted(stmt.value.func) == "T.int64" and not stmt.value.args)
 
     def _is_func_attr(self, stmt: ast.stmt) -> bool:
         return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-                and _dotted(stmt.value.func) == "R.func_attr")
+                and dotted(stmt.value.func) == "R.func_attr")
 
     # -- statements -------------------------------------------------------------
 
     def _statements(self, stmts: list[ast.stmt], is_function_body: bool = False) -> None:
         for index, stmt in enumerate(stmts):
             if self._declares_symbol(stmt) or self._is_func_attr(stmt):
-                raise _fail(stmt, "T.int64() declarations and R.func_attr come first in a function")
+                raise fail(stmt, "T.int64() declarations and R.func_attr come first in a function")
             if isinstance(stmt, ast.Return):
                 if not is_function_body or index != len(stmts) - 1:
-                    raise _fail(stmt, "return must be the last statement of the function")
+                    raise fail(stmt, "return must be the last statement of the function")
                 if stmt.value is None:
-                    raise _fail(stmt, "a function must return a value")
+                    raise fail(stmt, "a function must return a value")
                 result = self._expr(stmt.value)
                 self._at(stmt, self.bb.emit_func_output, result)
                 return
@@ -205,38 +176,38 @@ class _FunctionParser:
             elif isinstance(stmt, ast.If):
                 self._if(stmt)
             elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
-                    and _dotted(stmt.value.func) == "R.output":
-                raise _fail(stmt, "R.output(...) belongs at the end of a dataflow block")
+                    and dotted(stmt.value.func) == "R.output":
+                raise fail(stmt, "R.output(...) belongs at the end of a dataflow block")
             else:
-                raise _fail(stmt, f"unexpected statement ({type(stmt).__name__})")
+                raise fail(stmt, f"unexpected statement ({type(stmt).__name__})")
         if is_function_body:
-            raise _fail(self.node, f"function '{self.node.name}' has no return")
+            raise fail(self.node, f"function '{self.node.name}' has no return")
 
     def _dataflow(self, stmt: ast.With) -> None:
         if len(stmt.items) != 1 or not isinstance(stmt.items[0].context_expr, ast.Call) \
-                or _dotted(stmt.items[0].context_expr.func) != "R.dataflow":
-            raise _fail(stmt, "only `with R.dataflow():` blocks are allowed")
+                or dotted(stmt.items[0].context_expr.func) != "R.dataflow":
+            raise fail(stmt, "only `with R.dataflow():` blocks are allowed")
         body = list(stmt.body)
         last = body[-1] if body else None
         if not (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
-                and _dotted(last.value.func) == "R.output"):
-            raise _fail(stmt, "a dataflow block must end with R.output(...)")
+                and dotted(last.value.func) == "R.output"):
+            raise fail(stmt, "a dataflow block must end with R.output(...)")
         outputs = []
         for arg in last.value.args:
             if not isinstance(arg, ast.Name):
-                raise _fail(arg, "R.output takes variable names")
+                raise fail(arg, "R.output takes variable names")
             outputs.append(arg.id)
         self.dataflow_outputs = set(outputs)
         before = set(self.scope)
         with self.bb.dataflow():
             for inner in body[:-1]:
                 if not isinstance(inner, (ast.Assign, ast.AnnAssign)):
-                    raise _fail(inner, "a dataflow block holds only bindings (no control flow)")
+                    raise fail(inner, "a dataflow block holds only bindings (no control flow)")
                 self._assign(inner)
         self.dataflow_outputs = None
         for name in outputs:
             if name not in self.scope or name in before:
-                raise _fail(last, f"R.output names '{name}', which the block does not bind")
+                raise fail(last, f"R.output names '{name}', which the block does not bind")
         # Dataflow variables are local to their block.
         for name in list(self.scope):
             if isinstance(self.scope[name], DataflowVar):
@@ -246,21 +217,21 @@ class _FunctionParser:
         target = stmt.target if isinstance(stmt, ast.AnnAssign) else (
             stmt.targets[0] if len(stmt.targets) == 1 else None)
         if not isinstance(target, ast.Name):
-            raise _fail(stmt, "bind one variable per statement: `name: R.Tensor(...) = value`")
+            raise fail(stmt, "bind one variable per statement: `name: R.Tensor(...) = value`")
         annotation = stmt.annotation if isinstance(stmt, ast.AnnAssign) else None
         return target.id, annotation
 
     def _assign(self, stmt) -> None:
         name, annotation_node = self._target(stmt)
         if stmt.value is None:
-            raise _fail(stmt, f"'{name}' is annotated but not bound")
+            raise fail(stmt, f"'{name}' is annotated but not bound")
         if name in self.scope:
-            raise _fail(stmt, f"'{name}' is already bound; every variable is bound once")
+            raise fail(stmt, f"'{name}' is already bound; every variable is bound once")
         annotation = self._sinfo(annotation_node) if annotation_node is not None else None
         value = stmt.value
-        if isinstance(value, ast.Call) and _dotted(value.func) == "R.match_cast":
+        if isinstance(value, ast.Call) and dotted(value.func) == "R.match_cast":
             if len(value.args) != 2:
-                raise _fail(value, "R.match_cast takes a value and a struct info")
+                raise fail(value, "R.match_cast takes a value and a struct info")
             self._define_pattern_symbols(value.args[1])
             pattern = self._sinfo(value.args[1])
             source = self._expr(value.args[0])
@@ -277,24 +248,24 @@ class _FunctionParser:
         # Names in a match_cast pattern may be new symbolic variables if declared by T.int64().
         for sub in ast.walk(node):
             if isinstance(sub, ast.Name) and sub.id not in self.sym and sub.id not in ("R", "T"):
-                raise _fail(sub, f"symbolic variable '{sub.id}' is not declared; add `{sub.id} = T.int64()`")
+                raise fail(sub, f"symbolic variable '{sub.id}' is not declared; add `{sub.id} = T.int64()`")
 
     def _if(self, stmt: ast.If) -> None:
         if self.dataflow_outputs is not None:
-            raise _fail(stmt, "dataflow blocks cannot contain control flow")
+            raise fail(stmt, "dataflow blocks cannot contain control flow")
         cond = self._expr(stmt.test)
         branches = []
         result_name = None
         annotation = None
         for body in (stmt.body, stmt.orelse):
             if not body:
-                raise _fail(stmt, "an if needs both branches, each ending in the same binding")
+                raise fail(stmt, "an if needs both branches, each ending in the same binding")
             last = body[-1]
             if not isinstance(last, (ast.Assign, ast.AnnAssign)):
-                raise _fail(last, "each branch must end by binding the if's result variable")
+                raise fail(last, "each branch must end by binding the if's result variable")
             name, ann_node = self._target(last)
             if result_name is not None and name != result_name:
-                raise _fail(last, f"both branches must bind '{result_name}', this one binds '{name}'")
+                raise fail(last, f"both branches must bind '{result_name}', this one binds '{name}'")
             result_name = name
             if ann_node is not None:
                 annotation = self._sinfo(ann_node)
@@ -306,7 +277,7 @@ class _FunctionParser:
                     elif isinstance(inner, (ast.Assign, ast.AnnAssign)):
                         self._assign(inner)
                     else:
-                        raise _fail(inner, "a branch holds bindings and ifs")
+                        raise fail(inner, "a branch holds bindings and ifs")
                 branch.result = self._expr(last.value)
             self.scope = saved
             branches.append(branch.seq)
@@ -321,52 +292,52 @@ class _FunctionParser:
             raise
         except (TesseraError, TypeError, ValueError, KeyError) as error:
             message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
-            raise _fail(stmt, message) from None
+            raise fail(stmt, message) from None
 
     # -- expressions ------------------------------------------------------------
 
     def _sinfo(self, node: ast.AST) -> StructInfo:
-        return _SinfoParser(self.sym).parse(node)
+        return SinfoParser(self.sym).parse(node)
 
     def _prim(self, node: ast.AST) -> arith.PrimExpr:
-        return _PrimParser(self.sym).parse(node)
+        return PrimParser(self.sym).parse(node)
 
     def _expr(self, node: ast.AST) -> Expr:
         if isinstance(node, ast.Name):
             if node.id in self.scope:
                 return self.scope[node.id]
             if node.id in self.sym:
-                raise _fail(node, f"'{node.id}' is a symbolic variable; use R.prim_value({node.id}) "
+                raise fail(node, f"'{node.id}' is a symbolic variable; use R.prim_value({node.id}) "
                             "or R.shape([...]) to pass it as a value")
-            raise _fail(node, f"undefined variable '{node.id}'")
+            raise fail(node, f"undefined variable '{node.id}'")
         if isinstance(node, ast.Tuple):
             return Tuple(tuple(self._expr(e) for e in node.elts))
         if isinstance(node, ast.Subscript):
             index = node.slice
             if not (isinstance(index, ast.Constant) and isinstance(index.value, int)):
-                raise _fail(node, "tuple indices are integer literals")
+                raise fail(node, "tuple indices are integer literals")
             return TupleGetItem(self._expr(node.value), index.value)
-        if isinstance(node, ast.Attribute) and _dotted(node) and _dotted(node).startswith("cls."):
+        if isinstance(node, ast.Attribute) and dotted(node) and dotted(node).startswith("cls."):
             return self._global(node, node.attr)
         if isinstance(node, ast.Call):
             return self._call(node)
-        raise _fail(node, f"unexpected expression ({type(node).__name__})")
+        raise fail(node, f"unexpected expression ({type(node).__name__})")
 
     def _global(self, node: ast.AST, name: str) -> GlobalVar:
         if name not in self.signatures:
-            raise _fail(node, f"the module has no function '{name}'")
+            raise fail(node, f"the module has no function '{name}'")
         return GlobalVar(name, self.signatures[name])
 
     def _call(self, node: ast.Call) -> Expr:
-        name = _dotted(node.func)
+        name = dotted(node.func)
         if name is None:
-            raise _fail(node, "calls name a function: R.<op>, cls.<function> or a variable")
+            raise fail(node, "calls name a function: R.<op>, cls.<function> or a variable")
         if name.startswith("cls."):
             return Call(self._global(node.func, name[4:]), tuple(self._expr(a) for a in node.args))
         if not name.startswith("R."):
             if name in self.scope:
                 return Call(self.scope[name], tuple(self._expr(a) for a in node.args))
-            raise _fail(node, f"unknown function '{name}'")
+            raise fail(node, f"unknown function '{name}'")
         special = _SPECIAL.get(name[2:])
         if special is not None:
             return special(self, node)
@@ -376,20 +347,20 @@ class _FunctionParser:
         try:
             op = registry.get_op(op_name)
         except TesseraError as error:
-            raise _fail(node, str(error)) from None
+            raise fail(node, str(error)) from None
         args = [self._expr(a) for a in node.args]
         attrs, sinfo_args = {}, ()
         for keyword in node.keywords:
             if keyword.arg in ("sinfo_args", "out_sinfo"):
                 sinfo_args = self._sinfo_list(keyword.value)
             elif keyword.arg is None:
-                raise _fail(keyword, "** arguments are not part of the format")
+                raise fail(keyword, "** arguments are not part of the format")
             else:
                 attrs[keyword.arg] = self._attr_value(keyword.value)
         try:
             return registry.make_call(op.name, *args, sinfo_args=sinfo_args, **attrs)
         except TypeError as error:
-            raise _fail(node, str(error)) from None
+            raise fail(node, str(error)) from None
 
     def _sinfo_list(self, node: ast.AST) -> tuple[StructInfo, ...]:
         if isinstance(node, (ast.List, ast.Tuple)):
@@ -400,69 +371,69 @@ class _FunctionParser:
         if isinstance(node, (ast.List, ast.Tuple)):
             return tuple(self._attr_value(e) for e in node.elts)
         if isinstance(node, (ast.Name, ast.BinOp)) or (
-                isinstance(node, ast.Call) and _dotted(node.func) in ("T.min", "T.max")):
+                isinstance(node, ast.Call) and dotted(node.func) in ("T.min", "T.max")):
             prim = self._prim(node)
             return prim.value if isinstance(prim, arith.IntImm) else prim
-        return _literal(node)
+        return literal(node)
 
     # special forms of R.*
 
     def _shape(self, node: ast.Call) -> ShapeExpr:
         arg = _single_arg(node)
         if not isinstance(arg, (ast.List, ast.Tuple)):
-            raise _fail(node, "R.shape takes a list of dimensions")
+            raise fail(node, "R.shape takes a list of dimensions")
         return ShapeExpr(tuple(self._prim(e) for e in arg.elts))
 
     def _prim_value(self, node: ast.Call) -> PrimValue:
         return PrimValue(self._prim(_single_arg(node)))
 
     def _str(self, node: ast.Call) -> StringImm:
-        value = _literal(_single_arg(node))
+        value = literal(_single_arg(node))
         if not isinstance(value, str):
-            raise _fail(node, "R.str takes a string literal")
+            raise fail(node, "R.str takes a string literal")
         return StringImm(value)
 
     def _const(self, node: ast.Call) -> Constant:
         if len(node.args) != 2:
-            raise _fail(node, 'R.const takes data and a dtype: R.const([1.0, 2.0], "float32")')
-        data, dtype = _literal(node.args[0]), _literal(node.args[1])
+            raise fail(node, 'R.const takes data and a dtype: R.const([1.0, 2.0], "float32")')
+        data, dtype = literal(node.args[0]), literal(node.args[1])
         shape = None
         for keyword in node.keywords:
             if keyword.arg != "shape":
-                raise _fail(keyword, f"R.const has no argument '{keyword.arg}'")
-            shape = tuple(_literal(keyword.value))
+                raise fail(keyword, f"R.const has no argument '{keyword.arg}'")
+            shape = tuple(literal(keyword.value))
         try:
             array = np.array(data, dtype=dtype)
             return Constant(array.reshape(shape) if shape is not None else array)
         except (TypeError, ValueError) as error:
-            raise _fail(node, f"bad constant: {error}") from None
+            raise fail(node, f"bad constant: {error}") from None
 
     def _tuple(self, node: ast.Call) -> Tuple:
         return Tuple(tuple(self._expr(a) for a in node.args))
 
     def _extern(self, node: ast.Call) -> ExternFunc:
-        return ExternFunc(_literal(_single_arg(node)))
+        return ExternFunc(literal(_single_arg(node)))
 
     def _call_packed(self, node: ast.Call) -> Call:
         if not node.args:
-            raise _fail(node, "R.call_packed needs a function name")
-        func = ExternFunc(_literal(node.args[0]))
+            raise fail(node, "R.call_packed needs a function name")
+        func = ExternFunc(literal(node.args[0]))
         sinfo_args = ()
         for keyword in node.keywords:
             if keyword.arg != "sinfo_args":
-                raise _fail(keyword, f"R.call_packed has no argument '{keyword.arg}'")
+                raise fail(keyword, f"R.call_packed has no argument '{keyword.arg}'")
             sinfo_args = self._sinfo_list(keyword.value)
         return Call(func, tuple(self._expr(a) for a in node.args[1:]), (), sinfo_args)
 
     def _call_named(self, node: ast.Call, op_name: str, callee) -> Call:
         if not node.args:
-            raise _fail(node, f"R.{op_name} needs a callee first")
+            raise fail(node, f"R.{op_name} needs a callee first")
         first = callee(node.args[0])
         rest = [self._expr(a) for a in node.args[1:]]
         sinfo_args = ()
         for keyword in node.keywords:
             if keyword.arg not in ("out_sinfo", "sinfo_args"):
-                raise _fail(keyword, f"R.{op_name} has no argument '{keyword.arg}'")
+                raise fail(keyword, f"R.{op_name} has no argument '{keyword.arg}'")
             sinfo_args = self._sinfo_list(keyword.value)
         return registry.make_call(op_name, first, *rest, sinfo_args=sinfo_args)
 
@@ -470,13 +441,13 @@ class _FunctionParser:
         return self._call_named(node, "call_tir", lambda a: self._expr(a))
 
     def _call_dps_library(self, node):
-        return self._call_named(node, "call_dps_library", lambda a: StringImm(_literal(a)))
+        return self._call_named(node, "call_dps_library", lambda a: StringImm(literal(a)))
 
     def _call_pure_packed(self, node):
-        return self._call_named(node, "call_pure_packed", lambda a: ExternFunc(_literal(a)))
+        return self._call_named(node, "call_pure_packed", lambda a: ExternFunc(literal(a)))
 
     def _misplaced(self, node: ast.Call) -> Expr:
-        raise _fail(node, f"{_dotted(node.func)} is a statement, not an expression")
+        raise fail(node, f"{dotted(node.func)} is a statement, not an expression")
 
 
 _SPECIAL = {
@@ -498,7 +469,7 @@ _SPECIAL = {
 
 def _single_arg(node: ast.Call) -> ast.AST:
     if len(node.args) != 1 or node.keywords:
-        raise _fail(node, f"{_dotted(node.func)} takes one argument")
+        raise fail(node, f"{dotted(node.func)} takes one argument")
     return node.args[0]
 
 
@@ -506,118 +477,12 @@ def _is_pure(node: ast.FunctionDef) -> bool:
     for decorator in node.decorator_list:
         name = _decorator_name(decorator)
         if name != "R.function":
-            raise _fail(decorator, f"functions are decorated with @R.function, not @{name}")
+            raise fail(decorator, f"functions are decorated with @R.function, not @{name}")
         if isinstance(decorator, ast.Call):
             for keyword in decorator.keywords:
                 if keyword.arg != "pure":
-                    raise _fail(keyword, f"@R.function has no argument '{keyword.arg}'")
-                return bool(_literal(keyword.value))
+                    raise fail(keyword, f"@R.function has no argument '{keyword.arg}'")
+                return bool(literal(keyword.value))
     if not node.decorator_list:
-        raise _fail(node, f"function '{node.name}' needs the @R.function decorator")
+        raise fail(node, f"function '{node.name}' needs the @R.function decorator")
     return True
-
-
-def _literal(node: ast.AST):
-    """A Python literal, plus float("inf") / float("nan"); nothing is evaluated."""
-    if isinstance(node, ast.Call) and _dotted(node.func) == "float" and len(node.args) == 1:
-        text = _literal(node.args[0])
-        if text in _LITERAL_FLOATS:
-            return _LITERAL_FLOATS[text]
-    if isinstance(node, (ast.List, ast.Tuple)):
-        return [_literal(e) for e in node.elts]
-    if isinstance(node, ast.Dict):
-        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values)}
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        value = _literal(node.operand)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return -value
-    if isinstance(node, ast.Constant):
-        return node.value
-    raise _fail(node, "expected a literal value")
-
-
-class _PrimParser:
-    """Symbolic integer expressions; ``symbols`` None means names declare themselves (signatures)."""
-
-    def __init__(self, symbols: dict[str, arith.Var] | None):
-        self.symbols = symbols
-
-    def parse(self, node: ast.AST) -> arith.PrimExpr:
-        where = node
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            try:
-                node = ast.parse(node.value.strip(), mode="eval").body
-            except SyntaxError:
-                raise _fail(where, f"bad symbolic expression {node.value!r}") from None
-        try:
-            return from_ast(node, lambda name: self._resolve(name, where))
-        except ValueError:
-            raise _fail(where, "expected a symbolic integer expression") from None
-
-    def _resolve(self, name: str, where: ast.AST) -> arith.Var:
-        if self.symbols is None:
-            return arith.Var(name)
-        if name not in self.symbols:
-            raise _fail(where, f"symbolic variable '{name}' is not declared; add "
-                        f"`{name} = T.int64()` or bind it in a parameter")
-        return self.symbols[name]
-
-
-class _SinfoParser:
-    def __init__(self, symbols: dict[str, arith.Var] | None):
-        self.prims = _PrimParser(symbols)
-
-    def parse(self, node: ast.AST) -> StructInfo:
-        name = _dotted(node.func) if isinstance(node, ast.Call) else _dotted(node)
-        args = node.args if isinstance(node, ast.Call) else []
-        kwargs = {k.arg: k.value for k in node.keywords} if isinstance(node, ast.Call) else {}
-        if name == "R.Object":
-            return ObjectStructInfo()
-        if name == "R.Tensor":
-            return self._tensor(node, args, kwargs)
-        if name == "R.Shape":
-            if args:
-                return ShapeStructInfo(tuple(self._dims(args[0])))
-            return ShapeStructInfo(None, _literal(kwargs["ndim"]) if "ndim" in kwargs else -1)
-        if name == "R.Prim":
-            if "value" in kwargs:
-                return PrimStructInfo("int64", self.prims.parse(kwargs["value"]))
-            return PrimStructInfo(_literal(args[0]) if args else _literal(kwargs.get("dtype")))
-        if name == "R.Tuple":
-            return TupleStructInfo(tuple(self.parse(a) for a in args))
-        if name == "R.Callable":
-            ret = self.parse(kwargs["ret"]) if "ret" in kwargs else self.parse(args[1])
-            pure = _literal(kwargs["pure"]) if "pure" in kwargs else True
-            if args and isinstance(args[0], (ast.Tuple, ast.List)):
-                return FuncStructInfo(tuple(self.parse(p) for p in args[0].elts), ret, pure)
-            return FuncStructInfo(None, ret, pure)
-        raise _fail(node, "expected a struct info: R.Tensor, R.Shape, R.Prim, R.Tuple, R.Callable "
-                    "or R.Object")
-
-    def _dims(self, node: ast.AST) -> list[arith.PrimExpr]:
-        if not isinstance(node, (ast.Tuple, ast.List)):
-            raise _fail(node, "a shape is a tuple of dimensions")
-        return [self.prims.parse(e) for e in node.elts]
-
-    def _tensor(self, node, args, kwargs) -> TensorStructInfo:
-        unknown = set(kwargs) - {"dtype", "ndim", "vdevice"}
-        if unknown:
-            raise _fail(node, f"R.Tensor has no argument {', '.join(sorted(unknown))}")
-        shape = None
-        dtype = _literal(kwargs["dtype"]) if "dtype" in kwargs else ""
-        if args:
-            first = args[0]
-            if isinstance(first, ast.Constant) and isinstance(first.value, str) and len(args) == 1:
-                dtype = first.value  # R.Tensor("float32")
-            else:
-                shape = tuple(self._dims(first))
-                if len(args) > 1:
-                    dtype = _literal(args[1])
-        ndim = _literal(kwargs["ndim"]) if "ndim" in kwargs else -1
-        vdevice = _literal(kwargs["vdevice"]) if "vdevice" in kwargs else None
-        if shape is not None and ndim not in (-1, len(shape)):
-            raise _fail(node, f"R.Tensor with {len(shape)} dims cannot have ndim={ndim}")
-        try:
-            return TensorStructInfo(shape, dtype, ndim, vdevice)
-        except ValueError as error:
-            raise _fail(node, str(error)) from None
