@@ -46,7 +46,8 @@ _PRESETS = {
         "maxComputeWorkgroupSizeY": 1024,
         "maxStorageBuffersPerShaderStage": 32,
     }, True),
-    "swiftshader": ({"subgroup"}, {"maxStorageBuffersPerShaderStage": 10}, True),
+    # Chromium names the feature "subgroups" and wants `enable subgroups;` in WGSL.
+    "swiftshader": ({"subgroups"}, {"maxStorageBuffersPerShaderStage": 10}, True),
 }
 
 

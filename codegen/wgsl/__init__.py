@@ -41,6 +41,9 @@ _FLOORDIV = """fn tsr_floordiv(a: i32, b: i32) -> i32 {
 }"""
 
 
+SUBGROUP_BUILTINS = {"subgroup_invocation_id": "sg_lane", "subgroup_size": "sg_size"}
+
+
 @dataclass(frozen=True)
 class WGSLKernel:
     """A kernel ready for ``createShaderModule``: source, entry point and binding layout."""
@@ -57,6 +60,7 @@ class WGSLRenderer(CStyleRenderer):
         "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "inverseSqrt", "sin": "sin", "cos": "cos",
         "floor": "floor", "ceil": "ceil", "round": "round", "abs": "abs", "pow": "pow",
         "clamp": "clamp", "fma": "fma",
+        "subgroup_add": "subgroupAdd", "subgroup_max": "subgroupMax", "subgroup_min": "subgroupMin",
     }
     reserved = WGSL_KEYWORDS
     barrier = "workgroupBarrier();"
@@ -64,11 +68,14 @@ class WGSLRenderer(CStyleRenderer):
     def render(self) -> WGSLKernel:
         func = self.func
         entry = "k_" + "".join(c if c.isalnum() else "_" for c in func.name)
+        self.subgroup_builtins: set[str] = set()
         self.stmts(func.body, 1)
         body = self.lines
         header: list[str] = []
         if "f16" in walk_dtypes(func):
             header.append("enable f16;")
+        # Chrome wants `enable subgroups;` before subgroup builtins; naga (wgpu) rejects it.
+        header += [f"enable {name};" for name in func.attrs.get("wgsl_enable", ())]
         bindings = []
         for index, buf in enumerate(func.params):
             access = "read" if index < len(func.inputs) else "read_write"
@@ -91,7 +98,9 @@ class WGSLRenderer(CStyleRenderer):
         lines = header + [
             f"@compute @workgroup_size({x}, {y}, {z})",
             f"fn {entry}(@builtin(local_invocation_id) lid: vec3<u32>, "
-            "@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {",
+            "@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>"
+            + "".join(f", @builtin({kind}) {SUBGROUP_BUILTINS[kind]}: u32" for kind in sorted(self.subgroup_builtins))
+            + ") {",
         ]
         lines += [f"  let {SCALAR_PREFIX}{s}: i32 = params.{self.name(s)};" for s in func.scalars]
         for buf in func.scratch:
@@ -110,6 +119,9 @@ class WGSLRenderer(CStyleRenderer):
         return f"for (var {var}: i32 = {start}; {var} < {end}; {var} = {var} + {step})"
 
     def builtin(self, e: Builtin) -> str:
+        if e.kind in SUBGROUP_BUILTINS:
+            self.subgroup_builtins.add(e.kind)
+            return f"i32({SUBGROUP_BUILTINS[e.kind]})"
         source = {"local_id": "lid", "workgroup_id": "wid", "num_workgroups": "nwg"}[e.kind]
         return f"i32({source}.{'xyz'[e.axis]})"
 

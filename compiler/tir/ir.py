@@ -80,7 +80,8 @@ class Local(TExpr):
 
 @dataclass(frozen=True, eq=False)
 class Builtin(TExpr):
-    """Thread coordinates: ``local_id``, ``workgroup_id``, ``num_workgroups`` along ``axis``."""
+    """Thread coordinates: ``local_id``, ``workgroup_id``, ``num_workgroups`` along ``axis``;
+    with subgroups, ``subgroup_size`` and ``subgroup_invocation_id`` (axis 0)."""
 
     kind: str
     axis: int

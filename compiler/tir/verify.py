@@ -197,6 +197,10 @@ class _BoundsChecker:
                 return Interval(0, self.func.workgroup_size[axis] - 1)
             if e.kind == "workgroup_id":
                 return Interval(0, max(self.grid[axis] - 1, 0))
+            if e.kind == "subgroup_size":  # WebGPU subgroups hold 4 to 128 invocations
+                return Interval(4, 128)
+            if e.kind == "subgroup_invocation_id":
+                return Interval(0, 127)
             return Interval.point(self.grid[axis])
         if isinstance(e, Cast):
             return self.interval(e.x, env) if e.dtype == "i32" and e.x.dtype == "i32" else Interval()

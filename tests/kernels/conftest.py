@@ -73,6 +73,7 @@ def _example() -> dict:
     wgsl = emit_wgsl(kernel)
     from tessera import arith
 
-    return {"source": wgsl.source, "entry_point": wgsl.entry_point, "bindings": list(wgsl.bindings),
+    features = ["subgroups"] if kernel.attrs.get("subgroups") else []
+    return {"source": wgsl.source, "entry_point": wgsl.entry_point, "bindings": list(wgsl.bindings), "features": features,
             "scalars": [5], "grid": [arith.evaluate(g, {"n": 5}) for g in kernel.grid],
             "input": x.ravel().tolist(), "expected": expected.ravel().tolist()}

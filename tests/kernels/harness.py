@@ -11,6 +11,7 @@ from tessera.transform import legalize_ops
 
 SIZES = (1, 7, 64, 1000)
 TARGET = Target.preset("llvmpipe")
+BROWSER_TARGET = Target.preset("swiftshader")
 
 
 def build(make, params):
@@ -52,11 +53,11 @@ def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=
     COVERED_OPS.update(_op_names(mod))
     lowered = legalize_ops(mod, target)
     kernels = [f for f in lowered.functions.values() if not isinstance(f, Function)]
+    _record_browser_shaders(mod, kernels)
     rng = np.random.default_rng(seed)
     for env in size_sweeps(params, sizes):
         for kernel in kernels:
             verify_kernel(kernel, {name: env[name] for name in kernel.scalars})
-            _record_shader(kernel)
         args = inputs(env, rng) if inputs else [random_value(p, env, rng) for p in params]
         want = interpret(mod, "main", *args)
         got = interpret(lowered, "main", *args, kernel_runner=runner)
@@ -84,6 +85,23 @@ def _op_names(mod):
         for binding in block.bindings:
             if isinstance(binding.value, Call) and isinstance(binding.value.op, Op):
                 yield binding.value.op.name
+
+
+def _record_browser_shaders(mod, kernels) -> None:
+    """What Chromium would compile: this module built for its adapter, and these kernels where
+    they need no browser-specific directive (wgpu and Chrome spell subgroup support differently)."""
+    from tessera.op.lowering import LegalizeError
+
+    for kernel in kernels:
+        if not kernel.attrs.get("subgroups"):
+            _record_shader(kernel)
+    try:
+        browser = legalize_ops(mod, BROWSER_TARGET)
+    except LegalizeError:  # e.g. float16 where SwiftShader has no shader-f16
+        return
+    for kernel in browser.functions.values():
+        if not isinstance(kernel, Function):
+            _record_shader(kernel)
 
 
 def _record_shader(kernel) -> None:

@@ -47,21 +47,28 @@ def test_arg_reductions(runner, name, dtype):
              inputs=lambda env, rng: [rng.integers(0, 3, (2, env["n"])).astype(np.int32)])
 
 
+GPU_TARGET = Target("webgpu", features={"shader-f16"})  # workgroup-memory rules, run on llvmpipe all the same
+TARGETS = pytest.mark.parametrize("target", [TARGET, GPU_TARGET], ids=["llvmpipe-subgroups", "workgroup-tree"])
+
+
+@TARGETS
 @pytest.mark.parametrize("dtype,rtol,atol", FLOATS, ids=["f32", "f16"])
 @pytest.mark.parametrize("axis", [-1, 0])
-def test_softmax(runner, axis, dtype, rtol, atol):
-    check_op(runner, lambda x: op.nn.softmax(x, axis=axis), [Tensor(("n", "m"), dtype)], rtol=rtol, atol=atol)
-    check_op(runner, lambda x: op.nn.log_softmax(x, axis=axis), [Tensor(("n", 5), dtype)], rtol=rtol, atol=atol)
+def test_softmax(runner, axis, dtype, rtol, atol, target):
+    _, kernels = check_op(runner, lambda x: op.nn.softmax(x, axis=axis), [Tensor(("n", "m"), dtype)], rtol=rtol,
+                          atol=atol, target=target)
+    assert bool(kernels[0].attrs.get("subgroups")) == (target is TARGET)
+    check_op(runner, lambda x: op.nn.log_softmax(x, axis=axis), [Tensor(("n", 5), dtype)], rtol=rtol, atol=atol,
+             target=target)
 
 
+@TARGETS
 @pytest.mark.parametrize("dtype,rtol,atol", FLOATS, ids=["f32", "f16"])
-def test_norms(runner, dtype, rtol, atol):
-    check_op(runner, op.nn.rms_norm, [Tensor(("n", 576), dtype), Tensor((576,), dtype)], rtol=rtol, atol=atol)
+def test_norms(runner, dtype, rtol, atol, target):
+    check_op(runner, op.nn.rms_norm, [Tensor(("n", 576), dtype), Tensor((576,), dtype)], rtol=rtol, atol=atol,
+             target=target)
     check_op(runner, op.nn.layer_norm, [Tensor(("n", "m"), dtype), Tensor(("m",), dtype), Tensor(("m",), dtype)],
-             rtol=rtol, atol=atol)
-
-
-GPU_TARGET = Target("webgpu", features={"shader-f16"})  # workgroup-memory rules, run on llvmpipe all the same
+             rtol=rtol, atol=atol, target=target)
 
 
 @pytest.mark.parametrize("target", [TARGET, GPU_TARGET], ids=["cpu-adapter-rules", "gpu-rules"])

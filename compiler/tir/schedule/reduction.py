@@ -75,6 +75,35 @@ def _tree(shared: Buffer, threads: int, combiner: str, extra: Buffer | None = No
     return stmts
 
 
+def subgroup_feature(target) -> str | None:
+    """"subgroup" (wgpu-native, no WGSL directive) or "subgroups" (browsers: `enable subgroups;`)."""
+    for name in ("subgroups", "subgroup"):
+        if target.has(name):
+            return name
+    return None
+
+
+def _subgroup_tree(shared: Buffer, threads: int, combiner: str, local: Local) -> tuple[list, Local]:
+    """Combine within each subgroup in registers, then across the workgroup's subgroups.
+
+    Lane 0 of each subgroup leaves its subgroup's result in workgroup memory; after one
+    barrier every thread combines those few values itself, so no second barrier is needed
+    before the result is used (a barrier still precedes any reuse of the scratch)."""
+    lane, size = Builtin("subgroup_invocation_id", 0), Builtin("subgroup_size", 0)
+    part = Local(f"{local.name}_part", local.dtype)
+    total = Local(f"{local.name}_total", local.dtype)
+    index = Local(f"{local.name}_i")
+    # At most ``threads`` subgroups: the bound the verifier (and the scratch size) relies on.
+    groups = minimum(binary("/", binary("+", Const(threads), binary("-", size, Const(1))), size), Const(threads))
+    stmts = [Barrier(),  # the scratch may still be read by an earlier pass
+             Declare(part, intrinsic({"sum": "subgroup_add", "max": "subgroup_max"}[combiner], local)),
+             IfThen(binary("==", lane, Const(0)), (Store(shared, binary("/", LID, size), part),)),
+             Barrier(),
+             Declare(total, Load(shared, Const(0))),
+             For(index, Const(1), groups, (Assign(total, combine(combiner, total, Load(shared, index))),))]
+    return stmts, total
+
+
 def schedule_reduction(defn: ComputeDef, target, name: str) -> PrimFunc:
     out = defn.output
     extent = arith.simplify(math.prod(defn.reduction.extents, start=arith.IntImm(1)))
@@ -130,11 +159,17 @@ def schedule_rows(defn: RowDef, target, name: str) -> PrimFunc:
         return For(r, LID, row, tuple(stmts), step=threads)
 
     def reduce_into(local: Local, init, combiner: str, value):
-        return [Declare(local, const(init, acc_dtype)),
-                over_row([Assign(local, combine(combiner, local, value))]),
-                Store(shared, LID, local), *_tree(shared, threads, combiner)]
+        """Statements combining ``value`` over the row, and the expression holding the result."""
+        stmts = [Declare(local, const(init, acc_dtype)), over_row([Assign(local, combine(combiner, local, value))])]
+        if subgroups:
+            more, result = _subgroup_tree(shared, threads, combiner, local)
+            return stmts + more, result
+        return stmts + [Store(shared, LID, local), *_tree(shared, threads, combiner)], Load(shared, Const(0))
 
     kind = defn.kind
+    subgroups = subgroup_feature(target) is not None and kind not in ("argmax", "argmin")
+    if subgroups:
+        attrs_enable = ("subgroups",) if subgroup_feature(target) == "subgroups" else ()
     if kind in ("argmax", "argmin"):
         indices = Buffer("red_index", "i32", (arith.IntImm(threads),), "workgroup")
         scratch.append(indices)
@@ -151,8 +186,11 @@ def schedule_rows(defn: RowDef, target, name: str) -> PrimFunc:
     else:
         body += _row_normalization(defn, acc_dtype, shared, threads, x_at, over_row, reduce_into, element, r)
     grid = grid_for(rows, target)
+    attrs = {"rule": "row-reduction"}
+    if subgroups:
+        attrs.update(subgroups=True, wgsl_enable=attrs_enable)
     return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), tuple(body), (threads, 1, 1),
-                    grid, scratch=tuple(scratch), attrs={"rule": "row-reduction"})
+                    grid, scratch=tuple(scratch), attrs=attrs)
 
 
 def _row_normalization(defn, acc_dtype, shared, threads, x_at, over_row, reduce_into, element, r):
@@ -162,29 +200,31 @@ def _row_normalization(defn, acc_dtype, shared, threads, x_at, over_row, reduce_
     stmts = []
     if kind in ("softmax", "log_softmax"):
         peak, total = Local("peak", acc_dtype), Local("total", acc_dtype)
-        stmts += reduce_into(Local("m", acc_dtype), -math.inf, "max", x_at(r))
-        stmts += [Declare(peak, Load(shared, Const(0))), Barrier()]
+        more, result = reduce_into(Local("m", acc_dtype), -math.inf, "max", x_at(r))
+        stmts += more + [Declare(peak, result), Barrier()]
         shifted = binary("-", x_at(r), peak)
-        stmts += reduce_into(Local("s", acc_dtype), 0.0, "sum", intrinsic("exp", shifted))
-        stmts.append(Declare(total, Load(shared, Const(0))))
+        more, result = reduce_into(Local("s", acc_dtype), 0.0, "sum", intrinsic("exp", shifted))
+        stmts += more + [Declare(total, result)]
         if kind == "softmax":
             value = binary("/", intrinsic("exp", shifted), total)
         else:
             value = binary("-", shifted, intrinsic("log", total))
     elif kind == "rms_norm":
         scale = Local("scale", acc_dtype)
-        stmts += reduce_into(Local("ss", acc_dtype), 0.0, "sum", binary("*", x_at(r), x_at(r)))
-        mean_square = binary("/", Load(shared, Const(0)), count)
+        more, result = reduce_into(Local("ss", acc_dtype), 0.0, "sum", binary("*", x_at(r), x_at(r)))
+        stmts += more
+        mean_square = binary("/", result, count)
         stmts.append(Declare(scale, intrinsic("rsqrt", binary("+", mean_square, const(defn.epsilon, acc_dtype)))))
         weight = cast(Load(defn.inputs[1], r), acc_dtype)
         value = binary("*", binary("*", x_at(r), scale), weight)
     elif kind == "layer_norm":
         mean, scale = Local("mean", acc_dtype), Local("scale", acc_dtype)
-        stmts += reduce_into(Local("s1", acc_dtype), 0.0, "sum", x_at(r))
-        stmts += [Declare(mean, binary("/", Load(shared, Const(0)), count)), Barrier()]
+        more, result = reduce_into(Local("s1", acc_dtype), 0.0, "sum", x_at(r))
+        stmts += more + [Declare(mean, binary("/", result, count)), Barrier()]
         centered = binary("-", x_at(r), mean)
-        stmts += reduce_into(Local("s2", acc_dtype), 0.0, "sum", binary("*", centered, centered))
-        variance = binary("/", Load(shared, Const(0)), count)
+        more, result = reduce_into(Local("s2", acc_dtype), 0.0, "sum", binary("*", centered, centered))
+        stmts += more
+        variance = binary("/", result, count)
         stmts.append(Declare(scale, intrinsic("rsqrt", binary("+", variance, const(defn.epsilon, acc_dtype)))))
         gamma = cast(Load(defn.inputs[1], r), acc_dtype)
         beta = cast(Load(defn.inputs[2], r), acc_dtype)
