@@ -30,6 +30,7 @@ from tessera.tir.ir import (
     Store,
     TExpr,
     Unary,
+    lanes_of,
 )
 
 
@@ -69,12 +70,19 @@ class CStyleRenderer:
         return f"({cond} ? {a} : {b})"
 
     def cast(self, x: str, dtype: str, source_dtype: str) -> str:
-        return f"{self.types[dtype]}({x})"
+        return f"{self.type_name(dtype)}({x})"
 
-    def load(self, buffer: Buffer, index: str) -> str:
+    def type_name(self, dtype: str) -> str:
+        scalar, lanes = lanes_of(dtype)
+        return self.types[scalar] if lanes == 1 else self.vector_type(self.types[scalar], lanes)
+
+    def vector_type(self, scalar: str, lanes: int) -> str:
+        raise NotImplementedError
+
+    def load(self, buffer: Buffer, index: str, lanes: int = 1) -> str:
         return f"{self.name(buffer.name)}[{index}]"
 
-    def store(self, buffer: Buffer, index: str, value: str) -> list[str]:
+    def store(self, buffer: Buffer, index: str, value: str, lanes: int = 1) -> list[str]:
         return [f"{self.name(buffer.name)}[{index}] = {value};"]
 
     def call_intrinsic(self, name: str, args: list[str], dtype: str) -> str:
@@ -95,7 +103,7 @@ class CStyleRenderer:
         if isinstance(e, Builtin):
             return self.builtin(e)
         if isinstance(e, Load):
-            return self.load(e.buffer, self.expr(e.index))
+            return self.load(e.buffer, self.expr(e.index), e.lanes)
         if isinstance(e, Binary):
             a, b = self.expr(e.a), self.expr(e.b)
             if e.op in ("min", "max"):
@@ -128,7 +136,7 @@ class CStyleRenderer:
         elif isinstance(s, Assign):
             self.emit(depth, f"{self.name(s.var.name)} = {self.expr(s.value)};")
         elif isinstance(s, Store):
-            for line in self.store(s.buffer, self.expr(s.index), self.expr(s.value)):
+            for line in self.store(s.buffer, self.expr(s.index), self.expr(s.value), s.lanes):
                 self.emit(depth, line)
         elif isinstance(s, IfThen):
             self.emit(depth, f"if ({self.expr(s.cond)}) {{")

@@ -11,7 +11,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tessera.tir.ir import SCALAR_PREFIX, Buffer, Builtin, Local, PrimFunc, walk_dtypes
+from tessera.tir.ir import (
+    SCALAR_PREFIX,
+    Buffer,
+    Builtin,
+    Load,
+    Local,
+    PrimFunc,
+    Store,
+    lanes_of,
+    vector_of,
+    walk_dtypes,
+    walk_expr,
+    walk_stmts,
+)
 
 from ..cstyle import CStyleRenderer, float_text
 
@@ -24,16 +37,16 @@ f16 f32 false fn for i32 if let loop mat2x2 override ptr requires return sampler
 type u32 var vec2 vec3 vec4 while main
 """.split())
 
-# erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): WGSL has no erf.
-_ERF = """fn tsr_erf(x: f32) -> f32 {
-  let t = 1.0 / (1.0 + 0.3275911 * abs(x));
-  let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
+# erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): WGSL has no erf. TYPE is f32 or vec4<f32>.
+_ERF = """fn NAME(x: TYPE) -> TYPE {
+  let t = TYPE(1.0) / (TYPE(1.0) + TYPE(0.3275911) * abs(x));
+  let y = TYPE(1.0) - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
                  + 0.254829592) * t * exp(-x * x);
-  return select(-y, y, x >= 0.0);
+  return select(-y, y, x >= TYPE(0.0));
 }"""
 # tanh saturates long before |x| = 15; clamping keeps exp-based tanh finite.
-_TANH = """fn tsr_tanh(x: f32) -> f32 {
-  return tanh(clamp(x, -15.0, 15.0));
+_TANH = """fn NAME(x: TYPE) -> TYPE {
+  return tanh(clamp(x, TYPE(-15.0), TYPE(15.0)));
 }"""
 _FLOORDIV = """fn tsr_floordiv(a: i32, b: i32) -> i32 {
   let q = a / b;
@@ -77,9 +90,12 @@ class WGSLRenderer(CStyleRenderer):
         # Chrome wants `enable subgroups;` before subgroup builtins; naga (wgpu) rejects it.
         header += [f"enable {name};" for name in func.attrs.get("wgsl_enable", ())]
         bindings = []
+        vector_buffers = _vector_accesses(func)
         for index, buf in enumerate(func.params):
             access = "read" if index < len(func.inputs) else "read_write"
             element = STORAGE_ELEMENT[buf.storage_dtype]
+            if buf.name in vector_buffers:
+                element = f"vec{vector_buffers[buf.name]}<{element}>"
             header.append(f"@group(0) @binding({index}) var<storage, {access}> {self.name(buf.name)}: "
                           f"array<{element}>;")
             bindings.append(buf.name)
@@ -91,7 +107,7 @@ class WGSLRenderer(CStyleRenderer):
             bindings.append("params")
         for buf in func.scratch:
             if buf.scope == "workgroup":
-                header.append(f"var<workgroup> {self.name(buf.name)}: array<{self.types[buf.dtype]}, "
+                header.append(f"var<workgroup> {self.name(buf.name)}: array<{self.type_name(buf.dtype)}, "
                               f"{_static_size(buf)}>;")
         header.extend(self.helpers.values())
         x, y, z = func.workgroup_size
@@ -105,15 +121,15 @@ class WGSLRenderer(CStyleRenderer):
         lines += [f"  let {SCALAR_PREFIX}{s}: i32 = params.{self.name(s)};" for s in func.scalars]
         for buf in func.scratch:
             if buf.scope == "private":
-                lines.append(f"  var {self.name(buf.name)}: array<{self.types[buf.dtype]}, {_static_size(buf)}>;")
+                lines.append(f"  var {self.name(buf.name)}: array<{self.type_name(buf.dtype)}, {_static_size(buf)}>;")
         lines += body + ["}"]
         return WGSLKernel("\n".join(lines) + "\n", entry, tuple(bindings), func.workgroup_size)
 
     def declare_local(self, var: Local, value: str) -> str:
-        return f"var {self.name(var.name)}: {self.types[var.dtype]} = {value};"
+        return f"var {self.name(var.name)}: {self.type_name(var.dtype)} = {value};"
 
     def declare_constant(self, var: Local, value: str) -> str:
-        return f"let {self.name(var.name)}: {self.types[var.dtype]} = {value};"
+        return f"let {self.name(var.name)}: {self.type_name(var.dtype)} = {value};"
 
     def for_header(self, var: str, start: str, end: str, step: int) -> str:
         return f"for (var {var}: i32 = {start}; {var} < {end}; {var} = {var} + {step})"
@@ -125,7 +141,13 @@ class WGSLRenderer(CStyleRenderer):
         source = {"local_id": "lid", "workgroup_id": "wid", "num_workgroups": "nwg"}[e.kind]
         return f"i32({source}.{'xyz'[e.axis]})"
 
+    def vector_type(self, scalar: str, lanes: int) -> str:
+        return f"vec{lanes}<{scalar}>"
+
     def literal(self, value, dtype: str) -> str:
+        scalar, lanes = lanes_of(dtype)
+        if lanes > 1:
+            return f"{self.vector_type(self.types[scalar], lanes)}({self.literal(value, scalar)})"
         if dtype == "bool":
             return "true" if value else "false"
         if dtype == "i32":
@@ -148,21 +170,24 @@ class WGSLRenderer(CStyleRenderer):
         return f"select({b}, {a}, {cond})"
 
     def cast(self, x: str, dtype: str, source_dtype: str) -> str:
-        return f"{self.types[dtype]}({x})"
+        return f"{self.type_name(dtype)}({x})"
 
-    def load(self, buffer: Buffer, index: str) -> str:
+    def load(self, buffer: Buffer, index: str, lanes: int = 1) -> str:
         name = self.name(buffer.name)
         if buffer.scope != "global":
             return f"{name}[{index}]"
         if buffer.storage_dtype == "bool":
-            return f"({name}[{index}] != 0u)"
+            zero = "0u" if lanes == 1 else f"vec{lanes}<u32>(0u)"
+            return f"({name}[{index}] != {zero})"
         if buffer.storage_dtype == "int64":
             return f"{name}[({index}) * 2]"
         return f"{name}[{index}]"
 
-    def store(self, buffer: Buffer, index: str, value: str) -> list[str]:
+    def store(self, buffer: Buffer, index: str, value: str, lanes: int = 1) -> list[str]:
         name = self.name(buffer.name)
         if buffer.scope == "global" and buffer.storage_dtype == "bool":
+            if lanes > 1:
+                return [f"{name}[{index}] = select(vec{lanes}<u32>(0u), vec{lanes}<u32>(1u), {value});"]
             return [f"{name}[{index}] = select(0u, 1u, {value});"]
         if buffer.scope == "global" and buffer.storage_dtype == "int64":
             return ["{", f"  let v = {value};", f"  {name}[({index}) * 2] = v;",
@@ -170,16 +195,32 @@ class WGSLRenderer(CStyleRenderer):
         return [f"{name}[{index}] = {value};"]
 
     def call_intrinsic(self, name: str, args: list[str], dtype: str) -> str:
-        helpers = {"erf": ("tsr_erf", _ERF), "tanh": ("tsr_tanh", _TANH)}
+        helpers = {"erf": _ERF, "tanh": _TANH}
         if name in helpers:
-            fn, code = helpers[name]
-            self.helpers[fn] = code
-            call = f"{fn}(f32({args[0]}))" if dtype == "f16" else f"{fn}({args[0]})"
-            return f"f16({call})" if dtype == "f16" else call
+            scalar, lanes = lanes_of(dtype)
+            wide = self.type_name(vector_of("f32", lanes))  # computed in f32, f16 included
+            fn = f"tsr_{name}" + ("" if lanes == 1 else f"_v{lanes}")
+            self.helpers[fn] = helpers[name].replace("NAME", fn).replace("TYPE", wide)
+            if scalar == "f16":
+                return f"{self.type_name(dtype)}({fn}({wide}({args[0]})))"
+            return f"{fn}({args[0]})"
         if name == "floordiv":
             self.helpers["tsr_floordiv"] = _FLOORDIV
             return f"tsr_floordiv({args[0]}, {args[1]})"
         return super().call_intrinsic(name, args, dtype)
+
+
+def _vector_accesses(func: PrimFunc) -> dict[str, int]:
+    """Buffers the kernel reads or writes as vectors, with their lane count."""
+    found: dict[str, int] = {}
+    for stmt, exprs in walk_stmts(func.body):
+        if isinstance(stmt, Store) and stmt.lanes > 1:
+            found[stmt.buffer.name] = stmt.lanes
+        for root in exprs:
+            for e in walk_expr(root):
+                if isinstance(e, Load) and e.lanes > 1:
+                    found[e.buffer.name] = e.lanes
+    return found
 
 
 def _static_size(buf: Buffer) -> int:

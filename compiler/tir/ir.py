@@ -22,6 +22,18 @@ INDEX = "i32"
 SCALAR_DTYPES = ("f32", "f16", "i32", "u32", "bool")
 
 
+def vector_of(dtype: str, lanes: int) -> str:
+    """"f32" with 4 lanes is "f32x4": vector dtypes are scalar dtypes with a lane count."""
+    return dtype if lanes == 1 else f"{dtype}x{lanes}"
+
+
+def lanes_of(dtype: str) -> tuple[str, int]:
+    if "x" in dtype:
+        scalar, lanes = dtype.split("x")
+        return scalar, int(lanes)
+    return dtype, 1
+
+
 class TExpr:
     __slots__ = ()
     dtype: str
@@ -90,12 +102,15 @@ class Builtin(TExpr):
 
 @dataclass(frozen=True, eq=False)
 class Load(TExpr):
+    """``buffer[index]``; with ``lanes`` > 1, the index counts groups of that many elements."""
+
     buffer: Buffer
     index: TExpr
+    lanes: int = 1
 
     @property
     def dtype(self) -> str:
-        return self.buffer.dtype
+        return vector_of(self.buffer.dtype, self.lanes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -281,6 +296,7 @@ class Store(Stmt):
     buffer: Buffer
     index: TExpr
     value: TExpr
+    lanes: int = 1
 
 
 @dataclass(frozen=True, eq=False)

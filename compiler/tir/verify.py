@@ -144,7 +144,7 @@ class _BoundsChecker:
             elif isinstance(s, Store):
                 self.check_reads(s.index, env)
                 self.check_reads(s.value, env)
-                self.check_access(s.buffer, s.index, env, "write")
+                self.check_access(s.buffer, s.index, env, "write", s.lanes)
             elif isinstance(s, IfThen):
                 self.check_reads(s.cond, env)
                 self.stmts(s.then, self.narrow(s.cond, dict(env)))
@@ -173,10 +173,10 @@ class _BoundsChecker:
     def check_reads(self, e: TExpr, env) -> None:
         for x in walk_expr(e):
             if isinstance(x, Load):
-                self.check_access(x.buffer, x.index, env, "read")
+                self.check_access(x.buffer, x.index, env, "read", x.lanes)
 
-    def check_access(self, buf: Buffer, index: TExpr, env, kind: str) -> None:
-        size = self.size_of(buf)
+    def check_access(self, buf: Buffer, index: TExpr, env, kind: str, lanes: int = 1) -> None:
+        size = self.size_of(buf) // lanes  # a vector access indexes groups of ``lanes`` elements
         got = self.interval(index, env)
         if got.lo is None or got.hi is None or got.lo < 0 or got.hi >= size:
             where = ", ".join(f"{k} = {v}" for k, v in self.sizes.items()) or "static sizes"

@@ -46,3 +46,26 @@ def test_astype(runner, source, target):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int64"])
 def test_where(runner, dtype):
     check_op(runner, op.where, [Tensor(("n", 1), "bool"), Tensor((1, 5), dtype), Tensor(("n", 5), dtype)])
+
+
+SCALAR_ONLY = {"power"}  # a two-operand intrinsic keeps one element per thread
+
+
+@pytest.mark.parametrize("dtype,rtol,atol", FLOATS, ids=["f32", "f16"])
+@pytest.mark.parametrize("name", sorted(UNARY) + sorted(BINARY) + sorted(COMPARISON))
+def test_vectorized_when_every_read_is_elementwise(runner, name, dtype, rtol, atol):
+    """Same-shaped operands and an element count that is a multiple of 4: vec4 loads and stores."""
+    arity = 1 if name in UNARY else 2
+    operand = "bool" if name.startswith("logical") else dtype
+    _, kernels = check_op(runner, _make(name), [Tensor(("n", 8), operand)] * arity, rtol=rtol, atol=atol)
+    expected = "injective" if name in SCALAR_ONLY else "vectorized-elementwise"
+    assert [k.attrs["rule"] for k in kernels] == [expected]
+
+
+def test_vectorized_casts_and_selects(runner):
+    for source, target in [("float32", "float16"), ("bool", "float32"), ("int32", "float32"), ("float32", "bool")]:
+        _, kernels = check_op(runner, lambda x, t=target: op.astype(x, dtype=t), [Tensor(("n", 4), source)],
+                              rtol=1e-3, atol=1e-3)
+        assert kernels[0].attrs["rule"] == "vectorized-elementwise"
+    _, kernels = check_op(runner, op.where, [Tensor(("n", 4), "bool")] + [Tensor(("n", 4), "float32")] * 2)
+    assert kernels[0].attrs["rule"] == "vectorized-elementwise"

@@ -7,8 +7,8 @@ from dataclasses import replace
 from ... import arith
 from ..compute import ComputeDef, RowDef
 from ..ir import PrimFunc
-from ..pattern import analyze_pattern
-from .injective import schedule_injective
+from ..pattern import Pattern, analyze_pattern
+from .injective import schedule_injective, vectorize_elementwise
 from .matmul import is_gemv, schedule_gemm, schedule_gemm_registers, schedule_gemv, schedule_gemv_columns
 from .reduction import schedule_reduction, schedule_rows
 from .transpose import schedule_transpose
@@ -37,7 +37,8 @@ def schedule(defn: ComputeDef | RowDef, target, name: str) -> PrimFunc:
         else:
             func = schedule_reduction(defn, target, name)
     else:
-        func = schedule_injective(defn, target, name)
+        vectorized = vectorize_elementwise(defn, target, name) if pattern == Pattern.ELEMWISE else None
+        func = vectorized or schedule_injective(defn, target, name)
     return replace(func, attrs={**func.attrs, "pattern": pattern.value})
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...arith import simplify
 from ..compute import ComputeDef, unravel
-from ..ir import Declare, IfThen, Local, PrimFunc, Store, binary, cast, from_prim
+from ..ir import Declare, IfThen, Local, PrimFunc, Store, binary, cast, from_prim, vector_of
 from .common import (
     accumulate_type,
     ceil_div,
@@ -63,3 +63,73 @@ def serial_reduction(defn: ComputeDef, axes) -> list:
     for axis, extent in reversed(list(zip(reduce_axes, defn.reduction.extents))):
         loop = (For(axis, const(0, "i32"), from_prim(extent), loop),)
     return stmts + list(loop)
+
+
+# -- vectorized elementwise ------------------------------------------------------------------
+
+LANES = 4
+# Storage a 4-lane vector can view directly (int64 is two words per element: no).
+VECTOR_STORAGE = ("float32", "float16", "int32", "uint32", "bool")
+
+
+def vectorize_elementwise(defn: ComputeDef, target, name: str) -> PrimFunc | None:
+    """One thread per 4 consecutive elements, as vec4 loads and stores, when that is legal:
+    every read is elementwise (same shape, same indices), no index is used as a value, the
+    storage can be viewed as vectors and the element count is a multiple of 4."""
+    from ... import arith
+
+    out = defn.output
+    buffers = list(defn.inputs) + [out]
+    if any(b.storage_dtype not in VECTOR_STORAGE for b in buffers):
+        return None
+    total = simplify(out.size)
+    if arith.Analyzer(nonnegative=True).as_int(simplify(total % LANES)) != 0:
+        return None
+    group = Local("group")
+    value = _vectorize(defn.value(defn.axes()), group, {a.name for a in defn.axes()})
+    if value is None:
+        return None
+    threads = min(256, target.limit("maxComputeInvocationsPerWorkgroup"))
+    groups = simplify(total // LANES)
+    store_value = value if value.dtype == vector_of(out.dtype, LANES) else _vector_cast(value, out.dtype)
+    body = (Declare(group, global_thread_id(threads)),
+            IfThen(binary("<", group, from_prim(groups)), (Store(out, group, store_value, LANES),)))
+    grid = grid_for(ceil_div(groups, threads), target)
+    return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), body, (threads, 1, 1), grid,
+                    attrs={"rule": "vectorized-elementwise"})
+
+
+def _vector_cast(e, dtype):
+    from ..ir import Cast
+
+    return Cast(e, vector_of(dtype, LANES))
+
+
+def _vectorize(e, group: Local, axes: set[str]):
+    """The same expression over 4-lane vectors, or None where that is not legal."""
+    from ..compute import TensorRead
+    from ..ir import Binary, Cast, Const, Load, Select, Unary, lanes_of
+
+    if isinstance(e, TensorRead):
+        return Load(e.buffer, group, LANES)
+    if isinstance(e, Const):
+        return Const(e.value, vector_of(e.dtype, LANES))
+    if isinstance(e, Local):
+        return None  # an index used as a value (arange): not elementwise over data
+    parts = None
+    if isinstance(e, Binary):
+        parts = [_vectorize(e.a, group, axes), _vectorize(e.b, group, axes)]
+        if None in parts:
+            return None
+        op = {"&&": "&", "||": "|"}.get(e.op, e.op)  # component-wise on bool vectors
+        return Binary(op, parts[0], parts[1], vector_of(e.dtype, LANES))
+    if isinstance(e, Unary):
+        x = _vectorize(e.x, group, axes)
+        return None if x is None else Unary(e.op, x, vector_of(e.dtype, LANES))
+    if isinstance(e, Cast):
+        x = _vectorize(e.x, group, axes)
+        return None if x is None else Cast(x, vector_of(lanes_of(e.dtype)[0], LANES))
+    if isinstance(e, Select):
+        parts = [_vectorize(p, group, axes) for p in (e.cond, e.a, e.b)]
+        return None if None in parts else Select(*parts, vector_of(e.dtype, LANES))
+    return None  # calls with several operands (pow, floordiv) and anything else stay scalar
