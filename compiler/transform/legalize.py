@@ -12,7 +12,7 @@ shared.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .. import arith
 from ..ir.builder import analyzer_for
@@ -20,14 +20,11 @@ from ..ir.deduce import DeduceContext, deduce
 from ..ir.expr import (
     Call,
     Constant,
-    DataflowBlock,
     DataflowVar,
     Expr,
     Function,
     GlobalVar,
-    If,
     Op,
-    SeqExpr,
     Tuple,
     Var,
     VarBinding,
@@ -40,134 +37,155 @@ from ..op.cross_level import call_tir
 from ..op.lowering import LegalizeContext, LegalizeError
 from ..target import Target
 from ..tir.compute import placeholder
-from ..tir.ir import PrimFunc
+from ..tir.ir import Buffer, PrimFunc
 from ..tir.schedule import schedule
+from .rewrite import rewrite_function
 
 
 def legalize_ops(mod: IRModule, target: Target) -> IRModule:
-    return _Legalizer(mod, target).run()
+    kernels = KernelTable(mod.functions, target)
+    for name, func in list(mod.functions.items()):
+        if isinstance(func, Function) and not func.attr("Primitive"):
+            kernels.functions[name] = rewrite_function(func, _Legalize(kernels, analyzer_for(dict(func.attrs))))
+    return IRModule(kernels.functions, mod.global_infos)
 
 
-class _Legalizer:
-    def __init__(self, mod: IRModule, target: Target):
-        self.mod = mod
+@dataclass
+class _Legalize:
+    """The binding rewrite of legalize_ops for one function."""
+
+    kernels: KernelTable
+    analyzer: arith.Analyzer
+
+    def __call__(self, binding, in_dataflow: bool) -> list:
+        return _legalize_binding(binding, in_dataflow, self.kernels, self.analyzer)
+
+
+def _legalize_binding(binding, in_dataflow: bool, kernels: KernelTable, analyzer) -> list:
+    value = binding.value
+    if not (isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, Op)
+            and value.op.legalize is not None):
+        return [binding]
+    try:
+        return _legalize(binding, in_dataflow, kernels, analyzer)
+    except LegalizeError as error:
+        raise LegalizeError(f"{error} (in {print_binding(binding)})") from None
+
+
+def _legalize(binding: VarBinding, in_dataflow: bool, kernels: KernelTable, analyzer) -> list:
+    call = binding.value
+    described = describe_call(call, kernels.target)
+    if isinstance(described.result, Expr):  # replaced at the graph level (shape_of, unique)
+        result = described.result
+        sinfo = deduce(result, DeduceContext(analyzer)) if isinstance(result, Call) else result.struct_info
+        return [VarBinding(binding.var, with_struct_info(result, sinfo))]
+    described.require_shapes()
+    defs = described.result if isinstance(described.result, list) else [described.result]
+    if len(defs) == 1:
+        return [VarBinding(binding.var, kernels.call(defs[0], described.args, described.inputs,
+                                                     described.out_sinfos[0]))]
+    parts, out = [], []
+    var_type = DataflowVar if in_dataflow else Var
+    for number, (defn, sinfo) in enumerate(zip(defs, described.out_sinfos)):
+        part = var_type(f"{binding.var.name_hint}_{number}", sinfo)
+        out.append(VarBinding(part, kernels.call(defn, described.args, described.inputs, sinfo)))
+        parts.append(part)
+    out.append(VarBinding(binding.var, Tuple(tuple(parts))))
+    return out
+
+
+@dataclass
+class DescribedCall:
+    """An operator call as its computation: tensor arguments, their buffers, the definition(s)."""
+
+    call: Call
+    args: list[Expr]
+    inputs: list[Buffer | None]
+    outputs: list[Buffer | None]
+    out_sinfos: list[TensorStructInfo]
+    result: object  # ComputeDef, RowDef, a list of them, or a replacing graph expression
+
+    def require_shapes(self) -> None:
+        for arg, buf in zip(self.args, self.inputs):
+            if buf is None:
+                raise _unknown_shape(self.call, f"argument {arg.name_hint}", arg.struct_info)
+        for sinfo, buf in zip(self.out_sinfos, self.outputs):
+            if buf is None:
+                raise _unknown_shape(self.call, "the result", sinfo)
+
+
+def describe_call(call: Call, target: Target) -> DescribedCall:
+    """Run the operator's legalize on buffers shaped like the call's tensors."""
+    args = _tensor_args(call)
+    sinfo = call.struct_info
+    out_sinfos = [f for f in (sinfo.fields if isinstance(sinfo, TupleStructInfo) else (sinfo,))
+                  if isinstance(f, TensorStructInfo)]
+    for tensor in [a.struct_info for a in args] + out_sinfos:
+        _check_dtype(call, tensor.dtype, target)
+    inputs = [_buffer(f"in{i}", a.struct_info) for i, a in enumerate(args)]
+    outputs = [_buffer(f"out{i}", s) for i, s in enumerate(out_sinfos)]
+    ctx = LegalizeContext(call, inputs, outputs, call.op.name.replace(".", "_"))
+    return DescribedCall(call, args, inputs, outputs, out_sinfos, call.op.legalize(call, ctx))
+
+
+class KernelTable:
+    """The module's functions plus the kernels added to them; identical kernels are shared."""
+
+    def __init__(self, functions, target: Target):
+        self.functions = dict(functions)
         self.target = target
-        self.functions = dict(mod.functions)
-        self.kernel_by_text: dict[str, str] = {}
+        self._by_text: dict[str, str] = {}
 
-    def run(self) -> IRModule:
-        for name, func in list(self.mod.functions.items()):
-            if isinstance(func, Function):
-                self.analyzer = analyzer_for(dict(func.attrs))
-                self.functions[name] = Function(func.params, self._seq(func.body), func.ret_struct_info,
-                                                func.attrs, func.pure)
-        return IRModule(self.functions, self.mod.global_infos)
-
-    def _seq(self, seq: SeqExpr) -> SeqExpr:
-        blocks = []
-        for block in seq.blocks:
-            bindings = []
-            for binding in block.bindings:
-                bindings.extend(self._binding(binding, isinstance(block, DataflowBlock)))
-            blocks.append(type(block)(tuple(bindings)))
-        return SeqExpr(tuple(blocks), seq.body)
-
-    def _binding(self, binding, in_dataflow: bool) -> list:
-        value = binding.value
-        if isinstance(value, If):
-            branches = (self._seq(value.true_branch), self._seq(value.false_branch))
-            return [VarBinding(binding.var, with_struct_info(If(value.cond, *branches), value.struct_info))]
-        if not (isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, Op)
-                and value.op.legalize is not None):
-            return [binding]
-        try:
-            return self._legalize(binding, in_dataflow)
-        except LegalizeError as error:
-            raise LegalizeError(f"{error} (in {print_binding(binding)})") from None
-
-    def _legalize(self, binding: VarBinding, in_dataflow: bool) -> list:
-        call = binding.value
-        args = self._tensor_args(call)
-        out_sinfos = self._outputs(call)
-        for sinfo in [a.struct_info for a in args] + out_sinfos:
-            self._check_dtype(call, sinfo.dtype)
-        inputs = [self._buffer(f"in{i}", a.struct_info) for i, a in enumerate(args)]
-        outputs = [self._buffer(f"out{i}", s) for i, s in enumerate(out_sinfos)]
-        ctx = LegalizeContext(call, inputs, outputs, call.op.name.replace(".", "_"))
-        result = call.op.legalize(call, ctx)
-        if isinstance(result, Expr):  # replaced at the graph level (shape_of, unique)
-            sinfo = deduce(result, DeduceContext(self.analyzer)) if isinstance(result, Call) else result.struct_info
-            return [VarBinding(binding.var, with_struct_info(result, sinfo))]
-        for arg, buf in zip(args, inputs):
-            if buf is None:
-                raise self._unknown_shape(call, f"argument {arg.name_hint}", arg.struct_info)
-        for sinfo, buf in zip(out_sinfos, outputs):
-            if buf is None:
-                raise self._unknown_shape(call, "the result", sinfo)
-        defs = result if isinstance(result, list) else [result]
-        if len(defs) == 1:
-            return [VarBinding(binding.var, self._call_kernel(defs[0], args, inputs, out_sinfos[0]))]
-        parts, out = [], []
-        var_type = DataflowVar if in_dataflow else Var
-        for number, (defn, sinfo) in enumerate(zip(defs, out_sinfos)):
-            part = var_type(f"{binding.var.name_hint}_{number}", sinfo)
-            out.append(VarBinding(part, self._call_kernel(defn, args, inputs, sinfo)))
-            parts.append(part)
-        out.append(VarBinding(binding.var, Tuple(tuple(parts))))
-        return out
-
-    def _call_kernel(self, defn, args, inputs, out_sinfo) -> Call:
+    def call(self, defn, args, inputs, out_sinfo) -> Call:
+        """Schedule ``defn``, add its kernel and return the call_tir that runs it on ``args``."""
         func = schedule(defn, self.target, defn.name)
         limit = self.target.limit("maxStorageBuffersPerShaderStage")
         if len(func.params) > limit:
             raise LegalizeError(f"kernel {func.name} needs {len(func.params)} storage buffers, target "
                                 f"{self.target} allows {limit} (maxStorageBuffersPerShaderStage)")
-        name = self._add_kernel(func)
+        name = self.add(func)
         tir_vars = [arith.Var(s) for s in func.scalars] or None
         # The kernel's parameters are the buffers its definition reads, in its order.
         used = [next(a for a, buf in zip(args, inputs) if buf is wanted) for wanted in defn.inputs]
         return with_struct_info(call_tir(GlobalVar(name), used, out_sinfo, tir_vars=tir_vars), out_sinfo)
 
-    def _add_kernel(self, func: PrimFunc) -> str:
+    def add(self, func: PrimFunc) -> str:
         key = replace(func, name="kernel").script()
-        if key in self.kernel_by_text:
-            return self.kernel_by_text[key]
+        if key in self._by_text:
+            return self._by_text[key]
         name, count = func.name, 0
         while name in self.functions:
             count += 1
             name = f"{func.name}{count}"
         self.functions[name] = replace(func, name=name)
-        self.kernel_by_text[key] = name
+        self._by_text[key] = name
         return name
 
-    def _tensor_args(self, call: Call) -> list[Expr]:
-        args = []
-        for arg in call.args:
-            if isinstance(arg, Tuple):
-                args.extend(f for f in arg.fields if isinstance(f.struct_info, TensorStructInfo))
-            elif isinstance(arg, (Var, Constant)) and isinstance(arg.struct_info, TensorStructInfo):
-                args.append(arg)
-            elif isinstance(arg.struct_info, TupleStructInfo):
-                raise LegalizeError(f"cannot legalize R.{call.op.name}: pass the tuple's fields directly")
-        return args
 
-    def _outputs(self, call: Call) -> list[TensorStructInfo]:
-        sinfo = call.struct_info
-        fields = sinfo.fields if isinstance(sinfo, TupleStructInfo) else (sinfo,)
-        return [f for f in fields if isinstance(f, TensorStructInfo)]
+def _tensor_args(call: Call) -> list[Expr]:
+    args = []
+    for arg in call.args:
+        if isinstance(arg, Tuple):
+            args.extend(f for f in arg.fields if isinstance(f.struct_info, TensorStructInfo))
+        elif isinstance(arg, (Var, Constant)) and isinstance(arg.struct_info, TensorStructInfo):
+            args.append(arg)
+        elif isinstance(arg.struct_info, TupleStructInfo):
+            raise LegalizeError(f"cannot legalize R.{call.op.name}: pass the tuple's fields directly")
+    return args
 
-    def _buffer(self, name: str, sinfo: TensorStructInfo):
-        if sinfo.shape is None or not sinfo.dtype:
-            return None
-        return placeholder(name, sinfo.dtype, sinfo.shape)
 
-    def _unknown_shape(self, call: Call, what: str, sinfo) -> LegalizeError:
-        return LegalizeError(f"cannot legalize R.{call.op.name}: {what} has {describe(sinfo)}; a kernel "
-                             "needs a known shape and dtype (add R.match_cast)")
+def _buffer(name: str, sinfo: TensorStructInfo):
+    if sinfo.shape is None or not sinfo.dtype:
+        return None
+    return placeholder(name, sinfo.dtype, sinfo.shape)
 
-    def _check_dtype(self, call: Call, dtype: str) -> None:
-        if dtype and not self.target.supports_dtype(dtype):
-            need = " (it needs the shader-f16 feature)" if dtype == "float16" else ""
-            raise LegalizeError(f"R.{call.op.name}: dtype {dtype} is not supported by target "
-                                f"{self.target}{need}")
 
+def _unknown_shape(call: Call, what: str, sinfo) -> LegalizeError:
+    return LegalizeError(f"cannot legalize R.{call.op.name}: {what} has {describe(sinfo)}; a kernel "
+                         "needs a known shape and dtype (add R.match_cast)")
+
+
+def _check_dtype(call: Call, dtype: str, target: Target) -> None:
+    if dtype and not target.supports_dtype(dtype):
+        need = " (it needs the shader-f16 feature)" if dtype == "float16" else ""
+        raise LegalizeError(f"R.{call.op.name}: dtype {dtype} is not supported by target {target}{need}")
