@@ -83,7 +83,8 @@ def _legalize_matmul(call, ctx):
 
         return offset
 
-    info = MatmulInfo(a, b, batch_shape, m, n, k, matrix_offset(a_shape), matrix_offset(b_shape))
+    info = MatmulInfo(a, b, batch_shape, m, n, k, matrix_offset(a_shape), matrix_offset(b_shape),
+                      a_vector=len(a.shape) == 1, b_vector=len(b.shape) == 1)
     # The computation itself, for analysis and for any schedule that wants it.
     out_rank = len(out.shape)
 

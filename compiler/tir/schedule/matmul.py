@@ -33,7 +33,7 @@ from ..ir import (
     minimum,
     select,
 )
-from .common import accumulate_type, const, scalars_of
+from .common import accumulate_type, const, lower_reads, scalars_of
 
 LID = Builtin("local_id", 0)
 
@@ -48,6 +48,17 @@ class MatmulInfo:
     k: arith.PrimExpr
     a_matrix: Callable[[list[TExpr]], TExpr]  # batch indices -> flat offset of A's matrix
     b_matrix: Callable[[list[TExpr]], TExpr]
+    a_vector: bool = False  # a 1-D operand: the output has no row (or column) axis
+    b_vector: bool = False
+
+
+def epilogue(defn: ComputeDef, info: MatmulInfo, acc: TExpr, batch_id: TExpr, row: TExpr, col: TExpr) -> TExpr:
+    """The stored value: the accumulator, through the fused epilogue if there is one."""
+    if defn.finalize is None:
+        return acc
+    indices = unravel(batch_id, info.batch_shape) if info.batch_shape else []
+    indices += ([] if info.a_vector else [row]) + ([] if info.b_vector else [col])
+    return lower_reads(defn.finalize(acc, indices))
 
 
 def is_gemv(info: MatmulInfo) -> bool:
@@ -86,7 +97,8 @@ def schedule_gemv(defn: ComputeDef, info: MatmulInfo, target, name: str) -> Prim
         summed.append(Assign(total, binary("+", total, Load(red, binary("+", col, Const(s * cols))))))
     out_index = binary("+", binary("*", batch_id, n), column)
     real = binary("<", binary("+", binary("*", Builtin("workgroup_id", 0), Const(cols)), col), n)
-    summed.append(IfThen(real, (Store(defn.output, out_index, cast(total, defn.output.dtype)),)))
+    value = epilogue(defn, info, total, batch_id, Const(0), column)
+    summed.append(IfThen(real, (Store(defn.output, out_index, cast(value, defn.output.dtype)),)))
     body.append(IfThen(binary("==", part, Const(0)), tuple(summed)))
     batches = arith.simplify(_prod(info.batch_shape))
     grid = (arith.simplify((info.n + cols - 1) // cols), batches, arith.IntImm(1))
@@ -161,7 +173,7 @@ def schedule_gemm(defn: ComputeDef, info: MatmulInfo, target, name: str) -> Prim
     for i, row in enumerate(rows):
         for j, col in enumerate(cols):
             index = binary("+", binary("*", binary("+", binary("*", batch_id, m), row), n), col)
-            value = cast(Load(acc, Const(i * per + j)), defn.output.dtype)
+            value = cast(epilogue(defn, info, Load(acc, Const(i * per + j)), batch_id, row, col), defn.output.dtype)
             body.append(IfThen(logical_and(binary("<", row, m), binary("<", col, n)),
                                (Store(defn.output, index, value),)))
     batches = arith.simplify(_prod(info.batch_shape))
@@ -217,7 +229,8 @@ def schedule_gemv_columns(defn: ComputeDef, info: MatmulInfo, target, name: str,
     body.append(For(kk, Const(0), k, tuple(step)))
     for col, acc in zip(cols, accs):
         index = binary("+", binary("*", batch_id, n), col)
-        body.append(IfThen(binary("<", col, n), (Store(defn.output, index, cast(acc, defn.output.dtype)),)))
+        value = cast(epilogue(defn, info, acc, batch_id, Const(0), col), defn.output.dtype)
+        body.append(IfThen(binary("<", col, n), (Store(defn.output, index, value),)))
     batches = arith.simplify(_prod(info.batch_shape))
     grid = (arith.simplify((info.n + threads * columns - 1) // (threads * columns)), batches, arith.IntImm(1))
     _check_grid(grid, target, name)
@@ -259,8 +272,8 @@ def schedule_gemm_registers(defn: ComputeDef, info: MatmulInfo, target, name: st
     for i, r in enumerate(rows):
         for j, c in enumerate(cols):
             index = binary("+", binary("*", binary("+", binary("*", batch_id, m), r), n), c)
-            body.append(IfThen(logical_and(binary("<", r, m), binary("<", c, n)),
-                               (Store(defn.output, index, cast(accs[i][j], defn.output.dtype)),)))
+            value = cast(epilogue(defn, info, accs[i][j], batch_id, r, c), defn.output.dtype)
+            body.append(IfThen(logical_and(binary("<", r, m), binary("<", c, n)), (Store(defn.output, index, value),)))
     batches = arith.simplify(_prod(info.batch_shape))
     grid = (arith.simplify((info.n + threads * tile_n - 1) // (threads * tile_n)),
             arith.simplify((info.m + tile_m - 1) // tile_m), batches)

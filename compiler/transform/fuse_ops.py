@@ -1,0 +1,219 @@
+"""fuse_ops: group operator calls into fused functions by their pattern kinds.
+
+Within a dataflow block, a producer whose value only one consumer uses joins
+the consumer's group when
+
+- the producer is elementwise, broadcast or injective and the consumer is any
+  of those or a reduction (the producer is computed inside the consumer's
+  reads), or
+- the producer is a reduction or output-elementwise-fusable (matmul, conv)
+  and the consumer is elementwise or broadcast and reads it element for
+  element (an epilogue applied before the store).
+
+A group holds at most one reduction, and a matmul takes epilogues only (its
+rules read its operands from memory). Each group of two or more calls becomes
+a function marked ``Primitive`` whose call replaces the group; ``fuse_tir``
+then turns it into one kernel. When the group's shapes use a symbolic
+expression such as ``n * 2`` whose variable no parameter binds, the fused
+function takes the variables as an extra ``R.Shape`` parameter, as in the
+Relax paper's Figure 5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import arith
+from ..ir.expr import (
+    Call,
+    Constant,
+    DataflowBlock,
+    DataflowVar,
+    Function,
+    GlobalVar,
+    Op,
+    SeqExpr,
+    ShapeExpr,
+    Var,
+    VarBinding,
+    with_struct_info,
+)
+from ..ir.module import IRModule
+from ..ir.struct_info import ShapeStructInfo, TensorStructInfo, defining_vars, sinfo_vars
+from ..op.lowering import LegalizeError
+from ..target import Target
+from ..tir.compute import ComputeDef
+from ..tir.pattern import Pattern, analyze_pattern
+from .legalize import describe_call
+from .rewrite import substitute_vars, used_vars
+
+INJECTIVE_KINDS = (Pattern.ELEMWISE, Pattern.BROADCAST, Pattern.INJECTIVE)
+EPILOGUE_KINDS = (Pattern.ELEMWISE, Pattern.BROADCAST)
+REDUCING_KINDS = (Pattern.REDUCTION, Pattern.OUT_EWISE_FUSABLE)
+
+
+def fuse_ops(mod: IRModule, target: Target | None = None) -> IRModule:
+    target = target or Target("webgpu", features={"shader-f16"})
+    functions = dict(mod.functions)
+    fused_names: set[str] = set(functions)
+    for name, func in mod.functions.items():
+        if isinstance(func, Function) and not func.attr("Primitive"):
+            functions[name] = _FunctionFuser(func, target, functions, fused_names).run()
+    return IRModule(functions, mod.global_infos)
+
+
+@dataclass(eq=False)
+class _Group:
+    members: list[VarBinding] = field(default_factory=list)
+    reduction: VarBinding | None = None
+    matmul: bool = False
+
+
+class _FunctionFuser:
+    def __init__(self, func: Function, target: Target, functions: dict, taken: set[str]):
+        self.func, self.target, self.functions, self.taken = func, target, functions, taken
+        self.uses: dict[Var, int] = {}
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                for var in used_vars(binding.value):
+                    self.uses[var] = self.uses.get(var, 0) + 1
+        for var in used_vars(func.body.body):
+            self.uses[var] = self.uses.get(var, 0) + 1
+
+    def run(self) -> Function:
+        blocks = [self._block(b) if isinstance(b, DataflowBlock) else b for b in self.func.body.blocks]
+        return Function(self.func.params, SeqExpr(tuple(blocks), self.func.body.body), self.func.ret_struct_info,
+                        self.func.attrs, self.func.pure)
+
+    # -- grouping ------------------------------------------------------------------------
+
+    def _kind(self, binding) -> Pattern | None:
+        value = binding.value
+        if not (isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, Op)
+                and value.op.legalize is not None):
+            return None
+        try:
+            described = describe_call(value, self.target)
+        except LegalizeError:
+            return None
+        result = described.result
+        if not isinstance(result, ComputeDef) or None in described.inputs or None in described.outputs:
+            return None  # row operators, tuples and graph-level replacements stay on their own
+        if any(isinstance(a, Constant) and a.data.ndim > 0 for a in described.args):
+            return None  # a fused kernel takes scalar constants inline, larger ones stay with their op
+        kind = analyze_pattern(result)
+        if kind in REDUCING_KINDS and "matmul" in result.attrs:
+            self._matmuls.add(binding.var)
+        return kind
+
+    def _block(self, block: DataflowBlock) -> DataflowBlock:
+        self._matmuls: set[Var] = set()
+        kinds = {b.var: self._kind(b) for b in block.bindings}
+        bound_here = {b.var: b for b in block.bindings}
+        group_of: dict[Var, _Group] = {}
+        for binding in block.bindings:
+            kind = kinds[binding.var]
+            if kind is None:
+                continue
+            group = _Group([binding], binding if kind in REDUCING_KINDS else None, binding.var in self._matmuls)
+            group_of[binding.var] = group
+            for var in used_vars(binding.value):
+                producer = bound_here.get(var)
+                if producer is None or var not in group_of or self.uses.get(var, 0) != 1:
+                    continue
+                if not isinstance(var, DataflowVar):
+                    continue  # the block's outputs are needed after it
+                if self._can_fuse(group_of[var], kinds[var], group, kind, binding, producer):
+                    group = self._merge(group_of[var], group, group_of)
+        blocks: list = []
+        placed: set[int] = set()
+        for binding in block.bindings:
+            group = group_of.get(binding.var)
+            if group is None or len(group.members) == 1:
+                blocks.append(binding)
+            elif binding is group.members[-1] and id(group) not in placed:
+                placed.add(id(group))
+                blocks.append(self._outline(group))
+        return DataflowBlock(tuple(blocks))
+
+    def _can_fuse(self, producer: _Group, producer_kind, consumer: _Group, consumer_kind, binding, p_binding) -> bool:
+        if producer is consumer:
+            return False
+        if producer.reduction is not None and consumer.reduction is not None:
+            return False
+        if producer_kind in INJECTIVE_KINDS and producer.reduction is None:
+            # Computed inside the consumer's reads: not into a matmul, whose rules read memory.
+            return consumer_kind in INJECTIVE_KINDS + (Pattern.REDUCTION,) and not consumer.matmul
+        if producer.reduction is not None and consumer_kind in EPILOGUE_KINDS and consumer.reduction is None:
+            return _same_shape(p_binding.var.struct_info, binding.var.struct_info)
+        return False
+
+    def _merge(self, producer: _Group, consumer: _Group, group_of) -> _Group:
+        merged = _Group(producer.members + consumer.members, producer.reduction or consumer.reduction,
+                        producer.matmul or consumer.matmul)
+        for member in merged.members:
+            group_of[member.var] = merged
+        return merged
+
+    # -- outlining -----------------------------------------------------------------------------
+
+    def _outline(self, group: _Group) -> VarBinding:
+        members = sorted(group.members, key=lambda b: self._position(b))
+        inside = {b.var for b in members}
+        inputs: list[Var] = []
+        for b in members:
+            for var in used_vars(b.value):
+                if var not in inside and var not in inputs:
+                    inputs.append(var)
+        params = [Var(v.name_hint, v.struct_info) for v in inputs]
+        mapping = dict(zip(inputs, params))
+        bindings = []
+        root = members[-1]
+        for b in members:
+            value = substitute_vars(b.value, mapping)
+            var = Var(b.var.name_hint, b.var.struct_info) if b is root else DataflowVar(b.var.name_hint,
+                                                                                       b.var.struct_info)
+            mapping[b.var] = var
+            bindings.append(VarBinding(var, value))
+        # Symbolic variables the parameters cannot bind come in as one extra shape parameter.
+        bound = {v.name for p in params for v in defining_vars(p.struct_info)}
+        needed = []
+        for b in bindings:
+            for v in sinfo_vars(b.var.struct_info) + [v for p in params for v in sinfo_vars(p.struct_info)]:
+                if v.name not in bound and v not in needed:
+                    needed.append(v)
+        args: list = list(inputs)
+        if needed:
+            params.append(Var("sym", ShapeStructInfo(tuple(needed))))
+            args.append(ShapeExpr(tuple(needed)))
+        name = self._fresh_name("fused_" + "_".join(b.value.op.name.replace("nn.", "") for b in members))
+        body = SeqExpr((DataflowBlock(tuple(bindings)),), mapping[root.var])
+        func = Function(tuple(params), body, root.var.struct_info, (("Primitive", 1),), True)
+        self.functions[name] = func
+        call = with_struct_info(Call(GlobalVar(name, func.struct_info), tuple(args)), root.var.struct_info)
+        return VarBinding(root.var, call)
+
+    def _position(self, binding) -> int:
+        for block in self.func.body.blocks:
+            for index, b in enumerate(block.bindings):
+                if b is binding:
+                    return index
+        return 0
+
+    def _fresh_name(self, base: str) -> str:
+        base = base[:60]
+        name, count = base, 0
+        while name in self.taken:
+            count += 1
+            name = f"{base}{count}"
+        self.taken.add(name)
+        return name
+
+
+def _same_shape(a, b) -> bool:
+    if not (isinstance(a, TensorStructInfo) and isinstance(b, TensorStructInfo)):
+        return False
+    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+        return False
+    analyzer = arith.Analyzer(nonnegative=True)
+    return all(analyzer.prove_equal(x, y) for x, y in zip(a.shape, b.shape))

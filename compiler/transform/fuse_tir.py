@@ -1,0 +1,128 @@
+"""fuse_tir: each fused function becomes one kernel, and its call one call_tir.
+
+The members' compute definitions are composed before scheduling: a read of
+another member's output is replaced by that member's value at the read's
+indices (injective producers are computed where they are needed), and
+elementwise members after a reduction become the reduction's epilogue,
+applied to the accumulated value before the store. The composite definition
+is scheduled like any other, so a fused group costs one launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir.expr import Call, Constant, Function, GlobalVar, Var, VarBinding
+from ..ir.module import IRModule
+from ..target import Target
+from ..tir.compute import ComputeDef, TensorRead, placeholder
+from ..tir.ir import Binary, Cast, Const, Load, Select, TExpr, Unary
+from ..tir.ir import Call as TCall
+from .legalize import KernelTable, describe_call
+from .rewrite import rewrite_function
+
+
+def fuse_tir(mod: IRModule, target: Target) -> IRModule:
+    kernels = KernelTable(mod.functions, target)
+    fused = {name for name, f in mod.functions.items() if isinstance(f, Function) and f.attr("Primitive")}
+    composites = {name: _compose(name, mod.functions[name], target) for name in fused}
+
+    def rewrite(binding, dataflow):
+        value = binding.value
+        if isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, GlobalVar) \
+                and value.op.name in composites:
+            defn, params = composites[value.op.name]
+            args = [a for a, p in zip(value.args, params) if p is not None]
+            inputs = [p for p in params if p is not None]
+            return [VarBinding(binding.var, kernels.call(defn, args, inputs, binding.var.struct_info))]
+        return [binding]
+
+    for name, func in mod.functions.items():
+        if isinstance(func, Function) and name not in fused:
+            kernels.functions[name] = rewrite_function(func, rewrite)
+    for name in fused:
+        del kernels.functions[name]
+    return IRModule(kernels.functions, mod.global_infos)
+
+
+def _compose(name: str, func: Function, target: Target):
+    """The fused function's members as one compute definition over its tensor parameters."""
+    params: list = []
+    buffer_of: dict[Var, object] = {}
+    for index, param in enumerate(func.params):
+        sinfo = param.struct_info
+        if hasattr(sinfo, "dtype") and getattr(sinfo, "shape", None) is not None:
+            buf = placeholder(f"p{index}", sinfo.dtype, sinfo.shape)
+            buffer_of[param] = buf
+            params.append(buf)
+        else:
+            params.append(None)  # the symbolic-values parameter: sizes reach kernels as scalars
+    member_defs: dict[Var, ComputeDef] = {}
+    read_map: dict[Var, dict] = {}
+    bindings = func.body.blocks[0].bindings
+    for binding in bindings:
+        described = describe_call(binding.value, target)
+        defn = described.result
+        # The member's placeholder for each argument -> the fused function's buffer or member.
+        read_map[binding.var] = {id(buf): arg for buf, arg in zip(described.inputs, described.args)}
+        member_defs[binding.var] = defn
+
+    def value_of(var: Var, indices, acc=None) -> TExpr:
+        defn = member_defs[var]
+        if defn.reduction is not None:
+            if acc is None:
+                raise ValueError("a reduction's value is only available as its epilogue's input")
+            return defn.finalize(acc, indices) if defn.finalize else acc
+        return _replace_reads(defn.value(indices), lambda read: resolve(var, read, acc))
+
+    def resolve(owner: Var, read: TensorRead, acc) -> TExpr:
+        source = read_map[owner][id(read.buffer)]
+        if isinstance(source, Constant):  # fuse_ops only groups calls whose constants are scalars
+            return Const(source.data.item(), read.buffer.dtype)
+        if source in buffer_of:
+            return TensorRead(buffer_of[source], tuple(_replace_reads(i, lambda r: resolve(owner, r, acc))
+                                                       for i in read.indices))
+        return value_of(source, list(read.indices), acc)
+
+    root = bindings[-1].var
+    out = placeholder("out0", root.struct_info.dtype, root.struct_info.shape)
+    reduction = next((b.var for b in bindings if member_defs[b.var].reduction is not None), None)
+    inputs = tuple(p for p in params if p is not None)
+    if reduction is None:
+        defn = ComputeDef(name, inputs, out, lambda idx: value_of(root, idx))
+        return defn, params
+    base = member_defs[reduction]
+
+    def body(idx, ridx):
+        return _replace_reads(base.value(idx, ridx), lambda read: resolve(reduction, read, None))
+
+    def finalize(acc, idx):
+        return value_of(root, idx, acc) if root is not reduction else value_of(reduction, idx, acc)
+
+    attrs = dict(base.attrs)
+    if "matmul" in attrs:
+        info = attrs["matmul"]
+        # Matmul rules read their operands from memory: those are parameters of the group.
+        a_var, b_var = (read_map[reduction][id(buf)] for buf in (info.a, info.b))
+        attrs["matmul"] = replace(info, a=buffer_of[a_var], b=buffer_of[b_var])
+    defn = ComputeDef(name, inputs, out, body, base.reduction, finalize, base.accumulate_dtype, attrs)
+    return defn, params
+
+
+def _replace_reads(e: TExpr, fn) -> TExpr:
+    if isinstance(e, TensorRead):
+        return fn(e)
+    if isinstance(e, Binary):
+        return Binary(e.op, _replace_reads(e.a, fn), _replace_reads(e.b, fn), e.dtype)
+    if isinstance(e, Unary):
+        return Unary(e.op, _replace_reads(e.x, fn), e.dtype)
+    if isinstance(e, Cast):
+        return Cast(_replace_reads(e.x, fn), e.dtype)
+    if isinstance(e, Select):
+        return Select(_replace_reads(e.cond, fn), _replace_reads(e.a, fn), _replace_reads(e.b, fn), e.dtype)
+    if isinstance(e, TCall):
+        return TCall(e.name, tuple(_replace_reads(a, fn) for a in e.args), e.dtype)
+    if isinstance(e, Load):
+        return Load(e.buffer, _replace_reads(e.index, fn), e.lanes)
+    return e
+
