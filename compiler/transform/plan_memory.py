@@ -1,0 +1,186 @@
+"""plan_memory: give every tensor a kernel writes a place in storage tokens, reused by lifetime.
+
+Works on a legalized function (its kernels are ``call_tir``). Each call's
+output is a tensor that lives from its binding to its last use (uses through
+aliases, tuples and tuple items count). Tensors are assigned to storage
+tokens in program order; a token is free again after the last use of the
+tensors in it. Sizes are symbolic byte counts compared with
+``tessera.arith``: without upper bounds a token is reused only by a tensor of
+provably equal size; with an upper bound for every symbolic variable every
+size is a number, a token is reused by any tensor that fits (best fit) and
+grows to the largest tensor it holds, and the whole function runs from one
+arena. The function's results are never freed, so nothing later overwrites them.
+
+The arena is laid out for WebGPU: tokens at 256-byte aligned offsets, split
+into buffers no larger than ``maxBufferSize`` with no token straddling two.
+The plan is stored on the function as the attribute ``memory_plan``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import arith
+from ..ir.expr import Call, Function, Op, Tuple, TupleGetItem, Var, VarBinding
+from ..ir.module import IRModule
+from ..ir.struct_info import TensorStructInfo
+from .rewrite import map_graph_functions, used_vars
+
+ALIGNMENT = 256
+ELEMENT_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "float16": 2, "bool": 4, "int64": 8,
+                 "float64": 8, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "bfloat16": 2}
+
+
+def device_bytes(sinfo: TensorStructInfo) -> arith.PrimExpr:
+    """Bytes a tensor takes on the device: bool is a word per element; whole words in all."""
+    count: arith.PrimExpr = arith.IntImm(1)
+    for dim in sinfo.shape:
+        count = count * dim
+    return arith.simplify((count * ELEMENT_BYTES[sinfo.dtype] + 3) // 4 * 4)
+
+
+@dataclass
+class StorageToken:
+    index: int
+    size: arith.PrimExpr  # bytes, symbolic
+    static_size: int | None  # bytes at the upper bounds, when every variable has one
+    tensors: list[str] = field(default_factory=list)
+    offset: int | None = None  # in the arena
+    buffer: int | None = None  # which arena buffer holds it
+
+
+@dataclass
+class MemoryPlan:
+    tokens: list[StorageToken]
+    tensor_token: dict[str, int]  # tensor (binding name) -> token index
+    buffers: list[int]  # byte size of each arena buffer (static plans only)
+    liveness_lower_bound: int | None  # most bytes live at once, at the upper bounds
+
+    @property
+    def static(self) -> bool:
+        return all(t.static_size is not None for t in self.tokens)
+
+    @property
+    def arena_bytes(self) -> int | None:
+        return sum(self.buffers) if self.static else None
+
+    def to_json(self) -> dict:
+        return {
+            "static": self.static,
+            "arena_bytes": self.arena_bytes,
+            "buffers": self.buffers,
+            "liveness_lower_bound_bytes": self.liveness_lower_bound,
+            "storages": [{"index": t.index, "size": arith.to_source(t.size), "static_size": t.static_size,
+                          "buffer": t.buffer, "offset": t.offset, "tensors": t.tensors} for t in self.tokens],
+        }
+
+
+def plan_memory(mod: IRModule, upper_bounds: dict[str, int] | None = None,
+                max_buffer_size: int = 256 << 20) -> IRModule:
+    def plan(name: str, func: Function) -> Function:
+        if func.attr("Primitive"):
+            return func
+        result = plan_function(func, upper_bounds, max_buffer_size)
+        return func.with_attr("memory_plan", result.to_json())
+
+    return map_graph_functions(mod, plan)
+
+
+def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
+                  max_buffer_size: int = 256 << 20) -> MemoryPlan:
+    bounds = dict(func.attr("tir_var_upper_bound", {}) or {})
+    bounds.update(upper_bounds or {})
+    analyzer = arith.Analyzer({k: (0, v) for k, v in bounds.items()}, nonnegative=True)
+    bindings = [b for block in func.body.blocks for b in block.bindings]
+    produced: dict[Var, int] = {}  # tensor var -> binding index
+    refers: dict[Var, set[Var]] = {}  # any var -> the planned tensors it may hold
+    for index, b in enumerate(bindings):
+        value = b.value
+        if isinstance(b, VarBinding) and _is_kernel_call(value) and isinstance(b.var.struct_info, TensorStructInfo):
+            produced[b.var] = index
+            refers[b.var] = {b.var}
+        elif isinstance(b, VarBinding) and isinstance(value, (Var, Tuple, TupleGetItem)):
+            refers[b.var] = set().union(*(refers.get(v, set()) for v in used_vars(value))) if used_vars(value) \
+                else set()
+    last_use: dict[Var, int] = {v: i for v, i in produced.items()}
+    for index, b in enumerate(bindings):
+        for var in used_vars(b.value):
+            for tensor in refers.get(var, ()):
+                last_use[tensor] = max(last_use[tensor], index)
+    results = set().union(*(refers.get(v, set()) for v in used_vars(func.body.body))) \
+        if used_vars(func.body.body) else set()
+
+    tokens: list[StorageToken] = []
+    free: list[StorageToken] = []
+    tensor_token: dict[str, int] = {}
+    live: dict[Var, StorageToken] = {}
+    peak = 0
+    sizes = {v: device_bytes(v.struct_info) for v in produced}
+    static = {v: analyzer.upper_bound(s) for v, s in sizes.items()}
+    for index, b in enumerate(bindings):
+        # Tokens whose tensors were last used before this binding are free again.
+        for tensor, token in list(live.items()):
+            if last_use[tensor] < index and tensor not in results:
+                del live[tensor]
+                if not any(t is token for t in live.values()):
+                    free.append(token)
+        if b.var not in produced:
+            continue
+        tensor = b.var
+        token = _reuse(free, sizes[tensor], static[tensor], analyzer)
+        if token is None:
+            token = StorageToken(len(tokens), sizes[tensor], static[tensor])
+            tokens.append(token)
+        else:
+            free.remove(token)
+            if token.static_size is not None and static[tensor] is not None:
+                token.static_size = max(token.static_size, static[tensor])
+                token.size = arith.IntImm(token.static_size) if not analyzer.prove_equal(token.size, sizes[tensor]) \
+                    else token.size
+        token.tensors.append(tensor.name_hint)
+        tensor_token[tensor.name_hint] = token.index
+        live[tensor] = token
+        if all(s is not None for s in static.values()):
+            peak = max(peak, sum(static[t] for t in live))
+    buffers = _layout(tokens, max_buffer_size) if all(t.static_size is not None for t in tokens) else []
+    lower_bound = peak if all(s is not None for s in static.values()) else None
+    return MemoryPlan(tokens, tensor_token, buffers, lower_bound)
+
+
+def _is_kernel_call(value) -> bool:
+    return isinstance(value, Call) and isinstance(value.op, Op) and value.op.name == "call_tir"
+
+
+def _reuse(free: list[StorageToken], size, static_size, analyzer) -> StorageToken | None:
+    equal = [t for t in free if analyzer.prove_equal(t.size, size)]
+    if equal:
+        return equal[0]
+    if static_size is None or any(t.static_size is None for t in free):
+        return None
+    fitting = [t for t in free if t.static_size >= static_size]
+    if fitting:
+        return min(fitting, key=lambda t: t.static_size)
+    return max(free, key=lambda t: t.static_size) if free else None  # grown to fit
+
+
+def _layout(tokens: list[StorageToken], max_buffer_size: int) -> list[int]:
+    """Place tokens in arena buffers: 256-byte aligned offsets, no token across two buffers."""
+    buffers: list[int] = []
+    for token in sorted(tokens, key=lambda t: -t.static_size):
+        size = _align(max(token.static_size, 4))
+        if size > max_buffer_size:
+            raise ValueError(f"storage {token.index} needs {size} bytes, more than the device's "
+                             f"maxBufferSize {max_buffer_size}")
+        for index, used in enumerate(buffers):
+            if used + size <= max_buffer_size:
+                token.buffer, token.offset = index, used
+                buffers[index] = used + size
+                break
+        else:
+            token.buffer, token.offset = len(buffers), 0
+            buffers.append(size)
+    return buffers
+
+
+def _align(value: int) -> int:
+    return (value + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
