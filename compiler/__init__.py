@@ -1,3 +1,5 @@
 """Tessera: compile ML models, LLMs first, for WebGPU, WebAssembly and native GPUs."""
 
+from .driver import build
+
 __version__ = "0.1.0"

@@ -16,6 +16,10 @@ def main(argv: list[str] | None = None) -> int:
     check = commands.add_parser("check", help="parse a script, check it is well formed, print it back")
     check.add_argument("file", help="a module in the text format (docs/script.md); - for stdin")
 
+    inspect = commands.add_parser("inspect", help="describe a compiled executable directory")
+    inspect.add_argument("directory")
+    inspect.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+
     commands.add_parser("ops", help="list the registered graph operators")
     commands.add_parser("demo", help="build, print, check and run a small example end to end")
 
@@ -23,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "check":
             return _check(args.file)
+        if args.command == "inspect":
+            return _inspect(args.directory, args.json)
         if args.command == "ops":
             from .op import list_ops
 
@@ -36,6 +42,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 2
+
+
+def _inspect(directory: str, as_json: bool) -> int:
+    import json
+
+    from .inspect_executable import format_summary, summarize
+    from .vm.executable import Executable
+
+    summary = summarize(Executable.load(directory))
+    sys.stdout.write(json.dumps(summary, indent=1) + "\n" if as_json else format_summary(summary))
+    return 0
 
 
 def _check(path: str) -> int:

@@ -45,3 +45,22 @@ def test_demo_runs_end_to_end():
     assert "n =  64: output (64, 16)" in result.stdout
     assert "dimension 1 is 17, not 16" in result.stdout
     assert "max |WebGPU - interpreter|" in result.stdout
+
+
+def test_inspect_prints_the_plan_and_json(tmp_path):
+    import json
+
+    import tessera
+    from llama_layer import build_layer
+
+    tessera.build(build_layer(), "llvmpipe", upper_bounds={"n": 256}).save(tmp_path)
+    text = run("inspect", str(tmp_path))
+    assert text.returncode == 0, text.stderr
+    assert "18 kernel launches; symbols n <= 256" in text.stdout
+    data = json.loads(run("inspect", str(tmp_path), "--json").stdout)
+    assert set(data) >= {"arena_bytes", "liveness_lower_bound_bytes", "kernels", "required_features",
+                         "required_limits"}
+    assert data["liveness_lower_bound_bytes"] <= data["arena_bytes"] <= 1.1 * data["liveness_lower_bound_bytes"]
+    assert all(k["grid"] for k in data["kernels"])
+    broken = run("inspect", str(tmp_path / "missing"))
+    assert broken.returncode == 1 and "cannot read" in broken.stderr

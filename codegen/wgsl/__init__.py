@@ -1,7 +1,8 @@
 """WGSL for WebGPU: a dialect of the shared C-style renderer.
 
 Binding layout (group 0): the kernel's inputs, then its outputs, as storage
-buffers in that order; then, if the kernel has symbolic scalars, one uniform
+buffers (all read_write, so that views of one arena buffer can meet in a
+dispatch) in that order; then, if the kernel has symbolic scalars, one uniform
 buffer holding them as i32 in declaration order. bool tensors are stored one
 u32 word per element and int64 tensors as two i32 words (low word first), so
 that every element is a whole word that a thread can write alone.
@@ -92,7 +93,9 @@ class WGSLRenderer(CStyleRenderer):
         bindings = []
         vector_buffers = _vector_accesses(func)
         for index, buf in enumerate(func.params):
-            access = "read" if index < len(func.inputs) else "read_write"
+            # Inputs are read_write too: the VM binds views of one arena buffer, and WebGPU forbids
+            # a buffer in read-only and writable storage bindings of the same dispatch.
+            access = "read_write"
             element = STORAGE_ELEMENT[buf.storage_dtype]
             if buf.name in vector_buffers:
                 element = f"vec{vector_buffers[buf.name]}<{element}>"

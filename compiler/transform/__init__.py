@@ -3,6 +3,9 @@
 from .fuse_ops import fuse_ops
 from .fuse_tir import fuse_tir
 from .legalize import legalize_ops
+from .pipeline import Pipeline
+from .plan_memory import plan_memory
 from .simplify import dead_code_elimination, fold_constants
 
-__all__ = ["dead_code_elimination", "fold_constants", "fuse_ops", "fuse_tir", "legalize_ops"]
+__all__ = ["Pipeline", "dead_code_elimination", "fold_constants", "fuse_ops", "fuse_tir", "legalize_ops",
+           "plan_memory"]

@@ -62,26 +62,35 @@ class KernelRunner:
         from tessera.codegen.wgsl import emit_wgsl
 
         kernel = emit_wgsl(func)
-        cached = self._pipelines.get(kernel.source)
+        layout, pipeline = self.compile(kernel.source, kernel.entry_point, kernel.bindings, len(func.inputs))
+        return kernel, layout, pipeline
+
+    def pipeline_for_record(self, record: dict):
+        """The pipeline of a kernel from an executable's kernel table."""
+        layout, pipeline = self.compile(record["wgsl"], record["entry_point"], record["bindings"],
+                                        len(record["inputs"]))
+        return record, layout, pipeline
+
+    def compile(self, source: str, entry_point: str, bindings, num_inputs: int):
+        """(bind group layout, compute pipeline) for WGSL in the codegen's binding layout; cached."""
+        cached = self._pipelines.get(source)
         if cached is None:
             wgpu = self.wgpu
-            module = self.device.create_shader_module(code=kernel.source)
+            module = self.device.create_shader_module(code=source)
             entries = []
-            for index, name in enumerate(kernel.bindings):
+            for index, name in enumerate(bindings):
                 if name == "params":
                     kind = wgpu.BufferBindingType.uniform
-                elif index < len(func.inputs):
-                    kind = wgpu.BufferBindingType.read_only_storage
-                else:
+                else:  # see codegen/wgsl: every storage binding is read_write
                     kind = wgpu.BufferBindingType.storage
                 entries.append({"binding": index, "visibility": wgpu.ShaderStage.COMPUTE,
                                 "buffer": {"type": kind}})
             layout = self.device.create_bind_group_layout(entries=entries)
             pipeline = self.device.create_compute_pipeline(
                 layout=self.device.create_pipeline_layout(bind_group_layouts=[layout]),
-                compute={"module": module, "entry_point": kernel.entry_point})
-            cached = (kernel, layout, pipeline)
-            self._pipelines[kernel.source] = cached
+                compute={"module": module, "entry_point": entry_point})
+            cached = (layout, pipeline)
+            self._pipelines[source] = cached
         return cached
 
     def run(self, func: PrimFunc, inputs: list[np.ndarray], scalars: dict[str, int]) -> list[np.ndarray]:

@@ -1,0 +1,45 @@
+"""The compilation pipeline: the passes in order, as a list a user can edit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..ir.module import IRModule
+from ..target import Target
+from .fuse_ops import fuse_ops
+from .fuse_tir import fuse_tir
+from .legalize import legalize_ops
+from .plan_memory import plan_memory
+from .simplify import dead_code_elimination, fold_constants
+
+Pass = Callable[[IRModule], IRModule]
+
+
+@dataclass
+class Pipeline:
+    """``passes`` run in order; each is (name, IRModule -> IRModule)."""
+
+    passes: list[tuple[str, Pass]] = field(default_factory=list)
+
+    @staticmethod
+    def default(target: Target, upper_bounds: dict[str, int] | None = None, fuse: bool = True) -> Pipeline:
+        passes = [("fold_constants", fold_constants), ("dead_code_elimination", dead_code_elimination)]
+        if fuse:
+            passes += [("fuse_ops", lambda m: fuse_ops(m, target)), ("fuse_tir", lambda m: fuse_tir(m, target))]
+        passes += [("legalize_ops", lambda m: legalize_ops(m, target)),
+                   ("plan_memory", lambda m: plan_memory(m, upper_bounds, target.limit("maxBufferSize")))]
+        return Pipeline(passes)
+
+    def insert_after(self, name: str, new_name: str, new_pass: Pass) -> None:
+        index = [n for n, _ in self.passes].index(name)
+        self.passes.insert(index + 1, (new_name, new_pass))
+
+    def insert_before(self, name: str, new_name: str, new_pass: Pass) -> None:
+        index = [n for n, _ in self.passes].index(name)
+        self.passes.insert(index, (new_name, new_pass))
+
+    def __call__(self, mod: IRModule) -> IRModule:
+        for _, run in self.passes:
+            mod = run(mod)
+        return mod

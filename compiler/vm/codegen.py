@@ -1,0 +1,235 @@
+"""VM code generation: a legalized, memory-planned module becomes an Executable.
+
+Each graph function becomes a list of instructions over numbered registers:
+
+- ``match``: check a value against struct info at run time, binding symbolic
+  variables into the shape heap (parameters and match_cast);
+- ``launch``: run a kernel on argument registers, writing its output register;
+- ``move``, ``tuple``, ``get``, ``shape``: plumbing;
+- ``ret``: the result.
+
+Every tensor register has a static location: a parameter, a weight, or a
+storage token of the memory plan. Shapes and launch grids are shape
+expressions as text (``tessera.arith`` syntax) evaluated on the shape heap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from .. import arith
+from ..codegen.wgsl import emit_wgsl
+from ..ir.errors import TesseraError
+from ..ir.expr import (
+    Call,
+    Constant,
+    Function,
+    MatchCast,
+    Op,
+    ShapeExpr,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
+from ..ir.module import IRModule
+from ..ir.printer import print_binding
+from ..ir.struct_info import (
+    ObjectStructInfo,
+    PrimStructInfo,
+    ShapeStructInfo,
+    StructInfo,
+    TensorStructInfo,
+    TupleStructInfo,
+    sinfo_vars,
+)
+from ..target import Target
+from ..tir.ir import PrimFunc, walk_dtypes
+from ..transform.plan_memory import device_bytes, plan_function
+from .executable import Executable
+
+
+class VMCompileError(TesseraError):
+    """A program the VM cannot run yet (control flow, runtime calls) or whose memory cannot be planned."""
+
+
+def sinfo_json(sinfo: StructInfo) -> dict:
+    if isinstance(sinfo, TensorStructInfo):
+        shape = None if sinfo.shape is None else [arith.to_source(d) for d in sinfo.shape]
+        return {"kind": "tensor", "dtype": sinfo.dtype, "ndim": sinfo.ndim, "shape": shape}
+    if isinstance(sinfo, ShapeStructInfo):
+        values = None if sinfo.values is None else [arith.to_source(d) for d in sinfo.values]
+        return {"kind": "shape", "ndim": sinfo.ndim, "values": values}
+    if isinstance(sinfo, PrimStructInfo):
+        return {"kind": "prim", "dtype": sinfo.dtype,
+                "value": None if sinfo.value is None else arith.to_source(sinfo.value)}
+    if isinstance(sinfo, TupleStructInfo):
+        return {"kind": "tuple", "fields": [sinfo_json(f) for f in sinfo.fields]}
+    if isinstance(sinfo, ObjectStructInfo):
+        return {"kind": "object"}
+    raise VMCompileError(f"the VM cannot pass values of {sinfo!r} yet")
+
+
+def compile_vm(mod: IRModule, target: Target, upper_bounds: dict[str, int] | None = None) -> Executable:
+    kernels: list[dict] = []
+    kernel_index: dict[str, int] = {}
+    for name, func in mod.functions.items():
+        if isinstance(func, PrimFunc):
+            kernel_index[name] = len(kernels)
+            kernels.append(_kernel_record(func))
+    constants: dict = {}
+    functions = {}
+    for name, func in mod.functions.items():
+        if isinstance(func, Function) and not func.attr("Primitive"):
+            functions[name] = _FunctionCompiler(name, func, kernel_index, constants, target, upper_bounds).run()
+    features = sorted({f for k in kernels for f in k["features"]})
+    return Executable({"kind": target.kind, "name": target.name, "features": sorted(target.features)},
+                      functions, kernels, features, _required_limits(kernels, functions), constants)
+
+
+def _kernel_record(func: PrimFunc) -> dict:
+    wgsl = emit_wgsl(func)
+    features = []
+    if "f16" in {d.split("x")[0] for d in walk_dtypes(func)}:
+        features.append("shader-f16")
+    if func.attrs.get("subgroups"):
+        features.append("subgroups" if "subgroups" in func.attrs.get("wgsl_enable", ()) else "subgroup")
+    workgroup_bytes = sum(int(arith.Analyzer().as_int(b.size)) * (2 if b.dtype.startswith("f16") else 4)
+                          for b in func.scratch if b.scope == "workgroup")
+    return {
+        "name": func.name, "wgsl": wgsl.source, "sha256": hashlib.sha256(wgsl.source.encode()).hexdigest(),
+        "entry_point": wgsl.entry_point, "workgroup_size": list(wgsl.workgroup_size),
+        "bindings": list(wgsl.bindings), "scalars": list(func.scalars),
+        "grid": [arith.to_source(g) for g in func.grid],
+        "inputs": [{"name": b.name, "dtype": b.storage_dtype} for b in func.inputs],
+        "outputs": [{"name": b.name, "dtype": b.storage_dtype} for b in func.outputs],
+        "rule": func.attrs.get("rule"), "pattern": func.attrs.get("pattern"), "features": features,
+        "workgroup_storage_bytes": workgroup_bytes,
+    }
+
+
+class _FunctionCompiler:
+    def __init__(self, name, func: Function, kernel_index, constants, target: Target, upper_bounds):
+        self.name, self.func, self.kernel_index, self.constants = name, func, kernel_index, constants
+        self.registers: dict[Var, int] = {}
+        self.locations: dict[int, dict] = {}  # tensor register -> where it lives
+        self.tensors: dict[int, dict] = {}  # tensor register -> {"shape", "dtype"}
+        self.code: list[dict] = []
+        bounds = dict(func.attr("tir_var_upper_bound", {}) or {})
+        bounds.update(upper_bounds or {})
+        self.bounds = bounds
+        self.plan = plan_function(func, bounds, target.limit("maxBufferSize"))
+        self.next_register = 0
+
+    def register(self, var=None) -> int:
+        index = self.next_register
+        self.next_register += 1
+        if var is not None:
+            self.registers[var] = index
+        return index
+
+    def run(self) -> dict:
+        func = self.func
+        symbols = []
+        for p in func.params:
+            for v in sinfo_vars(p.struct_info):
+                if v.name not in symbols:
+                    symbols.append(v.name)
+        params = []
+        for index, p in enumerate(func.params):
+            reg = self.register(p)
+            self.code.append({"op": "match", "reg": reg, "sinfo": sinfo_json(p.struct_info),
+                              "what": f"argument '{p.name_hint}' of {self.name}"})
+            if isinstance(p.struct_info, TensorStructInfo):
+                self._tensor(reg, p.struct_info, {"kind": "param", "index": index})
+            params.append({"name": p.name_hint, "sinfo": sinfo_json(p.struct_info)})
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                try:
+                    self._binding(binding)
+                except VMCompileError as error:
+                    raise VMCompileError(f"{error} (in {print_binding(binding)})") from None
+        result = self._operand(func.body.body)
+        self.code.append({"op": "ret", "src": result})
+        unbounded = [s for s in symbols if s not in self.bounds]
+        return {
+            "params": params, "code": self.code, "registers": self.next_register,
+            "symbols": {s: {"upper_bound": self.bounds.get(s)} for s in symbols},
+            "unbounded_symbols": unbounded, "tensors": {str(r): t for r, t in self.tensors.items()},
+            "locations": {str(r): loc for r, loc in self.locations.items()},
+            "memory": self.plan.to_json(), "result": sinfo_json(func.ret_struct_info),
+        }
+
+    def _tensor(self, reg: int, sinfo: TensorStructInfo, location: dict) -> None:
+        if sinfo.shape is None or not sinfo.dtype:
+            raise VMCompileError("the VM needs tensors of known shape and dtype")
+        self.tensors[reg] = {"shape": [arith.to_source(d) for d in sinfo.shape], "dtype": sinfo.dtype,
+                             "bytes": arith.to_source(device_bytes(sinfo))}
+        self.locations[reg] = location
+
+    def _operand(self, expr) -> int:
+        if isinstance(expr, Var):
+            return self.registers[expr]
+        if isinstance(expr, Constant):
+            name = f"const_{len(self.constants)}"
+            self.constants[name] = expr.data
+            reg = self.register()
+            self._tensor(reg, expr.struct_info, {"kind": "constant", "name": name})
+            return reg
+        if isinstance(expr, Tuple):
+            fields = [self._operand(f) for f in expr.fields]
+            reg = self.register()
+            self.code.append({"op": "tuple", "dst": reg, "fields": fields})
+            return reg
+        if isinstance(expr, ShapeExpr):
+            reg = self.register()
+            self.code.append({"op": "shape", "dst": reg, "values": [arith.to_source(v) for v in expr.values]})
+            return reg
+        raise VMCompileError(f"the VM cannot evaluate {type(expr).__name__} yet")
+
+    def _binding(self, binding) -> None:
+        value = binding.value
+        if isinstance(binding, MatchCast):
+            src = self._operand(value)
+            self.registers[binding.var] = src
+            self.code.append({"op": "match", "reg": src, "sinfo": sinfo_json(binding.struct_info),
+                              "what": f"match_cast of {binding.var.name_hint}"})
+            return
+        if isinstance(value, Call) and isinstance(value.op, Op) and value.op.name == "call_tir":
+            kernel = self.kernel_index[value.args[0].name]
+            args = [self._operand(a) for a in value.args[1].fields]
+            scalars = [arith.to_source(v) for v in value.args[2].values] if len(value.args) > 2 else []
+            out = self.register(binding.var)
+            token = self.plan.tensor_token[binding.var.name_hint]
+            self._tensor(out, binding.var.struct_info, {"kind": "arena", "token": token})
+            self.code.append({"op": "launch", "kernel": kernel, "args": args, "out": out, "scalars": scalars})
+            return
+        if isinstance(value, (Var, Constant, Tuple, ShapeExpr)):
+            src = self._operand(value)
+            self.registers[binding.var] = src
+            return
+        if isinstance(value, TupleGetItem):
+            src = self._operand(value.tuple_value)
+            reg = self.register(binding.var)
+            self.code.append({"op": "get", "dst": reg, "src": src, "index": value.index})
+            for op in self.code:
+                if op.get("op") == "tuple" and op["dst"] == src:
+                    field = op["fields"][value.index]
+                    if field in self.locations:
+                        self.locations[reg] = self.locations[field]
+                        self.tensors[reg] = self.tensors[field]
+            return
+        if isinstance(value, Call):
+            raise VMCompileError("runtime function calls are not supported by the VM yet")
+        raise VMCompileError(f"the VM does not support {type(value).__name__} bindings yet (control flow)")
+
+
+def _required_limits(kernels: list[dict], functions: dict) -> dict:
+    invocations = max((k["workgroup_size"][0] * k["workgroup_size"][1] * k["workgroup_size"][2] for k in kernels),
+                      default=1)
+    buffers = max((len(k["inputs"]) + len(k["outputs"]) for k in kernels), default=1)
+    storage = max((k["workgroup_storage_bytes"] for k in kernels), default=0)
+    arena = [size for f in functions.values() for size in f["memory"]["buffers"]]
+    tokens = [s["static_size"] or 0 for f in functions.values() for s in f["memory"]["storages"]]
+    return {"maxComputeInvocationsPerWorkgroup": invocations, "maxStorageBuffersPerShaderStage": buffers,
+            "maxComputeWorkgroupStorageSize": storage, "maxBufferSize": max(arena, default=0),
+            "maxStorageBufferBindingSize": max(tokens, default=0)}

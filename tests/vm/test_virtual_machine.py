@@ -1,0 +1,112 @@
+"""tessera.build -> Executable -> save/load -> VirtualMachine on WebGPU, against the interpreter."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tessera
+from llama_layer import build_layer, layer_inputs
+from tessera import op
+from tessera.ir import BlockBuilder, RuntimeCheckError, Tensor, Var, interpret
+from tessera.vm import Executable, ExecutableError, VirtualMachine
+
+
+@pytest.fixture(scope="module")
+def layer_exe():
+    return tessera.build(build_layer(), "llvmpipe", upper_bounds={"n": 128})
+
+
+@pytest.mark.parametrize("n", [1, 7, 64, 128])
+def test_vm_runs_the_llama_layer_like_the_interpreter(layer_exe, n):
+    vm = VirtualMachine(layer_exe)
+    args = layer_inputs(n, seed=n)
+    np.testing.assert_allclose(vm["layer"](*args), interpret(build_layer(), "layer", *args), rtol=1e-4, atol=1e-4)
+
+
+def test_later_calls_allocate_no_gpu_memory_and_bounds_are_enforced(layer_exe):
+    vm = VirtualMachine(layer_exe)
+    vm["layer"](*layer_inputs(5))
+    created = vm.buffers_created
+    for n in (1, 64, 128):
+        vm["layer"](*layer_inputs(n))
+    assert vm.buffers_created == created
+    with pytest.raises(RuntimeCheckError, match="layer: n = 129 exceeds its upper bound 128"):
+        vm["layer"](*layer_inputs(129))
+    with pytest.raises(RuntimeCheckError, match=r"argument 'cos' of layer: dimension 0 is 4, not n = 5"):
+        args = layer_inputs(5)
+        args[1] = args[1][:4]
+        vm["layer"](*args)
+
+
+def test_executable_round_trips_through_files(layer_exe, tmp_path):
+    layer_exe.save(tmp_path)
+    loaded = Executable.load(tmp_path, target_kind="webgpu")
+    assert loaded.to_json() == layer_exe.to_json()
+    vm = VirtualMachine(loaded)
+    args = layer_inputs(9)
+    np.testing.assert_allclose(vm["layer"](*args), interpret(build_layer(), "layer", *args), rtol=1e-4, atol=1e-4)
+
+
+def weighted_module():
+    """A function with a large constant, which becomes a weight in the tensor cache."""
+    x = Var("x", Tensor(("n", 256), "float32"))
+    w = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
+    bb = BlockBuilder()
+    with bb.function("main", [x], attrs={"tir_var_upper_bound": {"n": 16}}):
+        with bb.dataflow():
+            y = bb.emit_output(op.matmul(x, tessera.ir.Constant(w)), "y")
+        bb.emit_func_output(y)
+    return bb.get(), w
+
+
+def test_weights_live_in_checksummed_shards(tmp_path):
+    mod, w = weighted_module()
+    exe = tessera.build(mod, "llvmpipe")
+    exe.save(tmp_path)
+    cache = json.loads((tmp_path / "tensor-cache.json").read_text())
+    (shard,) = cache["records"]
+    assert shard["dataPath"] == "params_shard_0.bin" and len(shard["sha256"]) == 64
+    vm = VirtualMachine(Executable.load(tmp_path))
+    x = np.ones((3, 256), np.float32)
+    np.testing.assert_allclose(vm["main"](x), x @ w, rtol=1e-4)
+
+
+def test_bad_files_are_clear_errors(tmp_path):
+    mod, _ = weighted_module()
+    exe = tessera.build(mod, "llvmpipe")
+    exe.save(tmp_path)
+    path = tmp_path / "executable.json"
+    text = path.read_text()
+    with pytest.raises(ExecutableError, match="was built for target 'webgpu', not 'vulkan'"):
+        Executable.load(tmp_path, target_kind="vulkan")
+    path.write_text(text[: len(text) // 2])
+    with pytest.raises(ExecutableError, match="is not valid JSON \\(truncated or corrupted\\?\\)"):
+        Executable.load(tmp_path)
+    path.write_text(text.replace('"version": 1', '"version": 99'))
+    with pytest.raises(ExecutableError, match="has format version 99; this Tessera reads version 1"):
+        Executable.load(tmp_path)
+    path.write_text(text)
+    shard = tmp_path / "params_shard_0.bin"
+    blob = shard.read_bytes()
+    shard.write_bytes(blob[:-10])
+    with pytest.raises(ExecutableError, match="params_shard_0.bin has .* bytes, expected .* \\(truncated\\?\\)"):
+        Executable.load(tmp_path)
+    shard.write_bytes(bytes([blob[0] ^ 1]) + blob[1:])
+    with pytest.raises(ExecutableError, match="does not match its SHA-256 \\(corrupted\\)"):
+        Executable.load(tmp_path)
+    os.remove(shard)
+    with pytest.raises(ExecutableError, match="cannot read weight shard"):
+        Executable.load(tmp_path)
+    with pytest.raises(ExecutableError, match="cannot read .*executable.json"):
+        Executable.load(tmp_path / "nowhere")
+
+
+def test_functions_without_upper_bounds_are_refused_with_the_reason():
+    x = Var("x", Tensor(("n",), "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        bb.emit_func_output(bb.emit(op.exp(x)))
+    exe = tessera.build(bb.get(), "llvmpipe")
+    with pytest.raises(tessera.vm.virtual_machine.DeviceError, match="symbolic variables n have no upper bound"):
+        VirtualMachine(exe)
