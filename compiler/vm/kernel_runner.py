@@ -31,7 +31,7 @@ def _quiet_vulkan() -> None:
 
 
 class KernelRunner:
-    def __init__(self, features=("shader-f16", "subgroup")):
+    def __init__(self, features=("shader-f16", "subgroup", "timestamp-query")):
         _quiet_vulkan()
         try:
             import wgpu

@@ -79,6 +79,16 @@ class VirtualMachine:
     def run(self, name: str, *args):
         return self[name](*args)
 
+    def profile_kernels(self, name: str, *args) -> list[tuple[str, float]]:
+        """Seconds each kernel launch of one call takes, in program order.
+
+        With the ``timestamp-query`` feature these are GPU timestamps around each launch;
+        otherwise each launch is submitted alone and timed on the host until it completes.
+        """
+        if name not in self._functions:
+            raise KeyError(f"the executable has no function '{name}'")
+        return self._functions[name].profile(args)
+
 
 class _PreparedFunction:
     def __init__(self, vm: VirtualMachine, name: str, record: dict):
@@ -147,7 +157,38 @@ class _PreparedFunction:
 
     # -- a call -----------------------------------------------------------------------------
 
-    def call(self, args):
+    def profile(self, args) -> list[tuple[str, float]]:
+        vm = self.vm
+        heap = self._start(args)
+        timings = []
+        wgpu = vm._wgpu
+        use_timestamps = "timestamp-query" in vm.runner.features
+        if use_timestamps:
+            query_set = vm.device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
+            usage = wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
+            resolved = vm.device.create_buffer(size=16, usage=usage)
+        for launch in self.launches:
+            encoder = vm.device.create_command_encoder()
+            writes = ({"query_set": query_set, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
+                      if use_timestamps else None)
+            compute = encoder.begin_compute_pass(timestamp_writes=writes) if writes else encoder.begin_compute_pass()
+            self._record_launch(compute, launch, heap)
+            compute.end()
+            if use_timestamps:
+                encoder.resolve_query_set(query_set, 0, 2, resolved, 0)
+            start = time.perf_counter()
+            vm.device.queue.submit([encoder.finish()])
+            if use_timestamps:
+                stamps = np.frombuffer(vm.device.queue.read_buffer(resolved), np.uint64)
+                seconds = float(stamps[1] - stamps[0]) * 1e-9 if stamps[1] > stamps[0] else time.perf_counter() - start
+            else:
+                _wait(vm)
+                seconds = time.perf_counter() - start
+            timings.append((launch[1]["name"], seconds))
+        return timings
+
+    def _start(self, args) -> dict[str, int]:
+        """Check the arguments, bind the symbolic sizes and upload the data."""
         record, vm = self.record, self.vm
         if len(args) != len(record["params"]):
             raise RuntimeCheckError(f"{self.name} takes {len(record['params'])} arguments, got {len(args)}")
@@ -163,19 +204,28 @@ class _PreparedFunction:
         for value, buffer, param in zip(args, self.params, record["params"]):
             if buffer is not None:
                 vm.device.queue.write_buffer(buffer, 0, _to_device(np.asarray(value), param["sinfo"]["dtype"]))
+        return heap
+
+    def _record_launch(self, compute, launch, heap) -> None:
+        op, kernel, pipeline, group, uniform = launch
+        if uniform is not None:
+            values = np.zeros(uniform.size // 4, np.int32)
+            values[: len(op["scalars"])] = [arith.evaluate(arith.parse_expr(s), heap) for s in op["scalars"]]
+            self.vm.device.queue.write_buffer(uniform, 0, values.tobytes())
+        grid = [arith.evaluate(arith.parse_expr(g), _kernel_env(kernel, op, heap)) for g in kernel["grid"]]
+        if min(grid) <= 0:
+            return
+        compute.set_pipeline(pipeline)
+        compute.set_bind_group(0, group)
+        compute.dispatch_workgroups(*grid)
+
+    def call(self, args):
+        record, vm = self.record, self.vm
+        heap = self._start(args)
         encoder = vm.device.create_command_encoder()
         compute = encoder.begin_compute_pass()
-        for op, kernel, pipeline, group, uniform in self.launches:
-            if uniform is not None:
-                values = np.zeros(uniform.size // 4, np.int32)
-                values[: len(op["scalars"])] = [arith.evaluate(arith.parse_expr(s), heap) for s in op["scalars"]]
-                vm.device.queue.write_buffer(uniform, 0, values.tobytes())
-            grid = [arith.evaluate(arith.parse_expr(g), _kernel_env(kernel, op, heap)) for g in kernel["grid"]]
-            if min(grid) <= 0:
-                continue
-            compute.set_pipeline(pipeline)
-            compute.set_bind_group(0, group)
-            compute.dispatch_workgroups(*grid)
+        for launch in self.launches:
+            self._record_launch(compute, launch, heap)
         compute.end()
         results = {}
         for reg in self.result_registers:
@@ -202,6 +252,14 @@ class _PreparedFunction:
             if op["op"] == "tuple" and op["dst"] == reg:
                 return tuple(self._result(f, results) for f in op["fields"])
         return results[reg]
+
+
+def _wait(vm: VirtualMachine) -> None:
+    """Block until the queue is idle: wgpu-py's work-done callback is broken, a tiny readback is not."""
+    if not hasattr(vm, "_fence"):
+        wgpu = vm._wgpu
+        vm._fence = vm.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+    vm.device.queue.read_buffer(vm._fence)
 
 
 def _kernel_env(kernel: dict, op: dict, heap: dict[str, int]) -> dict[str, int]:

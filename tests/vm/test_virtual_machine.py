@@ -110,3 +110,11 @@ def test_functions_without_upper_bounds_are_refused_with_the_reason():
     exe = tessera.build(bb.get(), "llvmpipe")
     with pytest.raises(tessera.vm.virtual_machine.DeviceError, match="symbolic variables n have no upper bound"):
         VirtualMachine(exe)
+
+
+def test_per_kernel_profile_names_every_launch(layer_exe):
+    vm = VirtualMachine(layer_exe)
+    timings = vm.profile_kernels("layer", *layer_inputs(16))
+    launches = [op for op in layer_exe.functions["layer"]["code"] if op["op"] == "launch"]
+    assert [name for name, _ in timings] == [layer_exe.kernels[op["kernel"]]["name"] for op in launches]
+    assert all(seconds > 0 for _, seconds in timings)
