@@ -34,7 +34,7 @@ from .expr import (
     Var,
 )
 from .module import IRModule
-from .printer import print_binding, print_sinfo
+from .printer import print_binding, print_expr, print_sinfo
 from .struct_info import (
     FuncStructInfo,
     ObjectStructInfo,
@@ -172,6 +172,8 @@ class Interpreter:
             return outputs[0] if len(outputs) == 1 else tuple(outputs)
         if name == "call_pure_packed":
             return self._callee(args[0])(*args[1:])
+        if name in _LOWERED:
+            return _LOWERED[name](self, call, args, frame)
         if call.op.reference is None:
             raise RuntimeCheckError(f"operator {name} has no numpy reference")
         attrs = {k: frame.attr(v) for k, v in call.attrs}
@@ -189,6 +191,45 @@ class Interpreter:
             return get_library_function(name)
         except KeyError as error:
             raise RuntimeCheckError(str(error.args[0])) from None
+
+
+def _alloc_tensor(interp, call, args, frame):
+    return np.zeros(tuple(args[0]), call.attr("dtype"))
+
+
+def _placed_tensor(interp, call, args, frame):
+    # Each placed tensor gets its own array: sharing storage is the VM's business, not the semantics'.
+    return np.zeros(tuple(args[1]), call.attr("dtype"))
+
+
+def _call_tir_dps(interp, call, args, frame):
+    kernel = call.args[0].name
+    if interp.kernel_runner is None or kernel not in interp.mod.functions:
+        raise RuntimeCheckError(f"call_tir_dps to kernel '{kernel}' needs a compiled kernel and a kernel runner")
+    func = interp.mod[kernel]
+    operands = list(args[1])
+    inputs, outputs = operands[: len(func.inputs)], operands[len(func.inputs):]
+    scalars = dict(zip(func.scalars, args[2])) if len(args) > 2 else {}
+    for destination, result in zip(outputs, interp.kernel_runner.run(func, inputs, scalars)):
+        np.copyto(destination, result)
+    return None
+
+
+def _vm_check(interp, call, args, frame):
+    sinfo = call.sinfo_args[0]
+    _bind_plain(sinfo, args[0], frame.sym)
+    check_value(args[0], sinfo, frame.sym, f"the check of {print_expr(call.args[0])}")
+    return args[0]
+
+
+# Operators of the lowered VM program (tessera/op/vm_builtin.py), run here for equivalence tests.
+_LOWERED = {
+    "builtin.alloc_tensor": _alloc_tensor,
+    "memory.alloc_storage": lambda interp, call, args, frame: object(),
+    "memory.alloc_tensor": _placed_tensor,
+    "call_tir_dps": _call_tir_dps,
+    "vm.check": _vm_check,
+}
 
 
 class _Frame:

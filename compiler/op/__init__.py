@@ -17,6 +17,7 @@ from . import (
     manipulate,
     norm,
     reduce,
+    vm_builtin,
 )
 from .cross_level import call_dps_library, call_pure_packed, call_tir
 from .registry import get_op, list_ops, make_call, register_op

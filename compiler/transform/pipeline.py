@@ -10,6 +10,7 @@ from ..target import Target
 from .fuse_ops import fuse_ops
 from .fuse_tir import fuse_tir
 from .legalize import legalize_ops
+from .lower_vm import explicit_allocation, to_non_dataflow, vm_shape_lowering
 from .plan_memory import plan_memory
 from .simplify import dead_code_elimination, fold_constants
 
@@ -28,6 +29,9 @@ class Pipeline:
         if fuse:
             passes += [("fuse_ops", lambda m: fuse_ops(m, target)), ("fuse_tir", lambda m: fuse_tir(m, target))]
         passes += [("legalize_ops", lambda m: legalize_ops(m, target)),
+                   ("to_non_dataflow", to_non_dataflow),
+                   ("vm_shape_lowering", vm_shape_lowering),
+                   ("explicit_allocation", explicit_allocation),
                    ("plan_memory", lambda m: plan_memory(m, upper_bounds, target.limit("maxBufferSize")))]
         return Pipeline(passes)
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import arith
-from ..ir.expr import Call, Function, Op, Tuple, TupleGetItem, Var, VarBinding
+from ..ir.expr import Call, Function, Op, ShapeExpr, Tuple, TupleGetItem, Var, VarBinding, with_struct_info
 from ..ir.module import IRModule
-from ..ir.struct_info import TensorStructInfo
-from .rewrite import map_graph_functions, used_vars
+from ..ir.struct_info import ObjectStructInfo, TensorStructInfo
+from ..op.registry import make_call
+from .rewrite import map_graph_functions, rewrite_function, used_vars
 
 ALIGNMENT = 256
 ELEMENT_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "float16": 2, "bool": 4, "int64": 8,
@@ -77,13 +78,41 @@ class MemoryPlan:
 
 def plan_memory(mod: IRModule, upper_bounds: dict[str, int] | None = None,
                 max_buffer_size: int = 256 << 20) -> IRModule:
+    """Plan every function; after explicit allocation, also place each allocation in its storage:
+    ``R.builtin.alloc_tensor`` becomes ``R.memory.alloc_tensor`` in a ``R.memory.alloc_storage``
+    emitted just before the storage's first tensor."""
+
     def plan(name: str, func: Function) -> Function:
         if func.attr("Primitive"):
             return func
         result = plan_function(func, upper_bounds, max_buffer_size)
-        return func.with_attr("memory_plan", result.to_json())
+        return _place(func, result).with_attr("memory_plan", result.to_json())
 
     return map_graph_functions(mod, plan)
+
+
+def _place(func: Function, plan: MemoryPlan) -> Function:
+    storages: dict[int, Var] = {}
+
+    def rewrite(binding, dataflow):
+        value = binding.value
+        if not (isinstance(value, Call) and isinstance(value.op, Op) and value.op.name == "builtin.alloc_tensor"):
+            return [binding]
+        token = plan.tokens[plan.tensor_token[binding.var.name_hint]]
+        out = []
+        if token.index not in storages:
+            size = arith.IntImm(_align(token.static_size)) if token.static_size is not None else token.size
+            storage = Var(f"storage{token.index}", ObjectStructInfo())
+            alloc = make_call("memory.alloc_storage", ShapeExpr((size,)), token=token.index)
+            out.append(VarBinding(storage, with_struct_info(alloc, ObjectStructInfo())))
+            storages[token.index] = storage
+        sinfo = binding.var.struct_info
+        place = make_call("memory.alloc_tensor", storages[token.index], ShapeExpr(sinfo.shape), offset=0,
+                          dtype=sinfo.dtype)
+        out.append(VarBinding(binding.var, with_struct_info(place, sinfo)))
+        return out
+
+    return rewrite_function(func, rewrite)
 
 
 def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
@@ -148,7 +177,9 @@ def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
 
 
 def _is_kernel_call(value) -> bool:
-    return isinstance(value, Call) and isinstance(value.op, Op) and value.op.name == "call_tir"
+    """A new tensor: a kernel's output before explicit allocation, an allocation after it."""
+    return isinstance(value, Call) and isinstance(value.op, Op) and value.op.name in ("call_tir",
+                                                                                       "builtin.alloc_tensor")
 
 
 def _reuse(free: list[StorageToken], size, static_size, analyzer) -> StorageToken | None:

@@ -44,7 +44,7 @@ from ..ir.struct_info import (
 )
 from ..target import Target
 from ..tir.ir import PrimFunc, walk_dtypes
-from ..transform.plan_memory import device_bytes, plan_function
+from ..transform.plan_memory import device_bytes
 from .executable import Executable
 
 
@@ -80,7 +80,8 @@ def compile_vm(mod: IRModule, target: Target, upper_bounds: dict[str, int] | Non
     functions = {}
     for name, func in mod.functions.items():
         if isinstance(func, Function) and not func.attr("Primitive"):
-            functions[name] = _FunctionCompiler(name, func, kernel_index, constants, target, upper_bounds).run()
+            functions[name] = _FunctionCompiler(name, func, kernel_index, kernels, constants, target,
+                                                upper_bounds).run()
     features = sorted({f for k in kernels for f in k["features"]})
     return Executable({"kind": target.kind, "name": target.name, "features": sorted(target.features)},
                       functions, kernels, features, _required_limits(kernels, functions), constants)
@@ -108,16 +109,23 @@ def _kernel_record(func: PrimFunc) -> dict:
 
 
 class _FunctionCompiler:
-    def __init__(self, name, func: Function, kernel_index, constants, target: Target, upper_bounds):
+    """Compile one function of the lowered program (after vm_shape_lowering, explicit_allocation
+    and plan_memory) into instructions; every tensor register gets a location."""
+
+    def __init__(self, name, func: Function, kernel_index, kernels, constants, target: Target, upper_bounds):
         self.name, self.func, self.kernel_index, self.constants = name, func, kernel_index, constants
+        self.kernels = kernels
         self.registers: dict[Var, int] = {}
         self.locations: dict[int, dict] = {}  # tensor register -> where it lives
-        self.tensors: dict[int, dict] = {}  # tensor register -> {"shape", "dtype"}
+        self.tensors: dict[int, dict] = {}  # tensor register -> {"shape", "dtype", "bytes"}
+        self.storages: dict[int, int] = {}  # storage register -> token
         self.code: list[dict] = []
         bounds = dict(func.attr("tir_var_upper_bound", {}) or {})
         bounds.update(upper_bounds or {})
         self.bounds = bounds
-        self.plan = plan_function(func, bounds, target.limit("maxBufferSize"))
+        self.plan = func.attr("memory_plan")
+        if self.plan is None:
+            raise VMCompileError(f"function {name} has no memory plan: run plan_memory before VM code generation")
         self.next_register = 0
 
     def register(self, var=None) -> int:
@@ -137,11 +145,9 @@ class _FunctionCompiler:
         params = []
         for index, p in enumerate(func.params):
             reg = self.register(p)
-            self.code.append({"op": "match", "reg": reg, "sinfo": sinfo_json(p.struct_info),
-                              "what": f"argument '{p.name_hint}' of {self.name}"})
             if isinstance(p.struct_info, TensorStructInfo):
                 self._tensor(reg, p.struct_info, {"kind": "param", "index": index})
-            params.append({"name": p.name_hint, "sinfo": sinfo_json(p.struct_info)})
+            params.append({"name": p.name_hint, "register": reg, "sinfo": sinfo_json(p.struct_info)})
         for block in func.body.blocks:
             for binding in block.bindings:
                 try:
@@ -150,13 +156,13 @@ class _FunctionCompiler:
                     raise VMCompileError(f"{error} (in {print_binding(binding)})") from None
         result = self._operand(func.body.body)
         self.code.append({"op": "ret", "src": result})
-        unbounded = [s for s in symbols if s not in self.bounds]
         return {
             "params": params, "code": self.code, "registers": self.next_register,
             "symbols": {s: {"upper_bound": self.bounds.get(s)} for s in symbols},
-            "unbounded_symbols": unbounded, "tensors": {str(r): t for r, t in self.tensors.items()},
+            "unbounded_symbols": [s for s in symbols if s not in self.bounds],
+            "tensors": {str(r): t for r, t in self.tensors.items()},
             "locations": {str(r): loc for r, loc in self.locations.items()},
-            "memory": self.plan.to_json(), "result": sinfo_json(func.ret_struct_info),
+            "memory": self.plan, "result": sinfo_json(func.ret_struct_info),
         }
 
     def _tensor(self, reg: int, sinfo: TensorStructInfo, location: dict) -> None:
@@ -194,33 +200,62 @@ class _FunctionCompiler:
             self.code.append({"op": "match", "reg": src, "sinfo": sinfo_json(binding.struct_info),
                               "what": f"match_cast of {binding.var.name_hint}"})
             return
-        if isinstance(value, Call) and isinstance(value.op, Op) and value.op.name == "call_tir":
-            kernel = self.kernel_index[value.args[0].name]
-            args = [self._operand(a) for a in value.args[1].fields]
-            scalars = [arith.to_source(v) for v in value.args[2].values] if len(value.args) > 2 else []
-            out = self.register(binding.var)
-            token = self.plan.tensor_token[binding.var.name_hint]
-            self._tensor(out, binding.var.struct_info, {"kind": "arena", "token": token})
-            self.code.append({"op": "launch", "kernel": kernel, "args": args, "out": out, "scalars": scalars})
+        if isinstance(value, Call) and isinstance(value.op, Op):
+            handler = {"vm.check": self._check, "memory.alloc_storage": self._alloc_storage,
+                       "memory.alloc_tensor": self._alloc_tensor, "call_tir_dps": self._launch}.get(value.op.name)
+            if handler is None:
+                raise VMCompileError(f"R.{value.op.name} cannot run in the VM: lower the module first "
+                                     "(legalize_ops, explicit_allocation, plan_memory)")
+            handler(binding, value)
             return
         if isinstance(value, (Var, Constant, Tuple, ShapeExpr)):
-            src = self._operand(value)
-            self.registers[binding.var] = src
+            self.registers[binding.var] = self._operand(value)
             return
         if isinstance(value, TupleGetItem):
             src = self._operand(value.tuple_value)
             reg = self.register(binding.var)
             self.code.append({"op": "get", "dst": reg, "src": src, "index": value.index})
             for op in self.code:
-                if op.get("op") == "tuple" and op["dst"] == src:
+                if op.get("op") == "tuple" and op["dst"] == src and op["fields"][value.index] in self.locations:
                     field = op["fields"][value.index]
-                    if field in self.locations:
-                        self.locations[reg] = self.locations[field]
-                        self.tensors[reg] = self.tensors[field]
+                    self.locations[reg], self.tensors[reg] = self.locations[field], self.tensors[field]
             return
         if isinstance(value, Call):
             raise VMCompileError("runtime function calls are not supported by the VM yet")
         raise VMCompileError(f"the VM does not support {type(value).__name__} bindings yet (control flow)")
+
+    def _check(self, binding, call) -> None:
+        src = self._operand(call.args[0])
+        self.registers[binding.var] = src
+        what = f"argument '{call.args[0].name_hint}' of {self.name}" if isinstance(call.args[0], Var) else "value"
+        self.code.append({"op": "match", "reg": src, "sinfo": sinfo_json(call.sinfo_args[0]), "what": what})
+
+    def _alloc_storage(self, binding, call) -> None:
+        reg = self.register(binding.var)
+        token = call.attr("token")
+        self.storages[reg] = token
+        if not self.plan["static"]:
+            self.code.append({"op": "alloc_storage", "dst": reg, "token": token,
+                              "size": arith.to_source(call.args[0].values[0])})
+
+    def _alloc_tensor(self, binding, call) -> None:
+        reg = self.register(binding.var)
+        storage = self.registers[call.args[0]]
+        token = self.storages[storage]
+        if self.plan["static"]:
+            location = {"kind": "arena", "token": token}
+        else:
+            location = {"kind": "storage", "register": storage}
+        self._tensor(reg, binding.var.struct_info, location)
+
+    def _launch(self, binding, call) -> None:
+        kernel = self.kernel_index[call.args[0].name]
+        operands = [self._operand(a) for a in call.args[1].fields]
+        outputs = len(self.kernels[kernel]["outputs"])
+        scalars = [arith.to_source(v) for v in call.args[2].values] if len(call.args) > 2 else []
+        self.registers[binding.var] = operands[-1]
+        self.code.append({"op": "launch", "kernel": kernel, "args": operands[:-outputs], "outs": operands[-outputs:],
+                          "scalars": scalars})
 
 
 def _required_limits(kernels: list[dict], functions: dict) -> dict:

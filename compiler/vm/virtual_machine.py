@@ -1,11 +1,13 @@
 """The Python VM: runs an Executable on WebGPU through wgpu-py.
 
-Everything a call needs is created once, when the VM is made: the arena
-buffers of each function's memory plan, a buffer per parameter sized at its
-upper bounds, the weights, every pipeline, a uniform buffer and a bind group
-per kernel launch, and a readback buffer per result. A call then only writes
-its arguments and symbolic sizes, records the launches and reads the result
-back: within the upper bounds it creates no GPU buffer at all.
+When every symbolic variable of a function has an upper bound, everything a
+call needs is created once, when the VM is made: the arena buffers of the
+memory plan, a buffer per parameter sized at its upper bounds, the weights,
+every pipeline, a uniform buffer and a bind group per kernel launch, and a
+readback buffer per result. A call then only writes its arguments and sizes,
+records the launches and reads the result back: within the upper bounds it
+creates no GPU buffer. Without bounds the storages of the plan, the parameter
+buffers and the bind groups are created per call, at the sizes of that call.
 """
 
 from __future__ import annotations
@@ -24,52 +26,54 @@ class DeviceError(TesseraError):
     """The device lacks a feature or limit the executable needs."""
 
 
+LIMIT_NAMES = {"maxComputeInvocationsPerWorkgroup": "max-compute-invocations-per-workgroup",
+               "maxStorageBuffersPerShaderStage": "max-storage-buffers-per-shader-stage",
+               "maxComputeWorkgroupStorageSize": "max-compute-workgroup-storage-size",
+               "maxBufferSize": "max-buffer-size",
+               "maxStorageBufferBindingSize": "max-storage-buffer-binding-size"}
+
+
 class VirtualMachine:
     def __init__(self, exe: Executable, device: str = "webgpu", runner=None):
         if device != "webgpu" or exe.target.get("kind") != "webgpu":
             raise DeviceError(f"this VM runs webgpu executables on webgpu, got {exe.target.get('kind')!r} "
                               f"on {device!r}")
+        import wgpu
+
+        self._wgpu = wgpu
         self.exe = exe
         self.runner = runner or default_runner()
         self.device = self.runner.device
         self._check_device()
         self.buffers_created = 0
         self.profile: dict[str, float] = {}
-        import wgpu
-
-        self._wgpu = wgpu
         self._pipelines = [self.runner.pipeline_for_record(k) for k in exe.kernels]
         self._constants = {name: self._create_with_data(_to_device(array, str(array.dtype)))
                            for name, array in exe.constants.items()}
-        self._functions = {name: _PreparedFunction(self, name, f) for name, f in exe.functions.items()}
+        self._functions = {name: _Function(self, name, f) for name, f in exe.functions.items()}
 
     def _check_device(self) -> None:
-        adapter = self.runner.adapter
         for feature in self.exe.required_features:
             if feature not in self.runner.features:
                 raise DeviceError(f"the device lacks the feature {feature!r} this executable's kernels use")
-        limits = {"maxComputeInvocationsPerWorkgroup": "max-compute-invocations-per-workgroup",
-                  "maxStorageBuffersPerShaderStage": "max-storage-buffers-per-shader-stage",
-                  "maxComputeWorkgroupStorageSize": "max-compute-workgroup-storage-size",
-                  "maxBufferSize": "max-buffer-size",
-                  "maxStorageBufferBindingSize": "max-storage-buffer-binding-size"}
-        for key, name in limits.items():
-            need = self.exe.required_limits.get(key, 0)
-            have = adapter.limits[name]
+        for key, name in LIMIT_NAMES.items():
+            need, have = self.exe.required_limits.get(key, 0), self.runner.adapter.limits[name]
             if need > have:
                 raise DeviceError(f"the executable needs {key} = {need}, the device allows {have}")
 
-    # -- buffer creation goes through here, so tests can count it --------------------------------
-
+    # Buffer creation goes through here, so that tests can count it.
     def _create(self, size: int, usage) -> object:
         self.buffers_created += 1
-        return self.device.create_buffer(size=max(size, 4), usage=usage)
+        return self.device.create_buffer(size=max(_align4(size), 4), usage=usage)
 
     def _create_with_data(self, data: bytes) -> object:
         self.buffers_created += 1
-        wgpu = self._wgpu
-        return self.device.create_buffer_with_data(
-            data=data, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+        return self.device.create_buffer_with_data(data=data, usage=self._storage_usage)
+
+    @property
+    def _storage_usage(self):
+        usage = self._wgpu.BufferUsage
+        return usage.STORAGE | usage.COPY_SRC | usage.COPY_DST
 
     def __getitem__(self, name: str):
         if name not in self._functions:
@@ -90,89 +94,187 @@ class VirtualMachine:
         return self._functions[name].profile(args)
 
 
-class _PreparedFunction:
+class _Function:
     def __init__(self, vm: VirtualMachine, name: str, record: dict):
         self.vm, self.name, self.record = vm, name, record
-        wgpu = vm._wgpu
-        if record["unbounded_symbols"]:
-            raise DeviceError(f"function {name}: symbolic variables {', '.join(record['unbounded_symbols'])} have "
-                              "no upper bound; build with upper_bounds={...} so that memory is planned ahead")
+        self.static = record["memory"]["static"]
         self.bounds = {s: v["upper_bound"] for s, v in record["symbols"].items()}
-        storage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        self.tokens = {s["index"]: s for s in record["memory"]["storages"]}
+        wgpu = vm._wgpu
+        self.uniforms = {}
+        for index, op in enumerate(record["code"]):
+            kernel = vm.exe.kernels[op["kernel"]] if op["op"] == "launch" else None
+            if kernel is not None and kernel["scalars"]:
+                self.uniforms[index] = vm._create(16 * ((len(kernel["scalars"]) + 3) // 4),
+                                                  wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
+        self.fixed = None
+        if self.static:
+            self.fixed = self._allocate(self.bounds)
+            self.fixed_groups = self._bind_groups(self.fixed, self.bounds)
+
+    # -- resources ---------------------------------------------------------------------------
+
+    def _allocate(self, sizes: dict[str, int]) -> dict:
+        """Parameter, storage and readback buffers for calls up to ``sizes``."""
+        vm, record = self.vm, self.record
+        resources = {"params": {}, "storages": {}, "readback": {}}
+        for param in record["params"]:
+            tensor = record["tensors"].get(str(param["register"]))
+            if tensor is not None:
+                resources["params"][param["register"]] = vm._create(_bytes(tensor, sizes), vm._storage_usage)
         memory = record["memory"]
-        self.arena = [vm._create(size, storage) for size in memory["buffers"]]
-        self.tokens = {s["index"]: s for s in memory["storages"]}
-        self.params = []
-        for index, param in enumerate(record["params"]):
-            sinfo = param["sinfo"]
-            if sinfo["kind"] == "tensor":
-                size = self._upper_bytes(record["tensors"][str(self._param_register(index))]["bytes"])
-                self.params.append(vm._create(size, storage))
-            else:
-                self.params.append(None)
-        self.launches = []
+        if self.static:
+            arena = [vm._create(size, vm._storage_usage) for size in memory["buffers"]]
+            for index, token in self.tokens.items():
+                resources["storages"][index] = (arena[token["buffer"]], token["offset"])
         for op in record["code"]:
-            if op["op"] == "launch":
-                kernel = vm.exe.kernels[op["kernel"]]
-                _, layout, pipeline = vm._pipelines[op["kernel"]]
-                resources = [self._location(reg) for reg in op["args"] + [op["out"]]]
-                uniform = None
-                if kernel["scalars"]:
-                    uniform = vm._create(16 * ((len(kernel["scalars"]) + 3) // 4),
-                                         wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
-                    resources.append((uniform, 0, uniform.size))
-                group = vm.device.create_bind_group(layout=layout, entries=[
-                    {"binding": i, "resource": {"buffer": b, "offset": offset, "size": size}}
-                    for i, (b, offset, size) in enumerate(resources)])
-                self.launches.append((op, kernel, pipeline, group, uniform))
-        ret = record["code"][-1]["src"]
-        self.result_registers = self._tensor_registers(ret)
-        self.readback = {reg: vm._create(self._upper_bytes(record["tensors"][str(reg)]["bytes"]),
-                                         wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-                         for reg in self.result_registers}
+            if op["op"] == "alloc_storage":  # without bounds: at this call's sizes
+                size = arith.evaluate(arith.parse_expr(op["size"]), sizes)
+                resources["storages"][op["token"]] = (vm._create(size, vm._storage_usage), 0)
+        wgpu = vm._wgpu
+        for reg in self._result_registers():
+            resources["readback"][reg] = vm._create(_bytes(record["tensors"][str(reg)], sizes),
+                                                    wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        return resources
 
-    def _param_register(self, index: int) -> int:
-        return [op["reg"] for op in self.record["code"] if op["op"] == "match"][index]
-
-    def _upper_bytes(self, expr: str) -> int:
-        return int(arith.evaluate(arith.parse_expr(expr), self.bounds))
-
-    def _tensor_registers(self, reg: int) -> list[int]:
-        for op in self.record["code"]:
-            if op["op"] == "tuple" and op["dst"] == reg:
-                return [r for f in op["fields"] for r in self._tensor_registers(f)]
-        return [reg] if str(reg) in self.record["tensors"] else []
-
-    def _location(self, reg: int):
-        """(buffer, offset, size at the upper bounds) of a tensor register."""
-        loc = self.record["locations"][str(reg)]
-        size = _align4(self._upper_bytes(self.record["tensors"][str(reg)]["bytes"]))
+    def _location(self, reg: int, resources: dict, sizes: dict[str, int]):
+        """(buffer, offset, bytes) of a tensor register: bytes at ``sizes`` (the bounds when static)."""
+        record = self.record
+        loc = record["locations"][str(reg)]
+        size = _align4(_bytes(record["tensors"][str(reg)], sizes))
         if loc["kind"] == "param":
-            return self.params[loc["index"]], 0, size
+            return resources["params"][reg], 0, size
         if loc["kind"] == "constant":
             buffer = self.vm._constants[loc["name"]]
             return buffer, 0, buffer.size
-        token = self.tokens[loc["token"]]
-        return self.arena[token["buffer"]], token["offset"], max(size, 4)
+        token = loc["token"] if loc["kind"] == "arena" else self._token_of_storage(loc["register"])
+        buffer, offset = resources["storages"][token]
+        return buffer, offset, size
 
-    # -- a call -----------------------------------------------------------------------------
+    def _token_of_storage(self, reg: int) -> int:
+        return next(op["token"] for op in self.record["code"] if op["op"] == "alloc_storage" and op["dst"] == reg)
+
+    def _bind_groups(self, resources: dict, sizes: dict[str, int]) -> dict[int, object]:
+        groups = {}
+        for index, op in enumerate(self.record["code"]):
+            if op["op"] != "launch":
+                continue
+            layout = self.vm._pipelines[op["kernel"]][1]
+            entries = [self._location(reg, resources, sizes) for reg in op["args"] + op["outs"]]
+            if index in self.uniforms:
+                entries.append((self.uniforms[index], 0, self.uniforms[index].size))
+            groups[index] = self.vm.device.create_bind_group(layout=layout, entries=[
+                {"binding": i, "resource": {"buffer": b, "offset": offset, "size": size}}
+                for i, (b, offset, size) in enumerate(entries)])
+        return groups
+
+    def _result_registers(self, reg: int | None = None) -> list[int]:
+        if reg is None:
+            reg = self.record["code"][-1]["src"]
+        for op in self.record["code"]:
+            if op["op"] == "tuple" and op["dst"] == reg:
+                return [r for f in op["fields"] for r in self._result_registers(f)]
+        return [reg] if str(reg) in self.record["tensors"] else []
+
+    # -- a call ------------------------------------------------------------------------------
+
+    def _prepare(self, args):
+        """Run the checks, bind the sizes, upload the arguments: (heap, resources, bind groups)."""
+        record, vm = self.record, self.vm
+        if len(args) != len(record["params"]):
+            raise RuntimeCheckError(f"{self.name} takes {len(record['params'])} arguments, got {len(args)}")
+        values = {param["register"]: value for param, value in zip(record["params"], args)}
+        heap: dict[str, int] = {}
+        for op in record["code"]:
+            if op["op"] == "match":
+                value = values.get(op["reg"])
+                if value is None:  # a tensor the program made: its shape is known symbolically
+                    tensor = record["tensors"][str(op["reg"])]
+                    value = _ShapeOnly(tuple(arith.evaluate(arith.parse_expr(d), heap) for d in tensor["shape"]),
+                                       tensor["dtype"])
+                _bind(op["sinfo"], value, heap)
+                _check(op["sinfo"], value, heap, op["what"])
+        for name, bound in self.bounds.items():
+            if bound is not None and name in heap and heap[name] > bound:
+                raise RuntimeCheckError(f"{self.name}: {name} = {heap[name]} exceeds its upper bound {bound}, "
+                                        "for which memory was planned")
+        if self.static:
+            resources, groups = self.fixed, self.fixed_groups
+        else:
+            resources = self._allocate(heap)
+            groups = self._bind_groups(resources, heap)
+        for param in record["params"]:
+            buffer = resources["params"].get(param["register"])
+            if buffer is not None:
+                data = _to_device(np.asarray(values[param["register"]]), param["sinfo"]["dtype"])
+                vm.device.queue.write_buffer(buffer, 0, data)
+        return heap, resources, groups
+
+    def _launches(self, heap: dict[str, int], groups: dict):
+        """(pipeline, bind group, grid, kernel name) per launch, uniforms written."""
+        vm = self.vm
+        for index, op in enumerate(self.record["code"]):
+            if op["op"] != "launch":
+                continue
+            kernel = vm.exe.kernels[op["kernel"]]
+            values = [arith.evaluate(arith.parse_expr(s), heap) for s in op["scalars"]]
+            if index in self.uniforms:
+                words = np.zeros(self.uniforms[index].size // 4, np.int32)
+                words[: len(values)] = values
+                vm.device.queue.write_buffer(self.uniforms[index], 0, words.tobytes())
+            env = dict(zip(kernel["scalars"], values))
+            grid = [arith.evaluate(arith.parse_expr(g), env) for g in kernel["grid"]]
+            yield vm._pipelines[op["kernel"]][2], groups[index], grid, kernel["name"]
+
+    def call(self, args):
+        vm, record = self.vm, self.record
+        heap, resources, groups = self._prepare(args)
+        encoder = vm.device.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        for pipeline, group, grid, _ in self._launches(heap, groups):
+            if min(grid) > 0:
+                compute.set_pipeline(pipeline)
+                compute.set_bind_group(0, group)
+                compute.dispatch_workgroups(*grid)
+        compute.end()
+        registers = self._result_registers()
+        for reg in registers:
+            buffer, offset, _ = self._location(reg, resources, heap)
+            size = _align4(_bytes(record["tensors"][str(reg)], heap))
+            encoder.copy_buffer_to_buffer(buffer, offset, resources["readback"][reg], 0, size)
+        start = time.perf_counter()
+        vm.device.queue.submit([encoder.finish()])
+        results = {}
+        for reg in registers:
+            tensor = record["tensors"][str(reg)]
+            shape = tuple(arith.evaluate(arith.parse_expr(d), heap) for d in tensor["shape"])
+            readback = resources["readback"][reg]
+            readback.map_sync(vm._wgpu.MapMode.READ)
+            raw = readback.read_mapped(0, _device_bytes(int(np.prod(shape, dtype=np.int64)), tensor["dtype"]))
+            readback.unmap()
+            results[reg] = _from_device(raw, shape, tensor["dtype"])
+        vm.profile[self.name] = time.perf_counter() - start
+        return self._result(record["code"][-1]["src"], results)
 
     def profile(self, args) -> list[tuple[str, float]]:
         vm = self.vm
-        heap = self._start(args)
-        timings = []
         wgpu = vm._wgpu
+        heap, _, groups = self._prepare(args)
         use_timestamps = "timestamp-query" in vm.runner.features
         if use_timestamps:
             query_set = vm.device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
             usage = wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
             resolved = vm.device.create_buffer(size=16, usage=usage)
-        for launch in self.launches:
+        timings = []
+        for pipeline, group, grid, name in self._launches(heap, groups):
             encoder = vm.device.create_command_encoder()
-            writes = ({"query_set": query_set, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
-                      if use_timestamps else None)
+            writes = {"query_set": query_set, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1} \
+                if use_timestamps else None
             compute = encoder.begin_compute_pass(timestamp_writes=writes) if writes else encoder.begin_compute_pass()
-            self._record_launch(compute, launch, heap)
+            if min(grid) > 0:
+                compute.set_pipeline(pipeline)
+                compute.set_bind_group(0, group)
+                compute.dispatch_workgroups(*grid)
             compute.end()
             if use_timestamps:
                 encoder.resolve_query_set(query_set, 0, 2, resolved, 0)
@@ -184,68 +286,8 @@ class _PreparedFunction:
             else:
                 _wait(vm)
                 seconds = time.perf_counter() - start
-            timings.append((launch[1]["name"], seconds))
+            timings.append((name, seconds))
         return timings
-
-    def _start(self, args) -> dict[str, int]:
-        """Check the arguments, bind the symbolic sizes and upload the data."""
-        record, vm = self.record, self.vm
-        if len(args) != len(record["params"]):
-            raise RuntimeCheckError(f"{self.name} takes {len(record['params'])} arguments, got {len(args)}")
-        heap: dict[str, int] = {}
-        for param, value in zip(record["params"], args):
-            _bind(param["sinfo"], value, heap)
-        for param, value in zip(record["params"], args):
-            _check(param["sinfo"], value, heap, f"argument '{param['name']}' of {self.name}")
-        for name, bound in self.bounds.items():
-            if name in heap and heap[name] > bound:
-                raise RuntimeCheckError(f"{self.name}: {name} = {heap[name]} exceeds its upper bound {bound}, "
-                                        "for which memory was planned")
-        for value, buffer, param in zip(args, self.params, record["params"]):
-            if buffer is not None:
-                vm.device.queue.write_buffer(buffer, 0, _to_device(np.asarray(value), param["sinfo"]["dtype"]))
-        return heap
-
-    def _record_launch(self, compute, launch, heap) -> None:
-        op, kernel, pipeline, group, uniform = launch
-        if uniform is not None:
-            values = np.zeros(uniform.size // 4, np.int32)
-            values[: len(op["scalars"])] = [arith.evaluate(arith.parse_expr(s), heap) for s in op["scalars"]]
-            self.vm.device.queue.write_buffer(uniform, 0, values.tobytes())
-        grid = [arith.evaluate(arith.parse_expr(g), _kernel_env(kernel, op, heap)) for g in kernel["grid"]]
-        if min(grid) <= 0:
-            return
-        compute.set_pipeline(pipeline)
-        compute.set_bind_group(0, group)
-        compute.dispatch_workgroups(*grid)
-
-    def call(self, args):
-        record, vm = self.record, self.vm
-        heap = self._start(args)
-        encoder = vm.device.create_command_encoder()
-        compute = encoder.begin_compute_pass()
-        for launch in self.launches:
-            self._record_launch(compute, launch, heap)
-        compute.end()
-        results = {}
-        for reg in self.result_registers:
-            buffer, offset, _ = self._location(reg)
-            tensor = record["tensors"][str(reg)]
-            count_bytes = _align4(int(arith.evaluate(arith.parse_expr(tensor["bytes"]), heap)))
-            encoder.copy_buffer_to_buffer(buffer, offset, self.readback[reg], 0, count_bytes)
-        start = time.perf_counter()
-        vm.device.queue.submit([encoder.finish()])
-        for reg in self.result_registers:
-            tensor = record["tensors"][str(reg)]
-            shape = tuple(arith.evaluate(arith.parse_expr(d), heap) for d in tensor["shape"])
-            readback = self.readback[reg]
-            readback.map_sync(vm._wgpu.MapMode.READ)
-            count = int(np.prod(shape, dtype=np.int64))
-            raw = readback.read_mapped(0, _device_bytes(count, tensor["dtype"]), copy=True)
-            readback.unmap()
-            results[reg] = _from_device(raw, shape, tensor["dtype"])
-        vm.profile[self.name] = time.perf_counter() - start
-        return self._result(record["code"][-1]["src"], results)
 
     def _result(self, reg: int, results: dict):
         for op in self.record["code"]:
@@ -254,18 +296,24 @@ class _PreparedFunction:
         return results[reg]
 
 
+class _ShapeOnly:
+    """A tensor made by the program, seen by a match: its shape and dtype are all a check needs."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.ndim = shape, len(shape)
+        self.dtype = np.dtype(dtype)
+
+
+def _bytes(tensor: dict, sizes: dict[str, int]) -> int:
+    return int(arith.evaluate(arith.parse_expr(tensor["bytes"]), sizes))
+
+
 def _wait(vm: VirtualMachine) -> None:
     """Block until the queue is idle: wgpu-py's work-done callback is broken, a tiny readback is not."""
     if not hasattr(vm, "_fence"):
-        wgpu = vm._wgpu
-        vm._fence = vm.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+        usage = vm._wgpu.BufferUsage
+        vm._fence = vm.device.create_buffer(size=4, usage=usage.COPY_SRC | usage.COPY_DST)
     vm.device.queue.read_buffer(vm._fence)
-
-
-def _kernel_env(kernel: dict, op: dict, heap: dict[str, int]) -> dict[str, int]:
-    """The kernel's grid is written over its own scalar names; the call passes their values."""
-    values = [arith.evaluate(arith.parse_expr(s), heap) for s in op["scalars"]]
-    return dict(zip(kernel["scalars"], values))
 
 
 def _align4(value: int) -> int:
@@ -273,8 +321,8 @@ def _align4(value: int) -> int:
 
 
 def _bind(sinfo: dict, value, heap: dict[str, int]) -> None:
-    if sinfo["kind"] == "tensor" and sinfo["shape"] is not None and isinstance(value, np.ndarray):
-        if len(sinfo["shape"]) == value.ndim:
+    if sinfo["kind"] == "tensor" and sinfo["shape"] is not None and hasattr(value, "shape"):
+        if len(sinfo["shape"]) == len(value.shape):
             for dim, size in zip(sinfo["shape"], value.shape):
                 if dim.isidentifier() and dim not in heap:
                     heap[dim] = int(size)
@@ -283,14 +331,14 @@ def _bind(sinfo: dict, value, heap: dict[str, int]) -> None:
 def _check(sinfo: dict, value, heap: dict[str, int], what: str) -> None:
     if sinfo["kind"] != "tensor":
         return
-    if not isinstance(value, np.ndarray):
+    if not hasattr(value, "shape"):
         raise RuntimeCheckError(f"{what}: expected a tensor, got {type(value).__name__}")
-    if sinfo["dtype"] and value.dtype.name != sinfo["dtype"]:
-        raise RuntimeCheckError(f"{what}: expected dtype {sinfo['dtype']}, got {value.dtype.name}")
+    if sinfo["dtype"] and np.dtype(value.dtype).name != sinfo["dtype"]:
+        raise RuntimeCheckError(f"{what}: expected dtype {sinfo['dtype']}, got {np.dtype(value.dtype).name}")
     if sinfo["shape"] is None:
         return
-    if len(sinfo["shape"]) != value.ndim:
-        raise RuntimeCheckError(f"{what}: expected rank {len(sinfo['shape'])}, got shape {value.shape}")
+    if len(sinfo["shape"]) != len(value.shape):
+        raise RuntimeCheckError(f"{what}: expected rank {len(sinfo['shape'])}, got shape {tuple(value.shape)}")
     for axis, (dim, size) in enumerate(zip(sinfo["shape"], value.shape)):
         expected = arith.evaluate(arith.parse_expr(dim), heap)
         if expected != size:

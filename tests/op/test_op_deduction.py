@@ -364,3 +364,25 @@ def test_flatten_static():
     assert deduced(op.flatten, T((2, 3, 4), F32)) == tensor_text(["24"])
     result, (x,) = run_single_call(op.flatten, T((2, 3, 4), F32))
     np.testing.assert_array_equal(result, x.reshape(-1))
+
+
+@covers("builtin.alloc_tensor", "call_tir_dps", "memory.alloc_storage", "memory.alloc_tensor", "vm.check")
+def test_lowered_program_operators():
+    from tessera.arith import Var as SymVar
+    from tessera.ir import GlobalVar, ObjectStructInfo, Shape, ShapeExpr
+
+    n = SymVar("n")
+    assert deduced(lambda x: op.make_call("builtin.alloc_tensor", ShapeExpr((n, 4)), dtype="float16"),
+                   T(("n",), F32)) == tensor_text(["n", "4"], "float16")
+    assert deduced(lambda s: op.make_call("builtin.alloc_tensor", s, dtype="int32"), Shape(ndim=2)) \
+        == coarse_text(2, "int32")
+    assert deduced(lambda x: op.make_call("memory.alloc_storage", ShapeExpr((n * 16,)), token=0),
+                   T(("n",), F32)) == "R.Object"
+    assert deduced(lambda x, s: op.make_call("memory.alloc_tensor", s, ShapeExpr((n, 4)), dtype=F32),
+                   T(("n",), F32), ObjectStructInfo()) == tensor_text(["n", "4"])
+    assert deduced(lambda x, y: op.make_call("call_tir_dps", GlobalVar("k"), TupleExpr((x, y))),
+                   T(("n",), F32), T(("n",), F32)) == "R.Object"
+    assert deduced(lambda x: op.make_call("vm.check", x, sinfo_args=(T(("n",), F32),)), T(("n",), F32)) \
+        == tensor_text(["n"])
+    with pytest.raises(DeductionError, match="alloc_tensor needs a dtype"):
+        deduced(lambda x: op.make_call("builtin.alloc_tensor", ShapeExpr((n,))), T(("n",), F32))

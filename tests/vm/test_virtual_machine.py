@@ -102,14 +102,22 @@ def test_bad_files_are_clear_errors(tmp_path):
         Executable.load(tmp_path / "nowhere")
 
 
-def test_functions_without_upper_bounds_are_refused_with_the_reason():
+def test_without_upper_bounds_memory_is_allocated_per_call():
     x = Var("x", Tensor(("n",), "float32"))
     bb = BlockBuilder()
     with bb.function("main", [x]):
-        bb.emit_func_output(bb.emit(op.exp(x)))
-    exe = tessera.build(bb.get(), "llvmpipe")
-    with pytest.raises(tessera.vm.virtual_machine.DeviceError, match="symbolic variables n have no upper bound"):
-        VirtualMachine(exe)
+        with bb.dataflow():
+            y = bb.emit_output(op.exp(op.multiply(op.exp(x), op.exp(x))), "y")
+        bb.emit_func_output(y)
+    exe = tessera.build(bb.get(), "llvmpipe", pipeline=tessera.transform.Pipeline.default(
+        tessera.target.Target.preset("llvmpipe"), fuse=False))
+    assert exe.functions["main"]["memory"]["static"] is False
+    vm = VirtualMachine(exe)
+    for n in (3, 1000):
+        x = np.linspace(-1, 1, n, dtype=np.float32)
+        before = vm.buffers_created
+        np.testing.assert_allclose(vm["main"](x), np.exp(np.exp(x) * np.exp(x)), rtol=1e-5)
+        assert vm.buffers_created > before  # storages, parameter and readback at this call's size
 
 
 def test_per_kernel_profile_names_every_launch(layer_exe):

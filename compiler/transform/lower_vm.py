@@ -1,0 +1,87 @@
+"""Passes that turn a legalized module into the explicit program the VM runs.
+
+- ``to_non_dataflow``: dataflow blocks become plain blocks (allocation is impure);
+- ``explicit_allocation``: ``v = R.call_tir(k, args, out_sinfo)`` becomes
+  ``v = R.builtin.alloc_tensor(shape, dtype)`` then ``R.call_tir_dps(k, (args..., v))``;
+- ``vm_shape_lowering``: every parameter annotation becomes an explicit
+  ``R.vm.check`` at the top of the function (match_cast stays a MatchCast,
+  which the VM also checks): the shape heap is filled by these checks.
+"""
+
+from __future__ import annotations
+
+from ..ir.expr import (
+    BindingBlock,
+    Call,
+    DataflowBlock,
+    DataflowVar,
+    Function,
+    MatchCast,
+    Op,
+    SeqExpr,
+    ShapeExpr,
+    Tuple,
+    Var,
+    VarBinding,
+    with_struct_info,
+)
+from ..ir.module import IRModule
+from ..ir.struct_info import ObjectStructInfo, TensorStructInfo
+from ..op.registry import make_call
+from .rewrite import map_graph_functions, rewrite_function, substitute_vars
+
+
+def to_non_dataflow(mod: IRModule) -> IRModule:
+    def convert(name: str, func: Function) -> Function:
+        mapping: dict = {}
+        blocks = []
+        for block in func.body.blocks:
+            bindings = []
+            for binding in block.bindings:
+                var = binding.var
+                if isinstance(var, DataflowVar):
+                    var = Var(var.name_hint, var.struct_info)
+                    mapping[binding.var] = var
+                value = substitute_vars(binding.value, mapping)
+                bindings.append(MatchCast(var, value, binding.struct_info) if isinstance(binding, MatchCast)
+                                else VarBinding(var, value))
+            blocks.append(BindingBlock(tuple(bindings)) if isinstance(block, DataflowBlock) else
+                          type(block)(tuple(bindings)))
+        body = SeqExpr(tuple(blocks), substitute_vars(func.body.body, mapping))
+        return Function(func.params, body, func.ret_struct_info, func.attrs, func.pure)
+
+    return map_graph_functions(mod, convert)
+
+
+def explicit_allocation(mod: IRModule) -> IRModule:
+    def rewrite(binding, dataflow):
+        value = binding.value
+        if not (isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, Op)
+                and value.op.name == "call_tir"):
+            return [binding]
+        sinfo = binding.var.struct_info
+        if not isinstance(sinfo, TensorStructInfo):
+            raise ValueError("explicit_allocation handles kernels with one tensor output")
+        alloc = with_struct_info(make_call("builtin.alloc_tensor", ShapeExpr(sinfo.shape), dtype=sinfo.dtype), sinfo)
+        out = binding.var
+        args = Tuple(tuple(value.args[1].fields) + (out,))
+        dps = with_struct_info(make_call("call_tir_dps", value.args[0], args, *value.args[2:]), ObjectStructInfo())
+        return [VarBinding(out, alloc), VarBinding(Var(f"{out.name_hint}_done", ObjectStructInfo()), dps)]
+
+    return map_graph_functions(mod, lambda name, func: rewrite_function(func, rewrite)
+                               if not func.attr("Primitive") else func)
+
+
+def vm_shape_lowering(mod: IRModule) -> IRModule:
+    def lower(name: str, func: Function) -> Function:
+        if func.attr("Primitive"):
+            return func
+        checks = []
+        for param in func.params:
+            call = make_call("vm.check", param, sinfo_args=(param.struct_info,))
+            checks.append(VarBinding(Var(f"{param.name_hint}_checked", param.struct_info),
+                                     with_struct_info(call, param.struct_info)))
+        blocks = (BindingBlock(tuple(checks)),) + func.body.blocks
+        return Function(func.params, SeqExpr(blocks, func.body.body), func.ret_struct_info, func.attrs, func.pure)
+
+    return map_graph_functions(mod, lower)
