@@ -4,7 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.expr import Call, Constant, ExternFunc, Function, If, MatchCast, Op, PrimValue, ShapeExpr, VarBinding
+from ..ir.builder import BlockBuilder
+from ..ir.expr import (
+    Call,
+    Constant,
+    DataflowBlock,
+    DataflowVar,
+    ExternFunc,
+    Function,
+    If,
+    MatchCast,
+    Op,
+    PrimValue,
+    ShapeExpr,
+    VarBinding,
+)
 from ..ir.interpreter import ShapeValue
 from ..ir.module import IRModule
 from .rewrite import map_graph_functions, rewrite_function, substitute_vars, used_vars
@@ -83,3 +97,35 @@ def _static_value(expr):
     if isinstance(expr, PrimValue) and hasattr(expr.value, "value"):
         return int(expr.value.value)
     return None
+
+
+def normalize(mod: IRModule) -> IRModule:
+    """Rebuild every graph function through the BlockBuilder: nested calls become bindings (A-normal
+    form) and every node gets its struct info by forward deduction. For hand-built modules."""
+    graph = {k: v for k, v in mod.functions.items() if isinstance(v, Function)}
+    others = IRModule({k: v for k, v in mod.functions.items() if k not in graph}, mod.global_infos)
+    builder = BlockBuilder(others, signatures={k: v.struct_info for k, v in graph.items()})
+    for name, func in graph.items():
+        mapping: dict = {}
+        with builder.function(name, list(func.params), dict(func.attrs), func.pure, func.ret_struct_info):
+            for block in func.body.blocks:
+                if isinstance(block, DataflowBlock):
+                    with builder.dataflow():
+                        _emit_block(builder, block, mapping, dataflow=True)
+                else:
+                    _emit_block(builder, block, mapping, dataflow=False)
+            builder.emit_func_output(substitute_vars(func.body.body, mapping))
+    return builder.get()
+
+
+def _emit_block(builder: BlockBuilder, block, mapping: dict, dataflow: bool) -> None:
+    for binding in block.bindings:
+        value = substitute_vars(binding.value, mapping)
+        name = binding.var.name_hint
+        if isinstance(binding, MatchCast):
+            new = builder.match_cast(value, binding.struct_info, name)
+        elif dataflow and not isinstance(binding.var, DataflowVar):
+            new = builder.emit_output(value, name)
+        else:
+            new = builder.emit(value, name)
+        mapping[binding.var] = new
