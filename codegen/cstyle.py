@@ -39,6 +39,7 @@ class CStyleRenderer:
     intrinsics: dict[str, str] = {}  # tir name -> target function name
     reserved: frozenset[str] = frozenset()
     barrier = "barrier();"
+    storage_barrier = "barrier();"
     indent = "  "
 
     def __init__(self, func: PrimFunc):
@@ -159,7 +160,7 @@ class CStyleRenderer:
             self.stmts(s.body, depth + 1)
             self.emit(depth, "}")
         elif isinstance(s, Barrier):
-            self.emit(depth, self.barrier)
+            self.emit(depth, self.storage_barrier if s.scope == "storage" else self.barrier)
         else:
             raise TypeError(f"cannot render {s!r}")
 

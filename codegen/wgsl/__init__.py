@@ -78,6 +78,7 @@ class WGSLRenderer(CStyleRenderer):
     }
     reserved = WGSL_KEYWORDS
     barrier = "workgroupBarrier();"
+    storage_barrier = "storageBarrier();"
 
     def render(self) -> WGSLKernel:
         func = self.func

@@ -320,7 +320,10 @@ class For(Stmt):
 
 @dataclass(frozen=True, eq=False)
 class Barrier(Stmt):
-    """Workgroup barrier: workgroup memory written before it is visible after it."""
+    """Workgroup barrier: memory of ``scope`` ("workgroup", or "storage" for buffers in
+    device memory such as global scratch) written before it is visible after it."""
+
+    scope: str = "workgroup"
 
 
 # -- buffers and kernels ---------------------------------------------------------------
@@ -354,7 +357,9 @@ class PrimFunc:
     """A compute kernel: buffers in and out, symbolic scalars, a body run by every thread.
 
     ``grid`` gives the number of workgroups along x, y, z as shape expressions of
-    the scalar parameters; ``workgroup_size`` is static.
+    the scalar parameters; ``workgroup_size`` is static. A kernel that needs scratch
+    in device memory declares it as trailing outputs, ``attrs["scratch_outputs"]`` of
+    them: callers allocate them like any output, so scratch lives in the arena too.
     """
 
     name: str

@@ -75,7 +75,7 @@ def print_kernel(func: PrimFunc) -> str:
                      f"{print_texpr(s.stop)}{step}):")
                 stmts(s.body, depth + 1)
             elif isinstance(s, Barrier):
-                emit(depth, "barrier()")
+                emit(depth, "barrier()" if s.scope == "workgroup" else f"barrier({s.scope!r})")
             else:
                 raise TypeError(f"cannot print {s!r}")
 

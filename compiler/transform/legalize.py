@@ -139,15 +139,24 @@ class KernelTable:
     def call(self, defn, args, inputs, out_sinfo) -> Call:
         """Schedule ``defn``, add its kernel and return the call_tir that runs it on ``args``."""
         func = schedule(defn, self.target, defn.name)
+        used = [next(a for a, buf in zip(args, inputs) if buf is wanted) for wanted in defn.inputs]
+        return self.call_kernel(func, used, out_sinfo)
+
+    def call_kernel(self, func: PrimFunc, args, out_sinfo) -> Call:
+        """Add ``func`` and return the call_tir running it on ``args`` (its inputs, in order).
+
+        A kernel with scratch outputs returns a tuple whose first field is the result."""
         limit = self.target.limit("maxStorageBuffersPerShaderStage")
         if len(func.params) > limit:
             raise LegalizeError(f"kernel {func.name} needs {len(func.params)} storage buffers, target "
                                 f"{self.target} allows {limit} (maxStorageBuffersPerShaderStage)")
         name = self.add(func)
         tir_vars = [arith.Var(s) for s in func.scalars] or None
-        # The kernel's parameters are the buffers its definition reads, in its order.
-        used = [next(a for a, buf in zip(args, inputs) if buf is wanted) for wanted in defn.inputs]
-        return with_struct_info(call_tir(GlobalVar(name), used, out_sinfo, tir_vars=tir_vars), out_sinfo)
+        scratch = func.outputs[len(func.outputs) - func.attrs.get("scratch_outputs", 0):]
+        if not scratch:
+            return with_struct_info(call_tir(GlobalVar(name), args, out_sinfo, tir_vars=tir_vars), out_sinfo)
+        outs = [out_sinfo] + [TensorStructInfo(b.shape, b.storage_dtype) for b in scratch]
+        return with_struct_info(call_tir(GlobalVar(name), args, outs, tir_vars=tir_vars), TupleStructInfo(tuple(outs)))
 
     def add(self, func: PrimFunc) -> str:
         key = replace(func, name="kernel").script()

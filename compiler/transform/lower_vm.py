@@ -26,7 +26,7 @@ from ..ir.expr import (
     with_struct_info,
 )
 from ..ir.module import IRModule
-from ..ir.struct_info import ObjectStructInfo, TensorStructInfo
+from ..ir.struct_info import ObjectStructInfo, TupleStructInfo
 from ..op.registry import make_call
 from .rewrite import map_graph_functions, rewrite_function, substitute_vars
 
@@ -60,13 +60,20 @@ def explicit_allocation(mod: IRModule) -> IRModule:
                 and value.op.name == "call_tir"):
             return [binding]
         sinfo = binding.var.struct_info
-        if not isinstance(sinfo, TensorStructInfo):
-            raise ValueError("explicit_allocation handles kernels with one tensor output")
-        alloc = with_struct_info(make_call("builtin.alloc_tensor", ShapeExpr(sinfo.shape), dtype=sinfo.dtype), sinfo)
         out = binding.var
-        args = Tuple(tuple(value.args[1].fields) + (out,))
+        # A kernel with scratch has several outputs: each is allocated, and the tuple rebuilt.
+        fields = list(sinfo.fields) if isinstance(sinfo, TupleStructInfo) else [sinfo]
+        outs = [out] if len(fields) == 1 else [Var(f"{out.name_hint}_{i}", f) for i, f in enumerate(fields)]
+        result = []
+        for var, field in zip(outs, fields):
+            alloc = make_call("builtin.alloc_tensor", ShapeExpr(field.shape), dtype=field.dtype)
+            result.append(VarBinding(var, with_struct_info(alloc, field)))
+        args = Tuple(tuple(value.args[1].fields) + tuple(outs))
         dps = with_struct_info(make_call("call_tir_dps", value.args[0], args, *value.args[2:]), ObjectStructInfo())
-        return [VarBinding(out, alloc), VarBinding(Var(f"{out.name_hint}_done", ObjectStructInfo()), dps)]
+        result.append(VarBinding(Var(f"{out.name_hint}_done", ObjectStructInfo()), dps))
+        if len(fields) > 1:
+            result.append(VarBinding(out, Tuple(tuple(outs))))
+        return result
 
     return map_graph_functions(mod, lambda name, func: rewrite_function(func, rewrite)
                                if not func.attr("Primitive") else func)

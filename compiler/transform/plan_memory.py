@@ -123,21 +123,33 @@ def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
     bindings = [b for block in func.body.blocks for b in block.bindings]
     produced: dict[Var, int] = {}  # tensor var -> binding index
     refers: dict[Var, set[Var]] = {}  # any var -> the planned tensors it may hold
+    fields: dict[Var, list[set[Var]]] = {}  # tuple var -> what each field holds
+
+    def held(expr) -> set[Var]:
+        """The planned tensors ``expr`` can reach; a tuple item reaches only its field's."""
+        if isinstance(expr, TupleGetItem) and isinstance(expr.tuple_value, Var) and expr.tuple_value in fields:
+            return fields[expr.tuple_value][expr.index]
+        found: set[Var] = set()
+        for var in used_vars(expr):
+            found |= refers.get(var, set())
+        return found
+
     for index, b in enumerate(bindings):
         value = b.value
         if isinstance(b, VarBinding) and _is_kernel_call(value) and isinstance(b.var.struct_info, TensorStructInfo):
             produced[b.var] = index
             refers[b.var] = {b.var}
         elif isinstance(b, VarBinding) and isinstance(value, (Var, Tuple, TupleGetItem)):
-            refers[b.var] = set().union(*(refers.get(v, set()) for v in used_vars(value))) if used_vars(value) \
-                else set()
+            refers[b.var] = held(value)
+            if isinstance(value, Tuple):
+                fields[b.var] = [held(f) for f in value.fields]
     last_use: dict[Var, int] = {v: i for v, i in produced.items()}
     for index, b in enumerate(bindings):
-        for var in used_vars(b.value):
-            for tensor in refers.get(var, ()):
-                last_use[tensor] = max(last_use[tensor], index)
-    results = set().union(*(refers.get(v, set()) for v in used_vars(func.body.body))) \
-        if used_vars(func.body.body) else set()
+        if isinstance(b.value, Tuple):
+            continue  # building a tuple reads nothing; its items are used where they are taken out
+        for tensor in held(b.value):
+            last_use[tensor] = max(last_use[tensor], index)
+    results = held(func.body.body)
 
     tokens: list[StorageToken] = []
     free: list[StorageToken] = []
