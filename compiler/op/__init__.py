@@ -16,6 +16,7 @@ from . import (
     linear,
     manipulate,
     norm,
+    quantized,
     reduce,
     vm_builtin,
 )

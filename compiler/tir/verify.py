@@ -220,6 +220,12 @@ class _BoundsChecker:
                 return a.maximum(b)
             if e.op == "/" and b.lo is not None and b.lo > 0 and a.lo is not None and a.lo >= 0:
                 return Interval(a.lo // b.hi if b.hi else 0, None if a.hi is None else a.hi // b.lo)
+            if e.op == ">>" and b.is_point and a.lo is not None and a.lo >= 0:
+                return Interval(a.lo >> b.lo, None if a.hi is None else a.hi >> b.lo)
+            if e.op == "<<" and b.is_point and a.lo is not None and a.lo >= 0:
+                return Interval(a.lo << b.lo, None if a.hi is None else a.hi << b.lo)
+            if e.op == "&" and b.is_point and b.lo >= 0:
+                return Interval(0, b.lo if a.hi is None or a.lo is None or a.lo < 0 else min(a.hi, b.lo))
             if e.op == "%" and b.lo is not None and b.lo > 0 and a.lo is not None and a.lo >= 0:
                 hi = None if b.hi is None else b.hi - 1
                 if a.hi is not None:

@@ -102,7 +102,7 @@ class _FunctionFuser:
         if any(isinstance(a, Constant) and a.data.ndim > 0 for a in described.args):
             return None  # a fused kernel takes scalar constants inline, larger ones stay with their op
         kind = analyze_pattern(result)
-        if kind in REDUCING_KINDS and "matmul" in result.attrs:
+        if kind in REDUCING_KINDS and ("matmul" in result.attrs or "quantized_matmul" in result.attrs):
             self._matmuls.add(binding.var)
         return kind
 

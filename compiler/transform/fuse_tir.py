@@ -100,6 +100,10 @@ def _compose(name: str, func: Function, target: Target):
         return value_of(root, idx, acc) if root is not reduction else value_of(reduction, idx, acc)
 
     attrs = dict(base.attrs)
+    if "quantized_matmul" in attrs:
+        info = attrs["quantized_matmul"]
+        x_var, w_var = (read_map[reduction][id(buf)] for buf in (info.x, info.w))
+        attrs["quantized_matmul"] = replace(info, x=buffer_of[x_var], w=buffer_of[w_var])
     if "matmul" in attrs:
         info = attrs["matmul"]
         # Matmul rules read their operands from memory: those are parameters of the group.

@@ -386,3 +386,19 @@ def test_lowered_program_operators():
         == tensor_text(["n"])
     with pytest.raises(DeductionError, match="alloc_tensor needs a dtype"):
         deduced(lambda x: op.make_call("builtin.alloc_tensor", ShapeExpr((n,))), T(("n",), F32))
+
+
+@covers("quantized_matmul")
+def test_quantized_matmul_deduction():
+    assert deduced(lambda x, w: op.quantized_matmul(x, w, format="q4_1", k=576),
+                   T(("n", 576), F32), T((1536, 90), "uint32")) == tensor_text(["n", "1536"])
+    assert deduced(lambda x, w: op.quantized_matmul(x, w, format="q8_0", k=576),
+                   T(("b", "n", 576), "float16"), T((49152, 153), "uint32")) == tensor_text(["b", "n", "49152"], "float16")
+    assert deduced(lambda x, w: op.quantized_matmul(x, w, format="q4_1", k=576),
+                   T(dtype=F32, ndim=2), T((1536, 90), "uint32")) == coarse_text(2)
+    with pytest.raises(DeductionError, match="x1 has 91 words per row, a q4_1 row of K = 576 has 90"):
+        deduced(lambda x, w: op.quantized_matmul(x, w, format="q4_1", k=576), T((1, 576), F32),
+                T((8, 91), "uint32"))
+    with pytest.raises(DeductionError, match="format 'q5_k' is not one of"):
+        deduced(lambda x, w: op.quantized_matmul(x, w, format="q5_k", k=576), T((1, 576), F32),
+                T((8, 90), "uint32"))

@@ -10,6 +10,7 @@ from ..ir import PrimFunc
 from ..pattern import Pattern, analyze_pattern
 from .injective import schedule_injective, vectorize_elementwise
 from .matmul import is_gemv, schedule_gemm, schedule_gemm_registers, schedule_gemv, schedule_gemv_columns
+from .quantized import schedule_quantized_matmul
 from .reduction import schedule_reduction, schedule_rows
 from .transpose import schedule_transpose
 
@@ -21,6 +22,8 @@ def schedule(defn: ComputeDef | RowDef, target, name: str) -> PrimFunc:
     pattern = analyze_pattern(defn)
     if isinstance(defn, RowDef):
         func = schedule_rows(defn, target, name)
+    elif "quantized_matmul" in defn.attrs:
+        func = schedule_quantized_matmul(defn, defn.attrs["quantized_matmul"], target, name)
     elif "transpose" in defn.attrs:
         func = schedule_transpose(defn, defn.attrs["transpose"], target, name)
     elif "matmul" in defn.attrs:

@@ -1,0 +1,5 @@
+"""Model frontends: GGUF files (llama.cpp's format) first."""
+
+from .gguf_reader import GGUFError, GGUFModel, LlamaConfig, QuantizedWeight, bundled_smollm2_path, load_gguf
+
+__all__ = ["GGUFError", "GGUFModel", "LlamaConfig", "QuantizedWeight", "bundled_smollm2_path", "load_gguf"]

