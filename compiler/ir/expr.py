@@ -51,8 +51,11 @@ class DataflowVar(Var):
 
 @dataclass(frozen=True, eq=False)
 class Constant(Expr):
+    """A tensor known at compile time; ``name`` is kept for weights (their tensor-cache name)."""
+
     data: np.ndarray
     struct_info: StructInfo | None = None
+    name: str = ""
 
     def __post_init__(self):
         data = np.asarray(self.data)

@@ -23,6 +23,7 @@ from ..tir.compute import ComputeDef, Reduction, read
 from ..tir.ir import Const, binary, cast
 from ..tir.quant import BLOCK_BYTES, BLOCK_VALUES, QuantizedMatmulInfo, block_scale, block_value
 from .common import FLOAT_DTYPES, result_tensor, tensor_input
+from .lowering import clamp_index
 from .registry import register_op
 
 
@@ -113,3 +114,50 @@ def _legalize(call, ctx):
 
 register_op("quantized_matmul", inputs=("x", "weight"), attrs={"format": "q4_1", "k": 0, "out_dtype": ""},
             deduce=_deduce, reference=_reference, legalize=_legalize)
+
+
+# -- quantized_take: rows of a quantized table (embeddings) -------------------------------------
+
+
+def _deduce_take(call, ctx):
+    w, ids = tensor_input(call, 0, ctx), tensor_input(call, 1, ctx)
+    if w.dtype and w.dtype != "uint32":
+        raise DeductionError("dtype mismatch", f"quantized_take needs the table's blocks as uint32 words, "
+                             f"{ctx.show(call.args[0])} is {w.dtype}")
+    if ids.dtype and ids.dtype not in ("int32", "int64"):
+        raise DeductionError("dtype mismatch", f"quantized_take needs integer indices, {ctx.show(call.args[1])} "
+                             f"is {ids.dtype}")
+    k = call.attr("k")
+    dtype = call.attr("out_dtype") or "float32"
+    if ids.shape is None:
+        return result_tensor(None, dtype, -1 if ids.ndim < 0 else ids.ndim + 1)
+    return result_tensor(tuple(ids.shape) + (arith.IntImm(k),), dtype)
+
+
+def _take_reference(weight, ids, format, k, out_dtype):
+    table = dequantize(weight, format, k)
+    return table[ids].astype(out_dtype or "float32")
+
+
+def _legalize_take(call, ctx):
+    w, ids = ctx.inputs
+    out = ctx.output
+    fmt = call.attr("format")
+
+    def body(idx):
+        row = read(ids, *idx[:-1])
+        row = clamp_index(cast(row, "i32"), w.shape[0])
+
+        def word_at(i):
+            return read(w, row, i)
+
+        kk = idx[-1]
+        block = binary("/", kk, Const(BLOCK_VALUES))
+        d, m = block_scale(fmt, word_at, block)
+        return cast(block_value(fmt, word_at, block, binary("%", kk, Const(BLOCK_VALUES)), d, m), out.dtype)
+
+    return ComputeDef(ctx.kernel_name, (w, ids), out, body)
+
+
+register_op("quantized_take", inputs=("weight", "indices"), attrs={"format": "q8_0", "k": 0, "out_dtype": ""},
+            deduce=_deduce_take, reference=_take_reference, legalize=_legalize_take)

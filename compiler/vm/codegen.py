@@ -119,6 +119,7 @@ class _FunctionCompiler:
         self.locations: dict[int, dict] = {}  # tensor register -> where it lives
         self.tensors: dict[int, dict] = {}  # tensor register -> {"shape", "dtype", "bytes"}
         self.storages: dict[int, int] = {}  # storage register -> token
+        self.constant_registers: dict[int, int] = {}
         self.code: list[dict] = []
         bounds = dict(func.attr("tir_var_upper_bound", {}) or {})
         bounds.update(upper_bounds or {})
@@ -176,10 +177,14 @@ class _FunctionCompiler:
         if isinstance(expr, Var):
             return self.registers[expr]
         if isinstance(expr, Constant):
-            name = f"const_{len(self.constants)}"
+            # One register per constant, however often it is used (a tied embedding is read twice).
+            if id(expr) in self.constant_registers:
+                return self.constant_registers[id(expr)]
+            name = expr.name or f"const_{len(self.constants)}"
             self.constants[name] = expr.data
             reg = self.register()
             self._tensor(reg, expr.struct_info, {"kind": "constant", "name": name})
+            self.constant_registers[id(expr)] = reg
             return reg
         if isinstance(expr, Tuple):
             fields = [self._operand(f) for f in expr.fields]

@@ -1,0 +1,138 @@
+"""The Llama family (Llama 2/3, SmolLM2, TinyLlama, Mistral; Qwen2 with QKV bias) in tessera.nn.
+
+Module paths mirror Hugging Face's parameter names (``model.layers.0.self_attn.q_proj.weight``),
+so a transformers state dict binds as it is. RoPE uses the rotate-half convention of
+transformers' Llama. ``forward`` computes the logits of every position of one sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import op
+from ..ir import Constant
+from ..ir.expr import Expr
+from ..nn import Embedding, Linear, Module, ModuleList, RMSNorm
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+
+
+class LlamaAttention(Module):
+    def __init__(self, c: LlamaConfig):
+        self.c = c
+        self.q_proj = Linear(c.hidden_size, c.num_heads * c.head_dim, bias=c.attention_bias)
+        self.k_proj = Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
+        self.v_proj = Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
+        self.o_proj = Linear(c.num_heads * c.head_dim, c.hidden_size)
+
+    def forward(self, x: Expr, cos: Expr, sin: Expr, mask: Expr, n) -> Expr:
+        c = self.c
+        q = _rope(op.reshape(self.q_proj(x), [n, c.num_heads, c.head_dim]), cos, sin, c.head_dim)
+        k = _rope(op.reshape(self.k_proj(x), [n, c.num_kv_heads, c.head_dim]), cos, sin, c.head_dim)
+        v = op.reshape(self.v_proj(x), [n, c.num_kv_heads, c.head_dim])
+        k, v = _repeat_kv(k, c, n), _repeat_kv(v, c, n)
+        scores = op.matmul(op.permute_dims(q, axes=[1, 0, 2]), op.permute_dims(k, axes=[1, 2, 0]))
+        scores = op.add(op.multiply(scores, Constant(np.float32(c.head_dim ** -0.5))), mask)
+        probs = op.nn.softmax(scores, axis=-1)
+        attn = op.permute_dims(op.matmul(probs, op.permute_dims(v, axes=[1, 0, 2])), axes=[1, 0, 2])
+        return self.o_proj(op.reshape(attn, [n, c.num_heads * c.head_dim]))
+
+
+class LlamaMLP(Module):
+    def __init__(self, c: LlamaConfig):
+        self.gate_proj = Linear(c.hidden_size, c.intermediate_size)
+        self.up_proj = Linear(c.hidden_size, c.intermediate_size)
+        self.down_proj = Linear(c.intermediate_size, c.hidden_size)
+
+    def forward(self, x: Expr) -> Expr:
+        return self.down_proj(op.multiply(op.nn.silu(self.gate_proj(x)), self.up_proj(x)))
+
+
+class LlamaDecoderLayer(Module):
+    def __init__(self, c: LlamaConfig):
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.self_attn = LlamaAttention(c)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.mlp = LlamaMLP(c)
+
+    def forward(self, x: Expr, cos: Expr, sin: Expr, mask: Expr, n) -> Expr:
+        h = op.add(x, self.self_attn(self.input_layernorm(x), cos, sin, mask, n))
+        return op.add(h, self.mlp(self.post_attention_layernorm(h)))
+
+
+class LlamaModel(Module):
+    def __init__(self, c: LlamaConfig):
+        self.embed_tokens = Embedding(c.vocab_size, c.hidden_size)
+        self.layers = ModuleList(LlamaDecoderLayer(c) for _ in range(c.num_layers))
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+
+class LlamaForCausalLM(Module):
+    def __init__(self, c: LlamaConfig):
+        self.config = c
+        self.model = LlamaModel(c)
+        self.lm_head = None if c.tie_word_embeddings else Linear(c.hidden_size, c.vocab_size)
+
+    def forward(self, input_ids: Expr) -> Expr:
+        """Logits (n, vocab) for ``input_ids`` (n,) int32, attending causally from position 0."""
+        c = self.config
+        n = input_ids.struct_info.shape[0]
+        cos, sin = _rope_tables(n, c)
+        mask = _causal_mask(n)
+        x = self.model.embed_tokens(input_ids)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, mask, n)
+        x = self.model.norm(x)
+        if self.lm_head is not None:
+            return self.lm_head(x)
+        return op.matmul(x, op.permute_dims(self.model.embed_tokens.weight.var))
+
+
+def _rope_tables(n, c: LlamaConfig):
+    """cos and sin of shape (n, 1, head_dim) for positions 0..n-1 (halves repeated, as rotate-half wants)."""
+    half = c.head_dim // 2
+    inv_freq = (1.0 / c.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / c.head_dim)).astype(np.float32)
+    positions = op.astype(op.arange(start=0, end=n, step=1, dtype="int32"), dtype="float32")
+    angles = op.multiply(op.expand_dims(positions, axis=1), Constant(inv_freq[None, :]))
+    angles = op.concat((angles, angles), axis=1)
+    shape = [n, 1, c.head_dim]
+    return op.reshape(op.cos(angles), shape), op.reshape(op.sin(angles), shape)
+
+
+def _causal_mask(n):
+    rows = op.expand_dims(op.arange(start=0, end=n, step=1, dtype="int32"), axis=1)
+    cols = op.expand_dims(op.arange(start=0, end=n, step=1, dtype="int32"), axis=0)
+    # The largest negative float rather than -inf: exp of it is 0 and no row is ever all masked.
+    return op.where(op.greater(cols, rows), Constant(np.float32(-3.4e38)), Constant(np.float32(0.0)))
+
+
+def _rope(x: Expr, cos: Expr, sin: Expr, head_dim: int) -> Expr:
+    half = head_dim // 2
+    first = op.strided_slice(x, axes=[2], begin=[0], end=[half])
+    second = op.strided_slice(x, axes=[2], begin=[half], end=[head_dim])
+    rotated = op.concat((op.negative(second), first), axis=2)
+    return op.add(op.multiply(x, cos), op.multiply(rotated, sin))
+
+
+def _repeat_kv(x: Expr, c: LlamaConfig, n) -> Expr:
+    repeat = c.num_heads // c.num_kv_heads
+    if repeat == 1:
+        return x
+    expanded = op.broadcast_to(op.expand_dims(x, axis=2), [n, c.num_kv_heads, repeat, c.head_dim])
+    return op.reshape(expanded, [n, c.num_heads, c.head_dim])
+

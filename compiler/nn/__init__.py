@@ -1,0 +1,30 @@
+"""tessera.nn: define models as modules, export them as graph functions over symbolic lengths.
+
+    class MLP(nn.Module):
+        def __init__(self):
+            self.up = nn.Linear(64, 256)
+            self.down = nn.Linear(256, 64)
+
+        def forward(self, x):
+            return self.down(op.nn.silu(self.up(x)))
+
+    mod = nn.export(MLP(), "main", {"x": R.Tensor(("n", 64), "float32")})
+
+A module's forward receives and returns graph expressions; ``export`` builds
+one function whose parameters are the inputs followed by every weight of the
+model, named by its path (``layers.0.attn.q_proj.weight``). ``bind_weights``
+turns weights into constants, which executables keep in their tensor cache.
+"""
+
+from .module import (
+    Embedding,
+    Linear,
+    Module,
+    ModuleList,
+    Parameter,
+    RMSNorm,
+    bind_weights,
+    export,
+)
+
+__all__ = ["Embedding", "Linear", "Module", "ModuleList", "Parameter", "RMSNorm", "bind_weights", "export"]
