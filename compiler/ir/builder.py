@@ -65,6 +65,7 @@ class _FunctionFrame:
     in_dataflow: bool = False
     names: set[str] = field(default_factory=set)
     counters: dict[str, int] = field(default_factory=dict)
+    bound_operands: dict[int, tuple] = field(default_factory=dict)  # id(expr) -> (expr, var)
 
 
 @dataclass
@@ -304,9 +305,19 @@ class BlockBuilder:
         raise TypeError(f"cannot normalize {type(expr).__name__}")
 
     def _normalize_operand(self, expr: Expr) -> Expr:
-        """Operands are leaves or tuples; anything else is bound to a variable first."""
+        """Operands are leaves or tuples; anything else is bound to a variable first.
+
+        The same expression object used as an operand twice is bound once: model code passes
+        unbound expressions around (a normed input feeds q, k and v) and must not compute them
+        again for every use."""
         if isinstance(expr, Call | If):
-            return self.emit(expr)
+            frame = self._require_frame()
+            bound = frame.bound_operands.get(id(expr))
+            if bound is not None and bound[0] is expr:
+                return bound[1]
+            var = self.emit(expr)
+            frame.bound_operands[id(expr)] = (expr, var)  # the expression is kept, so its id stays its own
+            return var
         return self.normalize(expr)
 
 

@@ -103,10 +103,10 @@ class Interpreter:
             raise RuntimeCheckError(f"{type(error).__name__}: {error} (in {where})") from None
         if isinstance(binding, MatchCast):
             _bind_plain(binding.struct_info, value, frame.sym)
-            check_value(value, binding.struct_info, frame.sym, f"match_cast in {print_binding(binding)}")
+            check_value(value, binding.struct_info, frame.sym, lambda: f"match_cast in {print_binding(binding)}")
         else:
             check_value(value, binding.var.struct_info, frame.sym,
-                        f"the deduced struct info of {print_binding(binding)}")
+                        lambda: f"the deduced struct info of {print_binding(binding)}")
         frame.env[binding.var] = value
 
     # -- expressions ------------------------------------------------------------
@@ -299,11 +299,13 @@ def _bind_plain(sinfo: StructInfo, value, sym: dict[str, int]) -> None:
             sym[dim.name] = int(size)
 
 
-def check_value(value, sinfo: StructInfo, sym: dict[str, int], what: str) -> None:
-    """Raise RuntimeCheckError if ``value`` does not match ``sinfo`` under ``sym``."""
+def check_value(value, sinfo: StructInfo, sym: dict[str, int], what) -> None:
+    """Raise RuntimeCheckError if ``value`` does not match ``sinfo`` under ``sym``.
+
+    ``what`` names the value; it may be a function, called only to report a mismatch."""
     reason = _mismatch(value, sinfo, sym)
     if reason:
-        raise RuntimeCheckError(f"{what}: expected {print_sinfo(sinfo)}, {reason}")
+        raise RuntimeCheckError(f"{what() if callable(what) else what}: expected {print_sinfo(sinfo)}, {reason}")
 
 
 def _mismatch(value, sinfo: StructInfo, sym: dict[str, int]) -> str | None:
