@@ -84,3 +84,16 @@ def test_epilogues_fuse_into_the_quantized_kernel(runner):
     want = gate_out / (1 + np.exp(-gate_out)) * (xs @ up_ref.T)
     np.testing.assert_allclose(interpret(lowered, "main", xs, gate, up, kernel_runner=runner), want, rtol=1e-4,
                                atol=1e-4)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_quantized_take_reads_embedding_rows(runner, fmt):
+    words, reference = quantized(fmt, 50, 128, seed=5)
+
+    def inputs(env, rng):
+        return [words, rng.integers(0, 50, (env["n"],)).astype(np.int32)]
+
+    lowered, _ = check_op(runner, lambda w, i: op.quantized_take(w, i, format=fmt, k=128),
+                          [Tensor((50, words.shape[1]), "uint32"), Tensor(("n",), "int32")], inputs=inputs)
+    ids = np.array([0, 49, 7, 7], np.int32)
+    np.testing.assert_array_equal(interpret(lowered, "main", words, ids, kernel_runner=runner), reference[ids])

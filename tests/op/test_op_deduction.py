@@ -402,3 +402,13 @@ def test_quantized_matmul_deduction():
     with pytest.raises(DeductionError, match="format 'q5_k' is not one of"):
         deduced(lambda x, w: op.quantized_matmul(x, w, format="q5_k", k=576), T((1, 576), F32),
                 T((8, 90), "uint32"))
+
+
+@covers("quantized_take")
+def test_quantized_take_deduction():
+    assert deduced(lambda w, i: op.quantized_take(w, i, format="q8_0", k=576),
+                   T((49152, 153), "uint32"), T(("n",), "int32")) == tensor_text(["n", "576"])
+    assert deduced(lambda w, i: op.quantized_take(w, i, format="q8_0", k=576),
+                   T((49152, 153), "uint32"), T(dtype="int32", ndim=2)) == coarse_text(3)
+    with pytest.raises(DeductionError, match="quantized_take needs integer indices"):
+        deduced(lambda w, i: op.quantized_take(w, i, format="q8_0", k=576), T((8, 153), "uint32"), T((2,), F32))
