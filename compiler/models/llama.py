@@ -33,12 +33,13 @@ class LlamaConfig:
 
 
 class LlamaAttention(Module):
-    def __init__(self, c: LlamaConfig):
+    def __init__(self, c: LlamaConfig, formats=None, prefix=""):
         self.c = c
-        self.q_proj = Linear(c.hidden_size, c.num_heads * c.head_dim, bias=c.attention_bias)
-        self.k_proj = Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
-        self.v_proj = Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
-        self.o_proj = Linear(c.num_heads * c.head_dim, c.hidden_size)
+        q = _formats(formats, prefix)
+        self.q_proj = Linear(c.hidden_size, c.num_heads * c.head_dim, bias=c.attention_bias, quant=q("q_proj"))
+        self.k_proj = Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.attention_bias, quant=q("k_proj"))
+        self.v_proj = Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.attention_bias, quant=q("v_proj"))
+        self.o_proj = Linear(c.num_heads * c.head_dim, c.hidden_size, quant=q("o_proj"))
 
     def forward(self, x: Expr, cos: Expr, sin: Expr, mask: Expr, n) -> Expr:
         c = self.c
@@ -54,21 +55,22 @@ class LlamaAttention(Module):
 
 
 class LlamaMLP(Module):
-    def __init__(self, c: LlamaConfig):
-        self.gate_proj = Linear(c.hidden_size, c.intermediate_size)
-        self.up_proj = Linear(c.hidden_size, c.intermediate_size)
-        self.down_proj = Linear(c.intermediate_size, c.hidden_size)
+    def __init__(self, c: LlamaConfig, formats=None, prefix=""):
+        q = _formats(formats, prefix)
+        self.gate_proj = Linear(c.hidden_size, c.intermediate_size, quant=q("gate_proj"))
+        self.up_proj = Linear(c.hidden_size, c.intermediate_size, quant=q("up_proj"))
+        self.down_proj = Linear(c.intermediate_size, c.hidden_size, quant=q("down_proj"))
 
     def forward(self, x: Expr) -> Expr:
         return self.down_proj(op.multiply(op.nn.silu(self.gate_proj(x)), self.up_proj(x)))
 
 
 class LlamaDecoderLayer(Module):
-    def __init__(self, c: LlamaConfig):
+    def __init__(self, c: LlamaConfig, formats=None, prefix=""):
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.self_attn = LlamaAttention(c)
+        self.self_attn = LlamaAttention(c, formats, prefix + "self_attn.")
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.mlp = LlamaMLP(c)
+        self.mlp = LlamaMLP(c, formats, prefix + "mlp.")
 
     def forward(self, x: Expr, cos: Expr, sin: Expr, mask: Expr, n) -> Expr:
         h = op.add(x, self.self_attn(self.input_layernorm(x), cos, sin, mask, n))
@@ -76,20 +78,33 @@ class LlamaDecoderLayer(Module):
 
 
 class LlamaModel(Module):
-    def __init__(self, c: LlamaConfig):
-        self.embed_tokens = Embedding(c.vocab_size, c.hidden_size)
-        self.layers = ModuleList(LlamaDecoderLayer(c) for _ in range(c.num_layers))
+    def __init__(self, c: LlamaConfig, formats=None):
+        q = _formats(formats, "model.")
+        self.embed_tokens = Embedding(c.vocab_size, c.hidden_size, quant=q("embed_tokens"))
+        self.layers = ModuleList(LlamaDecoderLayer(c, formats, f"model.layers.{i}.") for i in range(c.num_layers))
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
 
 class LlamaForCausalLM(Module):
-    def __init__(self, c: LlamaConfig):
+    """``formats`` maps a weight's path without ".weight" (``model.layers.0.mlp.up_proj``) to its GGUF
+    block format when the weight is quantized."""
+
+    def __init__(self, c: LlamaConfig, formats: dict[str, str] | None = None):
         self.config = c
-        self.model = LlamaModel(c)
-        self.lm_head = None if c.tie_word_embeddings else Linear(c.hidden_size, c.vocab_size)
+        self.model = LlamaModel(c, formats)
+        head = _formats(formats, "")("lm_head")
+        self.lm_head = None if c.tie_word_embeddings else Linear(c.hidden_size, c.vocab_size, quant=head)
 
     def forward(self, input_ids: Expr) -> Expr:
         """Logits (n, vocab) for ``input_ids`` (n,) int32, attending causally from position 0."""
+        return self._head(self._hidden(input_ids))
+
+    def last_logits(self, input_ids: Expr) -> Expr:
+        """Logits (1, vocab) of the last position only: what generation needs, without the other rows."""
+        n = input_ids.struct_info.shape[0]
+        return self._head(op.strided_slice(self._hidden(input_ids), axes=[0], begin=[n - 1], end=[n]))
+
+    def _hidden(self, input_ids: Expr) -> Expr:
         c = self.config
         n = input_ids.struct_info.shape[0]
         cos, sin = _rope_tables(n, c)
@@ -97,10 +112,19 @@ class LlamaForCausalLM(Module):
         x = self.model.embed_tokens(input_ids)
         for layer in self.model.layers:
             x = layer(x, cos, sin, mask, n)
-        x = self.model.norm(x)
+        return self.model.norm(x)
+
+    def _head(self, x: Expr) -> Expr:
         if self.lm_head is not None:
             return self.lm_head(x)
-        return op.matmul(x, op.permute_dims(self.model.embed_tokens.weight.var))
+        embedding = self.model.embed_tokens
+        if embedding.quant:  # tied to a quantized embedding: read its blocks as the head's rows
+            return op.quantized_matmul(x, embedding.weight.var, format=embedding.quant, k=embedding.dim)
+        return op.matmul(x, op.permute_dims(embedding.weight.var))
+
+
+def _formats(formats: dict[str, str] | None, prefix: str):
+    return lambda name: (formats or {}).get(prefix + name)
 
 
 def _rope_tables(n, c: LlamaConfig):
