@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import op
-from ..ir import Constant
+from .. import arith, op
+from ..ir import Constant, PrimValue
 from ..ir.expr import Expr
 from ..nn import Embedding, Linear, Module, ModuleList, RMSNorm
 
@@ -51,6 +51,23 @@ class LlamaAttention(Module):
         scores = op.add(op.multiply(scores, Constant(np.float32(c.head_dim ** -0.5))), mask)
         probs = op.nn.softmax(scores, axis=-1)
         attn = op.permute_dims(op.matmul(probs, op.permute_dims(v, axes=[1, 0, 2])), axes=[1, 0, 2])
+        return self.o_proj(op.reshape(attn, [n, c.num_heads * c.head_dim]))
+
+
+    def cached(self, x: Expr, cos: Expr, sin: Expr, mask: Expr, n, start, end, cache) -> Expr:
+        """Attention of n new positions over ``end`` cached ones, writing the new keys and values."""
+        c = self.c
+        q = _rope(op.reshape(self.q_proj(x), [n, c.num_heads, c.head_dim]), cos, sin, c.head_dim)
+        k = _rope(op.reshape(self.k_proj(x), [n, c.num_kv_heads, c.head_dim]), cos, sin, c.head_dim)
+        v = op.reshape(self.v_proj(x), [n, c.num_kv_heads, c.head_dim])
+        keys = op.kv_cache_write(cache[0], k, PrimValue(start))
+        values = op.kv_cache_write(cache[1], v, PrimValue(start))
+        keys = _repeat_kv(op.strided_slice(keys, axes=[0], begin=[0], end=[end]), c, end)
+        values = _repeat_kv(op.strided_slice(values, axes=[0], begin=[0], end=[end]), c, end)
+        scores = op.matmul(op.permute_dims(q, axes=[1, 0, 2]), op.permute_dims(keys, axes=[1, 2, 0]))
+        scores = op.add(op.multiply(scores, Constant(np.float32(c.head_dim ** -0.5))), mask)
+        probs = op.nn.softmax(scores, axis=-1)
+        attn = op.permute_dims(op.matmul(probs, op.permute_dims(values, axes=[1, 0, 2])), axes=[1, 0, 2])
         return self.o_proj(op.reshape(attn, [n, c.num_heads * c.head_dim]))
 
 
@@ -104,6 +121,27 @@ class LlamaForCausalLM(Module):
         n = input_ids.struct_info.shape[0]
         return self._head(op.strided_slice(self._hidden(input_ids), axes=[0], begin=[n - 1], end=[n]))
 
+    def step(self, input_ids: Expr, total: Expr, *caches: Expr) -> Expr:
+        """Last-position logits (1, vocab) for ``input_ids`` (n,) at positions total - n .. total - 1,
+        with earlier positions' keys and values read from ``caches`` (per layer: keys, values; each
+        (capacity, kv heads, head dim)), into which this step writes its own."""
+        c = self.config
+        n = input_ids.struct_info.shape[0]
+        end = total.struct_info.value
+        start = end - n
+        positions = op.arange(start=start, end=end, step=1, dtype="int32")
+        cos, sin = _rope_tables_at(positions, n, c)
+        rows = op.expand_dims(positions, axis=1)
+        cols = op.expand_dims(op.arange(start=0, end=end, step=1, dtype="int32"), axis=0)
+        mask = op.where(op.greater(cols, rows), Constant(np.float32(-3.4e38)), Constant(np.float32(0.0)))
+        x = self.model.embed_tokens(input_ids)
+        for index, layer in enumerate(self.model.layers):
+            cache = (caches[2 * index], caches[2 * index + 1])
+            h = op.add(x, layer.self_attn.cached(layer.input_layernorm(x), cos, sin, mask, n, start, end, cache))
+            x = op.add(h, layer.mlp(layer.post_attention_layernorm(h)))
+        x = self.model.norm(x)
+        return self._head(op.strided_slice(x, axes=[0], begin=[n - 1], end=[n]))
+
     def _hidden(self, input_ids: Expr) -> Expr:
         c = self.config
         n = input_ids.struct_info.shape[0]
@@ -129,9 +167,13 @@ def _formats(formats: dict[str, str] | None, prefix: str):
 
 def _rope_tables(n, c: LlamaConfig):
     """cos and sin of shape (n, 1, head_dim) for positions 0..n-1 (halves repeated, as rotate-half wants)."""
+    return _rope_tables_at(op.arange(start=0, end=n, step=1, dtype="int32"), n, c)
+
+
+def _rope_tables_at(positions: Expr, n, c: LlamaConfig):
     half = c.head_dim // 2
     inv_freq = (1.0 / c.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / c.head_dim)).astype(np.float32)
-    positions = op.astype(op.arange(start=0, end=n, step=1, dtype="int32"), dtype="float32")
+    positions = op.astype(positions, dtype="float32")
     angles = op.multiply(op.expand_dims(positions, axis=1), Constant(inv_freq[None, :]))
     angles = op.concat((angles, angles), axis=1)
     shape = [n, 1, c.head_dim]
@@ -160,3 +202,24 @@ def _repeat_kv(x: Expr, c: LlamaConfig, n) -> Expr:
     expanded = op.broadcast_to(op.expand_dims(x, axis=2), [n, c.num_kv_heads, repeat, c.head_dim])
     return op.reshape(expanded, [n, c.num_heads, c.head_dim])
 
+
+
+def export_llm(model: LlamaForCausalLM, context_length: int):
+    """``prefill(input_ids (n,), total)`` and ``decode(input_ids (1,), total)``, sharing a KV cache of
+    ``context_length`` positions kept as state: each writes its positions into the cache and returns
+    the last position's logits. ``total`` counts every position so far, this call's included."""
+    from ..ir import PrimStructInfo, Tensor
+    from ..nn import export
+
+    c = model.config
+    caches = {}
+    for index in range(c.num_layers):
+        for kind in ("k", "v"):
+            caches[f"cache_{kind}_{index}"] = Tensor((context_length, c.num_kv_heads, c.head_dim), "float32")
+    attrs = {"tir_var_upper_bound": {"n": context_length, "total": context_length},
+             "state_params": list(caches)}
+    total = PrimStructInfo("int64", arith.Var("total"))
+    mod = export(model, "prefill", {"input_ids": Tensor(("n",), "int32"), "total": total, **caches},
+                 method="step", attrs=attrs)
+    return export(model, "decode", {"input_ids": Tensor((1,), "int32"), "total": total, **caches}, method="step",
+                  attrs=attrs, module=mod)

@@ -12,6 +12,7 @@ from . import (
     cross_level,
     data_dependent,
     elementwise,
+    kv_cache,
     library,
     linear,
     manipulate,

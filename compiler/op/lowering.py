@@ -29,6 +29,7 @@ class LegalizeContext:
     inputs: list[Buffer]
     outputs: list[Buffer]
     kernel_name: str
+    target: object = None
 
     @property
     def output(self) -> Buffer:

@@ -250,7 +250,7 @@ def intrinsic(name: str, *args: TExpr) -> TExpr:
 
 # Kernel scalar parameters live in their own namespace, so that a symbolic size
 # named like a schedule's local (``m``, ``acc``) cannot collide with it.
-SCALAR_PREFIX = "s_"
+SCALAR_PREFIX = "sym_"
 
 
 def scalar_local(name: str) -> Local:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from .. import arith
 from ..arith import Interval
 from .ir import (
+    SCALAR_PREFIX,
     Assign,
     Barrier,
     Binary,
@@ -47,14 +48,14 @@ def verify_kernel(func: PrimFunc, sizes: dict[str, int] | None = None) -> None:
     _check_names(func)
     _check_barriers(func)
     grid = [arith.evaluate(g, sizes) for g in func.grid]
-    env: dict[str, Interval] = {f"s_{name}": Interval.point(sizes[name]) for name in func.scalars}
+    env: dict[str, Interval] = {f"{SCALAR_PREFIX}{name}": Interval.point(sizes[name]) for name in func.scalars}
     checker = _BoundsChecker(func, sizes, grid)
     checker.stmts(func.body, env)
 
 
 def _check_names(func: PrimFunc) -> None:
     """A local is declared once in its scope, and not under a buffer's or a scalar's name."""
-    taken = {b.name for b in func.params + func.scratch} | {f"s_{name}" for name in func.scalars}
+    taken = {b.name for b in func.params + func.scratch} | {f"{SCALAR_PREFIX}{name}" for name in func.scalars}
 
     def walk(body, scope: set[str]):
         scope = set(scope)

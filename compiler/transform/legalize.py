@@ -80,6 +80,9 @@ def _legalize(binding: VarBinding, in_dataflow: bool, kernels: KernelTable, anal
         sinfo = deduce(result, DeduceContext(analyzer)) if isinstance(result, Call) else result.struct_info
         return [VarBinding(binding.var, with_struct_info(result, sinfo))]
     described.require_shapes()
+    if isinstance(described.result, PrimFunc):  # the operator scheduled its own kernel
+        call_args = [a for a in described.args]
+        return [VarBinding(binding.var, kernels.call_kernel(described.result, call_args, described.out_sinfos[0]))]
     defs = described.result if isinstance(described.result, list) else [described.result]
     if len(defs) == 1:
         return [VarBinding(binding.var, kernels.call(defs[0], described.args, described.inputs,
@@ -124,7 +127,7 @@ def describe_call(call: Call, target: Target) -> DescribedCall:
         _check_dtype(call, tensor.dtype, target)
     inputs = [_buffer(f"in{i}", a.struct_info) for i, a in enumerate(args)]
     outputs = [_buffer(f"out{i}", s) for i, s in enumerate(out_sinfos)]
-    ctx = LegalizeContext(call, inputs, outputs, call.op.name.replace(".", "_"))
+    ctx = LegalizeContext(call, inputs, outputs, call.op.name.replace(".", "_"), target)
     return DescribedCall(call, args, inputs, outputs, out_sinfos, call.op.legalize(call, ctx))
 
 

@@ -61,6 +61,13 @@ def explicit_allocation(mod: IRModule) -> IRModule:
             return [binding]
         sinfo = binding.var.struct_info
         out = binding.var
+        inplace = getattr(mod.functions.get(value.args[0].name), "attrs", {}).get("inplace")
+        if inplace:
+            # The kernel writes into one of its inputs: no allocation, the result is that input.
+            target = value.args[1].fields[inplace[0]]
+            args = Tuple(tuple(value.args[1].fields) + (target,))
+            dps = with_struct_info(make_call("call_tir_dps", value.args[0], args, *value.args[2:]), ObjectStructInfo())
+            return [VarBinding(Var(f"{out.name_hint}_done", ObjectStructInfo()), dps), VarBinding(out, target)]
         # A kernel with scratch has several outputs: each is allocated, and the tuple rebuilt.
         fields = list(sinfo.fields) if isinstance(sinfo, TupleStructInfo) else [sinfo]
         outs = [out] if len(fields) == 1 else [Var(f"{out.name_hint}_{i}", f) for i, f in enumerate(fields)]

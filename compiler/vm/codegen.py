@@ -144,11 +144,13 @@ class _FunctionCompiler:
                 if v.name not in symbols:
                     symbols.append(v.name)
         params = []
+        state = set(func.attr("state_params", ()) or ())
         for index, p in enumerate(func.params):
             reg = self.register(p)
             if isinstance(p.struct_info, TensorStructInfo):
                 self._tensor(reg, p.struct_info, {"kind": "param", "index": index})
-            params.append({"name": p.name_hint, "register": reg, "sinfo": sinfo_json(p.struct_info)})
+            params.append({"name": p.name_hint, "register": reg, "sinfo": sinfo_json(p.struct_info),
+                           "state": p.name_hint in state})
         for block in func.body.blocks:
             for binding in block.bindings:
                 try:

@@ -106,7 +106,12 @@ class KernelRunner:
         buffers = [self.device.create_buffer_with_data(data=_to_device(array, buf.storage_dtype), usage=usage)
                    for array, buf in zip(inputs, func.inputs)]
         out_shapes = [tuple(arith.evaluate(d, scalars) for d in buf.shape) for buf in func.outputs]
-        for shape, buf in zip(out_shapes, func.outputs):
+        inplace = func.attrs.get("inplace", {})
+        for index, (shape, buf) in enumerate(zip(out_shapes, func.outputs)):
+            if index in inplace:  # an output that updates an input starts as that input
+                data = _to_device(inputs[inplace[index]], buf.storage_dtype)
+                buffers.append(self.device.create_buffer_with_data(data=data, usage=usage))
+                continue
             size = _device_bytes(int(np.prod(shape, dtype=np.int64)), buf.storage_dtype)
             buffers.append(self.device.create_buffer(size=size, usage=usage))
         if func.scalars:

@@ -61,6 +61,16 @@ class VirtualMachine:
             if need > have:
                 raise DeviceError(f"the executable needs {key} = {need}, the device allows {have}")
 
+    def _state_buffer(self, name: str, size: int):
+        """State is shared by name across functions: prefill and decode write one KV cache."""
+        if not hasattr(self, "_state"):
+            self._state = {}
+        if name not in self._state:
+            self._state[name] = self._create(size, self._storage_usage)
+        elif self._state[name].size < size:
+            raise DeviceError(f"state '{name}' is declared with different sizes by different functions")
+        return self._state[name]
+
     # Buffer creation goes through here, so that tests can count it.
     def _create(self, size: int, usage) -> object:
         self.buffers_created += 1
@@ -82,6 +92,11 @@ class VirtualMachine:
 
     def run(self, name: str, *args):
         return self[name](*args)
+
+    def reset_state(self) -> None:
+        """Zero every state tensor (a KV cache, for a new conversation)."""
+        for buffer in getattr(self, "_state", {}).values():
+            self.device.queue.write_buffer(buffer, 0, bytes(buffer.size))
 
     def profile_kernels(self, name: str, *args) -> list[tuple[str, float]]:
         """Seconds each kernel launch of one call takes, in program order.
@@ -120,7 +135,9 @@ class _Function:
         resources = {"params": {}, "storages": {}, "readback": {}}
         for param in record["params"]:
             tensor = record["tensors"].get(str(param["register"]))
-            if tensor is not None:
+            if tensor is not None and param.get("state"):
+                resources["params"][param["register"]] = vm._state_buffer(param["name"], _bytes(tensor, sizes))
+            elif tensor is not None:
                 resources["params"][param["register"]] = vm._create(_bytes(tensor, sizes), vm._storage_usage)
         memory = record["memory"]
         if self.static:
@@ -179,16 +196,22 @@ class _Function:
     # -- a call ------------------------------------------------------------------------------
 
     def _prepare(self, args):
-        """Run the checks, bind the sizes, upload the arguments: (heap, resources, bind groups)."""
+        """Run the checks, bind the sizes, upload the arguments: (heap, resources, bind groups).
+
+        State parameters (a KV cache) live on the device across calls: callers do not pass them."""
         record, vm = self.record, self.vm
-        if len(args) != len(record["params"]):
-            raise RuntimeCheckError(f"{self.name} takes {len(record['params'])} arguments, got {len(args)}")
-        values = {param["register"]: value for param, value in zip(record["params"], args)}
+        inputs = [p for p in record["params"] if not p.get("state")]
+        if len(args) != len(inputs):
+            names = ", ".join(p["name"] for p in inputs)
+            raise RuntimeCheckError(f"{self.name} takes {len(inputs)} arguments ({names}), got {len(args)}")
+        values = {param["register"]: value for param, value in zip(inputs, args)}
         heap: dict[str, int] = {}
         for op in record["code"]:
             if op["op"] == "match":
                 value = values.get(op["reg"])
-                if value is None:  # a tensor the program made: its shape is known symbolically
+                if value is None and op["sinfo"]["kind"] == "prim":
+                    continue
+                if value is None:  # a tensor the program or the state holds: its shape is known symbolically
                     tensor = record["tensors"][str(op["reg"])]
                     value = _ShapeOnly(tuple(arith.evaluate(arith.parse_expr(d), heap) for d in tensor["shape"]),
                                        tensor["dtype"])
@@ -203,7 +226,7 @@ class _Function:
         else:
             resources = self._allocate(heap)
             groups = self._bind_groups(resources, heap)
-        for param in record["params"]:
+        for param in inputs:
             buffer = resources["params"].get(param["register"])
             if buffer is not None:
                 data = _to_device(np.asarray(values[param["register"]]), param["sinfo"]["dtype"])
@@ -321,6 +344,9 @@ def _align4(value: int) -> int:
 
 
 def _bind(sinfo: dict, value, heap: dict[str, int]) -> None:
+    if sinfo["kind"] == "prim" and sinfo["value"] is not None and sinfo["value"].isidentifier():
+        heap.setdefault(sinfo["value"], int(value))
+        return
     if sinfo["kind"] == "tensor" and sinfo["shape"] is not None and hasattr(value, "shape"):
         if len(sinfo["shape"]) == len(value.shape):
             for dim, size in zip(sinfo["shape"], value.shape):
@@ -329,6 +355,11 @@ def _bind(sinfo: dict, value, heap: dict[str, int]) -> None:
 
 
 def _check(sinfo: dict, value, heap: dict[str, int], what: str) -> None:
+    if sinfo["kind"] == "prim" and sinfo["value"] is not None:
+        expected = arith.evaluate(arith.parse_expr(sinfo["value"]), heap)
+        if int(value) != expected:
+            raise RuntimeCheckError(f"{what}: expected {sinfo['value']} = {expected}, got {value}")
+        return
     if sinfo["kind"] != "tensor":
         return
     if not hasattr(value, "shape"):

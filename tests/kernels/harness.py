@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from tessera import arith
 from tessera.ir import BlockBuilder, Function, ShapeValue, Var, interpret
 from tessera.ir.struct_info import TensorStructInfo, sinfo_vars
 from tessera.target import Target
@@ -25,7 +26,7 @@ def build(make, params):
 
 
 def random_value(sinfo: TensorStructInfo, env, rng, low=0.5, high=1.5):
-    shape = tuple(int(d.value) if hasattr(d, "value") else env[d.name] for d in sinfo.shape)
+    shape = tuple(arith.evaluate(d, env) for d in sinfo.shape)
     if sinfo.dtype == "bool":
         return rng.random(shape) > 0.5
     if sinfo.dtype.startswith(("int", "uint")):

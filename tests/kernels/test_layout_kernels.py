@@ -1,5 +1,6 @@
 """Shape-manipulation and creation operators as kernels on WebGPU, against numpy."""
 
+import numpy as np
 import pytest
 from harness import check_op
 from tessera import arith, op
@@ -94,3 +95,19 @@ def test_transpose_of_the_last_two_axes_uses_the_tiled_rule(runner, dtype):
     lowered, kernels = check_op(runner, lambda x: op.permute_dims(x, axes=[0, 2, 1]), [Tensor((3, "n", 33), dtype)],
                                 rtol=0, atol=0)
     assert [f.attrs["rule"] for f in lowered.functions.values() if not isinstance(f, Function)] == ["transpose"]
+
+
+def test_kv_cache_write_updates_rows_in_place(runner):
+    from tessera.ir import PrimValue
+
+    lowered, kernels = check_op(runner, lambda cache, value: op.kv_cache_write(cache, value, PrimValue(3)),
+                                [Tensor(("n + 3", 2, 4), F32), Tensor(("n", 2, 4), F32)], rtol=0, atol=0)
+    assert kernels[0].attrs["inplace"] == {0: 0}
+    cache = np.arange(5 * 8, dtype=np.float32).reshape(5, 2, 4)
+    value = -np.ones((2, 2, 4), np.float32)
+    from tessera.ir import interpret
+
+    got = interpret(lowered, "main", cache.copy(), value, kernel_runner=runner)
+    want = cache.copy()
+    want[3:5] = value
+    np.testing.assert_array_equal(got, want)  # rows 0..2 kept: the kernel writes only its rows

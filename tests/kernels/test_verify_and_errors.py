@@ -30,7 +30,7 @@ def test_unguarded_access_is_rejected_and_guarded_access_passes():
     with pytest.raises(KernelVerifyError, match=r"read of src\[local_id.x\] may fall outside \[0, 7\) "
                        r"\(index in \[0, 63\] with n = 7\)"):
         verify_kernel(bad, {"n": 7})
-    guarded = kernel([IfThen(binary("<", LID, Local("s_n")), (Store(DST, LID, Load(SRC, LID)),))])
+    guarded = kernel([IfThen(binary("<", LID, Local("sym_n")), (Store(DST, LID, Load(SRC, LID)),))])
     verify_kernel(guarded, {"n": 7})
     verify_kernel(guarded, {"n": 1000})
 

@@ -412,3 +412,13 @@ def test_quantized_take_deduction():
                    T((49152, 153), "uint32"), T(dtype="int32", ndim=2)) == coarse_text(3)
     with pytest.raises(DeductionError, match="quantized_take needs integer indices"):
         deduced(lambda w, i: op.quantized_take(w, i, format="q8_0", k=576), T((8, 153), "uint32"), T((2,), F32))
+
+
+@covers("kv_cache_write")
+def test_kv_cache_write_deduction():
+    from tessera.ir import PrimValue
+
+    assert deduced(lambda c, v: op.kv_cache_write(c, v, PrimValue(0)), T((2048, 3, 64), F32), T(("n", 3, 64), F32)) \
+        == tensor_text(["2048", "3", "64"])
+    with pytest.raises(DeductionError, match=r"cache rows are \(3, 64\), new rows \(2, 64\)"):
+        deduced(lambda c, v: op.kv_cache_write(c, v, PrimValue(0)), T((16, 3, 64), F32), T((1, 2, 64), F32))

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from ... import arith
 from ..compute import ComputeDef, RowDef
-from ..ir import PrimFunc
+from ..ir import SCALAR_PREFIX, Local, PrimFunc, walk_expr, walk_stmts
 from ..pattern import Pattern, analyze_pattern
 from .injective import schedule_injective, vectorize_elementwise
 from .matmul import is_gemv, schedule_gemm, schedule_gemm_registers, schedule_gemv, schedule_gemv_columns
@@ -42,7 +42,21 @@ def schedule(defn: ComputeDef | RowDef, target, name: str) -> PrimFunc:
     else:
         vectorized = vectorize_elementwise(defn, target, name) if pattern == Pattern.ELEMWISE else None
         func = vectorized or schedule_injective(defn, target, name)
-    return replace(func, attrs={**func.attrs, "pattern": pattern.value})
+    return replace(func, scalars=_all_scalars(func), attrs={**func.attrs, "pattern": pattern.value})
+
+
+def _all_scalars(func: PrimFunc) -> tuple[str, ...]:
+    """The buffers' symbolic sizes plus any other symbolic value the body uses (an arange's start)."""
+    names = dict.fromkeys(func.scalars)
+    for _, exprs in walk_stmts(func.body):
+        for root in exprs:
+            for e in walk_expr(root):
+                if isinstance(e, Local) and e.name.startswith(SCALAR_PREFIX):
+                    names.setdefault(e.name[len(SCALAR_PREFIX):])
+    for g in func.grid:
+        for v in arith.free_vars(g):
+            names.setdefault(v.name)
+    return tuple(names)
 
 
 def _product(dims):
