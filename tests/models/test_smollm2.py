@@ -1,14 +1,13 @@
 """The bundled SmolLM2-135M-Instruct (GGUF, Q4_1 with a Q8_0 embedding) on WebGPU against transformers
 loading the same file: final-position logits within 1e-2, and the same greedy tokens.
 
-Generation here recomputes the whole prefix for every token (the KV cache is the next step), so
-the greedy check is kept short."""
-
-import os
+This file runs the model without a cache (the whole prefix each time); tests/models/test_generation.py
+decodes with the KV cache."""
 
 import numpy as np
 import pytest
 import tessera
+from conftest import prompt_ids  # noqa: E402
 from tessera import nn
 from tessera.frontend import bundled_smollm2_path, load_gguf
 from tessera.ir import Tensor
@@ -22,31 +21,11 @@ PROMPTS = {
 
 
 @pytest.fixture(scope="module")
-def reference():
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = bundled_smollm2_path()
-    folder, name = os.path.dirname(path), os.path.basename(path)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    model.eval()
-    return tokenizer, model, torch
-
-
-@pytest.fixture(scope="module")
 def vm():
     model, weights = llama_from_gguf(load_gguf(bundled_smollm2_path()))
     mod = nn.export(model, "prefill", {"input_ids": Tensor(("n",), "int32")}, method="last_logits",
                     attrs={"tir_var_upper_bound": {"n": 64}})
     return VirtualMachine(tessera.build(nn.bind_weights(mod, weights), "llvmpipe"))
-
-
-def prompt_ids(tokenizer, prompt) -> np.ndarray:
-    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True) \
-        if isinstance(prompt, list) else prompt
-    return np.asarray(tokenizer(text).input_ids, np.int32)
 
 
 @pytest.mark.parametrize("kind", sorted(PROMPTS))
