@@ -20,6 +20,24 @@ def main(argv: list[str] | None = None) -> int:
     inspect.add_argument("directory")
     inspect.add_argument("--json", action="store_true", help="print a JSON object instead of text")
 
+    compile_cmd = commands.add_parser("compile", help="compile a GGUF chat model into a directory")
+    compile_cmd.add_argument("model", help="a .gguf file (Llama family)")
+    compile_cmd.add_argument("-o", "--output", required=True, help="the directory to write")
+    compile_cmd.add_argument("--target", default="webgpu", help="webgpu (any device), llvmpipe, swiftshader ...")
+    compile_cmd.add_argument("--context", type=int, default=1024, help="KV cache positions (default 1024)")
+
+    chat = commands.add_parser("chat", help="chat with a model (default: the bundled SmolLM2)")
+    chat.add_argument("model", nargs="?", help="a .gguf file or a compiled directory")
+    chat.add_argument("--prompt", help="one turn, non-interactive")
+    chat.add_argument("--max-tokens", type=int, default=256)
+    chat.add_argument("--temperature", type=float, default=0.7)
+    chat.add_argument("--top-p", type=float, default=0.95)
+    chat.add_argument("--top-k", type=int, default=0)
+    chat.add_argument("--repetition-penalty", type=float, default=1.0)
+    chat.add_argument("--seed", type=int)
+    chat.add_argument("--context", type=int, default=1024)
+    chat.add_argument("--json", action="store_true", help="with --prompt: print the reply and speeds as JSON")
+
     commands.add_parser("ops", help="list the registered graph operators")
     commands.add_parser("demo", help="build, print, check and run a small example end to end")
 
@@ -27,6 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "check":
             return _check(args.file)
+        if args.command == "compile":
+            from .chat import compile_model
+
+            target = args.target if args.target != "webgpu" else "webgpu"
+            print(compile_model(args.model, args.output, target, args.context))
+            return 0
+        if args.command == "chat":
+            return _chat(args)
         if args.command == "inspect":
             return _inspect(args.directory, args.json)
         if args.command == "ops":
@@ -42,6 +68,54 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 2
+
+
+def _chat(args) -> int:
+    import json
+    import os
+
+    from .chat import ChatError, ChatSession, Sampling, cached_compile
+    from .frontend import bundled_smollm2_path
+
+    source = args.model or bundled_smollm2_path()
+    if os.path.isdir(source):
+        directory = source
+    else:
+        if not args.json:
+            print(f"compiling {os.path.basename(source)} (cached after the first time) ...", file=sys.stderr)
+        directory = cached_compile(source, "llvmpipe", args.context)
+    session = ChatSession(directory)
+    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
+    if args.prompt is not None:
+        ids = session.encode_chat([{"role": "user", "content": args.prompt}])
+        stream = None if args.json else (lambda piece: print(piece, end="", flush=True))
+        result = session.generate(ids, args.max_tokens, sampling, on_text=stream)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            print(f"\n[prefill {result['prefill_tokens_per_s']:.1f} tok/s, decode "
+                  f"{result['decode_tokens_per_s']:.1f} tok/s]", file=sys.stderr)
+        return 0
+    messages: list[dict] = []
+    print("Chat with the model; an empty line or Ctrl-D ends.", file=sys.stderr)
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            return 0
+        if not line.strip():
+            return 0
+        messages.append({"role": "user", "content": line})
+        try:
+            result = session.generate(session.encode_chat(messages), args.max_tokens, sampling,
+                                      on_text=lambda piece: print(piece, end="", flush=True))
+        except ChatError as error:  # the conversation goes on without the failed turn
+            messages.pop()
+            print(f"error: {error}", file=sys.stderr)
+            continue
+        print(f"\n[prefill {result['prefill_tokens_per_s']:.1f} tok/s, decode "
+              f"{result['decode_tokens_per_s']:.1f} tok/s]", file=sys.stderr)
+        messages.append({"role": "assistant", "content": result["reply"]})
 
 
 def _inspect(directory: str, as_json: bool) -> int:

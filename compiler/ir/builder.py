@@ -75,8 +75,12 @@ class _Branch:
 
 
 def analyzer_for(attrs: dict[str, Any]) -> arith.Analyzer:
-    """Symbolic variables are sizes (>= 0); ``tir_var_upper_bound`` adds upper bounds."""
-    bounds = {name: (0, int(hi)) for name, hi in dict(attrs.get("tir_var_upper_bound", {})).items()}
+    """Symbolic variables are sizes (>= 0); ``tir_var_upper_bound`` and ``tir_var_lower_bound``
+    narrow them (a sequence length of at least 1 makes ``x[n - 1:n]`` one row long)."""
+    upper = dict(attrs.get("tir_var_upper_bound", {}) or {})
+    lower = dict(attrs.get("tir_var_lower_bound", {}) or {})
+    bounds = {name: (int(lower.get(name, 0)), None if name not in upper else int(upper[name]))
+              for name in set(upper) | set(lower)}
     return arith.Analyzer(bounds, nonnegative=True)
 
 

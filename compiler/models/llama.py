@@ -217,7 +217,7 @@ def export_llm(model: LlamaForCausalLM, context_length: int):
         for kind in ("k", "v"):
             caches[f"cache_{kind}_{index}"] = Tensor((context_length, c.num_kv_heads, c.head_dim), "float32")
     attrs = {"tir_var_upper_bound": {"n": context_length, "total": context_length},
-             "state_params": list(caches)}
+             "tir_var_lower_bound": {"n": 1, "total": 1}, "state_params": list(caches)}
     total = PrimStructInfo("int64", arith.Var("total"))
     mod = export(model, "prefill", {"input_ids": Tensor(("n",), "int32"), "total": total, **caches},
                  method="step", attrs=attrs)

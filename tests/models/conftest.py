@@ -47,3 +47,11 @@ def greedy(vm, ids: np.ndarray, steps: int) -> list[int]:
         logits = vm["decode"](np.array([tokens[-1]], np.int32), len(ids) + len(tokens))
         tokens.append(int(logits[0].argmax()))
     return tokens
+
+
+PROMPT_TEXTS = [
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "def fibonacci(n):\n    return  n  if n<2 else fibonacci(n - 1)",
+    "Héllo wörld! 12345 — ünicode 😀",
+    "  leading spaces\tand tabs\n\n",
+]
