@@ -107,6 +107,6 @@ def run_demo() -> int:
     except RuntimeCheckError as error:
         print(f"\nA wrong input is caught with a clear error:\n  {error}")
     _run_on_webgpu(reparsed, weights, rng)
-    print("\nComing next: fusion and memory planning, the VM format, then SmolLM2 chatting\n"
-          "from the command line and in the browser.")
+    print("\nAn LLM runs the same way: `.venv/bin/tessera chat` talks to the bundled SmolLM2 on this\n"
+          "machine's WebGPU device. Coming next: the browser runtime and the demo chat page.")
     return 0
