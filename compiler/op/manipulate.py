@@ -221,6 +221,9 @@ def _deduce_concat(call, ctx):
 def _legalize_concat(call, ctx):
     parts, out = ctx.inputs, ctx.output
     axis = call.attr("axis") % len(out.shape)
+    limit = ctx.target.limit("maxStorageBuffersPerShaderStage") if ctx.target is not None else len(parts) + 1
+    if len(parts) + 1 > limit:
+        return _split_concat(call, ctx, limit)
 
     def body(idx):
         # Later parts first; each branch reads in bounds whichever is selected.
@@ -242,6 +245,17 @@ def _legalize_concat(call, ctx):
         return value
 
     return ComputeDef(ctx.kernel_name, tuple(parts), out, body)
+
+
+def _split_concat(call, ctx, limit):
+    """Too many inputs for one dispatch's bindings: concatenate the first ones, then the rest onto them,
+    as a graph rewrite that legalization lowers again."""
+    from ..ir.expr import Tuple
+    from .registry import make_call
+
+    fields = list(call.args[0].fields)
+    head = make_call("concat", Tuple(tuple(fields[: limit - 1])), axis=call.attr("axis"))
+    return make_call("concat", Tuple((head, *fields[limit - 1:])), axis=call.attr("axis"))
 
 
 register_op("concat", inputs=("tensors",), attrs={"axis": 0}, deduce=_deduce_concat,

@@ -139,6 +139,8 @@ class _FunctionFuser:
     def _can_fuse(self, producer: _Group, producer_kind, consumer: _Group, consumer_kind, binding, p_binding) -> bool:
         if producer is consumer:
             return False
+        if self._bindings_after_merge(producer, consumer) > self.target.limit("maxStorageBuffersPerShaderStage"):
+            return False  # the fused kernel would need more storage buffers than a dispatch may bind
         if producer.reduction is not None and consumer.reduction is not None:
             return False
         if producer_kind in INJECTIVE_KINDS and producer.reduction is None:
@@ -147,6 +149,14 @@ class _FunctionFuser:
         if producer.reduction is not None and consumer_kind in EPILOGUE_KINDS and consumer.reduction is None:
             return _same_shape(p_binding.var.struct_info, binding.var.struct_info)
         return False
+
+    def _bindings_after_merge(self, producer: _Group, consumer: _Group) -> int:
+        """Storage buffers the merged group's kernel binds: its external tensor inputs and its output."""
+        members = producer.members + consumer.members
+        inside = {b.var for b in members}
+        inputs = {v for b in members for v in used_vars(b.value)
+                  if v not in inside and isinstance(v.struct_info, TensorStructInfo)}
+        return len(inputs) + 1
 
     def _merge(self, producer: _Group, consumer: _Group, group_of) -> _Group:
         merged = _Group(producer.members + consumer.members, producer.reduction or consumer.reduction,

@@ -75,10 +75,8 @@ def _legalize_binding(binding, in_dataflow: bool, kernels: KernelTable, analyzer
 def _legalize(binding: VarBinding, in_dataflow: bool, kernels: KernelTable, analyzer) -> list:
     call = binding.value
     described = describe_call(call, kernels.target)
-    if isinstance(described.result, Expr):  # replaced at the graph level (shape_of, unique)
-        result = described.result
-        sinfo = deduce(result, DeduceContext(analyzer)) if isinstance(result, Call) else result.struct_info
-        return [VarBinding(binding.var, with_struct_info(result, sinfo))]
+    if isinstance(described.result, Expr):  # replaced at the graph level (shape_of, unique, split concat)
+        return _rebind(binding.var, described.result, in_dataflow, kernels, analyzer)
     described.require_shapes()
     if isinstance(described.result, PrimFunc):  # the operator scheduled its own kernel
         call_args = [a for a in described.args]
@@ -95,6 +93,38 @@ def _legalize(binding: VarBinding, in_dataflow: bool, kernels: KernelTable, anal
         parts.append(part)
     out.append(VarBinding(binding.var, Tuple(tuple(parts))))
     return out
+
+
+def _rebind(var: Var, expr: Expr, in_dataflow: bool, kernels: KernelTable, analyzer) -> list:
+    """Bind a replacement expression to ``var``: nested operator calls get bindings of their own, and
+    every operator call is legalized in turn (a rewrite may produce calls that need kernels)."""
+    if not isinstance(expr, Call):
+        return [VarBinding(var, expr)]
+    bindings: list = []
+    var_type = DataflowVar if in_dataflow else Var
+    ctx = DeduceContext(analyzer)
+
+    def operand(arg):
+        if isinstance(arg, Call):
+            sinfo = deduce(_with_operands(arg, operand), ctx)
+            temp = var_type(f"{var.name_hint}_part{len(bindings)}", sinfo)
+            bindings.extend(_rebind(temp, arg, in_dataflow, kernels, analyzer))
+            return temp
+        if isinstance(arg, Tuple):
+            return Tuple(tuple(operand(f) for f in arg.fields))
+        return arg
+
+    call = _with_operands(expr, operand)
+    call = with_struct_info(call, deduce(call, ctx))
+    if isinstance(call.op, Op) and call.op.legalize is not None and call.op.name not in ("call_pure_packed",):
+        bindings.extend(_legalize_binding(VarBinding(var, call), in_dataflow, kernels, analyzer))
+    else:
+        bindings.append(VarBinding(var, call))
+    return bindings
+
+
+def _with_operands(call: Call, operand) -> Call:
+    return Call(call.op, tuple(operand(a) for a in call.args), call.attrs, call.sinfo_args)
 
 
 @dataclass
