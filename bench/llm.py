@@ -1,0 +1,179 @@
+"""SmolLM2-135M-Instruct Q4_1 (the bundled demo model): prefill and decode tokens/s and peak memory
+for Tessera on WebGPU-over-CPU (llvmpipe), llama.cpp on the CPU (llama-cpp-python) and
+transformers on torch CPU, in one run.
+
+    make bench        # or: .venv/bin/python bench/llm.py   (needs the bench extra for llama.cpp)
+
+Every engine gets the same 128-token prompt and then decodes 128 tokens greedily, ignoring stop
+tokens, so all do the same work. Each engine runs in a subprocess of its own, so its peak resident
+memory (ru_maxrss) is its own; the first run of each is a warm-up (kernel compilation, caches) and
+the second is timed. An engine that is not installed is reported as missing, not skipped silently.
+For Tessera the script also prints where one decode step's time goes: every kernel launch timed
+alone, the largest kernels, and the rest of the step (dispatch, host work, readback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+PROMPT_TOKENS = 128
+DECODE_TOKENS = 128
+THREADS = 2
+SEED_TEXT = ("The history of the printing press begins in the fifteenth century, when movable type made books "
+             "cheaper to produce and ideas faster to spread across Europe. ")
+
+
+def prompt_ids(tokenizer_encode) -> list[int]:
+    ids: list[int] = []
+    while len(ids) < PROMPT_TOKENS:
+        ids += tokenizer_encode(SEED_TEXT)
+    return ids[:PROMPT_TOKENS]
+
+
+def run_tessera(path: str) -> dict:
+    import numpy as np
+    from tessera.chat import ChatSession, cached_compile
+
+    session = ChatSession(cached_compile(path))
+    ids = prompt_ids(lambda t: session.tokenizer.encode(t, add_special_tokens=False).ids)
+    vm = session.vm
+
+    def generate():
+        session.reset()
+        start = time.perf_counter()
+        logits = vm["prefill"](np.asarray(ids, np.int32), len(ids))[0]
+        prefill = time.perf_counter() - start
+        tokens = list(ids)
+        start = time.perf_counter()
+        for _ in range(DECODE_TOKENS):
+            token = int(np.argmax(logits))
+            tokens.append(token)
+            logits = vm["decode"](np.array([token], np.int32), len(tokens))[0]
+        return prefill, time.perf_counter() - start, tokens[len(ids):]
+
+    generate()
+    prefill, decode, generated = generate()
+    step = (np.array([generated[-1]], np.int32), len(ids) + DECODE_TOKENS)
+    kernels = vm.profile_kernels("decode", *step)
+    start = time.perf_counter()
+    for _ in range(8):
+        vm["decode"](*step)
+    step_seconds = (time.perf_counter() - start) / 8
+    by_kernel: dict[str, list] = {}
+    for name, seconds in kernels:
+        entry = by_kernel.setdefault(name, [0.0, 0])
+        entry[0] += seconds
+        entry[1] += 1
+    top = sorted(by_kernel.items(), key=lambda kv: -kv[1][0])[:6]
+    profile = {"launches": len(kernels), "kernel_ms": 1e3 * sum(s for _, s in kernels),
+               "step_ms": 1e3 * step_seconds, "top": [(n, 1e3 * s, count) for n, (s, count) in top]}
+    return _result(prefill, decode, generated, profile)
+
+
+def run_llama_cpp(path: str) -> dict:
+    import numpy as np
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=path, n_ctx=1024, n_threads=THREADS, n_threads_batch=THREADS, n_batch=512,
+                verbose=False)
+    ids = prompt_ids(lambda t: llm.tokenize(t.encode(), add_bos=False, special=False))
+
+    def last_logits():
+        # Without logits_all (a context-sized copy that would inflate its memory) llama-cpp-python keeps
+        # no scores; the context holds the last token's logits.
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+
+    def generate():
+        llm.reset()
+        start = time.perf_counter()
+        llm.eval(ids)
+        prefill = time.perf_counter() - start
+        generated = []
+        start = time.perf_counter()
+        for _ in range(DECODE_TOKENS):
+            token = int(last_logits().argmax())
+            generated.append(token)
+            llm.eval([token])
+        return prefill, time.perf_counter() - start, generated
+
+    generate()
+    return _result(*generate())
+
+
+def run_transformers(path: str) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(THREADS)
+    folder, name = os.path.split(path)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=torch.float32).eval()
+    ids = prompt_ids(lambda t: tokenizer.encode(t, add_special_tokens=False))
+
+    @torch.inference_mode()
+    def generate():
+        start = time.perf_counter()
+        out = model(torch.tensor([ids]), use_cache=True)
+        prefill = time.perf_counter() - start
+        cache, logits, generated = out.past_key_values, out.logits[0, -1], []
+        start = time.perf_counter()
+        for _ in range(DECODE_TOKENS):
+            token = int(logits.argmax())
+            generated.append(token)
+            out = model(torch.tensor([[token]]), past_key_values=cache, use_cache=True)
+            cache, logits = out.past_key_values, out.logits[0, -1]
+        return prefill, time.perf_counter() - start, generated
+
+    generate()
+    return _result(*generate())
+
+
+def _result(prefill: float, decode: float, generated: list[int], profile: dict | None = None) -> dict:
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"prefill_tok_s": PROMPT_TOKENS / prefill, "decode_tok_s": DECODE_TOKENS / decode,
+            "peak_mib": peak_mib, "first_tokens": generated[:8], "profile": profile}
+
+
+ENGINES = {"tessera": run_tessera, "llama.cpp": run_llama_cpp, "transformers": run_transformers}
+
+
+def main() -> int:
+    if len(sys.argv) == 3:  # a child: one engine
+        print(json.dumps(ENGINES[sys.argv[1]](sys.argv[2])))
+        return 0
+    from tessera.frontend import bundled_smollm2_path
+
+    path = bundled_smollm2_path()
+    results = {}
+    for engine in ENGINES:
+        run = subprocess.run([sys.executable, __file__, engine, path], capture_output=True, text=True)
+        if run.returncode != 0:
+            last = (run.stderr.strip().splitlines() or ["no output"])[-1]
+            print(f"{engine}: failed or missing ({last})")
+            continue
+        results[engine] = json.loads(run.stdout.strip().splitlines()[-1])
+    print(f"SmolLM2-135M-Instruct Q4_1, prompt {PROMPT_TOKENS} tokens, decode {DECODE_TOKENS} tokens, "
+          f"{THREADS} threads")
+    print("| engine | prefill tok/s | decode tok/s | peak RSS MiB | decode vs llama.cpp | first tokens |")
+    print("|---|---|---|---|---|---|")
+    reference = results.get("llama.cpp", {}).get("decode_tok_s")
+    for engine, r in results.items():
+        ratio = f"{r['decode_tok_s'] / reference:.3f}" if reference else "-"
+        print(f"| {engine} | {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.2f} | {r['peak_mib']:.0f} | {ratio} "
+              f"| {r['first_tokens']} |")
+    profile = results.get("tessera", {}).get("profile")
+    if profile:
+        print(f"\nTessera decode step: {profile['step_ms']:.1f} ms wall, {profile['launches']} launches, "
+              f"{profile['kernel_ms']:.1f} ms in kernels timed one by one")
+        for name, ms, count in profile["top"]:
+            print(f"  {name}: {ms:.2f} ms in {count} launches")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
