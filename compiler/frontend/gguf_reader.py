@@ -25,7 +25,9 @@ class GGUFError(TesseraError):
 
 
 @dataclass(frozen=True)
-class LlamaConfig:
+class GGUFHyperparameters:
+    """What the file's metadata says about the model; the model's LlamaConfig takes the fields it shares."""
+
     architecture: str
     vocab_size: int
     hidden_size: int
@@ -71,7 +73,7 @@ class TokenizerSpec:
 @dataclass
 class GGUFModel:
     path: str
-    config: LlamaConfig
+    config: GGUFHyperparameters
     tensors: dict = field(default_factory=dict)  # name -> np.ndarray (float) or QuantizedWeight
     tokenizer: TokenizerSpec | None = None
     metadata: dict = field(default_factory=dict)
@@ -135,7 +137,7 @@ def _tensor(tensor, gguf, path):
                     f"{', '.join(f.upper() for f in BLOCK_FORMATS)})")
 
 
-def _config(meta: dict, arch: str, tensors: dict, path: str) -> LlamaConfig:
+def _config(meta: dict, arch: str, tensors: dict, path: str) -> GGUFHyperparameters:
     def get(key, default=None, required=True):
         value = meta.get(f"{arch}.{key}", default)
         if value is None and required:
@@ -146,7 +148,7 @@ def _config(meta: dict, arch: str, tensors: dict, path: str) -> LlamaConfig:
     heads = get("attention.head_count")
     embedding = tensors.get("token_embd.weight")
     vocab = get("vocab_size", required=False) or (embedding.shape[0] if embedding is not None else None)
-    return LlamaConfig(
+    return GGUFHyperparameters(
         architecture=arch, vocab_size=int(vocab), hidden_size=int(hidden),
         intermediate_size=int(get("feed_forward_length")), num_layers=int(get("block_count")),
         num_heads=int(heads), num_kv_heads=int(get("attention.head_count_kv", heads)),

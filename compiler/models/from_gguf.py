@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 
 from ..frontend.gguf_reader import GGUFModel, QuantizedWeight
@@ -18,10 +20,7 @@ GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm",
 
 def llama_from_gguf(model: GGUFModel) -> tuple[LlamaForCausalLM, dict[str, np.ndarray]]:
     g = model.config
-    config = LlamaConfig(vocab_size=g.vocab_size, hidden_size=g.hidden_size, intermediate_size=g.intermediate_size,
-                         num_layers=g.num_layers, num_heads=g.num_heads, num_kv_heads=g.num_kv_heads,
-                         head_dim=g.head_dim, rope_theta=g.rope_theta, rms_norm_eps=g.rms_norm_eps,
-                         tie_word_embeddings=g.tie_word_embeddings, attention_bias=g.attention_bias)
+    config = LlamaConfig(**{f.name: getattr(g, f.name) for f in fields(LlamaConfig)})
     weights: dict[str, np.ndarray] = {}
     formats: dict[str, str] = {}
     for name, tensor in model.tensors.items():
