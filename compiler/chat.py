@@ -3,7 +3,7 @@
 A compiled model is a directory (docs/cli.md): the executable with the weights in its tensor
 cache, ``tokenizer.json`` (Hugging Face format, rebuilt from the GGUF vocabulary) and
 ``chat-config.json`` (context length, stop tokens, chat template). ``tessera chat`` compiles into
-an on-disk cache keyed by the model file's hash and the compiler version, so later runs start
+an on-disk cache keyed by the model file's hash and the compiler (version and source digest), so later runs start
 from the cache. A chat keeps its KV cache across turns: a new turn prefills only its new tokens.
 """
 
@@ -58,7 +58,8 @@ def cached_compile(gguf_path: str, target="llvmpipe", context_length: int = 1024
     with open(gguf_path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):
             digest.update(chunk)
-    name = f"{digest.hexdigest()[:16]}-tessera{__version__}-{getattr(target, 'name', target)}-ctx{context_length}"
+    name = (f"{digest.hexdigest()[:16]}-tessera{__version__}+{compiler_fingerprint()}-"
+            f"{getattr(target, 'name', target)}-ctx{context_length}")
     root = os.environ.get("TESSERA_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "tessera"))
     directory = os.path.join(root, name)
     if not os.path.exists(os.path.join(directory, CHAT_CONFIG)):  # written last: a complete compile
@@ -69,6 +70,25 @@ def cached_compile(gguf_path: str, target="llvmpipe", context_length: int = 1024
             shutil.rmtree(directory)
         os.replace(directory + ".partial", directory)
     return directory
+
+
+def compiler_fingerprint() -> str:
+    """A digest of the compiler's own source: a compile cached by an older (or edited) compiler
+    is not reused, even when the version number did not change."""
+    import tessera
+    from tessera import codegen
+
+    digest = hashlib.sha256()
+    for package in (tessera, codegen):
+        root = os.path.dirname(package.__file__)
+        for folder, dirs, files in sorted(os.walk(root)):
+            dirs.sort()
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(folder, name)
+                digest.update(os.path.relpath(path, root).encode())
+                with open(path, "rb") as f:
+                    digest.update(f.read())
+    return digest.hexdigest()[:10]
 
 
 @dataclass
@@ -121,19 +141,17 @@ class ChatSession:
         rng = np.random.default_rng(sampling.seed)
         start = time.perf_counter()
         try:
-            logits = self.vm["prefill"](np.asarray(new, np.int32), len(prompt_ids))[0]
+            logits = self.vm.call_on_device("prefill", np.asarray(new, np.int32), len(prompt_ids))
         except RuntimeCheckError as error:
             self.reset()
             raise ChatError(str(error)) from None
-        prefill_seconds = time.perf_counter() - start
         self.tokens = list(prompt_ids)
         generated: list[int] = []
+        token = self.next_token(logits, self.tokens, sampling, rng)
+        prefill_seconds = time.perf_counter() - start  # to the first token, as users feel it
         text = ""
         start = time.perf_counter()
-        while True:
-            token = _sample(logits, sampling, generated + list(prompt_ids), rng)
-            if token in self.stop_ids:
-                break
+        while token not in self.stop_ids:
             generated.append(token)
             piece = self.tokenizer.decode(generated)
             if on_text is not None and len(piece) > len(text):
@@ -142,32 +160,20 @@ class ChatSession:
             if len(generated) >= max_tokens or len(self.tokens) + 1 >= self.context_length:
                 break
             self.tokens.append(token)
-            logits = self.vm["decode"](np.array([token], np.int32), len(self.tokens))[0]
+            logits = self.vm.call_on_device("decode", np.array([token], np.int32), len(self.tokens))
+            token = self.next_token(logits, self.tokens, sampling, rng)
         decode_seconds = time.perf_counter() - start
         return {"reply": text, "prompt_tokens": len(new), "completion_tokens": len(generated),
                 "prefill_tokens_per_s": len(new) / prefill_seconds if prefill_seconds else 0.0,
                 "decode_tokens_per_s": max(len(generated) - 1, 0) / decode_seconds if decode_seconds else 0.0}
 
 
-def _sample(logits: np.ndarray, s: Sampling, history: list[int], rng) -> int:
-    logits = logits.astype(np.float64)
-    if s.repetition_penalty != 1.0 and history:
-        seen = np.unique(np.asarray(history))
-        values = logits[seen]
-        logits[seen] = np.where(values > 0, values / s.repetition_penalty, values * s.repetition_penalty)
-    if s.temperature <= 0:
-        return int(logits.argmax())
-    logits = logits / s.temperature
-    if s.top_k > 0:
-        cutoff = np.sort(logits)[-min(s.top_k, len(logits))]
-        logits = np.where(logits < cutoff, -np.inf, logits)
-    probs = np.exp(logits - logits.max())
-    probs /= probs.sum()
-    if s.top_p < 1.0:
-        order = np.argsort(-probs)
-        keep = np.cumsum(probs[order]) - probs[order] < s.top_p
-        mask = np.zeros_like(probs, dtype=bool)
-        mask[order[keep]] = True
-        probs = np.where(mask, probs, 0.0)
-        probs /= probs.sum()
-    return int(rng.choice(len(probs), p=probs))
+    def next_token(self, logits, history: list[int], sampling: Sampling, rng) -> int:
+        """The next id, chosen on the device by the executable's ``sample`` functions: only the id
+        comes back. ``history`` is what the repetition penalty applies to; ``rng`` draws the uniform
+        number a seeded sample needs."""
+        greedy = sampling.temperature <= 0
+        params = np.array([sampling.temperature, sampling.top_k, sampling.top_p, sampling.repetition_penalty,
+                           0.0 if greedy else rng.random()], np.float32)
+        ids = np.asarray(history[-self.context_length:], np.int32)
+        return int(self.vm["sample_greedy" if greedy else "sample"](logits, ids, params)[0])

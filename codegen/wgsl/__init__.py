@@ -37,7 +37,19 @@ WGSL_KEYWORDS = frozenset("""
 alias array bitcast bool break case const continue continuing default diagnostic discard else enable
 f16 f32 false fn for i32 if let loop mat2x2 override ptr requires return sampler struct switch true
 type u32 var vec2 vec3 vec4 while main
-""".split())
+""".split()) | frozenset("""
+active as asm async attribute auto await become cast catch class co_await co_return co_yield coherent
+common compile compile_fragment concept const_cast consteval constexpr constinit crate debugger decltype
+delete demote demote_to_helper do dynamic_cast enum explicit export extends extern external fallthrough
+filter final finally friend from fxgroup get goto groupshared highp impl implements import inline
+instanceof interface layout lowp macro macro_rules match mediump meta mod module move mut mutable
+namespace new nil noexcept noinline nointerpolation non_coherent noncoherent noperspective null nullptr
+of operator package packoffset partition pass patch pixelfragment precise precision premerge priv
+protected pub public readonly ref regardless register reinterpret_cast require resource restrict self
+set shared sizeof smooth snorm static static_assert static_cast std subroutine super target template
+this thread_local throw trait try typedef typeid typename typeof union unless unorm unsafe unsized use
+using varying virtual volatile wgsl where with writeonly yield
+""".split())  # WGSL's reserved words: not keywords yet, still not allowed as names
 
 # erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): WGSL has no erf. TYPE is f32 or vec4<f32>.
 _ERF = """fn NAME(x: TYPE) -> TYPE {
@@ -219,6 +231,8 @@ class WGSLRenderer(CStyleRenderer):
             return f"{fn}({args[0]})"
         if name == "f16_bits_to_f32":  # the low 16 bits of a u32, as an IEEE half
             return f"unpack2x16float({args[0]}).x"
+        if name == "bitcast_u32":  # an f32's IEEE bits
+            return f"bitcast<u32>({args[0]})"
         if name == "sign_extend8":  # the low byte of a u32, as a signed i32
             return f"(bitcast<i32>({args[0]} << 24u) >> 24u)"
         if name == "floordiv":

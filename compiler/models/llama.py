@@ -221,5 +221,25 @@ def export_llm(model: LlamaForCausalLM, context_length: int):
     total = PrimStructInfo("int64", arith.Var("total"))
     mod = export(model, "prefill", {"input_ids": Tensor(("n",), "int32"), "total": total, **caches},
                  method="step", attrs=attrs)
-    return export(model, "decode", {"input_ids": Tensor((1,), "int32"), "total": total, **caches}, method="step",
-                  attrs=attrs, module=mod)
+    mod = export(model, "decode", {"input_ids": Tensor((1,), "int32"), "total": total, **caches}, method="step",
+                 attrs=attrs, module=mod)
+    return add_sampling(mod, c.vocab_size, context_length)
+
+
+def add_sampling(mod, vocab_size: int, context_length: int):
+    """``sample(logits, history, params)`` and ``sample_greedy(...)``: the next token on the device
+    (tessera.op.sampling), so that a step reads back one id rather than the vocabulary's logits.
+    ``history`` holds the ids the repetition penalty applies to: at most the context."""
+    from ..ir import BlockBuilder, Tensor, Var
+
+    for name, greedy in (("sample", False), ("sample_greedy", True)):
+        params = [Var("logits", Tensor((1, vocab_size), "float32")), Var("history", Tensor(("m",), "int32")),
+                  Var("params", Tensor((5,), "float32"))]
+        bb = BlockBuilder(mod)
+        attrs = {"tir_var_upper_bound": {"m": context_length}, "tir_var_lower_bound": {"m": 1}}
+        with bb.function(name, params, attrs=attrs):
+            with bb.dataflow():
+                out = bb.emit_output(op.sample_token(*params, greedy=greedy), "token")
+            bb.emit_func_output(out)
+        mod = bb.get()
+    return mod

@@ -19,6 +19,7 @@ from . import (
     norm,
     quantized,
     reduce,
+    sampling,
     vm_builtin,
 )
 from .cross_level import call_dps_library, call_pure_packed, call_tir

@@ -169,6 +169,12 @@ class _BoundsChecker:
                 hi = bound.hi - 1 if cond.op == "<" else bound.hi
                 old = self.interval(cond.a, env)
                 env[_key(cond.a)] = Interval(old.lo, hi if old.hi is None else min(old.hi, hi))
+        if isinstance(cond, Binary) and cond.op in (">", ">=") and _key(cond.a) is not None:
+            bound = self.interval(cond.b, env)
+            if bound.lo is not None:
+                lo = bound.lo + 1 if cond.op == ">" else bound.lo
+                old = self.interval(cond.a, env)
+                env[_key(cond.a)] = Interval(lo if old.lo is None else max(old.lo, lo), old.hi)
         return env
 
     def check_reads(self, e: TExpr, env) -> None:

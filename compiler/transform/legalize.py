@@ -26,6 +26,7 @@ from ..ir.expr import (
     GlobalVar,
     Op,
     Tuple,
+    TupleGetItem,
     Var,
     VarBinding,
     with_struct_info,
@@ -79,8 +80,13 @@ def _legalize(binding: VarBinding, in_dataflow: bool, kernels: KernelTable, anal
         return _rebind(binding.var, described.result, in_dataflow, kernels, analyzer)
     described.require_shapes()
     if isinstance(described.result, PrimFunc):  # the operator scheduled its own kernel
-        call_args = [a for a in described.args]
-        return [VarBinding(binding.var, kernels.call_kernel(described.result, call_args, described.out_sinfos[0]))]
+        kernel_call = kernels.call_kernel(described.result, list(described.args), described.out_sinfos[0])
+        if not isinstance(kernel_call.struct_info, TupleStructInfo):
+            return [VarBinding(binding.var, kernel_call)]
+        # Scratch outputs come back as trailing tuple fields: the op's value is the first.
+        whole = (DataflowVar if in_dataflow else Var)(f"{binding.var.name_hint}_with_scratch", kernel_call.struct_info)
+        return [VarBinding(whole, kernel_call),
+                VarBinding(binding.var, with_struct_info(TupleGetItem(whole, 0), described.out_sinfos[0]))]
     defs = described.result if isinstance(described.result, list) else [described.result]
     if len(defs) == 1:
         return [VarBinding(binding.var, kernels.call(defs[0], described.args, described.inputs,

@@ -5,8 +5,8 @@ from .executable import Executable, ExecutableError
 
 def __getattr__(name):
     # The VM imports wgpu; load it only when asked for.
-    if name == "VirtualMachine":
-        from .virtual_machine import VirtualMachine
+    if name in ("VirtualMachine", "DeviceTensor"):
+        from . import virtual_machine
 
-        return VirtualMachine
+        return getattr(virtual_machine, name)
     raise AttributeError(name)

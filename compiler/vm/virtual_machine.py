@@ -93,6 +93,15 @@ class VirtualMachine:
     def run(self, name: str, *args):
         return self[name](*args)
 
+    def call_on_device(self, name: str, *args):
+        """Like ``vm[name](*args)``, but results stay on the device as DeviceTensors (nothing is read
+        back). Pass one to another function to use it there without a trip through the host: the
+        LLM's logits go from ``decode`` to ``sample`` this way. A result lives in the function's own
+        memory, so it is valid until that function is called again."""
+        if name not in self._functions:
+            raise KeyError(f"the executable has no function '{name}' (functions: {', '.join(self._functions)})")
+        return self._functions[name].call(args, to_host=False)
+
     def reset_state(self) -> None:
         """Zero every state tensor (a KV cache, for a new conversation)."""
         for buffer in getattr(self, "_state", {}).values():
@@ -123,6 +132,7 @@ class _Function:
                 self.uniforms[index] = vm._create(16 * ((len(kernel["scalars"]) + 3) // 4),
                                                   wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
         self.fixed = None
+        self.generation = 0  # calls so far: a DeviceTensor from an earlier call is stale
         if self.static:
             self.fixed = self._allocate(self.bounds)
             self.fixed_groups = self._bind_groups(self.fixed, self.bounds)
@@ -226,12 +236,17 @@ class _Function:
         else:
             resources = self._allocate(heap)
             groups = self._bind_groups(resources, heap)
+        copies = []  # (source buffer, offset, destination, bytes) for arguments already on the device
         for param in inputs:
             buffer = resources["params"].get(param["register"])
-            if buffer is not None:
-                data = _to_device(np.asarray(values[param["register"]]), param["sinfo"]["dtype"])
+            value = values[param["register"]]
+            if buffer is not None and isinstance(value, DeviceTensor):
+                value.check_current()
+                copies.append((value.buffer, value.offset, buffer, value.nbytes))
+            elif buffer is not None:
+                data = _to_device(np.asarray(value), param["sinfo"]["dtype"])
                 vm.device.queue.write_buffer(buffer, 0, data)
-        return heap, resources, groups
+        return heap, resources, groups, copies
 
     def _launches(self, heap: dict[str, int], groups: dict):
         """(pipeline, bind group, grid, kernel name) per launch, uniforms written."""
@@ -249,10 +264,13 @@ class _Function:
             grid = [arith.evaluate(arith.parse_expr(g), env) for g in kernel["grid"]]
             yield vm._pipelines[op["kernel"]][2], groups[index], grid, kernel["name"]
 
-    def call(self, args):
+    def call(self, args, to_host: bool = True):
         vm, record = self.vm, self.record
-        heap, resources, groups = self._prepare(args)
+        heap, resources, groups, copies = self._prepare(args)
+        self.generation += 1
         encoder = vm.device.create_command_encoder()
+        for source, offset, destination, size in copies:
+            encoder.copy_buffer_to_buffer(source, offset, destination, 0, size)
         compute = encoder.begin_compute_pass()
         for pipeline, group, grid, _ in self._launches(heap, groups):
             if min(grid) > 0:
@@ -261,6 +279,10 @@ class _Function:
                 compute.dispatch_workgroups(*grid)
         compute.end()
         registers = self._result_registers()
+        if not to_host:
+            vm.device.queue.submit([encoder.finish()])
+            return self._result(record["code"][-1]["src"], {reg: self._device_tensor(reg, resources, heap)
+                                                            for reg in registers})
         for reg in registers:
             buffer, offset, _ = self._location(reg, resources, heap)
             size = _align4(_bytes(record["tensors"][str(reg)], heap))
@@ -279,10 +301,22 @@ class _Function:
         vm.profile[self.name] = time.perf_counter() - start
         return self._result(record["code"][-1]["src"], results)
 
+    def _device_tensor(self, reg: int, resources: dict, heap: dict[str, int]) -> DeviceTensor:
+        tensor = self.record["tensors"][str(reg)]
+        buffer, offset, _ = self._location(reg, resources, heap)
+        shape = tuple(arith.evaluate(arith.parse_expr(d), heap) for d in tensor["shape"])
+        return DeviceTensor(self, self.generation, buffer, offset, shape, tensor["dtype"],
+                            _align4(_bytes(tensor, heap)))
+
     def profile(self, args) -> list[tuple[str, float]]:
         vm = self.vm
         wgpu = vm._wgpu
-        heap, _, groups = self._prepare(args)
+        heap, _, groups, copies = self._prepare(args)
+        if copies:
+            encoder = vm.device.create_command_encoder()
+            for source, offset, destination, size in copies:
+                encoder.copy_buffer_to_buffer(source, offset, destination, 0, size)
+            vm.device.queue.submit([encoder.finish()])
         use_timestamps = "timestamp-query" in vm.runner.features
         if use_timestamps:
             query_set = vm.device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
@@ -317,6 +351,35 @@ class _Function:
             if op["op"] == "tuple" and op["dst"] == reg:
                 return tuple(self._result(f, results) for f in op["fields"])
         return results[reg]
+
+
+class DeviceTensor:
+    """A function's result left in device memory (``VirtualMachine.call_on_device``).
+
+    It views the producing function's memory, so the next call of that function overwrites it;
+    using it after that is an error rather than silently reading the newer values."""
+
+    def __init__(self, function: _Function, generation: int, buffer, offset: int, shape: tuple[int, ...],
+                 dtype: str, nbytes: int):
+        self._function, self._generation = function, generation
+        self.buffer, self.offset, self.shape, self.nbytes = buffer, offset, shape, nbytes
+        self.ndim, self.dtype = len(shape), np.dtype(dtype)
+
+    def check_current(self) -> None:
+        if self._function.generation != self._generation:
+            raise RuntimeCheckError(f"this result of {self._function.name} was overwritten by a later call of "
+                                    f"{self._function.name}; use it before calling that function again")
+
+    def numpy(self) -> np.ndarray:
+        """Read it back to the host."""
+        self.check_current()
+        device = self._function.vm.device
+        raw = device.queue.read_buffer(self.buffer, self.offset, self.nbytes)
+        count = int(np.prod(self.shape, dtype=np.int64))
+        return _from_device(bytes(raw)[: _device_bytes(count, str(self.dtype))], self.shape, str(self.dtype))
+
+    def __repr__(self) -> str:
+        return f"DeviceTensor(shape={self.shape}, dtype={self.dtype}, from {self._function.name})"
 
 
 class _ShapeOnly:

@@ -63,3 +63,10 @@ def test_cli_prompt_json(compiled):
     assert set(data) >= {"reply", "prompt_tokens", "completion_tokens", "prefill_tokens_per_s",
                          "decode_tokens_per_s"}
     assert data["decode_tokens_per_s"] > 0
+
+
+def test_device_sampling_with_top_k_1_is_greedy(compiled):
+    session = ChatSession(compiled)
+    ids = session.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
+    top_1 = session.generate(ids, 16, Sampling(temperature=0.8, top_k=1, top_p=0.5, seed=3))
+    assert top_1["reply"] == "The capital of France is Paris."

@@ -414,6 +414,18 @@ def test_quantized_take_deduction():
         deduced(lambda w, i: op.quantized_take(w, i, format="q8_0", k=576), T((8, 153), "uint32"), T((2,), F32))
 
 
+@covers("sample_token")
+def test_sample_token_deduction():
+    sample = op.sample_token
+    assert deduced(sample, T((1, 49152), F32), T(("m",), "int32"), T((5,), F32)) == tensor_text(["1"], "int32")
+    with pytest.raises(DeductionError, match="takes one row of logits, got 4 rows"):
+        deduced(sample, T((4, 100), F32), T(("m",), "int32"), T((5,), F32))
+    with pytest.raises(DeductionError, match="history must be int32, got float32"):
+        deduced(sample, T((1, 100), F32), T(("m",), F32), T((5,), F32))
+    with pytest.raises(DeductionError, match="params holds temperature, .*: 5 values, got 3"):
+        deduced(sample, T((1, 100), F32), T(("m",), "int32"), T((3,), F32))
+
+
 @covers("kv_cache_write")
 def test_kv_cache_write_deduction():
     from tessera.ir import PrimValue

@@ -126,3 +126,24 @@ def test_per_kernel_profile_names_every_launch(layer_exe):
     launches = [op for op in layer_exe.functions["layer"]["code"] if op["op"] == "launch"]
     assert [name for name, _ in timings] == [layer_exe.kernels[op["kernel"]]["name"] for op in launches]
     assert all(seconds > 0 for _, seconds in timings)
+
+
+def test_results_can_stay_on_the_device_between_functions():
+    """decode -> sample without a host round trip: a DeviceTensor feeds the next function."""
+    bb = BlockBuilder()
+    for name, make in (("scale", lambda v: op.multiply(v, v)), ("shift", lambda v: op.add(v, v))):
+        x = Var("x", Tensor((4, "n"), "float32"))
+        with bb.function(name, [x], attrs={"tir_var_upper_bound": {"n": 64}}):
+            with bb.dataflow():
+                y = bb.emit_output(make(x), "y")
+            bb.emit_func_output(y)
+    vm = VirtualMachine(tessera.build(bb.get(), "llvmpipe"))
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    squared = vm.call_on_device("scale", x)
+    assert squared.shape == (4, 5) and squared.dtype == np.float32
+    np.testing.assert_array_equal(squared.numpy(), x * x)
+    np.testing.assert_array_equal(vm["shift"](squared), 2 * x * x)
+    vm.call_on_device("scale", x + 1)
+    with pytest.raises(RuntimeCheckError, match="overwritten by a later call of scale"):
+        vm["shift"](squared)
+

@@ -56,7 +56,7 @@ def _threads(target, extent: arith.PrimExpr) -> int:
     return limit
 
 
-def _tree(shared: Buffer, threads: int, combiner: str, extra: Buffer | None = None) -> list:
+def tree_combine(shared: Buffer, threads: int, combiner: str, extra: Buffer | None = None) -> list:
     """Halve the active threads each step; ``extra`` carries argmax/argmin indices along."""
     stmts = [Barrier()]
     step = threads // 2
@@ -124,7 +124,7 @@ def schedule_reduction(defn: ComputeDef, target, name: str) -> PrimFunc:
                                  cast(lower_reads(defn.value(axes, reduce_axes)), acc_dtype)))
     body.append(For(r, LID, from_prim(extent), tuple(decoded) + (update,), step=threads))
     body.append(Store(shared, LID, acc))
-    body += _tree(shared, threads, defn.reduction.combiner)
+    body += tree_combine(shared, threads, defn.reduction.combiner)
     result = Load(shared, Const(0))
     value = defn.finalize(result, axes) if defn.finalize else result
     done = logical_and(binary("==", LID, Const(0)), binary("<", wg, total))
@@ -164,7 +164,7 @@ def schedule_rows(defn: RowDef, target, name: str) -> PrimFunc:
         if subgroups:
             more, result = _subgroup_tree(shared, threads, combiner, local)
             return stmts + more, result
-        return stmts + [Store(shared, LID, local), *_tree(shared, threads, combiner)], Load(shared, Const(0))
+        return stmts + [Store(shared, LID, local), *tree_combine(shared, threads, combiner)], Load(shared, Const(0))
 
     kind = defn.kind
     subgroups = subgroup_feature(target) is not None and kind not in ("argmax", "argmin")
@@ -179,7 +179,8 @@ def schedule_rows(defn: RowDef, target, name: str) -> PrimFunc:
         better = binary(">" if kind == "argmax" else "<", value, best)
         body += [Declare(best, const(worst, acc_dtype)), Declare(best_index, Const(2**31 - 1)),
                  over_row([IfThen(better, (Assign(best, value), Assign(best_index, r)))]),
-                 Store(shared, LID, best), Store(indices, LID, best_index), *_tree(shared, threads, kind, indices)]
+                 Store(shared, LID, best), Store(indices, LID, best_index),
+                 *tree_combine(shared, threads, kind, indices)]
         valid = binary("<", workgroup_linear_id(), from_prim(rows))
         body.append(IfThen(logical_and(binary("==", LID, Const(0)), valid),
                            (Store(out, row_id, Load(indices, Const(0))),)))
