@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .ir.errors import TesseraError
@@ -38,6 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     chat.add_argument("--context", type=int, default=1024)
     chat.add_argument("--json", action="store_true", help="with --prompt: print the reply and speeds as JSON")
 
+    bundle = commands.add_parser("bundle", help="write a static web site that chats with a model")
+    bundle.add_argument("model", nargs="?", help="a .gguf file (default: the bundled SmolLM2)")
+    bundle.add_argument("-o", "--output", default="dist", help="the folder to write (default dist/)")
+    bundle.add_argument("--target", default="webgpu", choices=["webgpu"],
+                        help="webgpu: runs on any WebGPU adapter (spec-default limits, f32)")
+    bundle.add_argument("--context", type=int, default=1024, help="KV cache positions (default 1024)")
+
+    serve = commands.add_parser("serve", help="serve a bundle on 127.0.0.1")
+    serve.add_argument("directory", nargs="?", default="dist")
+    serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+
     commands.add_parser("ops", help="list the registered graph operators")
     commands.add_parser("demo", help="build, print, check and run a small example end to end")
 
@@ -59,6 +71,21 @@ def main(argv: list[str] | None = None) -> int:
             from .op import list_ops
 
             print("\n".join(list_ops()))
+            return 0
+        if args.command == "bundle":
+            from .bundle import bundle_model
+            from .frontend import bundled_smollm2_path
+
+            model = args.model or bundled_smollm2_path()
+            print(f"bundling {os.path.basename(model)} (the compile is cached after the first time) ...",
+                  file=sys.stderr)
+            folder = bundle_model(model, args.output, args.context)
+            print(f"wrote {args.output}: the chat page is index.html, the model {os.path.relpath(folder, args.output)}")
+            return 0
+        if args.command == "serve":
+            from .bundle import serve as serve_bundle
+
+            serve_bundle(args.directory, args.port)
             return 0
         if args.command == "demo":
             from .demo import run_demo

@@ -7,6 +7,7 @@ from .lower_vm import explicit_allocation, to_non_dataflow, vm_shape_lowering
 from .pipeline import Pipeline
 from .plan_memory import plan_memory
 from .simplify import dead_code_elimination, fold_constants, normalize
+from .unalias import unalias_kernel_args
 
 __all__ = ["Pipeline", "dead_code_elimination", "explicit_allocation", "fold_constants", "fuse_ops", "fuse_tir",
            "legalize_ops", "normalize", "plan_memory", "to_non_dataflow", "vm_shape_lowering"]

@@ -61,7 +61,14 @@ def explicit_allocation(mod: IRModule) -> IRModule:
             return [binding]
         sinfo = binding.var.struct_info
         out = binding.var
-        inplace = getattr(mod.functions.get(value.args[0].name), "attrs", {}).get("inplace")
+        kernel_attrs = getattr(mod.functions.get(value.args[0].name), "attrs", {})
+        if "result_is_input" in kernel_attrs:
+            # unalias_kernel_args merged the in-place output into its input: the kernel has no output.
+            target = value.args[1].fields[kernel_attrs["result_is_input"]]
+            dps = with_struct_info(make_call("call_tir_dps", value.args[0], value.args[1], *value.args[2:]),
+                                   ObjectStructInfo())
+            return [VarBinding(Var(f"{out.name_hint}_done", ObjectStructInfo()), dps), VarBinding(out, target)]
+        inplace = kernel_attrs.get("inplace")
         if inplace:
             # The kernel writes into one of its inputs: no allocation, the result is that input.
             target = value.args[1].fields[inplace[0]]

@@ -13,6 +13,7 @@ from .legalize import legalize_ops
 from .lower_vm import explicit_allocation, to_non_dataflow, vm_shape_lowering
 from .plan_memory import plan_memory
 from .simplify import dead_code_elimination, fold_constants
+from .unalias import unalias_kernel_args
 
 Pass = Callable[[IRModule], IRModule]
 
@@ -29,6 +30,7 @@ class Pipeline:
         if fuse:
             passes += [("fuse_ops", lambda m: fuse_ops(m, target)), ("fuse_tir", lambda m: fuse_tir(m, target))]
         passes += [("legalize_ops", lambda m: legalize_ops(m, target)),
+                   ("unalias_kernel_args", unalias_kernel_args),
                    ("to_non_dataflow", to_non_dataflow),
                    ("vm_shape_lowering", vm_shape_lowering),
                    ("explicit_allocation", explicit_allocation),

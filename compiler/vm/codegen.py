@@ -261,7 +261,8 @@ class _FunctionCompiler:
         outputs = len(self.kernels[kernel]["outputs"])
         scalars = [arith.to_source(v) for v in call.args[2].values] if len(call.args) > 2 else []
         self.registers[binding.var] = operands[-1]
-        self.code.append({"op": "launch", "kernel": kernel, "args": operands[:-outputs], "outs": operands[-outputs:],
+        split = len(operands) - outputs  # a kernel that updates an input in place has no outputs
+        self.code.append({"op": "launch", "kernel": kernel, "args": operands[:split], "outs": operands[split:],
                           "scalars": scalars})
 
 

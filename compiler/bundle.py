@@ -1,0 +1,123 @@
+"""`tessera bundle` and `tessera serve`: a static web site that chats with a model (docs/web.md).
+
+A bundle is a folder any static server can host:
+
+    index.html, chat.js, chat.css      the chat page (web/templates, web/static)
+    runtime/tessera.js ...             the browser runtime (runtime-js/src), importable by any page
+    models/<id>/bundle.json            the model's builds, tokenizer and chat configuration
+    models/<id>/webgpu/                executable.json, tensor-cache.json, params_shard_*.bin,
+                                       tokenizer.json, chat-config.json (the `tessera compile` folder)
+
+The compile itself is the cached one `tessera chat` uses, so bundling again is a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from .ir.errors import TesseraError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUNTIME_SOURCE = os.path.join(REPO, "runtime-js", "src")
+WEB_SOURCE = os.path.join(REPO, "web")
+
+
+class BundleError(TesseraError):
+    """A bundle that cannot be written (a missing runtime, a bad output folder)."""
+
+
+def model_id(gguf_path: str) -> str:
+    """A URL-safe folder name from the model file's name."""
+    stem = os.path.basename(gguf_path)
+    stem = stem[: -len(".gguf")] if stem.lower().endswith(".gguf") else stem
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "model"
+
+
+def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title: str | None = None) -> str:
+    """Write the site for ``gguf_path`` into ``output``; returns the model's folder in it."""
+    from .chat import cached_compile
+
+    _vendor_runtime()
+    name = model_id(gguf_path)
+    model_dir = os.path.join(output, "models", name)
+    compiled = cached_compile(gguf_path, "webgpu", context_length)
+    if os.path.exists(model_dir):
+        shutil.rmtree(model_dir)
+    shutil.copytree(compiled, os.path.join(model_dir, "webgpu"))
+    index = {"format": "tessera-bundle", "version": 1, "model": name,
+             "builds": [{"name": "webgpu", "kind": "webgpu", "path": "webgpu/", "features": []}],
+             "tokenizer": "webgpu/tokenizer.json", "chat_config": "webgpu/chat-config.json"}
+    with open(os.path.join(model_dir, "bundle.json"), "w", encoding="utf-8") as f:
+        json.dump(index, f, indent=1)
+    runtime = os.path.join(output, "runtime")
+    if os.path.exists(runtime):
+        shutil.rmtree(runtime)
+    shutil.copytree(RUNTIME_SOURCE, runtime)
+    for static in os.listdir(os.path.join(WEB_SOURCE, "static")):
+        shutil.copy(os.path.join(WEB_SOURCE, "static", static), os.path.join(output, static))
+    _render_page(output, name, title or name)
+    return model_dir
+
+
+def _vendor_runtime() -> None:
+    """The runtime imports its npm dependencies from src/vendor, which `make setup` fills."""
+    if not os.path.isdir(RUNTIME_SOURCE):
+        raise BundleError(f"the browser runtime is not at {RUNTIME_SOURCE}; bundle from a Tessera source checkout")
+    if os.path.exists(os.path.join(RUNTIME_SOURCE, "vendor", "tokenizers.js")):
+        return
+    try:
+        subprocess.run(["node", os.path.join(REPO, "runtime-js", "scripts", "vendor.mjs")], check=True,
+                       capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as error:
+        raise BundleError("the runtime's dependencies are missing (runtime-js/src/vendor); run `make setup` "
+                          f"(npm ci) first ({getattr(error, 'stderr', '') or error})") from None
+
+
+def _render_page(output: str, name: str, title: str) -> None:
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    env = Environment(loader=FileSystemLoader(os.path.join(WEB_SOURCE, "templates")),
+                      autoescape=select_autoescape(["html", "j2"]))
+    html = env.get_template("index.html.j2").render(title=title, model_url=f"models/{name}/",
+                                                     runtime_url="runtime/tessera.js")
+    with open(os.path.join(output, "index.html"), "w", encoding="utf-8") as f:
+        f.write(html)
+
+
+def serve(directory: str, port: int = 8000, host: str = "127.0.0.1", ready=None) -> None:
+    """Serve ``directory`` over HTTP on ``host`` (127.0.0.1: a secure context, where WebGPU works)."""
+    import functools
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    if not os.path.exists(os.path.join(directory, "index.html")):
+        raise BundleError(f"{directory} has no index.html; make one with `tessera bundle -o {directory}`")
+
+    class Handler(SimpleHTTPRequestHandler):
+        extensions_map = {**SimpleHTTPRequestHandler.extensions_map, ".js": "text/javascript",
+                          ".mjs": "text/javascript", ".wasm": "application/wasm", ".json": "application/json"}
+
+        def end_headers(self):
+            # Pages and the runtime change between bundles; the weights are cached by the runtime.
+            self.send_header("Cache-Control", "no-cache")
+            super().end_headers()
+
+        def log_message(self, format, *args):  # noqa: A002 (the base class's name)
+            if os.environ.get("TESSERA_SERVE_LOG"):
+                super().log_message(format, *args)
+
+    server = ThreadingHTTPServer((host, port), functools.partial(Handler, directory=directory))
+    url = f"http://{host}:{server.server_address[1]}/"
+    print(f"serving {directory} at {url}", flush=True)
+    if ready is not None:
+        ready(url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+    finally:
+        server.server_close()

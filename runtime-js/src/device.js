@@ -1,0 +1,49 @@
+// WebGPU adapter and device negotiation: ask for exactly what the executable records it needs,
+// and when the adapter cannot give it, say which feature or limit is missing.
+
+export class DeviceError extends Error {
+  name = "DeviceError";
+}
+
+/** What every WebGPU adapter grants (DESIGN.md section 5). @type {Record<string, number>} */
+const SPEC_DEFAULTS = {
+  maxStorageBufferBindingSize: 134217728, maxBufferSize: 268435456, maxComputeWorkgroupStorageSize: 16384,
+  maxComputeInvocationsPerWorkgroup: 256, maxStorageBuffersPerShaderStage: 8,
+};
+
+/** Why WebGPU cannot be used here, or null when it can be tried. */
+export function webgpuUnavailableReason() {
+  if (typeof navigator === "undefined" || !("gpu" in navigator)) {
+    return "this browser has no WebGPU (navigator.gpu is missing; it needs a secure context such as https or 127.0.0.1)";
+  }
+  return null;
+}
+
+/**
+ * A device for ``executable`` (its required_features and required_limits, docs/format.md).
+ * @param {any} executable
+ * @returns {Promise<{device: GPUDevice, adapterName: string}>}
+ */
+export async function requestDeviceFor(executable) {
+  const reason = webgpuUnavailableReason();
+  if (reason) throw new DeviceError(reason);
+  const adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
+  if (!adapter) throw new DeviceError("WebGPU is present but no adapter is available (navigator.gpu.requestAdapter() returned null)");
+  for (const feature of executable.required_features ?? []) {
+    if (!adapter.features.has(feature)) {
+      throw new DeviceError(`this device lacks the WebGPU feature '${feature}' that the model's kernels use`);
+    }
+  }
+  /** @type {Record<string, number>} */
+  const requiredLimits = {};
+  for (const [name, need] of Object.entries(executable.required_limits ?? {})) {
+    const have = /** @type {any} */ (adapter.limits)[name];
+    if (have === undefined) continue;
+    if (need > have) throw new DeviceError(`the model needs the WebGPU limit ${name} = ${need}; this device allows ${have}`);
+    if (need > (SPEC_DEFAULTS[name] ?? 0)) requiredLimits[name] = need;  // the defaults come without asking
+  }
+  const device = await adapter.requestDevice({ requiredFeatures: executable.required_features ?? [], requiredLimits });
+  const info = /** @type {any} */ (adapter).info ?? {};
+  const adapterName = [info.description, info.vendor, info.architecture].filter(Boolean).join(" / ") || "WebGPU adapter";
+  return { device, adapterName };
+}

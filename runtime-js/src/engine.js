@@ -1,0 +1,222 @@
+// The chat engine: an OpenAI-style API over a compiled model, as WebLLM users know it.
+//
+//   const engine = await createEngine(bundleUrl, { initProgressCallback });
+//   const reply = await engine.chat.completions.create({ messages, temperature: 0 });
+//   for await (const chunk of await engine.chat.completions.create({ messages, stream: true })) ...
+//
+// A conversation keeps its KV cache on the device: a new turn computes only the tokens after
+// the longest prefix the cache already holds. Tokens are chosen on the GPU (the executable's
+// sample / sample_greedy functions), so each step reads back one id.
+
+import { Template } from "./vendor/jinja.js";
+import { Tokenizer } from "./vendor/tokenizers.js";
+import { DeviceError, requestDeviceFor, webgpuUnavailableReason } from "./device.js";
+import { validateChatConfig } from "./format.js";
+import { loadBuild, loadBundleIndex, loadExecutable } from "./loader.js";
+import { HostTensor, VirtualMachine } from "./vm.js";
+
+export class ChatError extends Error {
+  name = "ChatError";
+}
+
+/** A small seeded generator (mulberry32): a seed repeats a sampled reply. @param {number} seed */
+export function seededRandom(seed) {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * Text decoded so far, minus a trailing partial UTF-8 character (shown once it completes).
+ * @param {string} text
+ */
+export function stableText(text) {
+  return text.endsWith("\uFFFD") ? text.replace(/\uFFFD+$/, "") : text;
+}
+
+export class Engine {
+  /** @param {any} parts */
+  constructor(parts) {
+    Object.assign(this, parts);
+    /** @type {number[]} */ this.cached = [];  // the token ids the KV cache holds
+    this.interrupted = false;
+    this.busy = false;
+    this.chat = { completions: { create: (/** @type {any} */ request) => this.create(request) } };
+  }
+
+  /** Stop the running generation after its current step. */
+  interruptGenerate() {
+    this.interrupted = true;
+  }
+
+  /** Forget the conversation: the next turn starts from an empty KV cache. */
+  async resetChat() {
+    this.vm.resetState();
+    this.cached = [];
+  }
+
+  /** @param {{role: string, content: string}[]} messages */
+  encodeChat(messages) {
+    if (!Array.isArray(messages) || messages.length === 0) throw new ChatError("messages must be a non-empty array");
+    const template = this.chatConfig.chat_template;
+    const text = template
+      ? new Template(template).render({ messages, add_generation_prompt: true, bos_token: "", eos_token: "" })
+      : messages.map((m) => m.content).join("");
+    return this.tokenizer.encode(text).ids;
+  }
+
+  /** @param {any} request */
+  async create(request) {
+    const stream = this.generate(request);
+    if (request.stream) return stream;
+    let content = "";
+    /** @type {any} */
+    let last = null;
+    for await (const chunk of stream) {
+      content += chunk.choices[0]?.delta?.content ?? "";
+      last = chunk;
+    }
+    return {
+      id: last.id, object: "chat.completion", created: last.created, model: this.modelId,
+      choices: [{ index: 0, message: { role: "assistant", content }, finish_reason: last.choices[0].finish_reason }],
+      usage: last.usage,
+    };
+  }
+
+  /** The stream of chunks of one reply. @param {any} request */
+  async *generate(request) {
+    if (this.busy) throw new ChatError("a reply is already being generated; interrupt it or wait");
+    this.busy = true;
+    this.interrupted = false;
+    try {
+      yield* this.reply(request);
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /** @param {any} request */
+  async *reply(request) {
+    const {
+      messages, temperature = 0.7, top_p: topP = 0.95, top_k: topK = 0, repetition_penalty: penalty = 1.0,
+      max_tokens: maxTokens = 256, seed,
+    } = request;
+    const prompt = this.encodeChat(messages);
+    const context = this.chatConfig.context_length;
+    if (prompt.length + 1 > context) {
+      throw new ChatError(`the prompt has ${prompt.length} tokens; the context window is ${context}`);
+    }
+    let common = 0;
+    while (common < Math.min(this.cached.length, prompt.length) && this.cached[common] === prompt[common]) common += 1;
+    common = Math.min(common, prompt.length - 1);  // at least one token to compute logits from
+    const fresh = prompt.slice(common);
+    const random = seededRandom(seed ?? Math.floor(Math.random() * 2 ** 32));
+    const id = `chatcmpl-${Date.now().toString(36)}`;
+    const created = Math.floor(Date.now() / 1000);
+    const stops = new Set(this.chatConfig.stop_token_ids);
+    const start = performance.now();
+    this.cached = [];  // until the prefill has run, the cache holds nothing we can rely on
+    let logits = await this.vm.runOnDevice("prefill", new HostTensor(Int32Array.from(fresh), [fresh.length]), prompt.length);
+    this.cached = [...prompt];
+    const knobs = { temperature, topK, topP, penalty };
+    let token = await this.nextToken(logits, knobs, random);
+    const prefillSeconds = (performance.now() - start) / 1000;
+    const decodeStart = performance.now();
+    /** @type {number[]} */
+    const generated = [];
+    let shown = "";
+    let finish = "stop";
+    const chunk = (/** @type {string} */ content, /** @type {string|null} */ finishReason, /** @type {any} */ usage) => ({
+      id, object: "chat.completion.chunk", created, model: this.modelId,
+      choices: [{ index: 0, delta: content ? { role: "assistant", content } : {}, finish_reason: finishReason }],
+      ...(usage ? { usage } : {}),
+    });
+    while (!stops.has(token)) {
+      generated.push(token);
+      const text = stableText(this.tokenizer.decode(generated, { skip_special_tokens: true }));
+      if (text.length > shown.length && text.startsWith(shown)) {
+        yield chunk(text.slice(shown.length), null, null);
+        shown = text;
+      }
+      if (this.interrupted) { finish = "abort"; break; }
+      if (generated.length >= maxTokens || this.cached.length + 1 >= context) { finish = "length"; break; }
+      this.cached.push(token);
+      logits = await this.vm.runOnDevice("decode", new HostTensor(Int32Array.of(token), [1]), this.cached.length);
+      token = await this.nextToken(logits, knobs, random);
+    }
+    const decodeSeconds = (performance.now() - decodeStart) / 1000;
+    const final = this.tokenizer.decode(generated, { skip_special_tokens: true });
+    const usage = {
+      prompt_tokens: prompt.length, completion_tokens: generated.length, total_tokens: prompt.length + generated.length,
+      extra: {
+        prefill_tokens: fresh.length,
+        prefill_tokens_per_s: prefillSeconds ? fresh.length / prefillSeconds : 0,
+        decode_tokens_per_s: decodeSeconds && generated.length > 1 ? (generated.length - 1) / decodeSeconds : 0,
+      },
+    };
+    yield chunk(final.length > shown.length ? final.slice(shown.length) : "", finish, usage);
+  }
+
+  /**
+   * The next id, chosen on the GPU from logits that never left it.
+   * @param {any} logits @param {{temperature: number, topK: number, topP: number, penalty: number}} knobs
+   * @param {() => number} random
+   */
+  async nextToken(logits, knobs, random) {
+    const greedy = knobs.temperature <= 0;
+    const params = Float32Array.of(knobs.temperature, knobs.topK, knobs.topP, knobs.penalty, greedy ? 0 : random());
+    const history = Int32Array.from(this.cached.slice(-this.chatConfig.context_length));
+    const result = await this.vm.run(greedy ? "sample_greedy" : "sample", logits, new HostTensor(history, [history.length]),
+      new HostTensor(params, [5]));
+    return result.data[0];
+  }
+}
+
+/**
+ * Load a bundle's model and make an engine for it.
+ * @param {string} bundleUrl the model's folder in a bundle (holding bundle.json)
+ * @param {{initProgressCallback?: (p: {progress: number, loaded: number, total: number, text: string}) => void,
+ *          fetchFn?: (url: string) => Promise<Response>}} options
+ */
+export async function createEngine(bundleUrl, { initProgressCallback = () => {}, fetchFn } = {}) {
+  const fetcher = fetchFn ?? ((/** @type {string} */ url) => fetch(url));
+  initProgressCallback({ progress: 0, loaded: 0, total: 0, text: "Reading the bundle" });
+  const { base, index, tokenizer: tokenizerJson, chatConfig } = await loadBundleIndex(bundleUrl, fetcher);
+  validateChatConfig(chatConfig);
+  const webgpuBuilds = index.builds.filter((/** @type {any} */ b) => b.kind === "webgpu");
+  const unavailable = webgpuUnavailableReason();
+  if (unavailable) {
+    const wasm = index.builds.find((/** @type {any} */ b) => b.kind === "wasm");
+    throw new DeviceError(wasm ? `${unavailable}; the WASM build cannot run yet in this runtime version`
+      : `${unavailable}, and this bundle has no WASM build to fall back to`);
+  }
+  // Prefer a build whose features the adapter has (an f16 build first, when listed first).
+  let lastError = null;
+  for (const build of webgpuBuilds) {
+    const buildUrl = new URL(build.path, new URL(base, globalThis.location?.href ?? "http://localhost/")).href;
+    const folder = buildUrl.endsWith("/") ? buildUrl : buildUrl + "/";
+    const executable = await loadExecutable(folder, fetcher);
+    let device, adapterName;
+    try {
+      ({ device, adapterName } = await requestDeviceFor(executable));
+    } catch (error) {
+      lastError = error;
+      continue;
+    }
+    const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable });
+    initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
+    const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights);
+    initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
+    return new Engine({
+      vm, chatConfig, tokenizer: new Tokenizer(tokenizerJson, {}), modelId: index.model,
+      device: { kind: "webgpu", name: adapterName, build: build.name },
+      load: { bytes: loaded.bytes, shardsFromCache: loaded.shardsFromCache, cache: loaded.cacheKind },
+    });
+  }
+  throw lastError ?? new DeviceError("this bundle has no WebGPU build");
+}

@@ -1,0 +1,170 @@
+// Loading a model bundle: the JSON files, then the weight shards with progress, each checked
+// against the SHA-256 in tensor-cache.json and kept in the browser's Cache API (IndexedDB when
+// that is missing), so that a reload downloads nothing.
+
+import { validateBundle, validateExecutable, validateTensorCache } from "./format.js";
+
+export class LoadError extends Error {
+  name = "LoadError";
+}
+
+/**
+ * @typedef {{loaded: number, total: number, progress: number, text: string}} LoadProgress
+ * @typedef {(p: LoadProgress) => void} ProgressCallback
+ */
+
+/** @param {string} url @param {(url: string) => Promise<Response>} fetchFn */
+async function fetchOk(url, fetchFn) {
+  let response;
+  try {
+    response = await fetchFn(url);
+  } catch (error) {
+    throw new LoadError(`cannot fetch ${url}: ${/** @type {Error} */ (error).message}`);
+  }
+  if (!response.ok) throw new LoadError(`missing file ${url} (HTTP ${response.status})`);
+  return response;
+}
+
+/** @param {string} url @param {(url: string) => Promise<Response>} fetchFn */
+export async function fetchJson(url, fetchFn = fetch) {
+  const response = await fetchOk(url, fetchFn);
+  try {
+    return await response.json();
+  } catch {
+    throw new LoadError(`${url} is not valid JSON`);
+  }
+}
+
+/** @param {ArrayBuffer} data */
+export async function sha256Hex(data) {
+  const digest = await crypto.subtle.digest("SHA-256", data);
+  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** The shard store: the Cache API where there is one, else IndexedDB, else nothing. */
+export async function openShardCache() {
+  if (typeof caches !== "undefined") {
+    try {
+      const cache = await caches.open("tessera-shards");
+      return {
+        kind: "cache-api",
+        /** @param {string} key */ get: async (key) => (await cache.match(key))?.arrayBuffer(),
+        /** @param {string} key @param {ArrayBuffer} data */ put: (key, data) => cache.put(key, new Response(data)),
+      };
+    } catch { /* e.g. an opaque origin: fall through */ }
+  }
+  if (typeof indexedDB !== "undefined") {
+    const db = await new Promise((resolve, reject) => {
+      const request = indexedDB.open("tessera-shards", 1);
+      request.onupgradeneeded = () => request.result.createObjectStore("shards");
+      request.onsuccess = () => resolve(request.result);
+      request.onerror = () => reject(request.error);
+    });
+    const run = (/** @type {IDBTransactionMode} */ mode, /** @type {(s: IDBObjectStore) => IDBRequest} */ body) =>
+      new Promise((resolve, reject) => {
+        const request = body(db.transaction("shards", mode).objectStore("shards"));
+        request.onsuccess = () => resolve(request.result);
+        request.onerror = () => reject(request.error);
+      });
+    return {
+      kind: "indexeddb",
+      /** @param {string} key */ get: (key) => run("readonly", (s) => s.get(key)),
+      /** @param {string} key @param {ArrayBuffer} data */ put: (key, data) => run("readwrite", (s) => s.put(data, key)),
+    };
+  }
+  return { kind: "none", get: async () => undefined, put: async () => undefined };
+}
+
+/**
+ * Fetch a response body, reporting bytes as they arrive.
+ * @param {Response} response @param {(bytes: number) => void} onBytes
+ */
+async function readWithProgress(response, onBytes) {
+  if (!response.body) {
+    const data = await response.arrayBuffer();
+    onBytes(data.byteLength);
+    return data;
+  }
+  const reader = response.body.getReader();
+  /** @type {Uint8Array[]} */
+  const chunks = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    size += value.byteLength;
+    onBytes(value.byteLength);
+  }
+  const data = new Uint8Array(size);
+  let at = 0;
+  for (const chunk of chunks) {
+    data.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  return data.buffer;
+}
+
+/** A build's executable.json, checked. @param {string} buildUrl @param {(url: string) => Promise<Response>} fetchFn */
+export async function loadExecutable(buildUrl, fetchFn = fetch) {
+  return validateExecutable(await fetchJson(buildUrl + "executable.json", fetchFn), buildUrl + "executable.json");
+}
+
+/**
+ * Load one build of a bundle: executable, weights by constant name, and progress as it goes.
+ * @param {string} buildUrl the build's folder, ending in "/"
+ * @param {{onProgress?: ProgressCallback, fetchFn?: (url: string) => Promise<Response>, cache?: any,
+ *          executable?: any}} options
+ */
+export async function loadBuild(buildUrl, { onProgress = () => {}, fetchFn = fetch, cache, executable } = {}) {
+  executable ??= await loadExecutable(buildUrl, fetchFn);
+  const tensorCache = validateTensorCache(await fetchJson(buildUrl + "tensor-cache.json", fetchFn), buildUrl + "tensor-cache.json");
+  const store = cache ?? await openShardCache();
+  const total = tensorCache.records.reduce((/** @type {number} */ sum, /** @type {any} */ s) => sum + s.nbytes, 0);
+  let loaded = 0;
+  let fromCache = 0;
+  const report = (/** @type {string} */ text) => onProgress({ loaded, total, progress: total ? loaded / total : 1, text });
+  /** @type {Map<string, ArrayBufferView>} */
+  const weights = new Map();
+  for (const [index, shard] of tensorCache.records.entries()) {
+    const url = new URL(shard.dataPath, new URL(buildUrl, globalThis.location?.href ?? "http://localhost/")).href;
+    const key = `${url}#${shard.sha256}`;
+    let data = /** @type {ArrayBuffer|undefined} */ (await store.get(key));
+    if (data && data.byteLength === shard.nbytes && await sha256Hex(data) === shard.sha256) {
+      loaded += shard.nbytes;
+      fromCache += 1;
+      report(`Shard ${index + 1}/${tensorCache.records.length} from the cache`);
+    } else {
+      const response = await fetchOk(url, fetchFn);
+      data = await readWithProgress(response, (bytes) => {
+        loaded += bytes;
+        report(`Downloading shard ${index + 1}/${tensorCache.records.length}`);
+      });
+      if (data.byteLength !== shard.nbytes) {
+        throw new LoadError(`shard ${shard.dataPath} has ${data.byteLength} bytes, tensor-cache.json says ${shard.nbytes} (truncated?)`);
+      }
+      const digest = await sha256Hex(data);
+      if (digest !== shard.sha256) {
+        throw new LoadError(`shard ${shard.dataPath} is corrupted: its SHA-256 is ${digest.slice(0, 12)}..., tensor-cache.json says ${shard.sha256.slice(0, 12)}...`);
+      }
+      await store.put(key, data);
+    }
+    for (const record of shard.records) {
+      weights.set(record.name, new Uint8Array(data, record.byteOffset, record.nbytes));
+    }
+  }
+  report(fromCache === tensorCache.records.length ? "Weights loaded from the cache" : "Weights loaded");
+  return { executable, tensorCache, weights, bytes: total, shardsFromCache: fromCache, cacheKind: store.kind };
+}
+
+/**
+ * The bundle's index (bundle.json), tokenizer and chat configuration.
+ * @param {string} bundleUrl @param {(url: string) => Promise<Response>} fetchFn
+ */
+export async function loadBundleIndex(bundleUrl, fetchFn = fetch) {
+  const base = bundleUrl.endsWith("/") ? bundleUrl : bundleUrl + "/";
+  const index = validateBundle(await fetchJson(base + "bundle.json", fetchFn), base + "bundle.json");
+  const [tokenizer, chatConfig] = await Promise.all([
+    fetchJson(base + index.tokenizer, fetchFn), fetchJson(base + index.chat_config, fetchFn)]);
+  return { base, index, tokenizer, chatConfig };
+}

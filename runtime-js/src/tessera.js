@@ -1,0 +1,13 @@
+// Tessera's browser runtime. A page needs one import:
+//
+//   import { createEngine } from "<bundle>/runtime/tessera.js";
+//   const engine = await createEngine("<bundle>/models/<model>/", { initProgressCallback });
+//
+// See docs/web.md for the bundle layout and the API.
+
+export { ChatError, createEngine, Engine, seededRandom, stableText } from "./engine.js";
+export { DeviceError, requestDeviceFor, webgpuUnavailableReason } from "./device.js";
+export { FormatError, validateBundle, validateChatConfig, validateExecutable, validateTensorCache } from "./format.js";
+export { LoadError, loadBuild, loadBundleIndex, loadExecutable, openShardCache, sha256Hex } from "./loader.js";
+export { evalShape, parseShapeExpr } from "./shape.js";
+export { DeviceTensor, HostTensor, RuntimeCheckError, VirtualMachine } from "./vm.js";

@@ -1,0 +1,358 @@
+// The WebGPU virtual machine: runs the functions of an executable (docs/format.md) on a GPUDevice.
+//
+// Everything a call needs is created once, when the VM is made: the arena buffers of each
+// function's static memory plan, a buffer per parameter sized at its upper bounds, the weights,
+// every pipeline (asynchronously, all at once), a uniform buffer and a bind group per launch and
+// a readback buffer per result. A call then writes its arguments and sizes, records the launches
+// in one compute pass and, unless asked to leave them on the device, reads the results back.
+
+import { evalShape } from "./shape.js";
+
+/* global GPUBufferUsage, GPUMapMode */
+
+export class RuntimeCheckError extends Error {
+  name = "RuntimeCheckError";
+}
+
+const TYPED = { float32: Float32Array, int32: Int32Array, uint32: Uint32Array };
+
+/** A host tensor: a typed array and its shape. */
+export class HostTensor {
+  /** @param {Float32Array|Int32Array|Uint32Array} data @param {number[]} shape */
+  constructor(data, shape) {
+    this.data = data;
+    this.shape = shape;
+    this.dtype = data instanceof Float32Array ? "float32" : data instanceof Int32Array ? "int32" : "uint32";
+    const count = shape.reduce((a, b) => a * b, 1);
+    if (count !== data.length) throw new RangeError(`shape [${shape}] holds ${count} elements, the data ${data.length}`);
+  }
+}
+
+/** A function's result left in device memory; valid until that function runs again. */
+export class DeviceTensor {
+  /** @param {VMFunction} fn @param {number} generation @param {GPUBuffer} buffer @param {number} offset
+   *  @param {number} nbytes @param {number[]} shape @param {string} dtype */
+  constructor(fn, generation, buffer, offset, nbytes, shape, dtype) {
+    Object.assign(this, { fn, generation, buffer, offset, nbytes, shape, dtype });
+  }
+
+  checkCurrent() {
+    if (this.fn.generation !== this.generation) {
+      throw new RuntimeCheckError(`this result of ${this.fn.name} was overwritten by a later call of ${this.fn.name}`);
+    }
+  }
+}
+
+const align4 = (/** @type {number} */ n) => Math.ceil(n / 4) * 4;
+
+export class VirtualMachine {
+  /**
+   * @param {GPUDevice} device
+   * @param {any} exe the parsed executable.json
+   * @param {Map<string, ArrayBufferView>} weights the constants by name (tensor-cache records)
+   */
+  static async create(device, exe, weights) {
+    const vm = new VirtualMachine(device, exe);
+    for (const name of exe.constants) {
+      const data = weights.get(name);
+      if (!data) throw new Error(`the weights have no tensor '${name}' that the executable uses`);
+      vm.constants.set(name, vm.createWithData(data));
+    }
+    vm.pipelines = await Promise.all(exe.kernels.map((/** @type {any} */ k) => vm.createPipeline(k)));
+    for (const [name, record] of Object.entries(exe.functions)) vm.functions.set(name, new VMFunction(vm, name, record));
+    return vm;
+  }
+
+  /** @param {GPUDevice} device @param {any} exe */
+  constructor(device, exe) {
+    this.device = device;
+    this.exe = exe;
+    /** @type {Map<string, GPUBuffer>} */ this.constants = new Map();
+    /** @type {Map<string, GPUBuffer>} */ this.state = new Map();
+    /** @type {Map<string, VMFunction>} */ this.functions = new Map();
+    /** @type {{pipeline: GPUComputePipeline, layout: GPUBindGroupLayout}[]} */ this.pipelines = [];
+    this.storageUsage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+  }
+
+  /** @param {number} size @param {number} usage */
+  createBuffer(size, usage) {
+    return this.device.createBuffer({ size: Math.max(align4(size), 4), usage });
+  }
+
+  /** @param {ArrayBufferView} data */
+  createWithData(data) {
+    const buffer = this.device.createBuffer({ size: Math.max(align4(data.byteLength), 4), usage: this.storageUsage,
+      mappedAtCreation: true });
+    new Uint8Array(buffer.getMappedRange()).set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+    buffer.unmap();
+    return buffer;
+  }
+
+  /** @param {any} kernel */
+  async createPipeline(kernel) {
+    const module = this.device.createShaderModule({ code: kernel.wgsl, label: kernel.name });
+    const info = await module.getCompilationInfo();
+    const errors = info.messages.filter((m) => m.type === "error");
+    if (errors.length) {
+      throw new Error(`kernel ${kernel.name} does not compile on this device: ${errors[0].message} (line ${errors[0].lineNum})`);
+    }
+    const layout = this.device.createBindGroupLayout({
+      label: kernel.name,
+      entries: kernel.bindings.map((/** @type {string} */ name, /** @type {number} */ binding) => ({
+        binding, visibility: GPUShaderStage.COMPUTE, buffer: { type: name === "params" ? "uniform" : "storage" },
+      })),
+    });
+    const pipeline = await this.device.createComputePipelineAsync({
+      label: kernel.name, layout: this.device.createPipelineLayout({ bindGroupLayouts: [layout] }),
+      compute: { module, entryPoint: kernel.entry_point },
+    });
+    return { pipeline, layout };
+  }
+
+  /** State is shared by name across functions: prefill and decode write one KV cache.
+   * @param {string} name @param {number} size */
+  stateBuffer(name, size) {
+    let buffer = this.state.get(name);
+    if (!buffer) {
+      buffer = this.createBuffer(size, this.storageUsage);
+      this.state.set(name, buffer);
+    }
+    return buffer;
+  }
+
+  /** Zero every state tensor (a KV cache, for a new conversation). */
+  resetState() {
+    for (const buffer of this.state.values()) this.device.queue.writeBuffer(buffer, 0, new Uint8Array(buffer.size));
+  }
+
+  /** @param {string} name */
+  fn(name) {
+    const fn = this.functions.get(name);
+    if (!fn) throw new Error(`the executable has no function '${name}' (functions: ${[...this.functions.keys()].join(", ")})`);
+    return fn;
+  }
+
+  /** Run a function and read its result(s) back. @param {string} name @param {...any} args */
+  async run(name, ...args) {
+    return this.fn(name).call(args, true);
+  }
+
+  /** Run a function and leave its result(s) on the device. @param {string} name @param {...any} args */
+  async runOnDevice(name, ...args) {
+    return this.fn(name).call(args, false);
+  }
+}
+
+class VMFunction {
+  /** @param {VirtualMachine} vm @param {string} name @param {any} record */
+  constructor(vm, name, record) {
+    this.vm = vm;
+    this.name = name;
+    this.record = record;
+    this.generation = 0;
+    if (!record.memory.static) {
+      throw new Error(`function ${name} has symbols without upper bounds (${record.unbounded_symbols.join(", ")}); ` +
+        "the browser runtime plans memory ahead and needs them bounded (tessera.build upper_bounds)");
+    }
+    /** @type {Record<string, number>} */
+    this.bounds = {};
+    for (const [symbol, info] of Object.entries(record.symbols)) this.bounds[symbol] = /** @type {any} */ (info).upper_bound;
+    const device = vm.device;
+    this.params = new Map();
+    for (const param of record.params) {
+      const tensor = record.tensors[String(param.register)];
+      if (!tensor) continue;
+      const bytes = evalShape(tensor.bytes, this.bounds);
+      this.params.set(param.register, param.state ? vm.stateBuffer(param.name, bytes) : vm.createBuffer(bytes, vm.storageUsage));
+    }
+    this.arena = record.memory.buffers.map((/** @type {number} */ size) => vm.createBuffer(size, vm.storageUsage));
+    this.tokens = new Map(record.memory.storages.map((/** @type {any} */ s) => [s.index, s]));
+    this.results = this.resultRegisters(record.code[record.code.length - 1].src);
+    this.readback = new Map(this.results.map((reg) => [reg, vm.createBuffer(
+      evalShape(record.tensors[String(reg)].bytes, this.bounds), GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST)]));
+    /** @type {{index: number, op: any, kernel: any, uniform: GPUBuffer|null, group: GPUBindGroup}[]} */
+    this.launches = [];
+    record.code.forEach((/** @type {any} */ op, /** @type {number} */ index) => {
+      if (op.op !== "launch") return;
+      const kernel = vm.exe.kernels[op.kernel];
+      const uniform = kernel.scalars.length ?
+        vm.createBuffer(16 * Math.ceil(kernel.scalars.length / 4), GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST) : null;
+      const entries = [...op.args, ...op.outs].map((/** @type {number} */ reg, /** @type {number} */ binding) => {
+        const { buffer, offset, size } = this.location(reg);
+        return { binding, resource: { buffer, offset, size } };
+      });
+      if (uniform) entries.push({ binding: entries.length, resource: { buffer: uniform, offset: 0, size: uniform.size } });
+      const group = device.createBindGroup({ label: kernel.name, layout: vm.pipelines[op.kernel].layout, entries });
+      this.launches.push({ index, op, kernel, uniform, group });
+    });
+  }
+
+  /** (buffer, offset, bytes at the upper bounds) of a tensor register. @param {number} reg */
+  location(reg) {
+    const loc = this.record.locations[String(reg)];
+    const tensor = this.record.tensors[String(reg)];
+    if (loc.kind === "param") return { buffer: this.params.get(reg), offset: 0, size: align4(evalShape(tensor.bytes, this.bounds)) };
+    if (loc.kind === "constant") {
+      const buffer = this.vm.constants.get(loc.name);
+      return { buffer, offset: 0, size: buffer.size };
+    }
+    const token = this.tokens.get(loc.token);
+    return { buffer: this.arena[token.buffer], offset: token.offset, size: align4(evalShape(tensor.bytes, this.bounds)) };
+  }
+
+  /** @param {number} reg @returns {number[]} */
+  resultRegisters(reg) {
+    const tuple = this.record.code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === reg);
+    if (tuple) return tuple.fields.flatMap((/** @type {number} */ f) => this.resultRegisters(f));
+    const get = this.record.code.find((/** @type {any} */ op) => op.op === "get" && op.dst === reg);
+    if (get) {
+      const source = this.record.code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === get.src);
+      return this.resultRegisters(source.fields[get.index]);
+    }
+    return this.record.tensors[String(reg)] ? [reg] : [];
+  }
+
+  /** @param {any[]} args @param {boolean} toHost */
+  async call(args, toHost) {
+    const { vm, record } = this;
+    const inputs = record.params.filter((/** @type {any} */ p) => !p.state);
+    if (args.length !== inputs.length) {
+      throw new RuntimeCheckError(`${this.name} takes ${inputs.length} arguments (${inputs.map((/** @type {any} */ p) => p.name).join(", ")}), got ${args.length}`);
+    }
+    /** @type {Map<number, any>} */
+    const values = new Map(inputs.map((/** @type {any} */ p, /** @type {number} */ i) => [p.register, args[i]]));
+    /** @type {Record<string, number>} */
+    const heap = {};
+    for (const op of record.code) {
+      if (op.op !== "match") continue;
+      let value = values.get(op.reg);
+      if (value === undefined && op.sinfo.kind === "prim") continue;
+      if (value === undefined) {
+        const tensor = record.tensors[String(op.reg)];
+        value = { shape: tensor.shape.map((/** @type {string} */ d) => evalShape(d, heap)), dtype: tensor.dtype };
+      }
+      bindShapes(op.sinfo, value, heap);
+      checkValue(op.sinfo, value, heap, op.what);
+    }
+    for (const [name, bound] of Object.entries(this.bounds)) {
+      if (bound !== null && heap[name] !== undefined && heap[name] > bound) {
+        throw new RuntimeCheckError(`${this.name}: ${name} = ${heap[name]} exceeds its upper bound ${bound}, for which memory was planned`);
+      }
+    }
+    const device = vm.device;
+    const encoder = device.createCommandEncoder();
+    for (const param of inputs) {
+      const buffer = this.params.get(param.register);
+      const value = values.get(param.register);
+      if (!buffer) continue;
+      if (value instanceof DeviceTensor) {
+        value.checkCurrent();
+        encoder.copyBufferToBuffer(value.buffer, value.offset, buffer, 0, value.nbytes);
+      } else {
+        device.queue.writeBuffer(buffer, 0, value.data);
+      }
+    }
+    this.generation += 1;
+    const pass = encoder.beginComputePass();
+    for (const { op, kernel, uniform, group } of this.launches) {
+      const scalars = op.scalars.map((/** @type {string} */ s) => evalShape(s, heap));
+      /** @type {Record<string, number>} */
+      const env = {};
+      kernel.scalars.forEach((/** @type {string} */ name, /** @type {number} */ i) => { env[name] = scalars[i]; });
+      const grid = kernel.grid.map((/** @type {string} */ g) => evalShape(g, env));
+      if (uniform) {
+        const words = new Int32Array(uniform.size / 4);
+        words.set(scalars);
+        device.queue.writeBuffer(uniform, 0, words);
+      }
+      if (Math.min(...grid) > 0) {
+        pass.setPipeline(vm.pipelines[op.kernel].pipeline);
+        pass.setBindGroup(0, group);
+        pass.dispatchWorkgroups(grid[0], grid[1], grid[2]);
+      }
+    }
+    pass.end();
+    /** @type {Map<number, any>} */
+    const results = new Map();
+    const shapes = new Map(this.results.map((reg) => [reg, record.tensors[String(reg)].shape.map((/** @type {string} */ d) => evalShape(d, heap))]));
+    const sizes = new Map(this.results.map((reg) => [reg, align4(evalShape(record.tensors[String(reg)].bytes, heap))]));
+    if (!toHost) {
+      device.queue.submit([encoder.finish()]);
+      for (const reg of this.results) {
+        const { buffer, offset } = this.location(reg);
+        results.set(reg, new DeviceTensor(this, this.generation, buffer, offset, sizes.get(reg), shapes.get(reg), record.tensors[String(reg)].dtype));
+      }
+      return this.assemble(record.code[record.code.length - 1].src, results);
+    }
+    for (const reg of this.results) {
+      const { buffer, offset } = this.location(reg);
+      encoder.copyBufferToBuffer(buffer, offset, this.readback.get(reg), 0, sizes.get(reg));
+    }
+    device.queue.submit([encoder.finish()]);
+    for (const reg of this.results) {
+      const dtype = record.tensors[String(reg)].dtype;
+      const Typed = TYPED[/** @type {keyof typeof TYPED} */ (dtype)];
+      if (!Typed) throw new Error(`the JS runtime reads back float32, int32 and uint32 results; ${this.name} returns ${dtype}`);
+      const readback = this.readback.get(reg);
+      await readback.mapAsync(GPUMapMode.READ, 0, sizes.get(reg));
+      const shape = shapes.get(reg);
+      const count = shape.reduce((/** @type {number} */ a, /** @type {number} */ b) => a * b, 1);
+      const data = new Typed(readback.getMappedRange(0, sizes.get(reg)).slice(0, count * 4));
+      readback.unmap();
+      results.set(reg, new HostTensor(data, shape));
+    }
+    return this.assemble(record.code[record.code.length - 1].src, results);
+  }
+
+  /** @param {number} reg @param {Map<number, any>} results @returns {any} */
+  assemble(reg, results) {
+    if (results.has(reg)) return results.get(reg);
+    const tuple = this.record.code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === reg);
+    if (tuple) return tuple.fields.map((/** @type {number} */ f) => this.assemble(f, results));
+    const get = this.record.code.find((/** @type {any} */ op) => op.op === "get" && op.dst === reg);
+    if (get) {
+      const source = this.record.code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === get.src);
+      return this.assemble(source.fields[get.index], results);
+    }
+    throw new Error(`${this.name}: cannot assemble result register ${reg}`);
+  }
+}
+
+/** Bind plain symbolic dims (and prim values) not yet bound. @param {any} sinfo @param {any} value @param {Record<string, number>} heap */
+export function bindShapes(sinfo, value, heap) {
+  const isName = (/** @type {string} */ s) => /^[A-Za-z_][A-Za-z_0-9]*$/.test(s);
+  if (sinfo.kind === "prim" && sinfo.value !== null && isName(sinfo.value)) {
+    if (heap[sinfo.value] === undefined) heap[sinfo.value] = Number(value);
+    return;
+  }
+  if (sinfo.kind === "tensor" && sinfo.shape && value && value.shape && sinfo.shape.length === value.shape.length) {
+    sinfo.shape.forEach((/** @type {string} */ dim, /** @type {number} */ i) => {
+      if (isName(dim) && heap[dim] === undefined) heap[dim] = value.shape[i];
+    });
+  }
+}
+
+/** The checks R.match_cast and function boundaries ask for. @param {any} sinfo @param {any} value
+ *  @param {Record<string, number>} heap @param {string} what */
+export function checkValue(sinfo, value, heap, what) {
+  if (sinfo.kind === "prim") {
+    if (sinfo.value === null) return;
+    if (typeof value !== "number" || !Number.isInteger(value)) throw new RuntimeCheckError(`${what}: expected an integer, got ${value}`);
+    const expected = evalShape(sinfo.value, heap);
+    if (value !== expected) throw new RuntimeCheckError(`${what}: expected ${sinfo.value} = ${expected}, got ${value}`);
+    return;
+  }
+  if (sinfo.kind !== "tensor") return;
+  if (!value || !value.shape) throw new RuntimeCheckError(`${what}: expected a tensor, got ${typeof value}`);
+  if (sinfo.dtype && value.dtype !== sinfo.dtype) throw new RuntimeCheckError(`${what}: expected dtype ${sinfo.dtype}, got ${value.dtype}`);
+  if (!sinfo.shape) return;
+  if (sinfo.shape.length !== value.shape.length) {
+    throw new RuntimeCheckError(`${what}: expected rank ${sinfo.shape.length}, got shape [${value.shape}]`);
+  }
+  sinfo.shape.forEach((/** @type {string} */ dim, /** @type {number} */ axis) => {
+    const expected = evalShape(dim, heap);
+    if (expected !== value.shape[axis]) {
+      throw new RuntimeCheckError(`${what}: dimension ${axis} is ${value.shape[axis]}, not ${dim} = ${expected}`);
+    }
+  });
+}

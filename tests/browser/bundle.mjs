@@ -1,0 +1,56 @@
+// Fixtures for the chat-page tests: a bundle made by `tessera bundle`, served by `tessera serve`,
+// and the Python VM's greedy reply for the same executable (`tessera chat DIR --json`).
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync, mkdirSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const VENV_BIN = join(ROOT, ".venv", "bin");
+export const FIXTURES = join(ROOT, "build", "browser-fixtures");
+export const ARTIFACTS = join(ROOT, "build", "artifacts");
+
+/** Run a Tessera command line (or the venv's python) and return its stdout. */
+export function tessera(args, program = "tessera") {
+  return execFileSync(join(VENV_BIN, program), args, { cwd: ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"],
+    timeout: 900_000 });
+}
+
+/** The tiny random-weight model as a GGUF file (tests/fixtures/tiny_gguf.py), made once. */
+export function tinyGGUF() {
+  const path = join(FIXTURES, "tiny.gguf");
+  if (!existsSync(path)) {
+    mkdirSync(FIXTURES, { recursive: true });
+    tessera([join(ROOT, "tests", "fixtures", "tiny_gguf.py"), path], "python");
+  }
+  return path;
+}
+
+/** Bundle ``model`` (a .gguf path, or undefined for the bundled SmolLM2) into build/browser-fixtures/NAME. */
+export function bundle(name, model, context = 256) {
+  const output = join(FIXTURES, name);
+  tessera(["bundle", ...(model ? [model] : []), "-o", output, "--context", String(context)]);
+  return output;
+}
+
+/** The reply of the Python VM (wgpu-py) to one greedy turn, for a compiled model folder. */
+export function pythonGreedyReply(modelFolder, prompt, maxTokens) {
+  const out = tessera(["chat", modelFolder, "--prompt", prompt, "--temperature", "0", "--max-tokens", String(maxTokens),
+    "--json"]);
+  return JSON.parse(out).reply;
+}
+
+/** `tessera serve DIR --port 0`; resolves with its URL and a stop function. */
+export function serve(directory) {
+  const child = spawn(join(VENV_BIN, "tessera"), ["serve", directory, "--port", "0"], { cwd: ROOT });
+  return new Promise((resolvePromise, reject) => {
+    let output = "";
+    child.stdout.on("data", (data) => {
+      output += data;
+      const match = output.match(/at (http:\/\/127\.0\.0\.1:\d+\/)/);
+      if (match) resolvePromise({ url: match[1], stop: () => child.kill() });
+    });
+    child.stderr.on("data", (data) => { output += data; });
+    child.on("exit", (code) => reject(new Error(`tessera serve exited (${code}): ${output}`)));
+  });
+}

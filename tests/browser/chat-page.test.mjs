@@ -1,0 +1,161 @@
+// The demo chat page in Debian's Chromium (WebGPU on SwiftShader), driven by Playwright:
+// a bundle made by `tessera bundle`, served by `tessera serve`, against the Python VM's replies.
+import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { chromium } from "playwright-core";
+
+import { ARTIFACTS, bundle, pythonGreedyReply, serve, tinyGGUF } from "./bundle.mjs";
+import { CHROMIUM_FLAGS } from "./chromium.mjs";
+
+const PROMPT = "Hello there";
+const TINY_TOKENS = 12;
+let browser;
+
+before(async () => {
+  browser = await chromium.launch({ executablePath: process.env.CHROMIUM_PATH || "/usr/bin/chromium", args: CHROMIUM_FLAGS });
+  mkdirSync(ARTIFACTS, { recursive: true });
+});
+after(async () => browser && browser.close());
+
+/** Record what the page shows while it loads and replies: progress lines and reply lengths. */
+function recordPage(page) {
+  const log = { requests: [], errors: [] };
+  page.on("request", (request) => log.requests.push(request.url()));
+  page.on("pageerror", (error) => log.errors.push(error.message));
+  page.addInitScript(() => {
+    window.__seen = { progress: [], replyLengths: [] };
+    new MutationObserver(() => {
+      const progress = document.getElementById("progress-text")?.textContent;
+      if (progress && window.__seen.progress.at(-1) !== progress) window.__seen.progress.push(progress);
+      const reply = document.querySelector(".message.assistant");
+      if (reply && window.__seen.replyLengths.at(-1) !== reply.textContent.length) {
+        window.__seen.replyLengths.push(reply.textContent.length);
+      }
+    }).observe(document, { subtree: true, childList: true, characterData: true });
+  });
+  return log;
+}
+
+async function waitForState(page, states, timeout = 180_000) {
+  await page.waitForFunction((wanted) => wanted.includes(document.body.dataset.state), states, { timeout });
+  return page.evaluate(() => document.body.dataset.state);
+}
+
+async function chatTurn(page, prompt, timeout) {
+  await page.fill("#input", prompt);
+  await page.click("#send");
+  await page.waitForSelector(".message.assistant[data-done=true]", { timeout });
+  return page.textContent(".message.assistant");
+}
+
+describe("a tiny random-weight model", () => {
+  let site, server, expected;
+
+  before(async () => {
+    site = bundle("tiny-site", tinyGGUF());
+    expected = pythonGreedyReply(join(site, "models", "tiny", "webgpu"), PROMPT, TINY_TOKENS);
+    server = await serve(site);
+  });
+  after(() => server && server.stop());
+
+  test("the page loads with progress, streams the Python VM's greedy reply, and reloads from the cache", async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    const log = recordPage(page);
+    await page.goto(`${server.url}?temperature=0&max_tokens=${TINY_TOKENS}`);
+    assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
+    const seen = await page.evaluate(() => window.__seen);
+    assert.ok(seen.progress.some((line) => /MB of .* MB \(\d+%\)/.test(line)), `progress lines: ${seen.progress}`);
+    assert.match(await page.textContent("#device"), /Running on WebGPU: .+ · 6\.\d MB of weights downloaded/);
+    assert.ok(log.requests.some((url) => url.includes("params_shard_")), "the first load downloads the shards");
+
+    const reply = await chatTurn(page, PROMPT, 120_000);
+    assert.equal(reply, expected);
+    const lengths = (await page.evaluate(() => window.__seen.replyLengths)).filter((n) => n > 0);
+    assert.ok(lengths.length >= 3, `the reply should stream in pieces, saw lengths ${lengths}`);
+    assert.match(await page.textContent("#stats"), /decode \d+(\.\d+)? tok\/s/);
+    await page.screenshot({ path: join(ARTIFACTS, "chat-tiny.png"), fullPage: true });
+
+    log.requests.length = 0;
+    await page.reload();
+    assert.equal(await waitForState(page, ["ready", "error"]), "ready");
+    assert.deepEqual(log.requests.filter((url) => url.includes("params_shard_")), [], "a reload downloads no shard");
+    assert.match(await page.textContent("#device"), /of weights from the browser cache/);
+    assert.ok((await page.evaluate(() => window.__seen.progress)).some((line) => /from the cache/.test(line)));
+    assert.deepEqual(log.errors, []);
+    await context.close();
+  });
+
+  test("a phone-sized viewport fits the page", async () => {
+    const context = await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2 });
+    const page = await context.newPage();
+    await page.goto(`${server.url}?temperature=0&max_tokens=4`);
+    assert.equal(await waitForState(page, ["ready", "error"]), "ready");
+    await chatTurn(page, "Hi", 120_000);
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(overflow <= 0, `the page is ${overflow}px wider than the phone`);
+    await page.screenshot({ path: join(ARTIFACTS, "chat-phone.png") });
+    await context.close();
+  });
+
+  test("a corrupted shard is a clear error in the page", async () => {
+    const context = await browser.newContext();
+    await context.route("**/params_shard_0.bin", async (route) => {
+      const response = await route.fetch();
+      const body = Buffer.from(await response.body());
+      body[body.length >> 1] ^= 0xff;  // one flipped byte, the size unchanged
+      await route.fulfill({ response, body });
+    });
+    const page = await context.newPage();
+    await page.goto(server.url);
+    assert.equal(await waitForState(page, ["ready", "error"]), "error");
+    assert.match(await page.textContent("#error-text"), /shard params_shard_0\.bin is corrupted: its SHA-256 is/);
+    assert.ok(await page.isVisible("#error"));
+    await context.close();
+  });
+
+  test("a missing file is a clear error in the page", async () => {
+    const context = await browser.newContext();
+    await context.route("**/tokenizer.json", (route) => route.fulfill({ status: 404, body: "not found" }));
+    const page = await context.newPage();
+    await page.goto(server.url);
+    assert.equal(await waitForState(page, ["ready", "error"]), "error");
+    assert.match(await page.textContent("#error-text"), /missing file .*tokenizer\.json \(HTTP 404\)/);
+    await context.close();
+  });
+
+  test("without WebGPU the page says why it cannot run", async () => {
+    const context = await browser.newContext();
+    await context.addInitScript(() => { delete Navigator.prototype.gpu; });
+    const page = await context.newPage();
+    await page.goto(server.url);
+    assert.equal(await waitForState(page, ["ready", "error"]), "error");
+    assert.match(await page.textContent("#error-text"), /no WebGPU .*no WASM build to fall back to/);
+    await context.close();
+  });
+});
+
+describe("SmolLM2-135M-Instruct", () => {
+  let server, expected;
+  const question = "What is the capital of France?";
+
+  before(async () => {
+    const site = bundle("smollm2-site", undefined, 256);
+    expected = pythonGreedyReply(join(site, "models", "SmolLM2-135M-Instruct.Q4_1", "webgpu"), question, 10);
+    server = await serve(site);
+  });
+  after(() => server && server.stop());
+
+  test("answers in the browser as the Python VM does", async () => {
+    assert.equal(expected, "The capital of France is Paris.");
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(`${server.url}?temperature=0&max_tokens=10`);
+    assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
+    assert.equal(await chatTurn(page, question, 300_000), expected);
+    await page.screenshot({ path: join(ARTIFACTS, "chat-smollm2.png"), fullPage: true });
+    await context.close();
+  });
+});

@@ -1,0 +1,100 @@
+// The demo chat page: loads the bundle's model with the Tessera runtime and chats with it.
+// Query parameters set the sampling: ?temperature=0&max_tokens=32&top_p=0.9&seed=1.
+const body = document.body;
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+const number = (name, fallback) => (params.has(name) ? Number(params.get(name)) : fallback);
+const settings = {
+  temperature: number("temperature", 0.7), top_p: number("top_p", 0.95), top_k: number("top_k", 0),
+  max_tokens: number("max_tokens", 256), ...(params.has("seed") ? { seed: number("seed", 0) } : {}),
+};
+const messages = [];
+let engine = null;
+
+function formatBytes(bytes) {
+  return bytes >= 1 << 20 ? `${(bytes / (1 << 20)).toFixed(1)} MB` : `${(bytes / 1024).toFixed(0)} KB`;
+}
+
+function showError(error) {
+  body.dataset.state = "error";
+  $("loading").hidden = true;
+  $("error").hidden = false;
+  $("error-text").textContent = error?.message ?? String(error);
+  $("input").disabled = $("send").disabled = $("stop").disabled = true;
+  console.error(error);
+}
+
+function addMessage(role, text) {
+  const element = document.createElement("div");
+  element.className = `message ${role}`;
+  element.textContent = text;
+  $("messages").append(element);
+  element.scrollIntoView({ block: "end" });
+  return element;
+}
+
+async function send(text) {
+  messages.push({ role: "user", content: text });
+  addMessage("user", text);
+  const reply = addMessage("assistant", "");
+  body.dataset.state = "generating";
+  $("send").disabled = true;
+  $("stop").disabled = false;
+  let content = "";
+  try {
+    const stream = await engine.chat.completions.create({ messages, stream: true, ...settings });
+    for await (const chunk of stream) {
+      content += chunk.choices[0]?.delta?.content ?? "";
+      reply.textContent = content;
+      if (chunk.usage) {
+        const { prefill_tokens_per_s: prefill, decode_tokens_per_s: decode } = chunk.usage.extra;
+        $("stats").textContent = `${chunk.usage.completion_tokens} tokens · prefill ${prefill.toFixed(1)} tok/s · ` +
+          `decode ${decode.toFixed(1)} tok/s`;
+      }
+    }
+    messages.push({ role: "assistant", content });
+  } catch (error) {
+    messages.pop();  // the conversation goes on without the failed turn
+    reply.remove();
+    $("stats").textContent = `error: ${error.message}`;
+  } finally {
+    reply.dataset.done = "true";
+    body.dataset.state = "ready";
+    $("send").disabled = false;
+    $("stop").disabled = true;
+  }
+}
+
+$("composer").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const text = $("input").value.trim();
+  if (!text || body.dataset.state !== "ready") return;
+  $("input").value = "";
+  send(text);
+});
+$("input").addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey) {
+    event.preventDefault();
+    $("composer").requestSubmit();
+  }
+});
+$("stop").addEventListener("click", () => engine?.interruptGenerate());
+
+try {
+  const { createEngine } = await import(new URL(body.dataset.runtimeUrl, location.href).href);
+  engine = await createEngine(new URL(body.dataset.modelUrl, location.href).href, {
+    initProgressCallback: ({ progress, loaded, total, text }) => {
+      $("progress").value = progress;
+      $("progress-text").textContent = total
+        ? `${text} · ${formatBytes(loaded)} of ${formatBytes(total)} (${Math.round(progress * 100)}%)` : text;
+    },
+  });
+  const weights = `${formatBytes(engine.load.bytes)} of weights ${engine.load.shardsFromCache ? "from the browser cache" : "downloaded"}`;
+  $("device").textContent = `Running on ${engine.device.kind === "webgpu" ? "WebGPU" : "WASM"}: ${engine.device.name} · ${weights}`;
+  $("loading").hidden = true;
+  $("input").disabled = $("send").disabled = false;
+  body.dataset.state = "ready";
+  $("input").focus();
+} catch (error) {
+  showError(error);
+}
