@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # Chromium (driven by playwright-core, never a downloaded browser) gives WebGPU on SwiftShader.
 APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium
 
-.PHONY: setup system-deps python-deps node-deps test lint test-python test-browser demo bench clean
+.PHONY: setup system-deps python-deps node-deps test lint test-python test-js test-browser demo bench clean
 
 setup: system-deps python-deps node-deps
 
@@ -30,9 +30,14 @@ node_modules/.package-lock.json: package-lock.json package.json runtime-js/packa
 	npm ci --no-audit --no-fund
 	touch $@
 
-node-deps: node_modules/.package-lock.json
+# The runtime imports its two npm dependencies from src/vendor (plain relative ES-module imports).
+RUNTIME_VENDOR := runtime-js/src/vendor/tokenizers.js
+$(RUNTIME_VENDOR): node_modules/.package-lock.json runtime-js/scripts/vendor.mjs
+	node runtime-js/scripts/vendor.mjs
 
-test: setup lint test-python test-browser
+node-deps: node_modules/.package-lock.json $(RUNTIME_VENDOR)
+
+test: setup lint test-python test-js test-browser
 
 lint:
 	$(VENV)/bin/ruff check compiler codegen tests bench
@@ -40,12 +45,20 @@ lint:
 test-python:
 	$(PY) -m pytest
 
-# Needs build/test-shaders.json, which a complete run of the Python kernel tests writes.
-test-browser:
-	node --test tests/browser/
+# The runtime's loader, format checks, tokenizer glue and VM, in Node without a browser.
+test-js:
+	node --test tests/js/
 
+# Needs build/test-shaders.json, which a complete run of the Python kernel tests writes.
+# Screenshots of the chat page are left in build/artifacts/.
+test-browser:
+	node --test --test-concurrency=1 tests/browser/
+
+# Bundles the demo model (compiled once, then cached in ~/.cache/tessera) and serves the chat page.
+DEMO_PORT ?= 8000
 demo: setup
-	$(VENV)/bin/tessera demo
+	$(VENV)/bin/tessera bundle -o build/demo
+	$(VENV)/bin/tessera serve build/demo --port $(DEMO_PORT)
 
 # numpy is measured as it runs by default: without the OpenBLAS overrides this machine sets for old builds.
 bench: setup
@@ -53,4 +66,4 @@ bench: setup
 	@for b in bench/*.py; do echo "== $$b"; env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) "$$b" || exit 1; done
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache .hypothesis build
+	rm -rf $(VENV) node_modules .pytest_cache .hypothesis build runtime-js/src/vendor
