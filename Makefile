@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Debian packages beyond the basics: Mesa's Vulkan drivers give wgpu-py the CPU adapter llvmpipe;
 # Chromium (driven by playwright-core, never a downloaded browser) gives WebGPU on SwiftShader.
-APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium
+APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium clang lld wasi-libc libclang-rt-14-dev-wasm32
 
 .PHONY: setup system-deps python-deps node-deps test lint test-python test-js test-browser demo bench clean
 

@@ -7,6 +7,7 @@ A bundle is a folder any static server can host:
     models/<id>/bundle.json            the model's builds, tokenizer and chat configuration
     models/<id>/webgpu/                executable.json, tensor-cache.json, params_shard_*.bin,
                                        tokenizer.json, chat-config.json (the `tessera compile` folder)
+    models/<id>/wasm/                  the same for the WebAssembly CPU build, plus kernels.wasm
 
 The compile itself is the cached one `tessera chat` uses, so bundling again is a copy.
 """
@@ -38,20 +39,31 @@ def model_id(gguf_path: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "model"
 
 
-def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title: str | None = None) -> str:
-    """Write the site for ``gguf_path`` into ``output``; returns the model's folder in it."""
+TARGETS = ("webgpu", "wasm")
+
+
+def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title: str | None = None,
+                 targets: tuple[str, ...] = TARGETS) -> str:
+    """Write the site for ``gguf_path`` into ``output``; returns the model's folder in it.
+
+    ``targets``: the builds, in the order the runtime tries them (WebGPU, then the WASM fallback)."""
+    unknown = sorted(set(targets) - set(TARGETS))
+    if unknown or not targets:
+        raise BundleError(f"unknown bundle target {', '.join(unknown) or '(none)'}; known: {', '.join(TARGETS)}")
     from .chat import cached_compile
 
     _vendor_runtime()
     name = model_id(gguf_path)
     model_dir = os.path.join(output, "models", name)
-    compiled = cached_compile(gguf_path, "webgpu", context_length)
     if os.path.exists(model_dir):
         shutil.rmtree(model_dir)
-    shutil.copytree(compiled, os.path.join(model_dir, "webgpu"))
-    index = {"format": "tessera-bundle", "version": 1, "model": name,
-             "builds": [{"name": "webgpu", "kind": "webgpu", "path": "webgpu/", "features": []}],
-             "tokenizer": "webgpu/tokenizer.json", "chat_config": "webgpu/chat-config.json"}
+    builds = []
+    for target in targets:  # in order of preference: the runtime takes the first that can run
+        shutil.copytree(cached_compile(gguf_path, target, context_length), os.path.join(model_dir, target))
+        builds.append({"name": target, "kind": target, "path": f"{target}/", "features": []})
+    first = targets[0]
+    index = {"format": "tessera-bundle", "version": 1, "model": name, "builds": builds,
+             "tokenizer": f"{first}/tokenizer.json", "chat_config": f"{first}/chat-config.json"}
     with open(os.path.join(model_dir, "bundle.json"), "w", encoding="utf-8") as f:
         json.dump(index, f, indent=1)
     runtime = os.path.join(output, "runtime")

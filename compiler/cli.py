@@ -42,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     bundle = commands.add_parser("bundle", help="write a static web site that chats with a model")
     bundle.add_argument("model", nargs="?", help="a .gguf file (default: the bundled SmolLM2)")
     bundle.add_argument("-o", "--output", default="dist", help="the folder to write (default dist/)")
-    bundle.add_argument("--target", default="webgpu", choices=["webgpu"],
-                        help="webgpu: runs on any WebGPU adapter (spec-default limits, f32)")
+    bundle.add_argument("--targets", default="webgpu,wasm",
+                        help="builds in order of preference (default webgpu,wasm: WebGPU with spec-default "
+                             "limits, then the WebAssembly CPU fallback)")
     bundle.add_argument("--context", type=int, default=1024, help="KV cache positions (default 1024)")
 
     serve = commands.add_parser("serve", help="serve a bundle on 127.0.0.1")
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             model = args.model or bundled_smollm2_path()
             print(f"bundling {os.path.basename(model)} (the compile is cached after the first time) ...",
                   file=sys.stderr)
-            folder = bundle_model(model, args.output, args.context)
+            folder = bundle_model(model, args.output, args.context,
+                                  targets=tuple(t.strip() for t in args.targets.split(",") if t.strip()))
             print(f"wrote {args.output}: the chat page is index.html, the model {os.path.relpath(folder, args.output)}")
             return 0
         if args.command == "serve":

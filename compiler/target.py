@@ -4,6 +4,7 @@
     Target("webgpu", features={"shader-f16"})    # kernels may use f16
     Target.preset("llvmpipe")                    # Mesa's CPU Vulkan driver behind wgpu-py
     Target.preset("swiftshader")                 # Chromium's CPU WebGPU adapter
+    Target.preset("wasm")                        # C kernels compiled to WebAssembly (codegen/c)
 
 Schedule rules size workgroups and workgroup memory from ``limits``; the
 executable records what its kernels need so that loading on a smaller device
@@ -33,6 +34,8 @@ WEBGPU_DEFAULT_LIMITS = {
 # int64 tensors are stored as pairs of 32-bit words (see docs/kernels.md).
 _DTYPES = {
     "webgpu": {"float32", "int32", "uint32", "bool", "int64"},
+    # C kernels for WebAssembly (codegen/c): the same tensors, run a workgroup at a time on the CPU.
+    "wasm": {"float32", "int32", "uint32", "bool", "int64"},
 }
 
 _PRESETS = {
@@ -48,7 +51,11 @@ _PRESETS = {
     }, True),
     # Chromium names the feature "subgroups" and wants `enable subgroups;` in WGSL.
     "swiftshader": ({"subgroups"}, {"maxStorageBuffersPerShaderStage": 10}, True),
+    # WebAssembly: one 4 GiB memory, no binding limits worth the name; workgroups run a thread at a time.
+    "wasm": ({}, {"maxStorageBuffersPerShaderStage": 64, "maxComputeWorkgroupStorageSize": 65536,
+                  "maxBufferSize": 1 << 31, "maxStorageBufferBindingSize": 1 << 31}, True),
 }
+_PRESET_KINDS = {"wasm": "wasm"}  # the others are webgpu
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,7 @@ class Target:
         if name not in _PRESETS:
             raise ValueError(f"unknown target preset {name!r}; known: {', '.join(sorted(_PRESETS))}")
         features, limits, cpu_adapter = _PRESETS[name]
-        return Target("webgpu", features, limits, name, cpu_adapter)
+        return Target(_PRESET_KINDS.get(name, "webgpu"), features, limits, name, cpu_adapter)
 
     def limit(self, key: str) -> int:
         return dict(self.limits)[key]

@@ -75,7 +75,7 @@ def compile_vm(mod: IRModule, target: Target, upper_bounds: dict[str, int] | Non
     for name, func in mod.functions.items():
         if isinstance(func, PrimFunc):
             kernel_index[name] = len(kernels)
-            kernels.append(_kernel_record(func))
+            kernels.append(_kernel_record(func, target))
     constants: dict = {}
     functions = {}
     for name, func in mod.functions.items():
@@ -83,11 +83,18 @@ def compile_vm(mod: IRModule, target: Target, upper_bounds: dict[str, int] | Non
             functions[name] = _FunctionCompiler(name, func, kernel_index, kernels, constants, target,
                                                 upper_bounds).run()
     features = sorted({f for k in kernels for f in k["features"]})
+    wasm = None
+    if target.kind == "wasm":  # one module holds every kernel
+        from tessera.codegen.c import compile_wasm, emit_c_module
+
+        wasm = compile_wasm(emit_c_module([f for f in mod.functions.values() if isinstance(f, PrimFunc)]))
     return Executable({"kind": target.kind, "name": target.name, "features": sorted(target.features)},
-                      functions, kernels, features, _required_limits(kernels, functions), constants)
+                      functions, kernels, features, _required_limits(kernels, functions), constants, wasm)
 
 
-def _kernel_record(func: PrimFunc) -> dict:
+def _kernel_record(func: PrimFunc, target: Target) -> dict:
+    if target.kind == "wasm":
+        return _c_kernel_record(func)
     wgsl = emit_wgsl(func)
     features = []
     if "f16" in {d.split("x")[0] for d in walk_dtypes(func)}:
@@ -105,6 +112,22 @@ def _kernel_record(func: PrimFunc) -> dict:
         "outputs": [{"name": b.name, "dtype": b.storage_dtype} for b in func.outputs],
         "rule": func.attrs.get("rule"), "pattern": func.attrs.get("pattern"), "features": features,
         "workgroup_storage_bytes": workgroup_bytes,
+    }
+
+
+def _c_kernel_record(func: PrimFunc) -> dict:
+    """A kernel of the WASM module: its C text (for reading; the module is built from it) and export."""
+    from tessera.codegen.c import emit_c, kernel_symbol
+
+    source = emit_c(func)
+    return {
+        "name": func.name, "c": source, "sha256": hashlib.sha256(source.encode()).hexdigest(),
+        "entry_point": kernel_symbol(func), "workgroup_size": list(func.workgroup_size),
+        "scalars": list(func.scalars), "grid": [arith.to_source(g) for g in func.grid],
+        "inputs": [{"name": b.name, "dtype": b.storage_dtype} for b in func.inputs],
+        "outputs": [{"name": b.name, "dtype": b.storage_dtype} for b in func.outputs],
+        "rule": func.attrs.get("rule"), "pattern": func.attrs.get("pattern"), "features": [],
+        "workgroup_storage_bytes": 0,
     }
 
 

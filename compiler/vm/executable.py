@@ -22,6 +22,7 @@ FORMAT = "tessera-executable"
 VERSION = 1
 CACHE_FORMAT = "tessera-tensor-cache"
 SHARD_BYTES = 32 << 20
+WASM_FILE = "kernels.wasm"
 
 
 class ExecutableError(TesseraError):
@@ -36,15 +37,22 @@ class Executable:
     required_features: list
     required_limits: dict
     constants: dict = field(default_factory=dict)  # name -> numpy array (the weights)
+    wasm: bytes | None = None  # target wasm: the module with every kernel (kernels.wasm)
 
     def to_json(self) -> dict:
-        return {"format": FORMAT, "version": VERSION, "target": self.target, "required_features":
-                self.required_features, "required_limits": self.required_limits, "functions": self.functions,
-                "kernels": self.kernels, "constants": sorted(self.constants)}
+        doc = {"format": FORMAT, "version": VERSION, "target": self.target, "required_features":
+               self.required_features, "required_limits": self.required_limits, "functions": self.functions,
+               "kernels": self.kernels, "constants": sorted(self.constants)}
+        if self.wasm is not None:
+            doc["wasm"] = {"path": WASM_FILE, "nbytes": len(self.wasm), "sha256": hashlib.sha256(self.wasm).hexdigest()}
+        return doc
 
     def save(self, directory: str) -> None:
         os.makedirs(directory, exist_ok=True)
         save_tensor_cache(directory, self.constants)
+        if self.wasm is not None:
+            with open(os.path.join(directory, WASM_FILE), "wb") as f:
+                f.write(self.wasm)
         text = json.dumps(self.to_json(), indent=1, sort_keys=True)
         with open(os.path.join(directory, "executable.json"), "w", encoding="utf-8") as f:
             f.write(text)
@@ -72,18 +80,31 @@ class Executable:
         if target_kind is not None and kind != target_kind:
             raise ExecutableError(f"{path} was built for target {kind!r}, not {target_kind!r}")
         for kernel in data.get("kernels", []):
-            digest = hashlib.sha256(kernel.get("wgsl", "").encode()).hexdigest()
+            digest = hashlib.sha256(kernel.get("wgsl", kernel.get("c", "")).encode()).hexdigest()
             if digest != kernel.get("sha256"):
                 raise ExecutableError(f"kernel {kernel.get('name')} in {path} does not match its checksum")
         constants = load_tensor_cache(directory) if data.get("constants") else {}
         missing = set(data.get("constants", [])) - set(constants)
         if missing:
             raise ExecutableError(f"weights missing from tensor-cache.json: {', '.join(sorted(missing))}")
+        wasm = _load_wasm(directory, data["wasm"]) if "wasm" in data else None
         try:
             return Executable(data["target"], data["functions"], data["kernels"], data["required_features"],
-                              data["required_limits"], constants)
+                              data["required_limits"], constants, wasm)
         except KeyError as error:
             raise ExecutableError(f"{path} lacks the field {error.args[0]!r}") from None
+
+
+def _load_wasm(directory: str, record: dict) -> bytes:
+    path = os.path.join(directory, record.get("path", WASM_FILE))
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as error:
+        raise ExecutableError(f"cannot read {path}: {error.strerror}") from None
+    if hashlib.sha256(data).hexdigest() != record.get("sha256"):
+        raise ExecutableError(f"{path} does not match its checksum in executable.json (corrupted or stale)")
+    return data
 
 
 def save_tensor_cache(directory: str, tensors: dict[str, np.ndarray]) -> None:

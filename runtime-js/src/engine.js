@@ -14,6 +14,7 @@ import { DeviceError, requestDeviceFor, webgpuUnavailableReason } from "./device
 import { validateChatConfig } from "./format.js";
 import { loadBuild, loadBundleIndex, loadExecutable } from "./loader.js";
 import { HostTensor, VirtualMachine } from "./vm.js";
+import { WasmVirtualMachine } from "./wasm-vm.js";
 
 export class ChatError extends Error {
   name = "ChatError";
@@ -29,6 +30,18 @@ export function seededRandom(seed) {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
+}
+
+/** Resolve on a fresh task of the event loop (awaiting a resolved promise would not let events in). */
+export function nextTask() {
+  return new Promise((resolve) => {
+    const channel = new MessageChannel();
+    channel.port1.onmessage = () => {
+      channel.port1.close();
+      resolve(undefined);
+    };
+    channel.port2.postMessage(null);
+  });
 }
 
 /**
@@ -146,6 +159,7 @@ export class Engine {
       if (this.interrupted) { finish = "abort"; break; }
       if (generated.length >= maxTokens || this.cached.length + 1 >= context) { finish = "length"; break; }
       this.cached.push(token);
+      await nextTask();  // let the page paint the new text, and an interrupt arrive, between tokens
       logits = await this.vm.runOnDevice("decode", new HostTensor(Int32Array.of(token), [1]), this.cached.length);
       token = await this.nextToken(logits, knobs, random);
     }
@@ -178,45 +192,54 @@ export class Engine {
 }
 
 /**
- * Load a bundle's model and make an engine for it.
+ * Load a bundle's model and make an engine for it: the first build in the bundle's list that can
+ * run here (WebGPU when the browser has it and the device meets the build's needs, else WASM).
  * @param {string} bundleUrl the model's folder in a bundle (holding bundle.json)
  * @param {{initProgressCallback?: (p: {progress: number, loaded: number, total: number, text: string}) => void,
- *          fetchFn?: (url: string) => Promise<Response>}} options
+ *          fetchFn?: (url: string) => Promise<Response>, backend?: "auto" | "webgpu" | "wasm"}} options
  */
-export async function createEngine(bundleUrl, { initProgressCallback = () => {}, fetchFn } = {}) {
+export async function createEngine(bundleUrl, { initProgressCallback = () => {}, fetchFn, backend = "auto" } = {}) {
   const fetcher = fetchFn ?? ((/** @type {string} */ url) => fetch(url));
   initProgressCallback({ progress: 0, loaded: 0, total: 0, text: "Reading the bundle" });
   const { base, index, tokenizer: tokenizerJson, chatConfig } = await loadBundleIndex(bundleUrl, fetcher);
   validateChatConfig(chatConfig);
-  const webgpuBuilds = index.builds.filter((/** @type {any} */ b) => b.kind === "webgpu");
-  const unavailable = webgpuUnavailableReason();
-  if (unavailable) {
-    const wasm = index.builds.find((/** @type {any} */ b) => b.kind === "wasm");
-    throw new DeviceError(wasm ? `${unavailable}; the WASM build cannot run yet in this runtime version`
-      : `${unavailable}, and this bundle has no WASM build to fall back to`);
-  }
-  // Prefer a build whose features the adapter has (an f16 build first, when listed first).
-  let lastError = null;
-  for (const build of webgpuBuilds) {
-    const buildUrl = new URL(build.path, new URL(base, globalThis.location?.href ?? "http://localhost/")).href;
-    const folder = buildUrl.endsWith("/") ? buildUrl : buildUrl + "/";
-    const executable = await loadExecutable(folder, fetcher);
-    let device, adapterName;
-    try {
-      ({ device, adapterName } = await requestDeviceFor(executable));
-    } catch (error) {
-      lastError = error;
-      continue;
+  const builds = index.builds.filter((/** @type {any} */ b) => backend === "auto" || b.kind === backend);
+  /** @type {string[]} */
+  const reasons = [];
+  for (const build of builds) {
+    const folder = new URL(build.path.endsWith("/") ? build.path : build.path + "/",
+      new URL(base, globalThis.location?.href ?? "http://localhost/")).href;
+    const parts = { chatConfig, tokenizer: new Tokenizer(tokenizerJson, {}), modelId: index.model };
+    if (build.kind === "webgpu") {
+      const unavailable = webgpuUnavailableReason();
+      if (unavailable) { reasons.push(unavailable); continue; }
+      const executable = await loadExecutable(folder, fetcher);
+      let device, adapterName;
+      try {
+        ({ device, adapterName } = await requestDeviceFor(executable));
+      } catch (error) {
+        reasons.push(/** @type {Error} */ (error).message);
+        continue;
+      }
+      const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable });
+      initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
+      const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights);
+      initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
+      return new Engine({ ...parts, vm, device: { kind: "webgpu", name: adapterName, build: build.name },
+        load: { bytes: loaded.bytes, shardsFromCache: loaded.shardsFromCache, cache: loaded.cacheKind } });
     }
-    const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable });
-    initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
-    const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights);
-    initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
-    return new Engine({
-      vm, chatConfig, tokenizer: new Tokenizer(tokenizerJson, {}), modelId: index.model,
-      device: { kind: "webgpu", name: adapterName, build: build.name },
-      load: { bytes: loaded.bytes, shardsFromCache: loaded.shardsFromCache, cache: loaded.cacheKind },
-    });
+    if (build.kind === "wasm") {
+      if (typeof WebAssembly === "undefined") { reasons.push("this browser has no WebAssembly"); continue; }
+      const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher });
+      const vm = await WasmVirtualMachine.create(loaded.executable, loaded.weights, /** @type {ArrayBuffer} */ (loaded.wasm));
+      initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
+      const why = reasons.length ? ` (WebGPU: ${reasons.join("; ")})` : "";
+      return new Engine({ ...parts, vm, device: { kind: "wasm", name: `WebAssembly SIMD on the CPU${why}`, build: build.name },
+        load: { bytes: loaded.bytes, shardsFromCache: loaded.shardsFromCache, cache: loaded.cacheKind } });
+    }
+    reasons.push(`build ${build.name} is of an unknown kind ${build.kind}`);
   }
-  throw lastError ?? new DeviceError("this bundle has no WebGPU build");
+  if (!builds.length) throw new DeviceError(`this bundle has no ${backend} build`);
+  throw new DeviceError(`${reasons.join("; ")}${index.builds.some((/** @type {any} */ b) => b.kind === "wasm") ? "" :
+    ", and this bundle has no WASM build to fall back to"}`);
 }

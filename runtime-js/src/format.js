@@ -21,9 +21,15 @@ export function validateExecutable(doc, what = "executable.json") {
   expect(doc.version === EXECUTABLE_VERSION, what,
     `format version ${doc.version}; this runtime reads version ${EXECUTABLE_VERSION}: rebuild the bundle with this Tessera`);
   expect(Array.isArray(doc.kernels) && typeof doc.functions === "object", what, "kernels or functions are missing");
-  expect(doc.target?.kind === "webgpu", what, `built for ${doc.target?.kind}, not webgpu`);
+  const kind = doc.target?.kind;
+  expect(kind === "webgpu" || kind === "wasm", what, `built for ${kind}, not webgpu or wasm`);
+  if (kind === "wasm") {
+    expect(typeof doc.wasm?.path === "string" && /^[0-9a-f]{64}$/.test(doc.wasm?.sha256), what, "the wasm module record is missing");
+  }
+  const fields = kind === "webgpu" ? ["name", "wgsl", "entry_point", "bindings", "scalars", "grid"]
+    : ["name", "entry_point", "scalars", "grid"];
   for (const [index, kernel] of doc.kernels.entries()) {
-    for (const key of ["name", "wgsl", "entry_point", "bindings", "scalars", "grid"]) {
+    for (const key of fields) {
       expect(kernel[key] !== undefined, what, `kernel ${index} has no ${key}`);
     }
   }

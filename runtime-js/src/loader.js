@@ -154,7 +154,13 @@ export async function loadBuild(buildUrl, { onProgress = () => {}, fetchFn = fet
     }
   }
   report(fromCache === tensorCache.records.length ? "Weights loaded from the cache" : "Weights loaded");
-  return { executable, tensorCache, weights, bytes: total, shardsFromCache: fromCache, cacheKind: store.kind };
+  let wasm = null;
+  if (executable.target.kind === "wasm") {
+    const url = buildUrl + executable.wasm.path;
+    wasm = await (await fetchOk(url, fetchFn)).arrayBuffer();
+    if (await sha256Hex(wasm) !== executable.wasm.sha256) throw new LoadError(`${url} does not match its checksum in executable.json`);
+  }
+  return { executable, tensorCache, weights, wasm, bytes: total, shardsFromCache: fromCache, cacheKind: store.kind };
 }
 
 /**

@@ -88,6 +88,32 @@ describe("a tiny random-weight model", () => {
     await context.close();
   });
 
+  test("on the page's own thread (?worker=0) the reply is the same", async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(`${server.url}?temperature=0&max_tokens=${TINY_TOKENS}&worker=0`);
+    assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
+    assert.equal(await chatTurn(page, PROMPT, 120_000), expected);
+    await context.close();
+  });
+
+  test("Stop ends a reply early and the chat goes on", async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(`${server.url}?temperature=0&max_tokens=200&backend=wasm`);
+    assert.equal(await waitForState(page, ["ready", "error"]), "ready");
+    await page.fill("#input", PROMPT);
+    await page.click("#send");
+    await page.waitForFunction(() => (document.querySelector(".message.assistant")?.textContent.length ?? 0) > 0);
+    await page.click("#stop");
+    await page.waitForSelector(".message.assistant[data-done=true]", { timeout: 60_000 });
+    assert.match(await page.textContent("#stats"), /^\d+ tokens/);
+    const tokens = Number((await page.textContent("#stats")).split(" ")[0]);
+    assert.ok(tokens < 200, `stopped after ${tokens} tokens`);
+    assert.equal(await page.evaluate(() => document.body.dataset.state), "ready");
+    await context.close();
+  });
+
   test("a phone-sized viewport fits the page", async () => {
     const context = await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2 });
     const page = await context.newPage();
@@ -126,14 +152,20 @@ describe("a tiny random-weight model", () => {
     await context.close();
   });
 
-  test("without WebGPU the page says why it cannot run", async () => {
-    const context = await browser.newContext();
-    await context.addInitScript(() => { delete Navigator.prototype.gpu; });
+  test("without WebGPU the page runs the WASM build, says so, and replies the same", async () => {
+    // Chromium without --enable-unsafe-webgpu on Linux: navigator.gpu is there, an adapter is not.
+    const noWebGPU = await chromium.launch({ executablePath: process.env.CHROMIUM_PATH || "/usr/bin/chromium",
+      args: CHROMIUM_FLAGS.filter((flag) => flag !== "--enable-unsafe-webgpu") });
+    const context = await noWebGPU.newContext();
     const page = await context.newPage();
-    await page.goto(server.url);
-    assert.equal(await waitForState(page, ["ready", "error"]), "error");
-    assert.match(await page.textContent("#error-text"), /no WebGPU .*no WASM build to fall back to/);
-    await context.close();
+    const log = recordPage(page);
+    await page.goto(`${server.url}?temperature=0&max_tokens=${TINY_TOKENS}`);
+    assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
+    assert.match(await page.textContent("#device"), /Running on WASM: WebAssembly SIMD on the CPU \(WebGPU: .*no adapter/);
+    assert.ok(log.requests.some((url) => url.endsWith("/wasm/kernels.wasm")));
+    assert.equal(await chatTurn(page, PROMPT, 120_000), expected);
+    await page.screenshot({ path: join(ARTIFACTS, "chat-tiny-wasm.png"), fullPage: true });
+    await noWebGPU.close();
   });
 });
 

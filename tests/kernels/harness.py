@@ -54,7 +54,8 @@ def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=
     COVERED_OPS.update(_op_names(mod))
     lowered = legalize_ops(mod, target)
     kernels = [f for f in lowered.functions.values() if not isinstance(f, Function)]
-    _record_browser_shaders(mod, kernels)
+    if target.kind == "webgpu":
+        _record_browser_shaders(mod, kernels)
     rng = np.random.default_rng(seed)
     for env in size_sweeps(params, sizes):
         for kernel in kernels:

@@ -1,5 +1,7 @@
 // The demo chat page: loads the bundle's model with the Tessera runtime and chats with it.
-// Query parameters set the sampling: ?temperature=0&max_tokens=32&top_p=0.9&seed=1.
+// Query parameters set the sampling (?temperature=0&max_tokens=32&top_p=0.9&seed=1) and may pick
+// the backend (?backend=wasm; the default tries WebGPU, then WASM); ?worker=0 runs the engine on
+// the page's own thread instead of a Web Worker.
 const body = document.body;
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -81,8 +83,11 @@ $("input").addEventListener("keydown", (event) => {
 $("stop").addEventListener("click", () => engine?.interruptGenerate());
 
 try {
-  const { createEngine } = await import(new URL(body.dataset.runtimeUrl, location.href).href);
-  engine = await createEngine(new URL(body.dataset.modelUrl, location.href).href, {
+  const runtime = await import(new URL(body.dataset.runtimeUrl, location.href).href);
+  // The engine runs in a Web Worker unless ?worker=0: the page never waits on a kernel.
+  const create = params.get("worker") === "0" ? runtime.createEngine : runtime.createWorkerEngine;
+  engine = await create(new URL(body.dataset.modelUrl, location.href).href, {
+    backend: params.get("backend") ?? "auto",
     initProgressCallback: ({ progress, loaded, total, text }) => {
       $("progress").value = progress;
       $("progress-text").textContent = total

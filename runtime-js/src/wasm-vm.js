@@ -1,0 +1,279 @@
+// The WebAssembly virtual machine: the same executable format, with kernels.wasm in place of WGSL.
+//
+// Everything lives in one WebAssembly.Memory that the kernel module imports: above the module's own
+// data and stack (its __heap_base) come the weights, the state (KV cache), and for each function its
+// parameters at their upper bounds and the arena of its static memory plan. Pointers are byte
+// offsets into that memory. A launch calls the kernel's export with the pointers of its tensors,
+// its scalars and its grid; the C code loops over workgroups and threads (codegen/c).
+
+import { evalShape } from "./shape.js";
+import { bindShapes, checkValue, HostTensor, RuntimeCheckError } from "./vm.js";
+
+const PAGE = 65536;
+const ALIGN = 16;
+const TYPED = { float32: Float32Array, int32: Int32Array, uint32: Uint32Array };
+const alignUp = (/** @type {number} */ n) => Math.ceil(n / ALIGN) * ALIGN;
+
+/** A result left in WASM memory: valid until its function runs again. */
+export class WasmTensor {
+  /** @param {WasmFunction} fn @param {number} generation @param {number} pointer @param {number} nbytes
+   *  @param {number[]} shape @param {string} dtype */
+  constructor(fn, generation, pointer, nbytes, shape, dtype) {
+    Object.assign(this, { fn, generation, pointer, nbytes, shape, dtype });
+  }
+
+  checkCurrent() {
+    if (this.fn.generation !== this.generation) {
+      throw new RuntimeCheckError(`this result of ${this.fn.name} was overwritten by a later call of ${this.fn.name}`);
+    }
+  }
+}
+
+export class WasmVirtualMachine {
+  /**
+   * @param {any} exe the parsed executable.json (target kind "wasm")
+   * @param {Map<string, ArrayBufferView>} weights
+   * @param {ArrayBuffer} wasmBytes kernels.wasm
+   */
+  static async create(exe, weights, wasmBytes) {
+    const module = await WebAssembly.compile(wasmBytes);
+    const plan = layout(exe, weights);
+    const memory = new WebAssembly.Memory({ initial: Math.ceil((plan.bytes + (1 << 20)) / PAGE) });
+    const instance = await WebAssembly.instantiate(module, { env: { memory } });
+    const vm = new WasmVirtualMachine(exe, memory, instance, plan, weights);
+    return vm;
+  }
+
+  /** @param {any} exe @param {WebAssembly.Memory} memory @param {WebAssembly.Instance} instance
+   *  @param {{bytes: number, place: (base: number) => any}} plan @param {Map<string, ArrayBufferView>} weights */
+  constructor(exe, memory, instance, plan, weights) {
+    this.exe = exe;
+    this.memory = memory;
+    this.exports = /** @type {any} */ (instance.exports);
+    const base = alignUp(Number(this.exports.__heap_base.value));
+    const need = Math.ceil((base + plan.bytes) / PAGE) - memory.buffer.byteLength / PAGE;
+    if (need > 0) memory.grow(need);
+    const places = plan.place(base);
+    this.constants = places.constants;
+    this.state = places.state;
+    for (const [name, pointer] of this.constants) {
+      const data = /** @type {ArrayBufferView} */ (weights.get(name));
+      this.bytes().set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength), pointer);
+    }
+    this.kernelExports = exe.kernels.map((/** @type {any} */ k) => {
+      const fn = this.exports[k.entry_point];
+      if (typeof fn !== "function") throw new Error(`kernels.wasm does not export ${k.entry_point} (kernel ${k.name})`);
+      return fn;
+    });
+    /** @type {Map<string, WasmFunction>} */
+    this.functions = new Map();
+    for (const [name, record] of Object.entries(exe.functions)) {
+      this.functions.set(name, new WasmFunction(this, name, record, places.functions.get(name)));
+    }
+  }
+
+  bytes() {
+    return new Uint8Array(this.memory.buffer);
+  }
+
+  resetState() {
+    for (const { pointer, nbytes } of this.state.values()) this.bytes().fill(0, pointer, pointer + nbytes);
+  }
+
+  /** @param {string} name */
+  fn(name) {
+    const fn = this.functions.get(name);
+    if (!fn) throw new Error(`the executable has no function '${name}' (functions: ${[...this.functions.keys()].join(", ")})`);
+    return fn;
+  }
+
+  /** @param {string} name @param {...any} args */
+  async run(name, ...args) {
+    return this.fn(name).call(args, true);
+  }
+
+  /** @param {string} name @param {...any} args */
+  async runOnDevice(name, ...args) {
+    return this.fn(name).call(args, false);
+  }
+}
+
+/** Where everything goes, as offsets from a base the module decides (its __heap_base).
+ * @param {any} exe @param {Map<string, ArrayBufferView>} weights */
+function layout(exe, weights) {
+  let end = 0;
+  const take = (/** @type {number} */ nbytes) => {
+    const at = end;
+    end = alignUp(end + Math.max(nbytes, 4));
+    return at;
+  };
+  const constants = new Map();
+  for (const name of exe.constants) {
+    const data = weights.get(name);
+    if (!data) throw new Error(`the weights have no tensor '${name}' that the executable uses`);
+    constants.set(name, take(data.byteLength));
+  }
+  const state = new Map();
+  const functions = new Map();
+  for (const [name, record] of Object.entries(exe.functions)) {
+    const bounds = upperBounds(name, record);
+    const params = new Map();
+    for (const param of record.params) {
+      const tensor = record.tensors[String(param.register)];
+      if (!tensor) continue;
+      const nbytes = evalShape(tensor.bytes, bounds);
+      if (param.state) {
+        if (!state.has(param.name)) state.set(param.name, { pointer: take(nbytes), nbytes });
+        params.set(param.register, { state: param.name });
+      } else {
+        params.set(param.register, { pointer: take(nbytes) });
+      }
+    }
+    const arena = record.memory.buffers.map((/** @type {number} */ size) => take(size));
+    functions.set(name, { params, arena });
+  }
+  return {
+    bytes: end,
+    place: (/** @type {number} */ base) => {
+      const shift = (/** @type {number} */ offset) => base + offset;
+      const placedState = new Map([...state].map(([n, s]) => [n, { pointer: shift(s.pointer), nbytes: s.nbytes }]));
+      const placedFunctions = new Map([...functions].map(([n, f]) => [n, {
+        params: new Map([...f.params].map(([reg, p]) => [reg, p.state ? placedState.get(p.state).pointer : shift(p.pointer)])),
+        arena: f.arena.map(shift),
+      }]));
+      return { constants: new Map([...constants].map(([n, p]) => [n, shift(p)])), state: placedState, functions: placedFunctions };
+    },
+  };
+}
+
+/** @param {string} name @param {any} record @returns {Record<string, number>} */
+function upperBounds(name, record) {
+  if (!record.memory.static) {
+    throw new Error(`function ${name} has symbols without upper bounds (${record.unbounded_symbols.join(", ")}); ` +
+      "the WASM runtime plans memory ahead and needs them bounded");
+  }
+  /** @type {Record<string, number>} */
+  const bounds = {};
+  for (const [symbol, info] of Object.entries(record.symbols)) bounds[symbol] = /** @type {any} */ (info).upper_bound;
+  return bounds;
+}
+
+class WasmFunction {
+  /** @param {WasmVirtualMachine} vm @param {string} name @param {any} record @param {any} places */
+  constructor(vm, name, record, places) {
+    this.vm = vm;
+    this.name = name;
+    this.record = record;
+    this.places = places;
+    this.generation = 0;
+    this.bounds = upperBounds(name, record);
+    this.tokens = new Map(record.memory.storages.map((/** @type {any} */ s) => [s.index, s]));
+    this.launches = record.code.filter((/** @type {any} */ op) => op.op === "launch").map((/** @type {any} */ op) => ({
+      op, kernel: vm.exe.kernels[op.kernel], run: vm.kernelExports[op.kernel],
+      pointers: [...op.args, ...op.outs].map((/** @type {number} */ reg) => this.pointer(reg)),
+    }));
+  }
+
+  /** @param {number} reg */
+  pointer(reg) {
+    const loc = this.record.locations[String(reg)];
+    if (loc.kind === "param") return this.places.params.get(reg);
+    if (loc.kind === "constant") return this.vm.constants.get(loc.name);
+    const token = this.tokens.get(loc.token);
+    return this.places.arena[token.buffer] + token.offset;
+  }
+
+  /** @param {number} reg @param {Map<number, any>} results @returns {any} */
+  assemble(reg, results) {
+    if (results.has(reg)) return results.get(reg);
+    const code = this.record.code;
+    const tuple = code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === reg);
+    if (tuple) return tuple.fields.map((/** @type {number} */ f) => this.assemble(f, results));
+    const get = code.find((/** @type {any} */ op) => op.op === "get" && op.dst === reg);
+    if (get) {
+      const source = code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === get.src);
+      return this.assemble(source.fields[get.index], results);
+    }
+    if (this.record.tensors[String(reg)]) return results.get(reg);
+    throw new Error(`${this.name}: cannot assemble result register ${reg}`);
+  }
+
+  /** @param {number} reg @returns {number[]} */
+  resultRegisters(reg) {
+    const code = this.record.code;
+    const tuple = code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === reg);
+    if (tuple) return tuple.fields.flatMap((/** @type {number} */ f) => this.resultRegisters(f));
+    const get = code.find((/** @type {any} */ op) => op.op === "get" && op.dst === reg);
+    if (get) {
+      const source = code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === get.src);
+      return this.resultRegisters(source.fields[get.index]);
+    }
+    return this.record.tensors[String(reg)] ? [reg] : [];
+  }
+
+  /** @param {any[]} args @param {boolean} toHost */
+  async call(args, toHost) {
+    const { vm, record } = this;
+    const inputs = record.params.filter((/** @type {any} */ p) => !p.state);
+    if (args.length !== inputs.length) {
+      throw new RuntimeCheckError(`${this.name} takes ${inputs.length} arguments (${inputs.map((/** @type {any} */ p) => p.name).join(", ")}), got ${args.length}`);
+    }
+    const values = new Map(inputs.map((/** @type {any} */ p, /** @type {number} */ i) => [p.register, args[i]]));
+    /** @type {Record<string, number>} */
+    const heap = {};
+    for (const op of record.code) {
+      if (op.op !== "match") continue;
+      let value = values.get(op.reg);
+      if (value === undefined && op.sinfo.kind === "prim") continue;
+      if (value === undefined) {
+        const tensor = record.tensors[String(op.reg)];
+        value = { shape: tensor.shape.map((/** @type {string} */ d) => evalShape(d, heap)), dtype: tensor.dtype };
+      }
+      bindShapes(op.sinfo, value, heap);
+      checkValue(op.sinfo, value, heap, op.what);
+    }
+    for (const [name, bound] of Object.entries(this.bounds)) {
+      if (bound !== null && heap[name] !== undefined && heap[name] > bound) {
+        throw new RuntimeCheckError(`${this.name}: ${name} = ${heap[name]} exceeds its upper bound ${bound}, for which memory was planned`);
+      }
+    }
+    const bytes = vm.bytes();
+    for (const param of inputs) {
+      const pointer = this.places.params.get(param.register);
+      const value = values.get(param.register);
+      if (pointer === undefined) continue;
+      if (value instanceof WasmTensor) {
+        value.checkCurrent();
+        bytes.copyWithin(pointer, value.pointer, value.pointer + value.nbytes);
+      } else {
+        bytes.set(new Uint8Array(value.data.buffer, value.data.byteOffset, value.data.byteLength), pointer);
+      }
+    }
+    this.generation += 1;
+    for (const { op, kernel, run, pointers } of this.launches) {
+      const scalars = op.scalars.map((/** @type {string} */ s) => evalShape(s, heap));
+      /** @type {Record<string, number>} */
+      const env = {};
+      kernel.scalars.forEach((/** @type {string} */ name, /** @type {number} */ i) => { env[name] = scalars[i]; });
+      const grid = kernel.grid.map((/** @type {string} */ g) => evalShape(g, env));
+      if (Math.min(...grid) > 0) run(...pointers, ...scalars, ...grid);
+    }
+    /** @type {Map<number, any>} */
+    const results = new Map();
+    for (const reg of this.resultRegisters(record.code[record.code.length - 1].src)) {
+      const tensor = record.tensors[String(reg)];
+      const shape = tensor.shape.map((/** @type {string} */ d) => evalShape(d, heap));
+      const nbytes = evalShape(tensor.bytes, heap);
+      const pointer = this.pointer(reg);
+      if (!toHost) {
+        results.set(reg, new WasmTensor(this, this.generation, pointer, nbytes, shape, tensor.dtype));
+        continue;
+      }
+      const Typed = TYPED[/** @type {keyof typeof TYPED} */ (tensor.dtype)];
+      if (!Typed) throw new Error(`the JS runtime reads back float32, int32 and uint32 results; ${this.name} returns ${tensor.dtype}`);
+      const count = shape.reduce((/** @type {number} */ a, /** @type {number} */ b) => a * b, 1);
+      results.set(reg, new HostTensor(new Typed(vm.memory.buffer.slice(pointer, pointer + count * 4)), shape));
+    }
+    return this.assemble(record.code[record.code.length - 1].src, results);
+  }
+}

@@ -1,0 +1,64 @@
+// The WASM build of a model, run by the runtime's WebAssembly VM in Node (no browser, no GPU):
+// its greedy reply equals the Python VM's (WebGPU build, llvmpipe) for the same model and prompt.
+import assert from "node:assert/strict";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { before, test } from "node:test";
+
+import { createEngine } from "../../runtime-js/src/tessera.js";
+import { bundle, pythonGreedyReply, tinyGGUF } from "../browser/bundle.mjs";
+
+const ORIGIN = "http://bundle.test/";
+let site;
+
+/** fetch() over a bundle folder on disk, recording the URLs asked for. */
+function folderFetch(root, requests = []) {
+  return async (url) => {
+    requests.push(url);
+    try {
+      return new Response(await readFile(join(root, new URL(url).pathname)));
+    } catch {
+      return new Response("not found", { status: 404 });
+    }
+  };
+}
+
+before(() => {
+  site = bundle("tiny-site", tinyGGUF());
+});
+
+test("the WASM build replies as the Python VM does", async () => {
+  const expected = pythonGreedyReply(join(site, "models", "tiny", "webgpu"), "Hello there", 12);
+  const progress = [];
+  const engine = await createEngine(`${ORIGIN}models/tiny/`, {
+    fetchFn: folderFetch(site), backend: "auto", initProgressCallback: (p) => progress.push(p),
+  });
+  assert.equal(engine.device.kind, "wasm");  // Node has no WebGPU: the runtime fell back
+  assert.match(engine.device.name, /WebAssembly SIMD on the CPU \(WebGPU: this browser has no WebGPU/);
+  assert.equal(progress.at(-1).text, "Ready");
+  const reply = await engine.chat.completions.create({
+    messages: [{ role: "user", content: "Hello there" }], temperature: 0, max_tokens: 12,
+  });
+  assert.equal(reply.choices[0].message.content, expected);
+  assert.equal(reply.choices[0].finish_reason, "length");
+  assert.equal(reply.usage.completion_tokens, 12);
+  assert.ok(reply.usage.extra.decode_tokens_per_s > 0);
+
+  // A second turn reuses the cache: only the new turn's tokens are prefilled.
+  const messages = [{ role: "user", content: "Hello there" }, { role: "assistant", content: reply.choices[0].message.content },
+    { role: "user", content: "And then?" }];
+  const chunks = [];
+  for await (const chunk of await engine.chat.completions.create({ messages, temperature: 0, max_tokens: 4, stream: true })) {
+    chunks.push(chunk);
+  }
+  const usage = chunks.at(-1).usage;
+  assert.ok(usage.extra.prefill_tokens < usage.prompt_tokens / 2, JSON.stringify(usage));
+  assert.equal(chunks.map((c) => c.choices[0].delta.content ?? "").join("").length > 0, true);
+
+  // Seeded sampling repeats; a prompt past the context is refused with its numbers.
+  const sampled = async () => (await engine.chat.completions.create({ messages: messages.slice(0, 1), temperature: 1,
+    top_k: 40, top_p: 0.9, seed: 5, max_tokens: 6 })).choices[0].message.content;
+  assert.equal(await sampled(), await sampled());
+  await assert.rejects(engine.chat.completions.create({ messages: [{ role: "user", content: "word ".repeat(400) }] }),
+    /the prompt has \d+ tokens; the context window is 256/);
+});

@@ -1,0 +1,85 @@
+"""The WASM target: the same operators as C kernels (codegen/c) built by clang for wasm32 and run in
+wasmtime, against numpy at sizes that are not multiples of any tile (1, 7, 64, 1000)."""
+
+import numpy as np
+import pytest
+from harness import check_op
+from tessera import op
+from tessera.codegen.c import emit_c
+from tessera.ir import PrimValue, Tensor
+from tessera.target import Target
+from tessera.vm.wasm_runner import WasmKernelRunner
+
+WASM = Target.preset("wasm")
+F32 = "float32"
+
+
+@pytest.fixture(scope="module")
+def wasm():
+    return WasmKernelRunner()
+
+
+CASES = {
+    "elementwise": (lambda a, b: op.multiply(op.exp(a), op.add(b, a)), [Tensor(("n", 5), F32), Tensor((5,), F32)]),
+    "compare_where": (lambda a, b: op.where(op.greater(a, b), a, op.negative(b)), [Tensor(("n",), F32)] * 2),
+    "gelu_silu": (lambda a: op.nn.silu(op.nn.gelu(a)), [Tensor(("n", 3), F32)]),
+    "sum_rows": (lambda a: op.sum(a, axis=[1]), [Tensor(("n", 300), F32)]),
+    "mean_all": (lambda a: op.mean(a), [Tensor(("n", 3), F32)]),
+    "softmax": (op.nn.softmax, [Tensor(("n", 300), F32)]),
+    "rms_norm": (lambda x, w: op.nn.rms_norm(x, w, axes=[-1]), [Tensor(("n", 64), F32), Tensor((64,), F32)]),
+    "layer_norm": (lambda x, g, b: op.nn.layer_norm(x, g, b, axes=[-1]),
+                   [Tensor(("n", 40), F32), Tensor((40,), F32), Tensor((40,), F32)]),
+    "gemv": (op.matmul, [Tensor((1, 96), F32), Tensor((96, "n"), F32)]),
+    "gemm": (op.matmul, [Tensor(("n", 70), F32), Tensor((70, 33), F32)]),
+    "transpose": (op.permute_dims, [Tensor(("n", 37), F32)]),
+    "concat_split": (lambda a, b: op.split(op.concat((a, b), axis=1), indices_or_sections=[2], axis=1),
+                     [Tensor(("n", 3), F32), Tensor(("n", 4), F32)]),
+    "take": (lambda w, i: op.take(w, i, axis=0), [Tensor((50, 8), F32), Tensor(("n",), "int32")]),
+    "int64_arange": (lambda x: op.add(op.arange(start=0, end=7, step=1, dtype="int64"), op.astype(x, dtype="int64")),
+                     [Tensor((7,), "int32")]),
+    "argmax_bool": (lambda a: op.logical_and(op.greater(op.argmax(a, axis=1), op.argmin(a, axis=1)),
+                                             op.not_equal(op.argmax(a, axis=1), op.argmin(a, axis=1))),
+                    [Tensor(("n", 30), F32)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_operators_as_wasm_kernels(wasm, name):
+    make, params = CASES[name]
+    check_op(wasm, make, params, target=WASM, rtol=1e-4, atol=1e-4)
+
+
+def test_the_llm_kernels_as_wasm(wasm):
+    """What a Llama step needs beyond the above: quantized GEMV/GEMM and embedding rows, the KV
+    cache write (in place) and the sampler, whose workgroup barriers the C code splits at."""
+    from test_quantized_kernels import quantized
+
+    words, _ = quantized("q4_1", 42, 128)
+    check_op(wasm, lambda x, w: op.quantized_matmul(x, w, format="q4_1", k=128),
+             [Tensor(("m", 128), F32), Tensor((42, words.shape[1]), "uint32")], target=WASM, rtol=1e-4, atol=1e-4,
+             inputs=lambda env, rng: [rng.standard_normal((env["m"], 128)).astype(np.float32), words])
+    table, _ = quantized("q8_0", 30, 64)
+    check_op(wasm, lambda w, i: op.quantized_take(w, i, format="q8_0", k=64),
+             [Tensor((30, table.shape[1]), "uint32"), Tensor(("n",), "int32")], target=WASM, rtol=1e-5, atol=1e-5,
+             inputs=lambda env, rng: [table, rng.integers(0, 30, env["n"]).astype(np.int32)])
+    check_op(wasm, lambda c, v: op.kv_cache_write(c, v, PrimValue(3)), [Tensor((1010, 2, 4), F32),
+                                                                         Tensor(("n", 2, 4), F32)], target=WASM)
+
+    def sampler_inputs(env, rng):
+        return [(rng.standard_normal((1, 1000)) * 3).astype(np.float32), rng.integers(0, 1000, env["m"]).astype(np.int32),
+                np.array([0.8, 40, 0.9, 1.2, rng.random()], np.float32)]
+
+    for greedy in (True, False):
+        _, kernels = check_op(wasm, lambda x, h, p, g=greedy: op.sample_token(x, h, p, greedy=g),
+                              [Tensor((1, 1000), F32), Tensor(("m",), "int32"), Tensor((5,), F32)],
+                              target=WASM, inputs=sampler_inputs)
+    source = emit_c(kernels[0])
+    assert "for (int32_t lid = 0; lid < 256; lid++)" in source  # the body split into thread loops
+
+
+def test_what_c_kernels_cannot_hold_is_an_error():
+    from harness import build
+    from tessera.transform import legalize_ops
+
+    with pytest.raises(Exception, match="float16"):
+        legalize_ops(build(op.exp, [Tensor(("n",), "float16")]), WASM)
