@@ -80,9 +80,12 @@ class CRenderer(CStyleRenderer):
         _reject_unsupported(func)
         self.threads = math.prod(func.workgroup_size)
         self.in_threads = False  # inside a loop over the workgroup's threads
+        # Locals that live across a barrier (used in two thread loops, or read at workgroup level)
+        # need a slot per thread; the others stay C locals, which clang keeps in registers.
+        shared = _locals_across_barriers(func.body)
         self.arrays: dict[str, str] = {}  # per-thread locals: name -> C type
         for stmt, _ in _walk(func.body):
-            if isinstance(stmt, Declare):
+            if isinstance(stmt, Declare) and stmt.var.name in shared:
                 ctype = self.type_name(stmt.var.dtype)
                 if self.arrays.setdefault(stmt.var.name, ctype) != ctype:
                     raise NotImplementedError(f"kernel {func.name}: local {stmt.var.name} has two types")
@@ -268,6 +271,49 @@ def _walk(body):
             yield from _walk(s.otherwise)
         elif isinstance(s, For):
             yield from _walk(s.body)
+
+
+def _locals_across_barriers(body: tuple) -> set[str]:
+    """Names of locals that one thread loop writes and another (or the workgroup level) reads."""
+    from tessera.tir.ir import walk_expr, walk_stmts
+
+    regions: list[set[str]] = []
+    workgroup: set[str] = set()
+
+    def names(stmts) -> set[str]:
+        found = set()
+        for stmt, exprs in walk_stmts(stmts):
+            if isinstance(stmt, (Declare, Assign)):
+                found.add(stmt.var.name)
+            for root in exprs:
+                found.update(e.name for e in walk_expr(root) if isinstance(e, Local))
+        return found
+
+    def split(stmts) -> None:
+        run: list = []
+        for stmt in stmts:
+            if not _has_barrier(stmt):
+                run.append(stmt)
+                continue
+            regions.append(names(run))
+            run = []
+            if isinstance(stmt, For):
+                workgroup.update(e.name for root in (stmt.start, stmt.stop) for e in walk_expr(root)
+                                 if isinstance(e, Local))
+                split(stmt.body)
+            elif isinstance(stmt, IfThen):
+                workgroup.update(e.name for e in walk_expr(stmt.cond) if isinstance(e, Local))
+                split(stmt.then)
+                split(stmt.otherwise)
+        regions.append(names(run))
+
+    split(body)
+    seen: set[str] = set()
+    across = set(workgroup)
+    for region in regions:
+        across |= region & seen
+        seen |= region
+    return across
 
 
 def _has_barrier(stmt: Stmt) -> bool:

@@ -46,12 +46,7 @@ class LlamaAttention(Module):
         q = _rope(op.reshape(self.q_proj(x), [n, c.num_heads, c.head_dim]), cos, sin, c.head_dim)
         k = _rope(op.reshape(self.k_proj(x), [n, c.num_kv_heads, c.head_dim]), cos, sin, c.head_dim)
         v = op.reshape(self.v_proj(x), [n, c.num_kv_heads, c.head_dim])
-        k, v = _repeat_kv(k, c, n), _repeat_kv(v, c, n)
-        scores = op.matmul(op.permute_dims(q, axes=[1, 0, 2]), op.permute_dims(k, axes=[1, 2, 0]))
-        scores = op.add(op.multiply(scores, Constant(np.float32(c.head_dim ** -0.5))), mask)
-        probs = op.nn.softmax(scores, axis=-1)
-        attn = op.permute_dims(op.matmul(probs, op.permute_dims(v, axes=[1, 0, 2])), axes=[1, 0, 2])
-        return self.o_proj(op.reshape(attn, [n, c.num_heads * c.head_dim]))
+        return self.o_proj(_grouped_attention(q, k, v, mask, n, n, c))
 
 
     def cached(self, x: Expr, cos: Expr, sin: Expr, mask: Expr, n, start, end, cache) -> Expr:
@@ -62,13 +57,9 @@ class LlamaAttention(Module):
         v = op.reshape(self.v_proj(x), [n, c.num_kv_heads, c.head_dim])
         keys = op.kv_cache_write(cache[0], k, PrimValue(start))
         values = op.kv_cache_write(cache[1], v, PrimValue(start))
-        keys = _repeat_kv(op.strided_slice(keys, axes=[0], begin=[0], end=[end]), c, end)
-        values = _repeat_kv(op.strided_slice(values, axes=[0], begin=[0], end=[end]), c, end)
-        scores = op.matmul(op.permute_dims(q, axes=[1, 0, 2]), op.permute_dims(keys, axes=[1, 2, 0]))
-        scores = op.add(op.multiply(scores, Constant(np.float32(c.head_dim ** -0.5))), mask)
-        probs = op.nn.softmax(scores, axis=-1)
-        attn = op.permute_dims(op.matmul(probs, op.permute_dims(values, axes=[1, 0, 2])), axes=[1, 0, 2])
-        return self.o_proj(op.reshape(attn, [n, c.num_heads * c.head_dim]))
+        keys = op.strided_slice(keys, axes=[0], begin=[0], end=[end])
+        values = op.strided_slice(values, axes=[0], begin=[0], end=[end])
+        return self.o_proj(_grouped_attention(q, keys, values, mask, n, end, c))
 
 
 class LlamaMLP(Module):
@@ -195,12 +186,20 @@ def _rope(x: Expr, cos: Expr, sin: Expr, head_dim: int) -> Expr:
     return op.add(op.multiply(x, cos), op.multiply(rotated, sin))
 
 
-def _repeat_kv(x: Expr, c: LlamaConfig, n) -> Expr:
-    repeat = c.num_heads // c.num_kv_heads
-    if repeat == 1:
-        return x
-    expanded = op.broadcast_to(op.expand_dims(x, axis=2), [n, c.num_kv_heads, repeat, c.head_dim])
-    return op.reshape(expanded, [n, c.num_heads, c.head_dim])
+def _grouped_attention(q: Expr, keys: Expr, values: Expr, mask: Expr, n, end, c: LlamaConfig) -> Expr:
+    """Causal attention of q (n, heads, d) over keys and values (end, kv_heads, d), (n, heads * d) out.
+
+    Grouped-query attention without repeating the keys and values: the query heads that share a KV
+    head (head = kv * group + g) are stacked as extra rows of one matmul per KV head, so each K and
+    V row is read once per KV head rather than copied ``group`` times."""
+    kv, group, d = c.num_kv_heads, c.num_heads // c.num_kv_heads, c.head_dim
+    rows = op.reshape(op.permute_dims(op.reshape(q, [n, kv, group, d]), axes=[1, 0, 2, 3]), [kv, n * group, d])
+    scores = op.matmul(rows, op.permute_dims(keys, axes=[1, 2, 0]))  # (kv, n * group, end)
+    scores = op.reshape(op.multiply(scores, Constant(np.float32(d ** -0.5))), [kv, n, group, end])
+    probs = op.nn.softmax(op.add(scores, op.expand_dims(mask, axis=1)), axis=-1)
+    attn = op.matmul(op.reshape(probs, [kv, n * group, end]), op.permute_dims(values, axes=[1, 0, 2]))
+    attn = op.permute_dims(op.reshape(attn, [kv, n, group, d]), axes=[1, 0, 2, 3])
+    return op.reshape(attn, [n, c.num_heads * d])
 
 
 

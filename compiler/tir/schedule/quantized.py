@@ -83,7 +83,7 @@ def schedule_quantized_matmul(defn: ComputeDef, info: QuantizedMatmulInfo, targe
                      Assign(x, block_value(info.format, reader, block, j, d, mn)))
         for i in range(tile_m):
             inner.append(Assign(accs[i][c], binary("+", accs[i][c], binary("*", xs[i], x))))
-    loop.append(For(j, Const(0), Const(BLOCK_VALUES), tuple(inner)))
+    loop.append(For(j, Const(0), Const(BLOCK_VALUES), tuple(inner), unroll=True))
     body.append(For(block, Const(0), Const(info.k // BLOCK_VALUES), tuple(loop)))
     for i, r in enumerate(rows):
         for c, col in enumerate(cols):
