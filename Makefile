@@ -39,8 +39,10 @@ node-deps: node_modules/.package-lock.json $(RUNTIME_VENDOR)
 
 test: setup lint test-python test-js test-browser
 
+# Python with ruff; the browser runtime's JSDoc types with TypeScript's checker (no build step).
 lint:
 	$(VENV)/bin/ruff check compiler codegen tests bench
+	node_modules/.bin/tsc -p runtime-js/jsconfig.json
 
 test-python:
 	$(PY) -m pytest

@@ -53,9 +53,17 @@ export function stableText(text) {
 }
 
 export class Engine {
-  /** @param {any} parts */
+  /**
+   * @param {{vm: any, chatConfig: any, tokenizer: import("./vendor/tokenizers.js").Tokenizer, modelId?: string,
+   *          device?: {kind: string, name: string, build: string}, load?: any}} parts
+   */
   constructor(parts) {
-    Object.assign(this, parts);
+    this.vm = parts.vm;  // a VirtualMachine (WebGPU) or a WasmVirtualMachine
+    this.chatConfig = parts.chatConfig;
+    this.tokenizer = parts.tokenizer;
+    this.modelId = parts.modelId;
+    this.device = parts.device;
+    this.load = parts.load;
     /** @type {number[]} */ this.cached = [];  // the token ids the KV cache holds
     this.interrupted = false;
     this.busy = false;

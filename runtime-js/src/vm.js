@@ -33,7 +33,13 @@ export class DeviceTensor {
   /** @param {VMFunction} fn @param {number} generation @param {GPUBuffer} buffer @param {number} offset
    *  @param {number} nbytes @param {number[]} shape @param {string} dtype */
   constructor(fn, generation, buffer, offset, nbytes, shape, dtype) {
-    Object.assign(this, { fn, generation, buffer, offset, nbytes, shape, dtype });
+    this.fn = fn;
+    this.generation = generation;
+    this.buffer = buffer;
+    this.offset = offset;
+    this.nbytes = nbytes;
+    this.shape = shape;
+    this.dtype = dtype;
   }
 
   checkCurrent() {

@@ -19,7 +19,12 @@ export class WasmTensor {
   /** @param {WasmFunction} fn @param {number} generation @param {number} pointer @param {number} nbytes
    *  @param {number[]} shape @param {string} dtype */
   constructor(fn, generation, pointer, nbytes, shape, dtype) {
-    Object.assign(this, { fn, generation, pointer, nbytes, shape, dtype });
+    this.fn = fn;
+    this.generation = generation;
+    this.pointer = pointer;
+    this.nbytes = nbytes;
+    this.shape = shape;
+    this.dtype = dtype;
   }
 
   checkCurrent() {
