@@ -114,6 +114,23 @@ describe("a tiny random-weight model", () => {
     await context.close();
   });
 
+  test("without the Cache API the shards are kept in IndexedDB", async () => {
+    const context = await browser.newContext();
+    await context.addInitScript(() => { delete window.caches; });
+    const page = await context.newPage();
+    const log = recordPage(page);
+    for (const load of ["first", "reload"]) {
+      log.requests.length = 0;
+      await page.goto(`${server.url}?worker=0`);  // init scripts reach the page, not workers
+      assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
+      const shards = log.requests.filter((url) => url.includes("params_shard_"));
+      assert.equal(shards.length === 0, load === "reload", `${load} load fetched ${shards.length} shards`);
+    }
+    assert.equal(await page.evaluate(() => typeof window.caches), "undefined");
+    assert.match(await page.textContent("#device"), /from the browser cache/);
+    await context.close();
+  });
+
   test("a phone-sized viewport fits the page", async () => {
     const context = await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2 });
     const page = await context.newPage();
