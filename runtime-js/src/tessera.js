@@ -11,5 +11,6 @@ export { DeviceError, requestDeviceFor, webgpuUnavailableReason } from "./device
 export { FormatError, validateBundle, validateChatConfig, validateExecutable, validateTensorCache } from "./format.js";
 export { LoadError, loadBuild, loadBundleIndex, loadExecutable, openShardCache, sha256Hex } from "./loader.js";
 export { evalShape, parseShapeExpr } from "./shape.js";
-export { DeviceTensor, HostTensor, RuntimeCheckError, VirtualMachine } from "./vm.js";
+export { RuntimeCheckError } from "./program.js";
+export { DeviceTensor, HostTensor, VirtualMachine } from "./vm.js";
 export { WasmTensor, WasmVirtualMachine } from "./wasm-vm.js";

@@ -6,13 +6,12 @@
 // a readback buffer per result. A call then writes its arguments and sizes, records the launches
 // in one compute pass and, unless asked to leave them on the device, reads the results back.
 
+import { assembleResult, bindArguments, launchSizes, resultRegisters, RuntimeCheckError, upperBounds } from "./program.js";
 import { evalShape } from "./shape.js";
 
-/* global GPUBufferUsage, GPUMapMode */
+export { RuntimeCheckError };
 
-export class RuntimeCheckError extends Error {
-  name = "RuntimeCheckError";
-}
+/* global GPUBufferUsage, GPUMapMode */
 
 const TYPED = { float32: Float32Array, int32: Int32Array, uint32: Uint32Array };
 
@@ -160,9 +159,7 @@ class VMFunction {
       throw new Error(`function ${name} has symbols without upper bounds (${record.unbounded_symbols.join(", ")}); ` +
         "the browser runtime plans memory ahead and needs them bounded (tessera.build upper_bounds)");
     }
-    /** @type {Record<string, number>} */
-    this.bounds = {};
-    for (const [symbol, info] of Object.entries(record.symbols)) this.bounds[symbol] = /** @type {any} */ (info).upper_bound;
+    this.bounds = upperBounds(record);
     const device = vm.device;
     this.params = new Map();
     for (const param of record.params) {
@@ -173,7 +170,7 @@ class VMFunction {
     }
     this.arena = record.memory.buffers.map((/** @type {number} */ size) => vm.createBuffer(size, vm.storageUsage));
     this.tokens = new Map(record.memory.storages.map((/** @type {any} */ s) => [s.index, s]));
-    this.results = this.resultRegisters(record.code[record.code.length - 1].src);
+    this.results = resultRegisters(record);
     this.readback = new Map(this.results.map((reg) => [reg, vm.createBuffer(
       evalShape(record.tensors[String(reg)].bytes, this.bounds), GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST)]));
     /** @type {{index: number, op: any, kernel: any, uniform: GPUBuffer|null, group: GPUBindGroup}[]} */
@@ -206,45 +203,10 @@ class VMFunction {
     return { buffer: this.arena[token.buffer], offset: token.offset, size: align4(evalShape(tensor.bytes, this.bounds)) };
   }
 
-  /** @param {number} reg @returns {number[]} */
-  resultRegisters(reg) {
-    const tuple = this.record.code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === reg);
-    if (tuple) return tuple.fields.flatMap((/** @type {number} */ f) => this.resultRegisters(f));
-    const get = this.record.code.find((/** @type {any} */ op) => op.op === "get" && op.dst === reg);
-    if (get) {
-      const source = this.record.code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === get.src);
-      return this.resultRegisters(source.fields[get.index]);
-    }
-    return this.record.tensors[String(reg)] ? [reg] : [];
-  }
-
   /** @param {any[]} args @param {boolean} toHost */
   async call(args, toHost) {
     const { vm, record } = this;
-    const inputs = record.params.filter((/** @type {any} */ p) => !p.state);
-    if (args.length !== inputs.length) {
-      throw new RuntimeCheckError(`${this.name} takes ${inputs.length} arguments (${inputs.map((/** @type {any} */ p) => p.name).join(", ")}), got ${args.length}`);
-    }
-    /** @type {Map<number, any>} */
-    const values = new Map(inputs.map((/** @type {any} */ p, /** @type {number} */ i) => [p.register, args[i]]));
-    /** @type {Record<string, number>} */
-    const heap = {};
-    for (const op of record.code) {
-      if (op.op !== "match") continue;
-      let value = values.get(op.reg);
-      if (value === undefined && op.sinfo.kind === "prim") continue;
-      if (value === undefined) {
-        const tensor = record.tensors[String(op.reg)];
-        value = { shape: tensor.shape.map((/** @type {string} */ d) => evalShape(d, heap)), dtype: tensor.dtype };
-      }
-      bindShapes(op.sinfo, value, heap);
-      checkValue(op.sinfo, value, heap, op.what);
-    }
-    for (const [name, bound] of Object.entries(this.bounds)) {
-      if (bound !== null && heap[name] !== undefined && heap[name] > bound) {
-        throw new RuntimeCheckError(`${this.name}: ${name} = ${heap[name]} exceeds its upper bound ${bound}, for which memory was planned`);
-      }
-    }
+    const { inputs, values, heap } = bindArguments(this.name, record, args, this.bounds);
     const device = vm.device;
     const encoder = device.createCommandEncoder();
     for (const param of inputs) {
@@ -261,11 +223,7 @@ class VMFunction {
     this.generation += 1;
     const pass = encoder.beginComputePass();
     for (const { op, kernel, uniform, group } of this.launches) {
-      const scalars = op.scalars.map((/** @type {string} */ s) => evalShape(s, heap));
-      /** @type {Record<string, number>} */
-      const env = {};
-      kernel.scalars.forEach((/** @type {string} */ name, /** @type {number} */ i) => { env[name] = scalars[i]; });
-      const grid = kernel.grid.map((/** @type {string} */ g) => evalShape(g, env));
+      const { scalars, grid } = launchSizes(op, kernel, heap);
       if (uniform) {
         const words = new Int32Array(uniform.size / 4);
         words.set(scalars);
@@ -288,7 +246,7 @@ class VMFunction {
         const { buffer, offset } = this.location(reg);
         results.set(reg, new DeviceTensor(this, this.generation, buffer, offset, sizes.get(reg), shapes.get(reg), record.tensors[String(reg)].dtype));
       }
-      return this.assemble(record.code[record.code.length - 1].src, results);
+      return assembleResult(record, results);
     }
     for (const reg of this.results) {
       const { buffer, offset } = this.location(reg);
@@ -307,58 +265,6 @@ class VMFunction {
       readback.unmap();
       results.set(reg, new HostTensor(data, shape));
     }
-    return this.assemble(record.code[record.code.length - 1].src, results);
+    return assembleResult(record, results);
   }
-
-  /** @param {number} reg @param {Map<number, any>} results @returns {any} */
-  assemble(reg, results) {
-    if (results.has(reg)) return results.get(reg);
-    const tuple = this.record.code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === reg);
-    if (tuple) return tuple.fields.map((/** @type {number} */ f) => this.assemble(f, results));
-    const get = this.record.code.find((/** @type {any} */ op) => op.op === "get" && op.dst === reg);
-    if (get) {
-      const source = this.record.code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === get.src);
-      return this.assemble(source.fields[get.index], results);
-    }
-    throw new Error(`${this.name}: cannot assemble result register ${reg}`);
-  }
-}
-
-/** Bind plain symbolic dims (and prim values) not yet bound. @param {any} sinfo @param {any} value @param {Record<string, number>} heap */
-export function bindShapes(sinfo, value, heap) {
-  const isName = (/** @type {string} */ s) => /^[A-Za-z_][A-Za-z_0-9]*$/.test(s);
-  if (sinfo.kind === "prim" && sinfo.value !== null && isName(sinfo.value)) {
-    if (heap[sinfo.value] === undefined) heap[sinfo.value] = Number(value);
-    return;
-  }
-  if (sinfo.kind === "tensor" && sinfo.shape && value && value.shape && sinfo.shape.length === value.shape.length) {
-    sinfo.shape.forEach((/** @type {string} */ dim, /** @type {number} */ i) => {
-      if (isName(dim) && heap[dim] === undefined) heap[dim] = value.shape[i];
-    });
-  }
-}
-
-/** The checks R.match_cast and function boundaries ask for. @param {any} sinfo @param {any} value
- *  @param {Record<string, number>} heap @param {string} what */
-export function checkValue(sinfo, value, heap, what) {
-  if (sinfo.kind === "prim") {
-    if (sinfo.value === null) return;
-    if (typeof value !== "number" || !Number.isInteger(value)) throw new RuntimeCheckError(`${what}: expected an integer, got ${value}`);
-    const expected = evalShape(sinfo.value, heap);
-    if (value !== expected) throw new RuntimeCheckError(`${what}: expected ${sinfo.value} = ${expected}, got ${value}`);
-    return;
-  }
-  if (sinfo.kind !== "tensor") return;
-  if (!value || !value.shape) throw new RuntimeCheckError(`${what}: expected a tensor, got ${typeof value}`);
-  if (sinfo.dtype && value.dtype !== sinfo.dtype) throw new RuntimeCheckError(`${what}: expected dtype ${sinfo.dtype}, got ${value.dtype}`);
-  if (!sinfo.shape) return;
-  if (sinfo.shape.length !== value.shape.length) {
-    throw new RuntimeCheckError(`${what}: expected rank ${sinfo.shape.length}, got shape [${value.shape}]`);
-  }
-  sinfo.shape.forEach((/** @type {string} */ dim, /** @type {number} */ axis) => {
-    const expected = evalShape(dim, heap);
-    if (expected !== value.shape[axis]) {
-      throw new RuntimeCheckError(`${what}: dimension ${axis} is ${value.shape[axis]}, not ${dim} = ${expected}`);
-    }
-  });
 }

@@ -7,7 +7,8 @@
 // its scalars and its grid; the C code loops over workgroups and threads (codegen/c).
 
 import { evalShape } from "./shape.js";
-import { bindShapes, checkValue, HostTensor, RuntimeCheckError } from "./vm.js";
+import { assembleResult, bindArguments, launchSizes, resultRegisters, RuntimeCheckError, upperBounds } from "./program.js";
+import { HostTensor } from "./vm.js";
 
 const PAGE = 65536;
 const ALIGN = 16;
@@ -121,7 +122,7 @@ function layout(exe, weights) {
   const state = new Map();
   const functions = new Map();
   for (const [name, record] of Object.entries(exe.functions)) {
-    const bounds = upperBounds(name, record);
+    const bounds = plannedBounds(name, record);
     const params = new Map();
     for (const param of record.params) {
       const tensor = record.tensors[String(param.register)];
@@ -151,16 +152,13 @@ function layout(exe, weights) {
   };
 }
 
-/** @param {string} name @param {any} record @returns {Record<string, number>} */
-function upperBounds(name, record) {
+/** @param {string} name @param {any} record */
+function plannedBounds(name, record) {
   if (!record.memory.static) {
     throw new Error(`function ${name} has symbols without upper bounds (${record.unbounded_symbols.join(", ")}); ` +
       "the WASM runtime plans memory ahead and needs them bounded");
   }
-  /** @type {Record<string, number>} */
-  const bounds = {};
-  for (const [symbol, info] of Object.entries(record.symbols)) bounds[symbol] = /** @type {any} */ (info).upper_bound;
-  return bounds;
+  return upperBounds(record);
 }
 
 class WasmFunction {
@@ -171,7 +169,7 @@ class WasmFunction {
     this.record = record;
     this.places = places;
     this.generation = 0;
-    this.bounds = upperBounds(name, record);
+    this.bounds = plannedBounds(name, record);
     this.tokens = new Map(record.memory.storages.map((/** @type {any} */ s) => [s.index, s]));
     this.launches = record.code.filter((/** @type {any} */ op) => op.op === "launch").map((/** @type {any} */ op) => ({
       op, kernel: vm.exe.kernels[op.kernel], run: vm.kernelExports[op.kernel],
@@ -188,60 +186,10 @@ class WasmFunction {
     return this.places.arena[token.buffer] + token.offset;
   }
 
-  /** @param {number} reg @param {Map<number, any>} results @returns {any} */
-  assemble(reg, results) {
-    if (results.has(reg)) return results.get(reg);
-    const code = this.record.code;
-    const tuple = code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === reg);
-    if (tuple) return tuple.fields.map((/** @type {number} */ f) => this.assemble(f, results));
-    const get = code.find((/** @type {any} */ op) => op.op === "get" && op.dst === reg);
-    if (get) {
-      const source = code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === get.src);
-      return this.assemble(source.fields[get.index], results);
-    }
-    if (this.record.tensors[String(reg)]) return results.get(reg);
-    throw new Error(`${this.name}: cannot assemble result register ${reg}`);
-  }
-
-  /** @param {number} reg @returns {number[]} */
-  resultRegisters(reg) {
-    const code = this.record.code;
-    const tuple = code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === reg);
-    if (tuple) return tuple.fields.flatMap((/** @type {number} */ f) => this.resultRegisters(f));
-    const get = code.find((/** @type {any} */ op) => op.op === "get" && op.dst === reg);
-    if (get) {
-      const source = code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === get.src);
-      return this.resultRegisters(source.fields[get.index]);
-    }
-    return this.record.tensors[String(reg)] ? [reg] : [];
-  }
-
   /** @param {any[]} args @param {boolean} toHost */
   async call(args, toHost) {
     const { vm, record } = this;
-    const inputs = record.params.filter((/** @type {any} */ p) => !p.state);
-    if (args.length !== inputs.length) {
-      throw new RuntimeCheckError(`${this.name} takes ${inputs.length} arguments (${inputs.map((/** @type {any} */ p) => p.name).join(", ")}), got ${args.length}`);
-    }
-    const values = new Map(inputs.map((/** @type {any} */ p, /** @type {number} */ i) => [p.register, args[i]]));
-    /** @type {Record<string, number>} */
-    const heap = {};
-    for (const op of record.code) {
-      if (op.op !== "match") continue;
-      let value = values.get(op.reg);
-      if (value === undefined && op.sinfo.kind === "prim") continue;
-      if (value === undefined) {
-        const tensor = record.tensors[String(op.reg)];
-        value = { shape: tensor.shape.map((/** @type {string} */ d) => evalShape(d, heap)), dtype: tensor.dtype };
-      }
-      bindShapes(op.sinfo, value, heap);
-      checkValue(op.sinfo, value, heap, op.what);
-    }
-    for (const [name, bound] of Object.entries(this.bounds)) {
-      if (bound !== null && heap[name] !== undefined && heap[name] > bound) {
-        throw new RuntimeCheckError(`${this.name}: ${name} = ${heap[name]} exceeds its upper bound ${bound}, for which memory was planned`);
-      }
-    }
+    const { inputs, values, heap } = bindArguments(this.name, record, args, this.bounds);
     const bytes = vm.bytes();
     for (const param of inputs) {
       const pointer = this.places.params.get(param.register);
@@ -256,16 +204,12 @@ class WasmFunction {
     }
     this.generation += 1;
     for (const { op, kernel, run, pointers } of this.launches) {
-      const scalars = op.scalars.map((/** @type {string} */ s) => evalShape(s, heap));
-      /** @type {Record<string, number>} */
-      const env = {};
-      kernel.scalars.forEach((/** @type {string} */ name, /** @type {number} */ i) => { env[name] = scalars[i]; });
-      const grid = kernel.grid.map((/** @type {string} */ g) => evalShape(g, env));
+      const { scalars, grid } = launchSizes(op, kernel, heap);
       if (Math.min(...grid) > 0) run(...pointers, ...scalars, ...grid);
     }
     /** @type {Map<number, any>} */
     const results = new Map();
-    for (const reg of this.resultRegisters(record.code[record.code.length - 1].src)) {
+    for (const reg of resultRegisters(record)) {
       const tensor = record.tensors[String(reg)];
       const shape = tensor.shape.map((/** @type {string} */ d) => evalShape(d, heap));
       const nbytes = evalShape(tensor.bytes, heap);
@@ -279,6 +223,6 @@ class WasmFunction {
       const count = shape.reduce((/** @type {number} */ a, /** @type {number} */ b) => a * b, 1);
       results.set(reg, new HostTensor(new Typed(vm.memory.buffer.slice(pointer, pointer + count * 4)), shape));
     }
-    return this.assemble(record.code[record.code.length - 1].src, results);
+    return assembleResult(record, results);
   }
 }

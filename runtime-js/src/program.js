@@ -1,0 +1,124 @@
+// What both VMs (WebGPU and WASM) do the same way with a function of the executable
+// (docs/format.md): check the arguments and bind the shape heap as the `match` instructions say,
+// enforce the upper bounds memory was planned for, and follow `tuple`/`get` to the result.
+
+import { evalShape } from "./shape.js";
+
+export class RuntimeCheckError extends Error {
+  name = "RuntimeCheckError";
+}
+
+/** @param {any} record a function of executable.json */
+export function upperBounds(record) {
+  /** @type {Record<string, number>} */
+  const bounds = {};
+  for (const [symbol, info] of Object.entries(record.symbols)) bounds[symbol] = /** @type {any} */ (info).upper_bound;
+  return bounds;
+}
+
+/**
+ * The arguments by register and the shape heap of one call, after every check.
+ * @param {string} name @param {any} record @param {any[]} args @param {Record<string, number>} bounds
+ */
+export function bindArguments(name, record, args, bounds) {
+  const inputs = record.params.filter((/** @type {any} */ p) => !p.state);
+  if (args.length !== inputs.length) {
+    throw new RuntimeCheckError(`${name} takes ${inputs.length} arguments (${inputs.map((/** @type {any} */ p) => p.name).join(", ")}), got ${args.length}`);
+  }
+  /** @type {Map<number, any>} */
+  const values = new Map(inputs.map((/** @type {any} */ p, /** @type {number} */ i) => [p.register, args[i]]));
+  /** @type {Record<string, number>} */
+  const heap = {};
+  for (const op of record.code) {
+    if (op.op !== "match") continue;
+    let value = values.get(op.reg);
+    if (value === undefined && op.sinfo.kind === "prim") continue;
+    if (value === undefined) {  // a tensor the program or the state holds: its shape is known symbolically
+      const tensor = record.tensors[String(op.reg)];
+      value = { shape: tensor.shape.map((/** @type {string} */ d) => evalShape(d, heap)), dtype: tensor.dtype };
+    }
+    bindShapes(op.sinfo, value, heap);
+    checkValue(op.sinfo, value, heap, op.what);
+  }
+  for (const [symbol, bound] of Object.entries(bounds)) {
+    if (bound !== null && heap[symbol] !== undefined && heap[symbol] > bound) {
+      throw new RuntimeCheckError(`${name}: ${symbol} = ${heap[symbol]} exceeds its upper bound ${bound}, for which memory was planned`);
+    }
+  }
+  return { inputs, values, heap };
+}
+
+/** The tensor registers a function's result is made of. @param {any} record @param {number} [reg] @returns {number[]} */
+export function resultRegisters(record, reg = record.code[record.code.length - 1].src) {
+  const tuple = record.code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === reg);
+  if (tuple) return tuple.fields.flatMap((/** @type {number} */ f) => resultRegisters(record, f));
+  const get = record.code.find((/** @type {any} */ op) => op.op === "get" && op.dst === reg);
+  if (get) {
+    const source = record.code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === get.src);
+    return resultRegisters(record, source.fields[get.index]);
+  }
+  return record.tensors[String(reg)] ? [reg] : [];
+}
+
+/** The result (a tensor or nested arrays of them) from the tensors by register.
+ * @param {any} record @param {Map<number, any>} tensors @param {number} [reg] @returns {any} */
+export function assembleResult(record, tensors, reg = record.code[record.code.length - 1].src) {
+  if (tensors.has(reg)) return tensors.get(reg);
+  const tuple = record.code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === reg);
+  if (tuple) return tuple.fields.map((/** @type {number} */ f) => assembleResult(record, tensors, f));
+  const get = record.code.find((/** @type {any} */ op) => op.op === "get" && op.dst === reg);
+  if (get) {
+    const source = record.code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === get.src);
+    return assembleResult(record, tensors, source.fields[get.index]);
+  }
+  throw new Error(`cannot assemble result register ${reg}`);
+}
+
+/** The launch's workgroup counts and uniform scalars for this call's shape heap.
+ * @param {any} op a launch instruction @param {any} kernel its kernel record @param {Record<string, number>} heap */
+export function launchSizes(op, kernel, heap) {
+  const scalars = op.scalars.map((/** @type {string} */ s) => evalShape(s, heap));
+  /** @type {Record<string, number>} */
+  const env = {};
+  kernel.scalars.forEach((/** @type {string} */ symbol, /** @type {number} */ i) => { env[symbol] = scalars[i]; });
+  return { scalars, grid: kernel.grid.map((/** @type {string} */ g) => evalShape(g, env)) };
+}
+
+/** Bind plain symbolic dims (and prim values) not yet bound. @param {any} sinfo @param {any} value @param {Record<string, number>} heap */
+export function bindShapes(sinfo, value, heap) {
+  const isName = (/** @type {string} */ s) => /^[A-Za-z_][A-Za-z_0-9]*$/.test(s);
+  if (sinfo.kind === "prim" && sinfo.value !== null && isName(sinfo.value)) {
+    if (heap[sinfo.value] === undefined) heap[sinfo.value] = Number(value);
+    return;
+  }
+  if (sinfo.kind === "tensor" && sinfo.shape && value && value.shape && sinfo.shape.length === value.shape.length) {
+    sinfo.shape.forEach((/** @type {string} */ dim, /** @type {number} */ i) => {
+      if (isName(dim) && heap[dim] === undefined) heap[dim] = value.shape[i];
+    });
+  }
+}
+
+/** The checks R.match_cast and function boundaries ask for. @param {any} sinfo @param {any} value
+ *  @param {Record<string, number>} heap @param {string} what */
+export function checkValue(sinfo, value, heap, what) {
+  if (sinfo.kind === "prim") {
+    if (sinfo.value === null) return;
+    if (typeof value !== "number" || !Number.isInteger(value)) throw new RuntimeCheckError(`${what}: expected an integer, got ${value}`);
+    const expected = evalShape(sinfo.value, heap);
+    if (value !== expected) throw new RuntimeCheckError(`${what}: expected ${sinfo.value} = ${expected}, got ${value}`);
+    return;
+  }
+  if (sinfo.kind !== "tensor") return;
+  if (!value || !value.shape) throw new RuntimeCheckError(`${what}: expected a tensor, got ${typeof value}`);
+  if (sinfo.dtype && value.dtype !== sinfo.dtype) throw new RuntimeCheckError(`${what}: expected dtype ${sinfo.dtype}, got ${value.dtype}`);
+  if (!sinfo.shape) return;
+  if (sinfo.shape.length !== value.shape.length) {
+    throw new RuntimeCheckError(`${what}: expected rank ${sinfo.shape.length}, got shape [${value.shape}]`);
+  }
+  sinfo.shape.forEach((/** @type {string} */ dim, /** @type {number} */ axis) => {
+    const expected = evalShape(dim, heap);
+    if (expected !== value.shape[axis]) {
+      throw new RuntimeCheckError(`${what}: dimension ${axis} is ${value.shape[axis]}, not ${dim} = ${expected}`);
+    }
+  });
+}
