@@ -70,3 +70,16 @@ def test_device_sampling_with_top_k_1_is_greedy(compiled):
     ids = session.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
     top_1 = session.generate(ids, 16, Sampling(temperature=0.8, top_k=1, top_p=0.5, seed=3))
     assert top_1["reply"] == "The capital of France is Paris."
+
+
+def test_interactive_chat_goes_on_after_a_failed_turn(compiled):
+    """`tessera chat DIR` reading turns from stdin: a turn too long for the context is reported and the
+    conversation continues; an empty line ends it."""
+    turns = "What is the capital of France?\n" + "word " * 200 + "\nAnd of Italy?\n\n"
+    result = subprocess.run([sys.executable, "-m", "tessera.cli", "chat", compiled, "--temperature", "0",
+                             "--max-tokens", "16"], input=turns, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "The capital of France is Paris." in result.stdout
+    assert "Rome" in result.stdout.split("Paris.", 1)[1]
+    assert "error: the prompt has" in result.stderr and "the context window is 128" in result.stderr
+    assert result.stderr.count("[prefill") == 2  # two turns answered, each followed by its speeds
