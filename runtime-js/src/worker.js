@@ -19,8 +19,8 @@ self.onmessage = async (/** @type {MessageEvent} */ event) => {
       });
       post({ type: "loaded", id, device: engine.device, load: /** @type {any} */ (engine).load });
     } else if (type === "create") {
-      const request = event.data.request;
-      for await (const chunk of await /** @type {any} */ (engine).generate(request)) post({ type: "chunk", id, chunk });
+      if (!engine) throw new Error("the engine has not finished loading");
+      for await (const chunk of engine.generate(event.data.request)) post({ type: "chunk", id, chunk });
       post({ type: "done", id });
     } else if (type === "interrupt") {
       engine?.interruptGenerate();
