@@ -8,6 +8,32 @@ export class RuntimeCheckError extends Error {
   name = "RuntimeCheckError";
 }
 
+/** What both VMs expose: functions by name, run with results read back or left in place. */
+export class FunctionTable {
+  constructor() {
+    /** @type {Map<string, {call: (args: any[], toHost: boolean) => Promise<any>}>} */
+    this.functions = new Map();
+  }
+
+  /** @param {string} name */
+  fn(name) {
+    const fn = this.functions.get(name);
+    if (!fn) throw new Error(`the executable has no function '${name}' (functions: ${[...this.functions.keys()].join(", ")})`);
+    return fn;
+  }
+
+  /** Run a function and read its result(s) back. @param {string} name @param {...any} args */
+  async run(name, ...args) {
+    return this.fn(name).call(args, true);
+  }
+
+  /** Run a function and leave its result(s) where they are (GPU buffer or WASM memory) for the next one.
+   * @param {string} name @param {...any} args */
+  async runOnDevice(name, ...args) {
+    return this.fn(name).call(args, false);
+  }
+}
+
 /** @param {any} record a function of executable.json */
 export function upperBounds(record) {
   /** @type {Record<string, number>} */

@@ -6,7 +6,7 @@
 // a readback buffer per result. A call then writes its arguments and sizes, records the launches
 // in one compute pass and, unless asked to leave them on the device, reads the results back.
 
-import { assembleResult, bindArguments, launchSizes, resultRegisters, RuntimeCheckError, upperBounds } from "./program.js";
+import { assembleResult, bindArguments, FunctionTable, launchSizes, resultRegisters, RuntimeCheckError, upperBounds } from "./program.js";
 import { evalShape } from "./shape.js";
 
 export { RuntimeCheckError };
@@ -50,7 +50,7 @@ export class DeviceTensor {
 
 const align4 = (/** @type {number} */ n) => Math.ceil(n / 4) * 4;
 
-export class VirtualMachine {
+export class VirtualMachine extends FunctionTable {
   /**
    * @param {GPUDevice} device
    * @param {any} exe the parsed executable.json
@@ -70,11 +70,11 @@ export class VirtualMachine {
 
   /** @param {GPUDevice} device @param {any} exe */
   constructor(device, exe) {
+    super();
     this.device = device;
     this.exe = exe;
     /** @type {Map<string, GPUBuffer>} */ this.constants = new Map();
     /** @type {Map<string, GPUBuffer>} */ this.state = new Map();
-    /** @type {Map<string, VMFunction>} */ this.functions = new Map();
     /** @type {{pipeline: GPUComputePipeline, layout: GPUBindGroupLayout}[]} */ this.pipelines = [];
     this.storageUsage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
   }
@@ -128,23 +128,6 @@ export class VirtualMachine {
   /** Zero every state tensor (a KV cache, for a new conversation). */
   resetState() {
     for (const buffer of this.state.values()) this.device.queue.writeBuffer(buffer, 0, new Uint8Array(buffer.size));
-  }
-
-  /** @param {string} name */
-  fn(name) {
-    const fn = this.functions.get(name);
-    if (!fn) throw new Error(`the executable has no function '${name}' (functions: ${[...this.functions.keys()].join(", ")})`);
-    return fn;
-  }
-
-  /** Run a function and read its result(s) back. @param {string} name @param {...any} args */
-  async run(name, ...args) {
-    return this.fn(name).call(args, true);
-  }
-
-  /** Run a function and leave its result(s) on the device. @param {string} name @param {...any} args */
-  async runOnDevice(name, ...args) {
-    return this.fn(name).call(args, false);
   }
 }
 

@@ -7,7 +7,7 @@
 // its scalars and its grid; the C code loops over workgroups and threads (codegen/c).
 
 import { evalShape } from "./shape.js";
-import { assembleResult, bindArguments, launchSizes, resultRegisters, RuntimeCheckError, upperBounds } from "./program.js";
+import { assembleResult, bindArguments, FunctionTable, launchSizes, resultRegisters, RuntimeCheckError, upperBounds } from "./program.js";
 import { HostTensor } from "./vm.js";
 
 const PAGE = 65536;
@@ -35,7 +35,7 @@ export class WasmTensor {
   }
 }
 
-export class WasmVirtualMachine {
+export class WasmVirtualMachine extends FunctionTable {
   /**
    * @param {any} exe the parsed executable.json (target kind "wasm")
    * @param {Map<string, ArrayBufferView>} weights
@@ -53,6 +53,7 @@ export class WasmVirtualMachine {
   /** @param {any} exe @param {WebAssembly.Memory} memory @param {WebAssembly.Instance} instance
    *  @param {{bytes: number, place: (base: number) => any}} plan @param {Map<string, ArrayBufferView>} weights */
   constructor(exe, memory, instance, plan, weights) {
+    super();
     this.exe = exe;
     this.memory = memory;
     this.exports = /** @type {any} */ (instance.exports);
@@ -71,8 +72,6 @@ export class WasmVirtualMachine {
       if (typeof fn !== "function") throw new Error(`kernels.wasm does not export ${k.entry_point} (kernel ${k.name})`);
       return fn;
     });
-    /** @type {Map<string, WasmFunction>} */
-    this.functions = new Map();
     for (const [name, record] of Object.entries(exe.functions)) {
       this.functions.set(name, new WasmFunction(this, name, record, places.functions.get(name)));
     }
@@ -84,23 +83,6 @@ export class WasmVirtualMachine {
 
   resetState() {
     for (const { pointer, nbytes } of this.state.values()) this.bytes().fill(0, pointer, pointer + nbytes);
-  }
-
-  /** @param {string} name */
-  fn(name) {
-    const fn = this.functions.get(name);
-    if (!fn) throw new Error(`the executable has no function '${name}' (functions: ${[...this.functions.keys()].join(", ")})`);
-    return fn;
-  }
-
-  /** @param {string} name @param {...any} args */
-  async run(name, ...args) {
-    return this.fn(name).call(args, true);
-  }
-
-  /** @param {string} name @param {...any} args */
-  async runOnDevice(name, ...args) {
-    return this.fn(name).call(args, false);
   }
 }
 
