@@ -100,7 +100,7 @@ describe("a tiny random-weight model", () => {
   test("Stop ends a reply early and the chat goes on", async () => {
     const context = await browser.newContext();
     const page = await context.newPage();
-    await page.goto(`${server.url}?temperature=0&max_tokens=200&backend=wasm`);
+    await page.goto(`${server.url}?temperature=0&max_tokens=200`);
     assert.equal(await waitForState(page, ["ready", "error"]), "ready");
     await page.fill("#input", PROMPT);
     await page.click("#send");
