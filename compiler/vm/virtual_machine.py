@@ -12,6 +12,7 @@ buffers and the bind groups are created per call, at the sizes of that call.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -156,7 +157,7 @@ class _Function:
                 resources["storages"][index] = (arena[token["buffer"]], token["offset"])
         for op in record["code"]:
             if op["op"] == "alloc_storage":  # without bounds: at this call's sizes
-                size = arith.evaluate(arith.parse_expr(op["size"]), sizes)
+                size = _evaluate(op["size"], sizes)
                 resources["storages"][op["token"]] = (vm._create(size, vm._storage_usage), 0)
         wgpu = vm._wgpu
         for reg in self._result_registers():
@@ -223,7 +224,7 @@ class _Function:
                     continue
                 if value is None:  # a tensor the program or the state holds: its shape is known symbolically
                     tensor = record["tensors"][str(op["reg"])]
-                    value = _ShapeOnly(tuple(arith.evaluate(arith.parse_expr(d), heap) for d in tensor["shape"]),
+                    value = _ShapeOnly(tuple(_evaluate(d, heap) for d in tensor["shape"]),
                                        tensor["dtype"])
                 _bind(op["sinfo"], value, heap)
                 _check(op["sinfo"], value, heap, op["what"])
@@ -255,13 +256,13 @@ class _Function:
             if op["op"] != "launch":
                 continue
             kernel = vm.exe.kernels[op["kernel"]]
-            values = [arith.evaluate(arith.parse_expr(s), heap) for s in op["scalars"]]
+            values = [_evaluate(s, heap) for s in op["scalars"]]
             if index in self.uniforms:
                 words = np.zeros(self.uniforms[index].size // 4, np.int32)
                 words[: len(values)] = values
                 vm.device.queue.write_buffer(self.uniforms[index], 0, words.tobytes())
             env = dict(zip(kernel["scalars"], values))
-            grid = [arith.evaluate(arith.parse_expr(g), env) for g in kernel["grid"]]
+            grid = [_evaluate(g, env) for g in kernel["grid"]]
             yield vm._pipelines[op["kernel"]][2], groups[index], grid, kernel["name"]
 
     def call(self, args, to_host: bool = True):
@@ -292,7 +293,7 @@ class _Function:
         results = {}
         for reg in registers:
             tensor = record["tensors"][str(reg)]
-            shape = tuple(arith.evaluate(arith.parse_expr(d), heap) for d in tensor["shape"])
+            shape = tuple(_evaluate(d, heap) for d in tensor["shape"])
             readback = resources["readback"][reg]
             readback.map_sync(vm._wgpu.MapMode.READ)
             raw = readback.read_mapped(0, _device_bytes(int(np.prod(shape, dtype=np.int64)), tensor["dtype"]))
@@ -304,7 +305,7 @@ class _Function:
     def _device_tensor(self, reg: int, resources: dict, heap: dict[str, int]) -> DeviceTensor:
         tensor = self.record["tensors"][str(reg)]
         buffer, offset, _ = self._location(reg, resources, heap)
-        shape = tuple(arith.evaluate(arith.parse_expr(d), heap) for d in tensor["shape"])
+        shape = tuple(_evaluate(d, heap) for d in tensor["shape"])
         return DeviceTensor(self, self.generation, buffer, offset, shape, tensor["dtype"],
                             _align4(_bytes(tensor, heap)))
 
@@ -390,8 +391,18 @@ class _ShapeOnly:
         self.dtype = np.dtype(dtype)
 
 
+@functools.cache
+def _parsed(text: str):
+    return arith.parse_expr(text)
+
+
+def _evaluate(text: str, env: dict[str, int]) -> int:
+    """A shape expression of the executable, parsed once however often a call evaluates it."""
+    return arith.evaluate(_parsed(text), env)
+
+
 def _bytes(tensor: dict, sizes: dict[str, int]) -> int:
-    return int(arith.evaluate(arith.parse_expr(tensor["bytes"]), sizes))
+    return int(_evaluate(tensor["bytes"], sizes))
 
 
 def _wait(vm: VirtualMachine) -> None:
@@ -419,7 +430,7 @@ def _bind(sinfo: dict, value, heap: dict[str, int]) -> None:
 
 def _check(sinfo: dict, value, heap: dict[str, int], what: str) -> None:
     if sinfo["kind"] == "prim" and sinfo["value"] is not None:
-        expected = arith.evaluate(arith.parse_expr(sinfo["value"]), heap)
+        expected = _evaluate(sinfo["value"], heap)
         if int(value) != expected:
             raise RuntimeCheckError(f"{what}: expected {sinfo['value']} = {expected}, got {value}")
         return
@@ -434,6 +445,6 @@ def _check(sinfo: dict, value, heap: dict[str, int], what: str) -> None:
     if len(sinfo["shape"]) != len(value.shape):
         raise RuntimeCheckError(f"{what}: expected rank {len(sinfo['shape'])}, got shape {tuple(value.shape)}")
     for axis, (dim, size) in enumerate(zip(sinfo["shape"], value.shape)):
-        expected = arith.evaluate(arith.parse_expr(dim), heap)
+        expected = _evaluate(dim, heap)
         if expected != size:
             raise RuntimeCheckError(f"{what}: dimension {axis} is {size}, not {dim} = {expected}")
