@@ -399,6 +399,24 @@ def child_exprs(e: TExpr) -> tuple[TExpr, ...]:
     return ()
 
 
+def map_children(e: TExpr, fn) -> TExpr:
+    """``e`` with ``fn`` applied to each direct child expression (the index of a Load, the operands
+    of an operator); leaves come back as they are. Rewrites recurse through it."""
+    if isinstance(e, Load):
+        return Load(e.buffer, fn(e.index), e.lanes)
+    if isinstance(e, Binary):
+        return Binary(e.op, fn(e.a), fn(e.b), e.dtype)
+    if isinstance(e, Unary):
+        return Unary(e.op, fn(e.x), e.dtype)
+    if isinstance(e, Cast):
+        return Cast(fn(e.x), e.dtype)
+    if isinstance(e, Select):
+        return Select(fn(e.cond), fn(e.a), fn(e.b), e.dtype)
+    if isinstance(e, Call):
+        return Call(e.name, tuple(fn(a) for a in e.args), e.dtype)
+    return e
+
+
 def walk_expr(e: TExpr):
     """``e`` and every expression under it."""
     yield e

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .ir import Assign, Binary, Buffer, Call, Cast, Declare, For, IfThen, Load, Select, Store, TExpr, Unary
+from .ir import Assign, Buffer, Declare, For, IfThen, Load, Store, TExpr, map_children
 
 
 def substitute_buffers(body: tuple, mapping: dict[Buffer, Buffer]) -> tuple:
@@ -13,17 +13,7 @@ def substitute_buffers(body: tuple, mapping: dict[Buffer, Buffer]) -> tuple:
     def expr(e: TExpr) -> TExpr:
         if isinstance(e, Load):
             return Load(mapping.get(e.buffer, e.buffer), expr(e.index), e.lanes)
-        if isinstance(e, Binary):
-            return Binary(e.op, expr(e.a), expr(e.b), e.dtype)
-        if isinstance(e, Unary):
-            return Unary(e.op, expr(e.x), e.dtype)
-        if isinstance(e, Cast):
-            return Cast(expr(e.x), e.dtype)
-        if isinstance(e, Select):
-            return Select(expr(e.cond), expr(e.a), expr(e.b), e.dtype)
-        if isinstance(e, Call):
-            return Call(e.name, tuple(expr(a) for a in e.args), e.dtype)
-        return e
+        return map_children(e, expr)
 
     def stmt(s):
         if isinstance(s, (Declare, Assign)):

@@ -16,8 +16,7 @@ from ..ir.expr import Call, Constant, Function, GlobalVar, Var, VarBinding
 from ..ir.module import IRModule
 from ..target import Target
 from ..tir.compute import ComputeDef, TensorRead, placeholder
-from ..tir.ir import Binary, Cast, Const, Load, Select, TExpr, Unary
-from ..tir.ir import Call as TCall
+from ..tir.ir import Const, TExpr, map_children
 from .legalize import KernelTable, describe_call
 from .rewrite import rewrite_function
 
@@ -116,17 +115,4 @@ def _compose(name: str, func: Function, target: Target):
 def _replace_reads(e: TExpr, fn) -> TExpr:
     if isinstance(e, TensorRead):
         return fn(e)
-    if isinstance(e, Binary):
-        return Binary(e.op, _replace_reads(e.a, fn), _replace_reads(e.b, fn), e.dtype)
-    if isinstance(e, Unary):
-        return Unary(e.op, _replace_reads(e.x, fn), e.dtype)
-    if isinstance(e, Cast):
-        return Cast(_replace_reads(e.x, fn), e.dtype)
-    if isinstance(e, Select):
-        return Select(_replace_reads(e.cond, fn), _replace_reads(e.a, fn), _replace_reads(e.b, fn), e.dtype)
-    if isinstance(e, TCall):
-        return TCall(e.name, tuple(_replace_reads(a, fn) for a in e.args), e.dtype)
-    if isinstance(e, Load):
-        return Load(e.buffer, _replace_reads(e.index, fn), e.lanes)
-    return e
-
+    return map_children(e, lambda child: _replace_reads(child, fn))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ... import arith
 from ..compute import TensorRead, row_major_index
-from ..ir import Binary, Builtin, Call, Cast, Const, Load, Select, TExpr, Unary, binary
+from ..ir import Builtin, Const, Load, TExpr, binary, map_children
 
 
 def lower_reads(e: TExpr) -> TExpr:
@@ -12,19 +12,7 @@ def lower_reads(e: TExpr) -> TExpr:
     if isinstance(e, TensorRead):
         indices = [lower_reads(i) for i in e.indices]
         return Load(e.buffer, row_major_index(indices, e.buffer.shape))
-    if isinstance(e, Load):
-        return Load(e.buffer, lower_reads(e.index))
-    if isinstance(e, Binary):
-        return Binary(e.op, lower_reads(e.a), lower_reads(e.b), e.dtype)
-    if isinstance(e, Unary):
-        return Unary(e.op, lower_reads(e.x), e.dtype)
-    if isinstance(e, Cast):
-        return Cast(lower_reads(e.x), e.dtype)
-    if isinstance(e, Select):
-        return Select(lower_reads(e.cond), lower_reads(e.a), lower_reads(e.b), e.dtype)
-    if isinstance(e, Call):
-        return Call(e.name, tuple(lower_reads(a) for a in e.args), e.dtype)
-    return e
+    return map_children(e, lower_reads)
 
 
 def workgroup_linear_id() -> TExpr:
