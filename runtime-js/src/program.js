@@ -8,6 +8,26 @@ export class RuntimeCheckError extends Error {
   name = "RuntimeCheckError";
 }
 
+/** A function's result left where it was computed (a GPU buffer, WASM memory) for the next
+ * function to read: valid until that function runs again, an error after. */
+export class ResultInPlace {
+  /** @param {{name: string, generation: number}} fn @param {number} generation @param {number} nbytes
+   *  @param {number[]} shape @param {string} dtype */
+  constructor(fn, generation, nbytes, shape, dtype) {
+    this.fn = fn;
+    this.generation = generation;
+    this.nbytes = nbytes;
+    this.shape = shape;
+    this.dtype = dtype;
+  }
+
+  checkCurrent() {
+    if (this.fn.generation !== this.generation) {
+      throw new RuntimeCheckError(`this result of ${this.fn.name} was overwritten by a later call of ${this.fn.name}`);
+    }
+  }
+}
+
 /** What both VMs expose: functions by name, run with results read back or left in place. */
 export class FunctionTable {
   constructor() {

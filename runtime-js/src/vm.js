@@ -6,7 +6,9 @@
 // a readback buffer per result. A call then writes its arguments and sizes, records the launches
 // in one compute pass and, unless asked to leave them on the device, reads the results back.
 
-import { assembleResult, bindArguments, FunctionTable, launchSizes, resultRegisters, RuntimeCheckError, upperBounds } from "./program.js";
+import {
+  assembleResult, bindArguments, FunctionTable, launchSizes, ResultInPlace, resultRegisters, RuntimeCheckError, upperBounds,
+} from "./program.js";
 import { evalShape } from "./shape.js";
 
 export { RuntimeCheckError };
@@ -27,24 +29,14 @@ export class HostTensor {
   }
 }
 
-/** A function's result left in device memory; valid until that function runs again. */
-export class DeviceTensor {
+/** A function's result left in a GPU buffer (see ResultInPlace). */
+export class DeviceTensor extends ResultInPlace {
   /** @param {VMFunction} fn @param {number} generation @param {GPUBuffer} buffer @param {number} offset
    *  @param {number} nbytes @param {number[]} shape @param {string} dtype */
   constructor(fn, generation, buffer, offset, nbytes, shape, dtype) {
-    this.fn = fn;
-    this.generation = generation;
+    super(fn, generation, nbytes, shape, dtype);
     this.buffer = buffer;
     this.offset = offset;
-    this.nbytes = nbytes;
-    this.shape = shape;
-    this.dtype = dtype;
-  }
-
-  checkCurrent() {
-    if (this.fn.generation !== this.generation) {
-      throw new RuntimeCheckError(`this result of ${this.fn.name} was overwritten by a later call of ${this.fn.name}`);
-    }
   }
 }
 

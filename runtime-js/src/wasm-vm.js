@@ -7,7 +7,9 @@
 // its scalars and its grid; the C code loops over workgroups and threads (codegen/c).
 
 import { evalShape } from "./shape.js";
-import { assembleResult, bindArguments, FunctionTable, launchSizes, resultRegisters, RuntimeCheckError, upperBounds } from "./program.js";
+import {
+  assembleResult, bindArguments, FunctionTable, launchSizes, ResultInPlace, resultRegisters, upperBounds,
+} from "./program.js";
 import { HostTensor } from "./vm.js";
 
 const PAGE = 65536;
@@ -15,23 +17,13 @@ const ALIGN = 16;
 const TYPED = { float32: Float32Array, int32: Int32Array, uint32: Uint32Array };
 const alignUp = (/** @type {number} */ n) => Math.ceil(n / ALIGN) * ALIGN;
 
-/** A result left in WASM memory: valid until its function runs again. */
-export class WasmTensor {
+/** A function's result left in WASM memory (see ResultInPlace). */
+export class WasmTensor extends ResultInPlace {
   /** @param {WasmFunction} fn @param {number} generation @param {number} pointer @param {number} nbytes
    *  @param {number[]} shape @param {string} dtype */
   constructor(fn, generation, pointer, nbytes, shape, dtype) {
-    this.fn = fn;
-    this.generation = generation;
+    super(fn, generation, nbytes, shape, dtype);
     this.pointer = pointer;
-    this.nbytes = nbytes;
-    this.shape = shape;
-    this.dtype = dtype;
-  }
-
-  checkCurrent() {
-    if (this.fn.generation !== this.generation) {
-      throw new RuntimeCheckError(`this result of ${this.fn.name} was overwritten by a later call of ${this.fn.name}`);
-    }
   }
 }
 
