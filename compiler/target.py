@@ -1,4 +1,4 @@
-"""Compilation targets: a kind plus the features and limits kernels may rely on.
+"""Compilation targets: a device kind plus the features and limits kernels may rely on.
 
     Target("webgpu")                             # WebGPU spec defaults: every adapter has these
     Target("webgpu", features={"shader-f16"})    # kernels may use f16
@@ -6,17 +6,24 @@
     Target.preset("swiftshader")                 # Chromium's CPU WebGPU adapter
     Target.preset("wasm")                        # C kernels compiled to WebAssembly (codegen/c)
 
-Schedule rules size workgroups and workgroup memory from ``limits``; the
-executable records what its kernels need so that loading on a smaller device
-fails with a message that names the limit (DESIGN.md section 5).
+A target is asked by capability, never by name: schedule rules size workgroups and workgroup
+memory from ``limit(...)``, use vector types when ``vector_lanes`` says the language has them,
+subgroup reductions when ``subgroup_feature`` names one, and the memory planner aligns tensors to
+``storage_alignment``. The executable records what its kernels need so that loading on a smaller
+device fails with a message that names the limit (DESIGN.md section 5).
+
+This module is a leaf: it imports nothing of Tessera. Device kinds and presets are registered by
+the codegen backends (``tessera.codegen``), each from its own folder; the facts every backend
+shares (the limit names and their WebGPU defaults, the feature names) are stated here, once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# WebGPU spec defaults (DESIGN.md section 5).
-WEBGPU_DEFAULT_LIMITS = {
+# Limit names (WebGPU's spelling, which every runtime's device maps to its own API) and the values
+# every WebGPU adapter grants (DESIGN.md section 5). Other kinds start from these and raise them.
+LIMIT_DEFAULTS = {
     "maxStorageBufferBindingSize": 128 << 20,
     "maxBufferSize": 256 << 20,
     "maxComputeWorkgroupStorageSize": 16384,
@@ -29,33 +36,77 @@ WEBGPU_DEFAULT_LIMITS = {
     "minStorageBufferOffsetAlignment": 256,
     "maxComputeWorkgroupsPerDimension": 65535,
 }
+# Kept for callers of the first release; LIMIT_DEFAULTS is the name that says what it is.
+WEBGPU_DEFAULT_LIMITS = LIMIT_DEFAULTS
 
-# Tensor dtypes each kind can hold in kernels. WebGPU has no 64-bit floats;
-# int64 tensors are stored as pairs of 32-bit words (see docs/kernels.md).
-_DTYPES = {
-    "webgpu": {"float32", "int32", "uint32", "bool", "int64"},
-    # C kernels for WebAssembly (codegen/c): the same tensors, run a workgroup at a time on the CPU.
-    "wasm": {"float32", "int32", "uint32", "bool", "int64"},
-}
+# The limits an executable records as requirements (checked by every runtime before it loads).
+REQUIRED_LIMITS = ("maxComputeInvocationsPerWorkgroup", "maxStorageBuffersPerShaderStage",
+                   "maxComputeWorkgroupStorageSize", "maxBufferSize", "maxStorageBufferBindingSize")
 
-_PRESETS = {
-    # name: (features, limits beyond the defaults, CPU adapter?)
-    "webgpu": ({}, {}, False),
-    "webgpu-f16": ({"shader-f16"}, {}, False),
-    "llvmpipe": ({"shader-f16", "subgroup", "timestamp-query"}, {
-        "maxComputeWorkgroupStorageSize": 32768,
-        "maxComputeInvocationsPerWorkgroup": 1024,
-        "maxComputeWorkgroupSizeX": 1024,
-        "maxComputeWorkgroupSizeY": 1024,
-        "maxStorageBuffersPerShaderStage": 32,
-    }, True),
-    # Chromium names the feature "subgroups" and wants `enable subgroups;` in WGSL.
-    "swiftshader": ({"subgroups"}, {"maxStorageBuffersPerShaderStage": 10}, True),
-    # WebAssembly: one 4 GiB memory, no binding limits worth the name; workgroups run a thread at a time.
-    "wasm": ({}, {"maxStorageBuffersPerShaderStage": 64, "maxComputeWorkgroupStorageSize": 65536,
-                  "maxBufferSize": 1 << 31, "maxStorageBufferBindingSize": 1 << 31}, True),
-}
-_PRESET_KINDS = {"wasm": "wasm"}  # the others are webgpu
+# Feature names. Subgroup operations go by two names: "subgroup" in wgpu-native (no directive in
+# the kernel) and "subgroups" in browsers (which want `enable subgroups;`).
+SHADER_F16 = "shader-f16"
+SUBGROUP_FEATURES = ("subgroups", "subgroup")
+TIMESTAMP_QUERY = "timestamp-query"
+
+
+def limit_key(name: str) -> str:
+    """A limit's name in kebab case, as wgpu-py spells it: maxBufferSize -> max-buffer-size."""
+    return "".join("-" + c.lower() if c.isupper() else c for c in name)
+
+
+@dataclass(frozen=True)
+class TargetKind:
+    """A kind of device that runs kernels, as a backend registers it.
+
+    ``backend``: the codegen backend that writes its kernels; ``dtypes``: tensor dtypes its kernels
+    hold (float16 additionally needs the shader-f16 feature); ``vector_lanes``: whether kernels may
+    use vector types (C kernels are scalar: the C compiler vectorizes their thread loops itself);
+    ``limits``: raised limits every device of the kind has."""
+
+    name: str
+    backend: str
+    dtypes: frozenset[str] = frozenset({"float32", "int32", "uint32", "bool", "int64"})
+    vector_lanes: bool = True
+    limits: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class _Preset:
+    kind: str
+    features: frozenset[str]
+    limits: tuple[tuple[str, int], ...]
+    cpu_adapter: bool
+    description: str
+
+
+_KINDS: dict[str, TargetKind] = {}
+_PRESETS: dict[str, _Preset] = {}
+
+
+def register_kind(kind: TargetKind) -> None:
+    _KINDS[kind.name] = kind
+
+
+def register_preset(name: str, kind: str, features=(), limits: dict[str, int] | None = None,
+                    cpu_adapter: bool = False, description: str = "") -> None:
+    """A named target users pick with ``--target NAME``: a kind with its features and limits."""
+    if kind not in _KINDS:
+        raise ValueError(f"preset {name!r} names the unknown target kind {kind!r}")
+    unknown = set(limits or {}) - set(LIMIT_DEFAULTS)
+    if unknown:
+        raise ValueError(f"preset {name!r} sets unknown limits {', '.join(sorted(unknown))}")
+    _PRESETS[name] = _Preset(kind, frozenset(features), tuple(sorted((limits or {}).items())), cpu_adapter,
+                             description)
+
+
+def presets() -> dict[str, str]:
+    """Every registered preset name with its one-line description."""
+    return {name: p.description for name, p in sorted(_PRESETS.items())}
+
+
+def target_kinds() -> dict[str, TargetKind]:
+    return dict(_KINDS)
 
 
 @dataclass(frozen=True)
@@ -67,11 +118,12 @@ class Target:
     cpu_adapter: bool = False
 
     def __init__(self, kind: str, features=(), limits=None, name: str = "", cpu_adapter: bool = False):
-        """``cpu_adapter``: the device is a CPU emulating a GPU (llvmpipe, SwiftShader), where
+        """``cpu_adapter``: the device is a CPU emulating a GPU (llvmpipe, SwiftShader, WASM), where
         workgroup memory and barriers cost more than they save and per-thread work should be wide."""
-        if kind not in _DTYPES:
-            raise ValueError(f"unknown target kind {kind!r}; known: {', '.join(sorted(_DTYPES))}")
-        merged = dict(WEBGPU_DEFAULT_LIMITS)
+        if kind not in _KINDS:
+            raise ValueError(f"unknown target kind {kind!r}; known: {', '.join(sorted(_KINDS))}")
+        merged = dict(LIMIT_DEFAULTS)
+        merged.update(_KINDS[kind].limits)
         merged.update(limits or {})
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "features", frozenset(features))
@@ -83,8 +135,15 @@ class Target:
     def preset(name: str) -> Target:
         if name not in _PRESETS:
             raise ValueError(f"unknown target preset {name!r}; known: {', '.join(sorted(_PRESETS))}")
-        features, limits, cpu_adapter = _PRESETS[name]
-        return Target(_PRESET_KINDS.get(name, "webgpu"), features, limits, name, cpu_adapter)
+        p = _PRESETS[name]
+        return Target(p.kind, p.features, dict(p.limits), name, p.cpu_adapter)
+
+    # -- capabilities --------------------------------------------------------------------------
+
+    @property
+    def backend(self) -> str:
+        """The codegen backend that writes this target's kernels."""
+        return _KINDS[self.kind].backend
 
     def limit(self, key: str) -> int:
         return dict(self.limits)[key]
@@ -94,8 +153,23 @@ class Target:
 
     def supports_dtype(self, dtype: str) -> bool:
         if dtype == "float16":
-            return self.has("shader-f16")
-        return dtype in _DTYPES[self.kind]
+            return self.has(SHADER_F16)
+        return dtype in _KINDS[self.kind].dtypes
+
+    @property
+    def vector_lanes(self) -> bool:
+        """Kernels may read and write vectors (vec4) of a buffer."""
+        return _KINDS[self.kind].vector_lanes
+
+    @property
+    def subgroup_feature(self) -> str | None:
+        """The name under which this target has subgroup operations, or None."""
+        return next((name for name in SUBGROUP_FEATURES if self.has(name)), None)
+
+    @property
+    def storage_alignment(self) -> int:
+        """Bytes every tensor's offset in an arena buffer is a multiple of."""
+        return self.limit("minStorageBufferOffsetAlignment")
 
     def __str__(self) -> str:
         extra = f" with {', '.join(sorted(self.features))}" if self.features else ""

@@ -339,3 +339,6 @@ def _reject_unsupported(func: PrimFunc) -> None:
     for buf in func.params:
         if buf.storage_dtype not in STORAGE:
             raise NotImplementedError(f"kernel {func.name}: C kernels cannot hold {buf.storage_dtype} tensors")
+
+
+from .backend import CWasmBackend  # noqa: E402  (registers the backend and its target)

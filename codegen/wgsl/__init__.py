@@ -93,6 +93,10 @@ class WGSLRenderer(CStyleRenderer):
     barrier = "workgroupBarrier();"
     storage_barrier = "storageBarrier();"
 
+    def __init__(self, func: PrimFunc, enable: tuple[str, ...] = ()):
+        super().__init__(func)
+        self.enable = enable  # extensions the kernel declares (`enable subgroups;` in browsers)
+
     def render(self) -> WGSLKernel:
         func = self.func
         entry = "k_" + "".join(c if c.isalnum() else "_" for c in func.name)
@@ -102,8 +106,7 @@ class WGSLRenderer(CStyleRenderer):
         header: list[str] = []
         if "f16" in walk_dtypes(func):
             header.append("enable f16;")
-        # Chrome wants `enable subgroups;` before subgroup builtins; naga (wgpu) rejects it.
-        header += [f"enable {name};" for name in func.attrs.get("wgsl_enable", ())]
+        header += [f"enable {name};" for name in self.enable]
         bindings = []
         vector_buffers = _vector_accesses(func)
         for index, buf in enumerate(func.params):
@@ -263,5 +266,8 @@ def _static_size(buf: Buffer) -> int:
     return size
 
 
-def emit_wgsl(func: PrimFunc) -> WGSLKernel:
-    return WGSLRenderer(func).render()
+def emit_wgsl(func: PrimFunc, enable: tuple[str, ...] = ()) -> WGSLKernel:
+    return WGSLRenderer(func, enable).render()
+
+
+from .backend import WGSLBackend  # noqa: E402  (registers the backend and its targets)

@@ -34,7 +34,8 @@ class Pipeline:
                    ("to_non_dataflow", to_non_dataflow),
                    ("vm_shape_lowering", vm_shape_lowering),
                    ("explicit_allocation", explicit_allocation),
-                   ("plan_memory", lambda m: plan_memory(m, upper_bounds, target.limit("maxBufferSize")))]
+                   ("plan_memory", lambda m: plan_memory(m, upper_bounds, target.limit("maxBufferSize"),
+                                                          target.storage_alignment))]
         return Pipeline(passes)
 
     def insert_after(self, name: str, new_name: str, new_pass: Pass) -> None:
@@ -45,7 +46,10 @@ class Pipeline:
         index = [n for n, _ in self.passes].index(name)
         self.passes.insert(index, (new_name, new_pass))
 
-    def __call__(self, mod: IRModule) -> IRModule:
-        for _, run in self.passes:
+    def __call__(self, mod: IRModule, progress=None) -> IRModule:
+        """Run the passes; ``progress(stage, done, total)``, if given, hears of each one."""
+        for done, (name, run) in enumerate(self.passes):
+            if progress is not None:
+                progress(name, done, len(self.passes))
             mod = run(mod)
         return mod

@@ -11,8 +11,9 @@ size is a number, a token is reused by any tensor that fits (best fit) and
 grows to the largest tensor it holds, and the whole function runs from one
 arena. The function's results are never freed, so nothing later overwrites them.
 
-The arena is laid out for WebGPU: tokens at 256-byte aligned offsets, split
-into buffers no larger than ``maxBufferSize`` with no token straddling two.
+The arena is laid out for the target's device: tokens at offsets aligned to its
+storage alignment (WebGPU: 256 bytes), split into buffers no larger than its
+``maxBufferSize`` with no token straddling two.
 The plan is stored on the function as the attribute ``memory_plan``.
 """
 
@@ -25,9 +26,12 @@ from ..ir.expr import Call, Function, Op, ShapeExpr, Tuple, TupleGetItem, Var, V
 from ..ir.module import IRModule
 from ..ir.struct_info import ObjectStructInfo, TensorStructInfo
 from ..op.registry import make_call
+from ..target import LIMIT_DEFAULTS
 from .rewrite import map_graph_functions, rewrite_function, used_vars
 
-ALIGNMENT = 256
+# Without a target: WebGPU's defaults, which every adapter grants (targets pass their own).
+ALIGNMENT = LIMIT_DEFAULTS["minStorageBufferOffsetAlignment"]
+MAX_BUFFER_SIZE = LIMIT_DEFAULTS["maxBufferSize"]
 ELEMENT_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "float16": 2, "bool": 4, "int64": 8,
                  "float64": 8, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "bfloat16": 2}
 
@@ -77,7 +81,7 @@ class MemoryPlan:
 
 
 def plan_memory(mod: IRModule, upper_bounds: dict[str, int] | None = None,
-                max_buffer_size: int = 256 << 20) -> IRModule:
+                max_buffer_size: int = MAX_BUFFER_SIZE, alignment: int = ALIGNMENT) -> IRModule:
     """Plan every function; after explicit allocation, also place each allocation in its storage:
     ``R.builtin.alloc_tensor`` becomes ``R.memory.alloc_tensor`` in a ``R.memory.alloc_storage``
     emitted just before the storage's first tensor."""
@@ -85,13 +89,13 @@ def plan_memory(mod: IRModule, upper_bounds: dict[str, int] | None = None,
     def plan(name: str, func: Function) -> Function:
         if func.attr("Primitive"):
             return func
-        result = plan_function(func, upper_bounds, max_buffer_size)
-        return _place(func, result).with_attr("memory_plan", result.to_json())
+        result = plan_function(func, upper_bounds, max_buffer_size, alignment)
+        return _place(func, result, alignment).with_attr("memory_plan", result.to_json())
 
     return map_graph_functions(mod, plan)
 
 
-def _place(func: Function, plan: MemoryPlan) -> Function:
+def _place(func: Function, plan: MemoryPlan, alignment: int) -> Function:
     storages: dict[int, Var] = {}
 
     def rewrite(binding, dataflow):
@@ -101,7 +105,7 @@ def _place(func: Function, plan: MemoryPlan) -> Function:
         token = plan.tokens[plan.tensor_token[binding.var.name_hint]]
         out = []
         if token.index not in storages:
-            size = arith.IntImm(_align(token.static_size)) if token.static_size is not None else token.size
+            size = arith.IntImm(_align(token.static_size, alignment)) if token.static_size is not None else token.size
             storage = Var(f"storage{token.index}", ObjectStructInfo())
             alloc = make_call("memory.alloc_storage", ShapeExpr((size,)), token=token.index)
             out.append(VarBinding(storage, with_struct_info(alloc, ObjectStructInfo())))
@@ -116,7 +120,7 @@ def _place(func: Function, plan: MemoryPlan) -> Function:
 
 
 def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
-                  max_buffer_size: int = 256 << 20) -> MemoryPlan:
+                  max_buffer_size: int = MAX_BUFFER_SIZE, alignment: int = ALIGNMENT) -> MemoryPlan:
     bounds = dict(func.attr("tir_var_upper_bound", {}) or {})
     bounds.update(upper_bounds or {})
     analyzer = arith.Analyzer({k: (0, v) for k, v in bounds.items()}, nonnegative=True)
@@ -183,7 +187,7 @@ def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
         live[tensor] = token
         if all(s is not None for s in static.values()):
             peak = max(peak, sum(static[t] for t in live))
-    buffers = _layout(tokens, max_buffer_size) if all(t.static_size is not None for t in tokens) else []
+    buffers = _layout(tokens, max_buffer_size, alignment) if all(t.static_size is not None for t in tokens) else []
     lower_bound = peak if all(s is not None for s in static.values()) else None
     return MemoryPlan(tokens, tensor_token, buffers, lower_bound)
 
@@ -206,11 +210,11 @@ def _reuse(free: list[StorageToken], size, static_size, analyzer) -> StorageToke
     return max(free, key=lambda t: t.static_size) if free else None  # grown to fit
 
 
-def _layout(tokens: list[StorageToken], max_buffer_size: int) -> list[int]:
-    """Place tokens in arena buffers: 256-byte aligned offsets, no token across two buffers."""
+def _layout(tokens: list[StorageToken], max_buffer_size: int, alignment: int) -> list[int]:
+    """Place tokens in arena buffers: aligned offsets, no token across two buffers."""
     buffers: list[int] = []
     for token in sorted(tokens, key=lambda t: -t.static_size):
-        size = _align(max(token.static_size, 4))
+        size = _align(max(token.static_size, 4), alignment)
         if size > max_buffer_size:
             raise ValueError(f"storage {token.index} needs {size} bytes, more than the device's "
                              f"maxBufferSize {max_buffer_size}")
@@ -225,5 +229,5 @@ def _layout(tokens: list[StorageToken], max_buffer_size: int) -> list[int]:
     return buffers
 
 
-def _align(value: int) -> int:
-    return (value + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+def _align(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment

@@ -1,12 +1,12 @@
-"""Running compiled code from Python: the executable format, the WebGPU VM, the kernel runner."""
+"""Running compiled code from Python: the executable format and the VM in three layers.
 
+- ``program``: the VirtualMachine (bytecode, shape heap, match checks), device-independent;
+- ``storage``: tensors as device bytes, the weights, the state, each function's memory;
+- ``devices``: WebGPU (wgpu-py) and WASM (wasmtime) behind one ``Device`` interface.
+
+``kernel_runner`` and ``wasm_runner`` run single kernels for tests and benchmarks.
+"""
+
+from .devices import Device, DeviceError, View, device_kinds, register_device
 from .executable import Executable, ExecutableError
-
-
-def __getattr__(name):
-    # The VM imports wgpu; load it only when asked for.
-    if name in ("VirtualMachine", "DeviceTensor"):
-        from . import virtual_machine
-
-        return getattr(virtual_machine, name)
-    raise AttributeError(name)
+from .program import DeviceTensor, VirtualMachine

@@ -15,10 +15,7 @@ expressions as text (``tessera.arith`` syntax) evaluated on the shape heap.
 
 from __future__ import annotations
 
-import hashlib
-
 from .. import arith
-from ..codegen.wgsl import emit_wgsl
 from ..ir.errors import TesseraError
 from ..ir.expr import (
     Call,
@@ -43,7 +40,7 @@ from ..ir.struct_info import (
     sinfo_vars,
 )
 from ..target import Target
-from ..tir.ir import PrimFunc, walk_dtypes
+from ..tir.ir import PrimFunc
 from ..transform.plan_memory import device_bytes
 from .executable import Executable
 
@@ -69,66 +66,28 @@ def sinfo_json(sinfo: StructInfo) -> dict:
     raise VMCompileError(f"the VM cannot pass values of {sinfo!r} yet")
 
 
-def compile_vm(mod: IRModule, target: Target, upper_bounds: dict[str, int] | None = None) -> Executable:
+def compile_vm(mod: IRModule, target: Target, compiled, upper_bounds: dict[str, int] | None = None) -> Executable:
+    """The executable of a lowered, memory-planned module whose kernels ``compiled`` holds: the
+    ``CompiledKernels`` a codegen backend made of the module's PrimFuncs, in module order."""
     kernels: list[dict] = []
     kernel_index: dict[str, int] = {}
-    for name, func in mod.functions.items():
-        if isinstance(func, PrimFunc):
-            kernel_index[name] = len(kernels)
-            kernels.append(_kernel_record(func, target))
+    prim_funcs = [f for f in mod.functions.values() if isinstance(f, PrimFunc)]
+    if len(prim_funcs) != len(compiled.kernels):
+        raise VMCompileError(f"{len(compiled.kernels)} compiled kernels for {len(prim_funcs)} PrimFuncs")
+    for func, kernel in zip(prim_funcs, compiled.kernels):
+        kernel_index[func.name] = len(kernels)
+        kernels.append(kernel.record(func))
     constants: dict = {}
     functions = {}
     for name, func in mod.functions.items():
         if isinstance(func, Function) and not func.attr("Primitive"):
             functions[name] = _FunctionCompiler(name, func, kernel_index, kernels, constants, target,
                                                 upper_bounds).run()
-    features = sorted({f for k in kernels for f in k["features"]})
-    wasm = None
-    if target.kind == "wasm":  # one module holds every kernel
-        from tessera.codegen.c import compile_wasm, emit_c_module
-
-        wasm = compile_wasm(emit_c_module([f for f in mod.functions.values() if isinstance(f, PrimFunc)]))
-    return Executable({"kind": target.kind, "name": target.name, "features": sorted(target.features)},
-                      functions, kernels, features, _required_limits(kernels, functions), constants, wasm)
-
-
-def _kernel_record(func: PrimFunc, target: Target) -> dict:
-    if target.kind == "wasm":
-        return _c_kernel_record(func)
-    wgsl = emit_wgsl(func)
-    features = []
-    if "f16" in {d.split("x")[0] for d in walk_dtypes(func)}:
-        features.append("shader-f16")
-    if func.attrs.get("subgroups"):
-        features.append("subgroups" if "subgroups" in func.attrs.get("wgsl_enable", ()) else "subgroup")
-    workgroup_bytes = sum(int(arith.Analyzer().as_int(b.size)) * (2 if b.dtype.startswith("f16") else 4)
-                          for b in func.scratch if b.scope == "workgroup")
-    return {
-        "name": func.name, "wgsl": wgsl.source, "sha256": hashlib.sha256(wgsl.source.encode()).hexdigest(),
-        "entry_point": wgsl.entry_point, "workgroup_size": list(wgsl.workgroup_size),
-        "bindings": list(wgsl.bindings), "scalars": list(func.scalars),
-        "grid": [arith.to_source(g) for g in func.grid],
-        "inputs": [{"name": b.name, "dtype": b.storage_dtype} for b in func.inputs],
-        "outputs": [{"name": b.name, "dtype": b.storage_dtype} for b in func.outputs],
-        "rule": func.attrs.get("rule"), "pattern": func.attrs.get("pattern"), "features": features,
-        "workgroup_storage_bytes": workgroup_bytes,
-    }
-
-
-def _c_kernel_record(func: PrimFunc) -> dict:
-    """A kernel of the WASM module: its C text (for reading; the module is built from it) and export."""
-    from tessera.codegen.c import emit_c, kernel_symbol
-
-    source = emit_c(func)
-    return {
-        "name": func.name, "c": source, "sha256": hashlib.sha256(source.encode()).hexdigest(),
-        "entry_point": kernel_symbol(func), "workgroup_size": list(func.workgroup_size),
-        "scalars": list(func.scalars), "grid": [arith.to_source(g) for g in func.grid],
-        "inputs": [{"name": b.name, "dtype": b.storage_dtype} for b in func.inputs],
-        "outputs": [{"name": b.name, "dtype": b.storage_dtype} for b in func.outputs],
-        "rule": func.attrs.get("rule"), "pattern": func.attrs.get("pattern"), "features": [],
-        "workgroup_storage_bytes": 0,
-    }
+    features = sorted({f for k in kernels for f in k["requirements"]["features"]})
+    return Executable({"kind": target.kind, "name": target.name, "backend": target.backend,
+                       "features": sorted(target.features)},
+                      functions, kernels, features, _required_limits(kernels, functions), constants,
+                      dict(compiled.modules))
 
 
 class _FunctionCompiler:
@@ -281,7 +240,7 @@ class _FunctionCompiler:
     def _launch(self, binding, call) -> None:
         kernel = self.kernel_index[call.args[0].name]
         operands = [self._operand(a) for a in call.args[1].fields]
-        outputs = len(self.kernels[kernel]["outputs"])
+        outputs = sum(b["role"] == "output" for b in self.kernels[kernel]["abi"]["bindings"])
         scalars = [arith.to_source(v) for v in call.args[2].values] if len(call.args) > 2 else []
         self.registers[binding.var] = operands[-1]
         split = len(operands) - outputs  # a kernel that updates an input in place has no outputs
@@ -290,12 +249,14 @@ class _FunctionCompiler:
 
 
 def _required_limits(kernels: list[dict], functions: dict) -> dict:
-    invocations = max((k["workgroup_size"][0] * k["workgroup_size"][1] * k["workgroup_size"][2] for k in kernels),
-                      default=1)
-    buffers = max((len(k["inputs"]) + len(k["outputs"]) for k in kernels), default=1)
-    storage = max((k["workgroup_storage_bytes"] for k in kernels), default=0)
+    """The largest need of any kernel, and the arena's buffers and tokens (docs/format.md)."""
+    needs: dict[str, int] = {}
+    for kernel in kernels:
+        for name, value in kernel["requirements"]["limits"].items():
+            needs[name] = max(needs.get(name, 0), value)
     arena = [size for f in functions.values() for size in f["memory"]["buffers"]]
     tokens = [s["static_size"] or 0 for f in functions.values() for s in f["memory"]["storages"]]
-    return {"maxComputeInvocationsPerWorkgroup": invocations, "maxStorageBuffersPerShaderStage": buffers,
-            "maxComputeWorkgroupStorageSize": storage, "maxBufferSize": max(arena, default=0),
-            "maxStorageBufferBindingSize": max(tokens, default=0)}
+    return {"maxComputeInvocationsPerWorkgroup": needs.get("maxComputeInvocationsPerWorkgroup", 1),
+            "maxStorageBuffersPerShaderStage": needs.get("maxStorageBuffersPerShaderStage", 1),
+            "maxComputeWorkgroupStorageSize": needs.get("maxComputeWorkgroupStorageSize", 0),
+            "maxBufferSize": max(arena, default=0), "maxStorageBufferBindingSize": max(tokens, default=0)}

@@ -1,8 +1,9 @@
 """The executable: one versioned file every runtime reads (docs/format.md).
 
-``executable.json`` holds the functions as VM code, the kernel table (WGSL
-source, entry point, workgroup size, binding layout, launch grid as shape
-expressions), the memory plans, the target with the features and limits its
+``executable.json`` holds the functions as VM code, the kernel table (per
+kernel: the backend, the module file it lives in, entry point, workgroup size,
+ABI, launch grid as shape expressions, requirements), the module files with
+their SHA-256, the memory plans, the target with the features and limits its
 kernels need, and a reference to the weights: ``tensor-cache.json`` plus
 ``params_shard_*.bin`` files of at most 32 MiB, each with its SHA-256.
 """
@@ -19,10 +20,10 @@ import numpy as np
 from ..ir.errors import TesseraError
 
 FORMAT = "tessera-executable"
-VERSION = 1
+VERSION = 2
 CACHE_FORMAT = "tessera-tensor-cache"
+CACHE_VERSION = 1
 SHARD_BYTES = 32 << 20
-WASM_FILE = "kernels.wasm"
 
 
 class ExecutableError(TesseraError):
@@ -33,32 +34,38 @@ class ExecutableError(TesseraError):
 class Executable:
     target: dict
     functions: dict  # name -> {"params", "symbols", "code", "memory", "registers", "result"}
-    kernels: list  # kernel records
+    kernels: list  # kernel records (docs/format.md)
     required_features: list
     required_limits: dict
     constants: dict = field(default_factory=dict)  # name -> numpy array (the weights)
-    wasm: bytes | None = None  # target wasm: the module with every kernel (kernels.wasm)
+    modules: dict = field(default_factory=dict)  # path in the folder -> bytes (kernel modules)
+
+    @property
+    def backends(self) -> list[str]:
+        """The backends of the kernels, each once, in order of first use."""
+        return list(dict.fromkeys(k["backend"] for k in self.kernels))
 
     def to_json(self) -> dict:
-        doc = {"format": FORMAT, "version": VERSION, "target": self.target, "required_features":
-               self.required_features, "required_limits": self.required_limits, "functions": self.functions,
-               "kernels": self.kernels, "constants": sorted(self.constants)}
-        if self.wasm is not None:
-            doc["wasm"] = {"path": WASM_FILE, "nbytes": len(self.wasm), "sha256": hashlib.sha256(self.wasm).hexdigest()}
-        return doc
+        modules = [{"path": path, "backend": _module_backend(self.kernels, path), "nbytes": len(data),
+                    "sha256": hashlib.sha256(data).hexdigest()} for path, data in sorted(self.modules.items())]
+        return {"format": FORMAT, "version": VERSION, "target": self.target, "required_features":
+                self.required_features, "required_limits": self.required_limits, "functions": self.functions,
+                "kernels": self.kernels, "modules": modules, "constants": sorted(self.constants)}
 
     def save(self, directory: str) -> None:
         os.makedirs(directory, exist_ok=True)
         save_tensor_cache(directory, self.constants)
-        if self.wasm is not None:
-            with open(os.path.join(directory, WASM_FILE), "wb") as f:
-                f.write(self.wasm)
+        for path, data in self.modules.items():
+            full = os.path.join(directory, check_relative_path(path, "module"))
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            with open(full, "wb") as f:
+                f.write(data)
         text = json.dumps(self.to_json(), indent=1, sort_keys=True)
         with open(os.path.join(directory, "executable.json"), "w", encoding="utf-8") as f:
             f.write(text)
 
     @staticmethod
-    def load(directory: str, target_kind: str | None = None) -> Executable:
+    def load(directory: str) -> Executable:
         path = os.path.join(directory, "executable.json")
         try:
             with open(path, encoding="utf-8") as f:
@@ -75,34 +82,51 @@ class Executable:
                                   if isinstance(data, dict) else f"{path} is not a Tessera executable")
         if data.get("version") != VERSION:
             raise ExecutableError(f"{path} has format version {data.get('version')}; this Tessera reads "
-                                  f"version {VERSION}: rebuild it with this compiler")
-        kind = data.get("target", {}).get("kind")
-        if target_kind is not None and kind != target_kind:
-            raise ExecutableError(f"{path} was built for target {kind!r}, not {target_kind!r}")
-        for kernel in data.get("kernels", []):
-            digest = hashlib.sha256(kernel.get("wgsl", kernel.get("c", "")).encode()).hexdigest()
-            if digest != kernel.get("sha256"):
-                raise ExecutableError(f"kernel {kernel.get('name')} in {path} does not match its checksum")
-        constants = load_tensor_cache(directory) if data.get("constants") else {}
-        missing = set(data.get("constants", [])) - set(constants)
-        if missing:
-            raise ExecutableError(f"weights missing from tensor-cache.json: {', '.join(sorted(missing))}")
-        wasm = _load_wasm(directory, data["wasm"]) if "wasm" in data else None
+                                  f"version {VERSION}: rebuild it with this compiler (`tessera compile MODEL.gguf "
+                                  f"-o {directory}`)")
         try:
+            modules = {record["path"]: _load_module(directory, record) for record in data["modules"]}
+            for kernel in data["kernels"]:
+                if kernel["module"] not in modules:
+                    raise ExecutableError(f"kernel {kernel['name']} in {path} names the module {kernel['module']!r}, "
+                                          "which the executable does not list")
+            constants = load_tensor_cache(directory) if data["constants"] else {}
+            missing = set(data["constants"]) - set(constants)
+            if missing:
+                raise ExecutableError(f"weights missing from tensor-cache.json: {', '.join(sorted(missing))}")
             return Executable(data["target"], data["functions"], data["kernels"], data["required_features"],
-                              data["required_limits"], constants, wasm)
-        except KeyError as error:
-            raise ExecutableError(f"{path} lacks the field {error.args[0]!r}") from None
+                              data["required_limits"], constants, modules)
+        except (KeyError, TypeError) as error:
+            raise ExecutableError(f"{path} is malformed: it lacks the field {error.args[0]!r}"
+                                  if isinstance(error, KeyError) else f"{path} is malformed: {error}") from None
 
 
-def _load_wasm(directory: str, record: dict) -> bytes:
-    path = os.path.join(directory, record.get("path", WASM_FILE))
+def check_relative_path(path, what: str) -> str:
+    """``path`` if it names a file inside the folder: relative, no '..', no empty or odd parts."""
+    if not isinstance(path, str) or not path or path.startswith(("/", "\\")) or "\\" in path or "\0" in path:
+        raise ExecutableError(f"the {what} path {path!r} is not a relative path inside the folder")
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts) or ":" in parts[0]:
+        raise ExecutableError(f"the {what} path {path!r} is not a relative path inside the folder")
+    return path
+
+
+def _module_backend(kernels: list, path: str) -> str | None:
+    return next((k["backend"] for k in kernels if k["module"] == path), None)
+
+
+def _load_module(directory: str, record: dict) -> bytes:
+    path = os.path.join(directory, check_relative_path(record["path"], "module"))
     try:
+        size = os.stat(path).st_size
+        if size != record["nbytes"]:
+            raise ExecutableError(f"{path} has {size} bytes, executable.json says {record['nbytes']} (stale or "
+                                  "truncated)")
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(size + 1)
     except OSError as error:
-        raise ExecutableError(f"cannot read {path}: {error.strerror}") from None
-    if hashlib.sha256(data).hexdigest() != record.get("sha256"):
+        raise ExecutableError(f"cannot read kernel module {path}: {error.strerror}") from None
+    if hashlib.sha256(data).hexdigest() != record["sha256"]:
         raise ExecutableError(f"{path} does not match its checksum in executable.json (corrupted or stale)")
     return data
 
@@ -138,7 +162,7 @@ def save_tensor_cache(directory: str, tensors: dict[str, np.ndarray]) -> None:
         current.append((tensor_name, array))
         size += array.nbytes
     flush()
-    cache = {"format": CACHE_FORMAT, "version": VERSION, "records": shards}
+    cache = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "records": shards}
     with open(os.path.join(directory, "tensor-cache.json"), "w", encoding="utf-8") as f:
         json.dump(cache, f, indent=1)
 
@@ -152,11 +176,11 @@ def load_tensor_cache(directory: str) -> dict[str, np.ndarray]:
         raise ExecutableError(f"cannot read {path}: {error.strerror}") from None
     except json.JSONDecodeError as error:
         raise ExecutableError(f"{path} is not valid JSON: {error.msg}") from None
-    if cache.get("format") != CACHE_FORMAT or cache.get("version") != VERSION:
-        raise ExecutableError(f"{path} is not a version-{VERSION} Tessera tensor cache")
+    if cache.get("format") != CACHE_FORMAT or cache.get("version") != CACHE_VERSION:
+        raise ExecutableError(f"{path} is not a version-{CACHE_VERSION} Tessera tensor cache")
     tensors = {}
     for shard in cache.get("records", []):
-        shard_path = os.path.join(directory, shard["dataPath"])
+        shard_path = os.path.join(directory, check_relative_path(shard["dataPath"], "weight shard"))
         try:
             with open(shard_path, "rb") as f:
                 blob = f.read()

@@ -11,7 +11,7 @@
 import { Template } from "./vendor/jinja.js";
 import { Tokenizer } from "./vendor/tokenizers.js";
 import { DeviceError, requestDeviceFor, webgpuUnavailableReason } from "./device.js";
-import { validateChatConfig } from "./format.js";
+import { runsOn, validateChatConfig } from "./format.js";
 import { loadBuild, loadBundleIndex, loadExecutable } from "./loader.js";
 import { HostTensor, VirtualMachine } from "./vm.js";
 import { WasmVirtualMachine } from "./wasm-vm.js";
@@ -222,6 +222,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
       const unavailable = webgpuUnavailableReason();
       if (unavailable) { reasons.push(unavailable); continue; }
       const executable = await loadExecutable(folder, fetcher);
+      if (!runsOn(executable, "webgpu")) { reasons.push(`build ${build.name} holds kernels WebGPU cannot run`); continue; }
       let device, adapterName;
       try {
         ({ device, adapterName } = await requestDeviceFor(executable));
@@ -231,7 +232,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
       }
       const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable });
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
-      const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights);
+      const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights, loaded.modules);
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
       return new Engine({ ...parts, vm, device: { kind: "webgpu", name: adapterName, build: build.name },
         load: { bytes: loaded.bytes, shardsFromCache: loaded.shardsFromCache, cache: loaded.cacheKind } });
@@ -239,7 +240,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
     if (build.kind === "wasm") {
       if (typeof WebAssembly === "undefined") { reasons.push("this browser has no WebAssembly"); continue; }
       const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher });
-      const vm = await WasmVirtualMachine.create(loaded.executable, loaded.weights, /** @type {ArrayBuffer} */ (loaded.wasm));
+      const vm = await WasmVirtualMachine.create(loaded.executable, loaded.weights, loaded.modules);
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
       const why = reasons.length ? ` (WebGPU: ${reasons.join("; ")})` : "";
       return new Engine({ ...parts, vm, device: { kind: "wasm", name: `WebAssembly SIMD on the CPU${why}`, build: build.name },

@@ -5,7 +5,7 @@ export class FormatError extends Error {
   name = "FormatError";
 }
 
-const EXECUTABLE_VERSION = 1;
+const EXECUTABLE_VERSION = 2;
 const TENSOR_CACHE_VERSION = 1;
 const BUNDLE_VERSION = 1;
 
@@ -14,24 +14,40 @@ function expect(ok, what, problem) {
   if (!ok) throw new FormatError(`${what}: ${problem}`);
 }
 
+/**
+ * Whether ``path`` names a file inside the folder: relative, no "..", no scheme, no percent-escapes
+ * (so that no URL resolution can take it outside).
+ * @param {any} path
+ */
+export function isInsidePath(path) {
+  if (typeof path !== "string" || !path || path.startsWith("/") || /[\\%?#:]/.test(path)) return false;
+  return path.split("/").every((part) => part !== "" && part !== "." && part !== "..");
+}
+
+/** The backends this runtime's devices run, by build kind. */
+const BACKENDS = { webgpu: "wgsl", wasm: "c-wasm" };
+
 /** @param {any} doc @param {string} what */
 export function validateExecutable(doc, what = "executable.json") {
   expect(doc && typeof doc === "object", what, "not a JSON object");
   expect(doc.format === "tessera-executable", what, `not a Tessera executable (format ${JSON.stringify(doc.format)})`);
   expect(doc.version === EXECUTABLE_VERSION, what,
     `format version ${doc.version}; this runtime reads version ${EXECUTABLE_VERSION}: rebuild the bundle with this Tessera`);
-  expect(Array.isArray(doc.kernels) && typeof doc.functions === "object", what, "kernels or functions are missing");
-  const kind = doc.target?.kind;
-  expect(kind === "webgpu" || kind === "wasm", what, `built for ${kind}, not webgpu or wasm`);
-  if (kind === "wasm") {
-    expect(typeof doc.wasm?.path === "string" && /^[0-9a-f]{64}$/.test(doc.wasm?.sha256), what, "the wasm module record is missing");
+  expect(Array.isArray(doc.kernels) && typeof doc.functions === "object" && Array.isArray(doc.modules), what,
+    "kernels, modules or functions are missing");
+  const modules = new Set();
+  for (const module of doc.modules) {
+    expect(isInsidePath(module.path), what, `the module path ${JSON.stringify(module.path)} is not a relative path inside the build`);
+    expect(Number.isInteger(module.nbytes) && /^[0-9a-f]{64}$/.test(module.sha256), what, `module ${module.path} lacks nbytes or sha256`);
+    modules.add(module.path);
   }
-  const fields = kind === "webgpu" ? ["name", "wgsl", "entry_point", "bindings", "scalars", "grid"]
-    : ["name", "entry_point", "scalars", "grid"];
+  const known = Object.values(BACKENDS);
   for (const [index, kernel] of doc.kernels.entries()) {
-    for (const key of fields) {
+    for (const key of ["name", "backend", "module", "entry_point", "workgroup_size", "abi", "grid"]) {
       expect(kernel[key] !== undefined, what, `kernel ${index} has no ${key}`);
     }
+    expect(known.includes(kernel.backend), what, `kernel ${kernel.name} is for the ${kernel.backend} backend; this runtime runs ${known.join(", ")}`);
+    expect(modules.has(kernel.module), what, `kernel ${kernel.name} names the module ${kernel.module}, which the executable does not list`);
   }
   for (const [name, fn] of Object.entries(doc.functions)) {
     for (const key of ["params", "code", "tensors", "locations", "memory", "symbols"]) {
@@ -41,6 +57,12 @@ export function validateExecutable(doc, what = "executable.json") {
   return doc;
 }
 
+/** Whether every kernel of ``doc`` is for the backend a device of ``kind`` runs. @param {any} doc @param {string} kind */
+export function runsOn(doc, kind) {
+  const backend = /** @type {Record<string, string>} */ (BACKENDS)[kind];
+  return doc.kernels.every((/** @type {any} */ k) => k.backend === backend);
+}
+
 /** @param {any} doc @param {string} what */
 export function validateTensorCache(doc, what = "tensor-cache.json") {
   expect(doc && typeof doc === "object", what, "not a JSON object");
@@ -48,7 +70,7 @@ export function validateTensorCache(doc, what = "tensor-cache.json") {
   expect(doc.version === TENSOR_CACHE_VERSION, what, `version ${doc.version}; this runtime reads version ${TENSOR_CACHE_VERSION}`);
   expect(Array.isArray(doc.records), what, "records are missing");
   for (const shard of doc.records) {
-    expect(typeof shard.dataPath === "string" && !shard.dataPath.includes(".."), what, `bad shard path ${JSON.stringify(shard.dataPath)}`);
+    expect(isInsidePath(shard.dataPath), what, `bad shard path ${JSON.stringify(shard.dataPath)}`);
     expect(Number.isInteger(shard.nbytes) && /^[0-9a-f]{64}$/.test(shard.sha256), what, `shard ${shard.dataPath} lacks nbytes or sha256`);
     for (const record of shard.records) {
       const end = record.byteOffset + record.nbytes;

@@ -154,13 +154,26 @@ export async function loadBuild(buildUrl, { onProgress = () => {}, fetchFn = fet
     }
   }
   report(fromCache === tensorCache.records.length ? "Weights loaded from the cache" : "Weights loaded");
-  let wasm = null;
-  if (executable.target.kind === "wasm") {
-    const url = buildUrl + executable.wasm.path;
-    wasm = await (await fetchOk(url, fetchFn)).arrayBuffer();
-    if (await sha256Hex(wasm) !== executable.wasm.sha256) throw new LoadError(`${url} does not match its checksum in executable.json`);
-  }
-  return { executable, tensorCache, weights, wasm, bytes: total, shardsFromCache: fromCache, cacheKind: store.kind };
+  const modules = await loadModules(buildUrl, executable, fetchFn);
+  return { executable, tensorCache, weights, modules, bytes: total, shardsFromCache: fromCache, cacheKind: store.kind };
+}
+
+/**
+ * The kernel module files of an executable (WGSL text, a WASM binary ...), each checked against
+ * its size and SHA-256 in executable.json. @param {string} buildUrl @param {any} executable
+ * @param {(url: string) => Promise<Response>} fetchFn
+ * @returns {Promise<Map<string, ArrayBuffer>>}
+ */
+export async function loadModules(buildUrl, executable, fetchFn = fetch) {
+  const entries = await Promise.all(executable.modules.map(async (/** @type {any} */ module) => {
+    const url = buildUrl + module.path;
+    const data = await (await fetchOk(url, fetchFn)).arrayBuffer();
+    if (data.byteLength !== module.nbytes || await sha256Hex(data) !== module.sha256) {
+      throw new LoadError(`${url} does not match its size and checksum in executable.json (stale or corrupted)`);
+    }
+    return /** @type {[string, ArrayBuffer]} */ ([module.path, data]);
+  }));
+  return new Map(entries);
 }
 
 /**

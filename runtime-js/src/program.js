@@ -126,7 +126,7 @@ export function launchSizes(op, kernel, heap) {
   const scalars = op.scalars.map((/** @type {string} */ s) => evalShape(s, heap));
   /** @type {Record<string, number>} */
   const env = {};
-  kernel.scalars.forEach((/** @type {string} */ symbol, /** @type {number} */ i) => { env[symbol] = scalars[i]; });
+  kernel.abi.scalars.forEach((/** @type {any} */ scalar, /** @type {number} */ i) => { env[scalar.name] = scalars[i]; });
   return { scalars, grid: kernel.grid.map((/** @type {string} */ g) => evalShape(g, env)) };
 }
 

@@ -47,15 +47,21 @@ export class VirtualMachine extends FunctionTable {
    * @param {GPUDevice} device
    * @param {any} exe the parsed executable.json
    * @param {Map<string, ArrayBufferView>} weights the constants by name (tensor-cache records)
+   * @param {Map<string, ArrayBuffer>} modules the kernel module files by path (WGSL text)
    */
-  static async create(device, exe, weights) {
+  static async create(device, exe, weights, modules) {
     const vm = new VirtualMachine(device, exe);
     for (const name of exe.constants) {
       const data = weights.get(name);
       if (!data) throw new Error(`the weights have no tensor '${name}' that the executable uses`);
       vm.constants.set(name, vm.createWithData(data));
     }
-    vm.pipelines = await Promise.all(exe.kernels.map((/** @type {any} */ k) => vm.createPipeline(k)));
+    const decoder = new TextDecoder();
+    vm.pipelines = await Promise.all(exe.kernels.map((/** @type {any} */ k) => {
+      const module = modules.get(k.module);
+      if (!module) throw new Error(`the kernel module ${k.module} of kernel ${k.name} was not loaded`);
+      return vm.createPipeline(k, decoder.decode(module));
+    }));
     for (const [name, record] of Object.entries(exe.functions)) vm.functions.set(name, new VMFunction(vm, name, record));
     return vm;
   }
@@ -85,20 +91,22 @@ export class VirtualMachine extends FunctionTable {
     return buffer;
   }
 
-  /** @param {any} kernel */
-  async createPipeline(kernel) {
-    const module = this.device.createShaderModule({ code: kernel.wgsl, label: kernel.name });
+  /** @param {any} kernel @param {string} code its WGSL */
+  async createPipeline(kernel, code) {
+    const module = this.device.createShaderModule({ code, label: kernel.name });
     const info = await module.getCompilationInfo();
     const errors = info.messages.filter((m) => m.type === "error");
     if (errors.length) {
       throw new Error(`kernel ${kernel.name} does not compile on this device: ${errors[0].message} (line ${errors[0].lineNum})`);
     }
-    const layout = this.device.createBindGroupLayout({
-      label: kernel.name,
-      entries: kernel.bindings.map((/** @type {string} */ name, /** @type {number} */ binding) => ({
-        binding, visibility: GPUShaderStage.COMPUTE, buffer: { type: name === "params" ? "uniform" : "storage" },
-      })),
-    });
+    // The ABI (docs/format.md): storage buffers in binding order, then one uniform of i32 scalars.
+    /** @type {GPUBindGroupLayoutEntry[]} */
+    const entries = kernel.abi.bindings.map((/** @type {any} */ b) => ({
+      binding: b.index, visibility: GPUShaderStage.COMPUTE, buffer: { type: "storage" } }));
+    if (kernel.abi.scalars.length) {
+      entries.push({ binding: kernel.abi.scalars[0].binding, visibility: GPUShaderStage.COMPUTE, buffer: { type: "uniform" } });
+    }
+    const layout = this.device.createBindGroupLayout({ label: kernel.name, entries });
     const pipeline = await this.device.createComputePipelineAsync({
       label: kernel.name, layout: this.device.createPipelineLayout({ bindGroupLayouts: [layout] }),
       compute: { module, entryPoint: kernel.entry_point },
@@ -153,8 +161,8 @@ class VMFunction {
     record.code.forEach((/** @type {any} */ op, /** @type {number} */ index) => {
       if (op.op !== "launch") return;
       const kernel = vm.exe.kernels[op.kernel];
-      const uniform = kernel.scalars.length ?
-        vm.createBuffer(16 * Math.ceil(kernel.scalars.length / 4), GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST) : null;
+      const uniform = kernel.abi.scalars.length ?
+        vm.createBuffer(16 * Math.ceil(kernel.abi.scalars.length / 4), GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST) : null;
       const entries = [...op.args, ...op.outs].map((/** @type {number} */ reg, /** @type {number} */ binding) => {
         const { buffer, offset, size } = this.location(reg);
         return { binding, resource: { buffer, offset, size } };

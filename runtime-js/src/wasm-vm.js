@@ -1,4 +1,4 @@
-// The WebAssembly virtual machine: the same executable format, with kernels.wasm in place of WGSL.
+// The WebAssembly virtual machine: the same executable format, with c-wasm kernels in place of WGSL.
 //
 // Everything lives in one WebAssembly.Memory that the kernel module imports: above the module's own
 // data and stack (its __heap_base) come the weights, the state (KV cache), and for each function its
@@ -31,9 +31,13 @@ export class WasmVirtualMachine extends FunctionTable {
   /**
    * @param {any} exe the parsed executable.json (target kind "wasm")
    * @param {Map<string, ArrayBufferView>} weights
-   * @param {ArrayBuffer} wasmBytes kernels.wasm
+   * @param {Map<string, ArrayBuffer>} modules the kernel module files by path: one WASM module
    */
-  static async create(exe, weights, wasmBytes) {
+  static async create(exe, weights, modules) {
+    const paths = [...new Set(exe.kernels.map((/** @type {any} */ k) => k.module))];
+    if (paths.length > 1) throw new Error(`the WASM runtime runs kernels of one module; this executable has ${paths.join(", ")}`);
+    const wasmBytes = modules.get(paths[0]);
+    if (!wasmBytes) throw new Error(`the kernel module ${paths[0] ?? "(none: the executable has no kernels)"} was not loaded`);
     const module = await WebAssembly.compile(wasmBytes);
     const plan = layout(exe, weights);
     const memory = new WebAssembly.Memory({ initial: Math.ceil((plan.bytes + (1 << 20)) / PAGE) });
@@ -61,7 +65,7 @@ export class WasmVirtualMachine extends FunctionTable {
     }
     this.kernelExports = exe.kernels.map((/** @type {any} */ k) => {
       const fn = this.exports[k.entry_point];
-      if (typeof fn !== "function") throw new Error(`kernels.wasm does not export ${k.entry_point} (kernel ${k.name})`);
+      if (typeof fn !== "function") throw new Error(`${k.module} does not export ${k.entry_point} (kernel ${k.name})`);
       return fn;
     });
     for (const [name, record] of Object.entries(exe.functions)) {

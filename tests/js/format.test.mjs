@@ -2,11 +2,15 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { validateBundle, validateChatConfig, validateExecutable, validateTensorCache } from "../../runtime-js/src/format.js";
+import {
+  isInsidePath, runsOn, validateBundle, validateChatConfig, validateExecutable, validateTensorCache,
+} from "../../runtime-js/src/format.js";
 
 const executable = () => ({
-  format: "tessera-executable", version: 1, target: { kind: "webgpu" }, constants: [],
-  kernels: [{ name: "k", wgsl: "", entry_point: "k", bindings: [], scalars: [], grid: ["1", "1", "1"] }],
+  format: "tessera-executable", version: 2, target: { kind: "webgpu", backend: "wgsl" }, constants: [],
+  modules: [{ path: "kernels/000_k.wgsl", backend: "wgsl", nbytes: 10, sha256: "b".repeat(64) }],
+  kernels: [{ name: "k", backend: "wgsl", module: "kernels/000_k.wgsl", entry_point: "k", workgroup_size: [64, 1, 1],
+    abi: { bindings: [], scalars: [] }, grid: ["1", "1", "1"], requirements: { features: [], limits: {} } }],
   functions: { main: { params: [], code: [], tensors: {}, locations: {}, memory: {}, symbols: {} } },
 });
 const tensorCache = () => ({
@@ -24,10 +28,21 @@ test("well-formed files pass", () => {
 });
 
 test("each kind of bad file is named", () => {
-  assert.throws(() => validateExecutable({ ...executable(), version: 2 }, "x/executable.json"),
-    /x\/executable.json: format version 2; this runtime reads version 1: rebuild the bundle/);
+  assert.throws(() => validateExecutable({ ...executable(), version: 1 }, "x/executable.json"),
+    /x\/executable.json: format version 1; this runtime reads version 2: rebuild the bundle/);
   assert.throws(() => validateExecutable({ format: "gguf" }), /not a Tessera executable/);
-  assert.throws(() => validateExecutable({ ...executable(), target: { kind: "vulkan" } }), /built for vulkan, not webgpu/);
+  const spirv = executable();
+  spirv.kernels[0].backend = "spirv";
+  assert.throws(() => validateExecutable(spirv), /kernel k is for the spirv backend; this runtime runs wgsl, c-wasm/);
+  const unlisted = executable();
+  unlisted.kernels[0].module = "kernels/other.wgsl";
+  assert.throws(() => validateExecutable(unlisted), /names the module kernels\/other.wgsl, which the executable does not list/);
+  for (const bad of ["../k.wgsl", "/k.wgsl", "https://evil.test/k.wgsl", "%2e%2e/k.wgsl", "a//b", "C:/k"]) {
+    const escaping = executable();
+    escaping.modules[0].path = bad;
+    assert.throws(() => validateExecutable(escaping), /is not a relative path inside the build/, bad);
+  }
+  assert.ok(isInsidePath("kernels/000_k.wgsl") && runsOn(executable(), "webgpu") && !runsOn(executable(), "wasm"));
   const noGrid = executable();
   delete noGrid.kernels[0].grid;
   assert.throws(() => validateExecutable(noGrid), /kernel 0 has no grid/);

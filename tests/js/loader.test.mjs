@@ -18,7 +18,8 @@ function makeBuild() {
   });
   files.set(`${BASE}tensor-cache.json`, JSON.stringify({ format: "tessera-tensor-cache", version: 1, records }));
   files.set(`${BASE}executable.json`, JSON.stringify({
-    format: "tessera-executable", version: 1, target: { kind: "webgpu" }, constants: ["w0", "w1"], kernels: [], functions: {} }));
+    format: "tessera-executable", version: 2, target: { kind: "webgpu" }, constants: ["w0", "w1"], kernels: [],
+    modules: [], functions: {} }));
   const requests = [];
   const fetchFn = async (url) => {
     requests.push(url);

@@ -11,7 +11,7 @@ def runner():
 def _complete_kernel_run(session) -> bool:
     """True when the run selected every kernel test (no -k, -m, --lf or single file)."""
     options = session.config.option
-    if options.keyword or options.markexpr or getattr(options, "lf", False):
+    if options.keyword or options.markexpr or getattr(options, "lf", False) or options.collectonly:
         return False
     kernel_items = [item for item in session.items if "tests/kernels" in str(item.fspath)]
     return len(kernel_items) >= 100 and session.testscollected == len(session.items)
@@ -60,20 +60,23 @@ def _example() -> dict:
     import numpy as np
     from harness import build
     from tessera import op
-    from tessera.codegen.wgsl import emit_wgsl
+    from tessera.codegen import get_backend
     from tessera.ir import Function, Tensor
     from tessera.target import Target
     from tessera.transform import legalize_ops
 
-    mod = legalize_ops(build(op.nn.softmax, [Tensor(("n", 37), "float32")]), Target.preset("swiftshader"))
+    target = Target.preset("swiftshader")
+    mod = legalize_ops(build(op.nn.softmax, [Tensor(("n", 37), "float32")]), target)
     (kernel,) = [f for f in mod.functions.values() if not isinstance(f, Function)]
     x = np.random.default_rng(0).standard_normal((5, 37)).astype(np.float32)
     expected = np.exp(x - x.max(-1, keepdims=True))
     expected /= expected.sum(-1, keepdims=True)
-    wgsl = emit_wgsl(kernel)
+    compiled = get_backend("wgsl").compile([kernel], target)
+    record = compiled.kernels[0].record(kernel)
     from tessera import arith
 
-    features = ["subgroups"] if kernel.attrs.get("subgroups") else []
-    return {"source": wgsl.source, "entry_point": wgsl.entry_point, "bindings": list(wgsl.bindings), "features": features,
+    bindings = [b["tensor"] for b in record["abi"]["bindings"]] + ["params"] * bool(record["abi"]["scalars"])
+    return {"source": compiled.modules[record["module"]].decode(), "entry_point": record["entry_point"],
+            "bindings": bindings, "features": record["requirements"]["features"],
             "scalars": [5], "grid": [arith.evaluate(g, {"n": 5}) for g in kernel.grid],
             "input": x.ravel().tolist(), "expected": expected.ravel().tolist()}

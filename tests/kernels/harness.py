@@ -96,20 +96,21 @@ def _record_browser_shaders(mod, kernels) -> None:
 
     for kernel in kernels:
         if not kernel.attrs.get("subgroups"):
-            _record_shader(kernel)
+            _record_shader(kernel, TARGET)
     try:
         browser = legalize_ops(mod, BROWSER_TARGET)
     except LegalizeError:  # e.g. float16 where SwiftShader has no shader-f16
         return
     for kernel in browser.functions.values():
         if not isinstance(kernel, Function):
-            _record_shader(kernel)
+            _record_shader(kernel, BROWSER_TARGET)
 
 
-def _record_shader(kernel) -> None:
-    from tessera.codegen.wgsl import emit_wgsl
+def _record_shader(kernel, target) -> None:
+    from tessera.codegen import get_backend
 
-    wgsl = emit_wgsl(kernel)
-    SHADERS.setdefault(wgsl.source, {"name": kernel.name, "entry_point": wgsl.entry_point, "source": wgsl.source,
-                                     "needs_f16": wgsl.source.startswith("enable f16;"),
-                                     "workgroup_size": list(wgsl.workgroup_size)})
+    compiled = get_backend("wgsl").compile([kernel], target)
+    record = compiled.kernels[0]
+    source = compiled.modules[record.module].decode()
+    SHADERS.setdefault(source, {"name": kernel.name, "entry_point": record.entry_point, "source": source,
+                                "needs_f16": "enable f16;" in source, "workgroup_size": list(record.workgroup_size)})

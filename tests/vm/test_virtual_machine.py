@@ -9,7 +9,7 @@ import tessera
 from llama_layer import build_layer, layer_inputs
 from tessera import op
 from tessera.ir import BlockBuilder, RuntimeCheckError, Tensor, Var, interpret
-from tessera.vm import Executable, ExecutableError, VirtualMachine
+from tessera.vm import DeviceError, Executable, ExecutableError, VirtualMachine
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_later_calls_allocate_no_gpu_memory_and_bounds_are_enforced(layer_exe):
 
 def test_executable_round_trips_through_files(layer_exe, tmp_path):
     layer_exe.save(tmp_path)
-    loaded = Executable.load(tmp_path, target_kind="webgpu")
+    loaded = Executable.load(tmp_path)
     assert loaded.to_json() == layer_exe.to_json()
     vm = VirtualMachine(loaded)
     args = layer_inputs(9)
@@ -78,15 +78,33 @@ def test_bad_files_are_clear_errors(tmp_path):
     exe.save(tmp_path)
     path = tmp_path / "executable.json"
     text = path.read_text()
-    with pytest.raises(ExecutableError, match="was built for target 'webgpu', not 'vulkan'"):
-        Executable.load(tmp_path, target_kind="vulkan")
+    with pytest.raises(DeviceError, match="the wasm device runs c-wasm kernels; this executable's are wgsl "
+                                          "\\(built for target 'llvmpipe'\\)"):
+        VirtualMachine(Executable.load(tmp_path), "wasm")
     path.write_text(text[: len(text) // 2])
     with pytest.raises(ExecutableError, match="is not valid JSON \\(truncated or corrupted\\?\\)"):
         Executable.load(tmp_path)
-    path.write_text(text.replace('"version": 1', '"version": 99'))
-    with pytest.raises(ExecutableError, match="has format version 99; this Tessera reads version 1"):
+    path.write_text(text.replace('"version": 2', '"version": 99'))
+    with pytest.raises(ExecutableError, match="has format version 99; this Tessera reads version 2"):
         Executable.load(tmp_path)
+    path.write_text(text.replace('"version": 2', '"version": 1'))
+    with pytest.raises(ExecutableError, match="has format version 1; .* rebuild it with this compiler"):
+        Executable.load(tmp_path)
+    (module,) = json.loads(text)["modules"]
+    for bad in ("../outside.wgsl", "/etc/passwd", "kernels/../../x.wgsl", "C:/x.wgsl"):
+        path.write_text(text.replace(json.dumps(module["path"]), json.dumps(bad)))
+        with pytest.raises(ExecutableError, match="is not a relative path inside the folder"):
+            Executable.load(tmp_path)
     path.write_text(text)
+    kernel_file = tmp_path / module["path"]
+    source = kernel_file.read_bytes()
+    kernel_file.write_bytes(source.replace(b"1", b"2", 1))
+    with pytest.raises(ExecutableError, match="does not match its checksum in executable.json"):
+        Executable.load(tmp_path)
+    kernel_file.write_bytes(source + b"\n")
+    with pytest.raises(ExecutableError, match="has .* bytes, executable.json says .* \\(stale or truncated\\)"):
+        Executable.load(tmp_path)
+    kernel_file.write_bytes(source)
     shard = tmp_path / "params_shard_0.bin"
     blob = shard.read_bytes()
     shard.write_bytes(blob[:-10])

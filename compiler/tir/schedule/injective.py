@@ -78,7 +78,7 @@ def vectorize_elementwise(defn: ComputeDef, target, name: str) -> PrimFunc | Non
     storage can be viewed as vectors and the element count is a multiple of 4."""
     from ... import arith
 
-    if target.kind != "webgpu":  # C kernels are scalar: clang vectorizes their thread loops itself
+    if not target.vector_lanes:  # e.g. C kernels: the C compiler vectorizes their thread loops itself
         return None
     out = defn.output
     buffers = list(defn.inputs) + [out]

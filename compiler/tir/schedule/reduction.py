@@ -75,14 +75,6 @@ def tree_combine(shared: Buffer, threads: int, combiner: str, extra: Buffer | No
     return stmts
 
 
-def subgroup_feature(target) -> str | None:
-    """"subgroup" (wgpu-native, no WGSL directive) or "subgroups" (browsers: `enable subgroups;`)."""
-    for name in ("subgroups", "subgroup"):
-        if target.has(name):
-            return name
-    return None
-
-
 def _subgroup_tree(shared: Buffer, threads: int, combiner: str, local: Local) -> tuple[list, Local]:
     """Combine within each subgroup in registers, then across the workgroup's subgroups.
 
@@ -167,9 +159,7 @@ def schedule_rows(defn: RowDef, target, name: str) -> PrimFunc:
         return stmts + [Store(shared, LID, local), *tree_combine(shared, threads, combiner)], Load(shared, Const(0))
 
     kind = defn.kind
-    subgroups = subgroup_feature(target) is not None and kind not in ("argmax", "argmin")
-    if subgroups:
-        attrs_enable = ("subgroups",) if subgroup_feature(target) == "subgroups" else ()
+    subgroups = target.subgroup_feature is not None and kind not in ("argmax", "argmin")
     if kind in ("argmax", "argmin"):
         indices = Buffer("red_index", "i32", (arith.IntImm(threads),), "workgroup")
         scratch.append(indices)
@@ -189,7 +179,7 @@ def schedule_rows(defn: RowDef, target, name: str) -> PrimFunc:
     grid = grid_for(rows, target)
     attrs = {"rule": "row-reduction"}
     if subgroups:
-        attrs.update(subgroups=True, wgsl_enable=attrs_enable)
+        attrs.update(subgroups=True)
     return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), tuple(body), (threads, 1, 1),
                     grid, scratch=tuple(scratch), attrs=attrs)
 

@@ -1,0 +1,48 @@
+"""The C backend for WebAssembly: every kernel in one C file, built by clang into ``kernels.wasm``.
+
+A launch is a call of the kernel's export with the buffers' addresses in the module's memory,
+then the scalars, then the grid's three workgroup counts (all i32). Registers the ``wasm`` target
+kind and preset.
+"""
+
+from __future__ import annotations
+
+from tessera.target import TargetKind, register_kind, register_preset
+
+from .. import Backend, CompiledKernel, CompiledKernels, kernel_abi, kernel_limits, register_backend
+from . import PRELUDE, compile_wasm, emit_c, kernel_symbol
+
+MODULE = "kernels.wasm"
+
+
+class CWasmBackend(Backend):
+    name = "c-wasm"
+    language = "C (WebAssembly)"
+    binary = True
+    device_kinds = ("wasm",)
+
+    def compile(self, kernels, target, progress=None) -> CompiledKernels:
+        out = CompiledKernels()
+        sources = []
+        for index, func in enumerate(kernels):
+            if progress is not None:
+                progress("kernels", index, len(kernels))
+            sources.append(emit_c(func))
+            first = len(func.params)
+            scalars = [{"name": s, "passed": "argument", "position": first + i} for i, s in enumerate(func.scalars)]
+            abi = kernel_abi(func, scalars) | {"grid": "arguments"}
+            out.kernels.append(CompiledKernel(func.name, self.name, MODULE, kernel_symbol(func),
+                                              tuple(func.workgroup_size), abi,
+                                              {"features": [], "limits": kernel_limits(func)}))
+        if progress is not None:
+            progress("clang", 0, 1)
+        out.modules[MODULE] = compile_wasm(PRELUDE + "\n" + "\n".join(sources))
+        return out
+
+
+register_backend(CWasmBackend())
+# WebAssembly: one 4 GiB memory, no binding limits worth the name; workgroups run a thread at a time.
+register_kind(TargetKind("wasm", backend="c-wasm", vector_lanes=False, limits=(
+    ("maxBufferSize", 1 << 31), ("maxComputeWorkgroupStorageSize", 65536), ("maxStorageBufferBindingSize", 1 << 31),
+    ("maxStorageBuffersPerShaderStage", 64))))
+register_preset("wasm", "wasm", cpu_adapter=True, description="C kernels compiled to WebAssembly (any CPU)")

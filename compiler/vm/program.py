@@ -1,0 +1,259 @@
+"""The VM's program layer: runs the functions of an executable, device-independent.
+
+A call checks its arguments against the function's struct info (binding the symbolic variables of
+the shape heap), uploads them, launches the kernels in program order on the device, and reads the
+results back (or leaves them on the device as DeviceTensors). When every symbolic variable of a
+function has an upper bound, its memory and every kernel binding are made once, when the VM is
+made: within the bounds a call creates no device buffer. Without bounds they are made per call,
+at the sizes of that call. Storage is in ``storage.py``, devices behind ``devices.Device``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..ir.errors import RuntimeCheckError
+from .devices import Device, DeviceError, View, device_for
+from .executable import Executable
+from .storage import FunctionMemory, Storage, evaluate, from_device, to_device
+
+
+class VirtualMachine:
+    def __init__(self, exe: Executable, device: Device | str | None = None):
+        """``device``: a Device, a device kind ("webgpu", "wasm"), or None for the first kind here that
+        runs the executable's kernels."""
+        self.exe = exe
+        self.device = device if isinstance(device, Device) else device_for(exe, device)
+        self.device.check(exe)
+        self.profile: dict[str, float] = {}
+        self.kernels = self.device.load_kernels(exe.kernels, exe.modules)  # first: a WASM module places its statics
+        self.storage = Storage(self.device, exe.constants)
+        self._functions = {name: _Function(self, name, f) for name, f in exe.functions.items()}
+
+    @property
+    def buffers_created(self) -> int:
+        return getattr(self.device, "buffers_created", 0)
+
+    def __getitem__(self, name: str):
+        return lambda *args: self._function(name).call(args)
+
+    def _function(self, name: str) -> _Function:
+        if name not in self._functions:
+            raise KeyError(f"the executable has no function '{name}' (functions: {', '.join(self._functions)})")
+        return self._functions[name]
+
+    def run(self, name: str, *args):
+        return self[name](*args)
+
+    def call_on_device(self, name: str, *args):
+        """Like ``vm[name](*args)``, but results stay on the device as DeviceTensors (nothing is read
+        back). Pass one to another function to use it there without a trip through the host: the
+        LLM's logits go from ``decode`` to ``sample`` this way. A result lives in the function's own
+        memory, so it is valid until that function is called again."""
+        return self._function(name).call(args, to_host=False)
+
+    def reset_state(self) -> None:
+        """Zero every state tensor (a KV cache, for a new conversation)."""
+        self.storage.reset_state()
+
+    def profile_kernels(self, name: str, *args) -> list[tuple[str, float]]:
+        """Seconds each kernel launch of one call takes, in program order (GPU timestamps where the
+        device has them, else each launch timed alone on the host)."""
+        return self._function(name).profile(args)
+
+
+class _Function:
+    def __init__(self, vm: VirtualMachine, name: str, record: dict):
+        self.vm, self.name, self.record = vm, name, record
+        self.static = record["memory"]["static"]
+        self.bounds = {s: v["upper_bound"] for s, v in record["symbols"].items()}
+        self.tokens = {s["index"]: s for s in record["memory"]["storages"]}
+        self.launches = [(index, op) for index, op in enumerate(record["code"]) if op["op"] == "launch"]
+        self.inputs = [p for p in record["params"] if not p.get("state")]
+        self.results = self._result_registers()
+        self.generation = 0  # calls so far: a DeviceTensor from an earlier call is stale
+        self.memory = self.bound = None
+        self._per_call = None
+        if self.static:
+            self.memory = FunctionMemory(vm.storage, record, self.bounds, self.tokens)
+            self.bound = self._bind(self.memory, self.bounds)
+
+    def _bind(self, memory: FunctionMemory, sizes: dict[str, int]) -> dict[int, object]:
+        device, kernels = self.vm.device, self.vm.kernels
+        return {index: device.bind(kernels[op["kernel"]], [memory.view(r, sizes) for r in op["args"] + op["outs"]])
+                for index, op in self.launches}
+
+    def _result_registers(self, reg: int | None = None) -> list[int]:
+        if reg is None:
+            reg = self.record["code"][-1]["src"]
+        for op in self.record["code"]:
+            if op["op"] == "tuple" and op["dst"] == reg:
+                return [r for f in op["fields"] for r in self._result_registers(f)]
+        return [reg] if str(reg) in self.record["tensors"] else []
+
+    # -- a call ------------------------------------------------------------------------------
+
+    def _prepare(self, args):
+        """Check the arguments, bind the sizes, upload: (heap, memory, bindings).
+
+        State parameters (a KV cache) live on the device across calls: callers do not pass them."""
+        record, device = self.record, self.vm.device
+        if len(args) != len(self.inputs):
+            names = ", ".join(p["name"] for p in self.inputs)
+            raise RuntimeCheckError(f"{self.name} takes {len(self.inputs)} arguments ({names}), got {len(args)}")
+        values = {param["register"]: value for param, value in zip(self.inputs, args)}
+        heap: dict[str, int] = {}
+        for op in record["code"]:
+            if op["op"] == "match":
+                value = values.get(op["reg"])
+                if value is None and op["sinfo"]["kind"] == "prim":
+                    continue
+                if value is None:  # a tensor the program or the state holds: its shape is known symbolically
+                    tensor = record["tensors"][str(op["reg"])]
+                    value = _ShapeOnly(tuple(evaluate(d, heap) for d in tensor["shape"]), tensor["dtype"])
+                _bind(op["sinfo"], value, heap)
+                _check(op["sinfo"], value, heap, op["what"])
+        for name, bound in self.bounds.items():
+            if bound is not None and name in heap and heap[name] > bound:
+                raise RuntimeCheckError(f"{self.name}: {name} = {heap[name]} exceeds its upper bound {bound}, "
+                                        "for which memory was planned")
+        if self.static:
+            memory, bound = self.memory, self.bound
+        else:
+            if self._per_call is not None:  # the previous call's results have been read or are stale now
+                self._per_call.release()
+            memory = self._per_call = FunctionMemory(self.vm.storage, record, heap, self.tokens)
+            bound = self._bind(memory, heap)
+        for param in self.inputs:
+            buffer = memory.params.get(param["register"])
+            if buffer is None:
+                continue
+            value = values[param["register"]]
+            if isinstance(value, DeviceTensor):
+                value.check_current()
+                device.copy(value.view, View(buffer, 0, value.view.nbytes))
+            else:
+                device.upload(buffer, 0, to_device(np.asarray(value), param["sinfo"]["dtype"]))
+        return heap, memory, bound
+
+    def _launch_arguments(self, heap: dict[str, int]):
+        """(launch index, kernel record, scalar values, grid) per launch."""
+        kernels = self.vm.exe.kernels
+        for index, op in self.launches:
+            kernel = kernels[op["kernel"]]
+            values = [evaluate(s, heap) for s in op["scalars"]]
+            env = dict(zip((s["name"] for s in kernel["abi"]["scalars"]), values))
+            yield index, kernel, values, [evaluate(g, env) for g in kernel["grid"]]
+
+    def call(self, args, to_host: bool = True):
+        device = self.vm.device
+        heap, memory, bound = self._prepare(args)
+        self.generation += 1
+        for index, _, scalars, grid in self._launch_arguments(heap):
+            device.launch(bound[index], scalars, grid)
+        result_src = self.record["code"][-1]["src"]
+        if not to_host:
+            device.flush()
+            return self._result(result_src, {reg: self._device_tensor(reg, memory, heap) for reg in self.results})
+        start = time.perf_counter()
+        results = {}
+        for reg in self.results:
+            tensor = self.record["tensors"][str(reg)]
+            shape = tuple(evaluate(d, heap) for d in tensor["shape"])
+            raw = device.read_back(memory.view(reg, heap))
+            results[reg] = from_device(raw, shape, tensor["dtype"])
+        device.flush()
+        self.vm.profile[self.name] = time.perf_counter() - start
+        return self._result(result_src, results)
+
+    def _device_tensor(self, reg: int, memory: FunctionMemory, heap: dict[str, int]) -> DeviceTensor:
+        tensor = self.record["tensors"][str(reg)]
+        shape = tuple(evaluate(d, heap) for d in tensor["shape"])
+        return DeviceTensor(self, self.generation, memory.view(reg, heap), shape, tensor["dtype"])
+
+    def profile(self, args) -> list[tuple[str, float]]:
+        heap, _, bound = self._prepare(args)
+        self.generation += 1
+        return [(kernel["name"], self.vm.device.timed_launch(bound[index], scalars, grid))
+                for index, kernel, scalars, grid in self._launch_arguments(heap)]
+
+    def _result(self, reg: int, results: dict):
+        for op in self.record["code"]:
+            if op["op"] == "tuple" and op["dst"] == reg:
+                return tuple(self._result(f, results) for f in op["fields"])
+        return results[reg]
+
+
+class DeviceTensor:
+    """A function's result left in device memory (``VirtualMachine.call_on_device``).
+
+    It views the producing function's memory, so the next call of that function overwrites it;
+    using it after that is an error rather than silently reading the newer values."""
+
+    def __init__(self, function: _Function, generation: int, view: View, shape: tuple[int, ...], dtype: str):
+        self._function, self._generation = function, generation
+        self.view, self.shape = view, shape
+        self.ndim, self.dtype = len(shape), np.dtype(dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.view.nbytes
+
+    def check_current(self) -> None:
+        if self._function.generation != self._generation:
+            raise RuntimeCheckError(f"this result of {self._function.name} was overwritten by a later call of "
+                                    f"{self._function.name}; use it before calling that function again")
+
+    def numpy(self) -> np.ndarray:
+        """Read it back to the host."""
+        self.check_current()
+        return from_device(self._function.vm.device.read_back(self.view), self.shape, str(self.dtype))
+
+    def __repr__(self) -> str:
+        return f"DeviceTensor(shape={self.shape}, dtype={self.dtype}, from {self._function.name})"
+
+
+class _ShapeOnly:
+    """A tensor made by the program, seen by a match: its shape and dtype are all a check needs."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.ndim = shape, len(shape)
+        self.dtype = np.dtype(dtype)
+
+
+def _bind(sinfo: dict, value, heap: dict[str, int]) -> None:
+    if sinfo["kind"] == "prim" and sinfo["value"] is not None and sinfo["value"].isidentifier():
+        heap.setdefault(sinfo["value"], int(value))
+        return
+    if sinfo["kind"] == "tensor" and sinfo["shape"] is not None and hasattr(value, "shape"):
+        if len(sinfo["shape"]) == len(value.shape):
+            for dim, size in zip(sinfo["shape"], value.shape):
+                if dim.isidentifier() and dim not in heap:
+                    heap[dim] = int(size)
+
+
+def _check(sinfo: dict, value, heap: dict[str, int], what: str) -> None:
+    if sinfo["kind"] == "prim" and sinfo["value"] is not None:
+        expected = evaluate(sinfo["value"], heap)
+        if int(value) != expected:
+            raise RuntimeCheckError(f"{what}: expected {sinfo['value']} = {expected}, got {value}")
+        return
+    if sinfo["kind"] != "tensor":
+        return
+    if not hasattr(value, "shape"):
+        raise RuntimeCheckError(f"{what}: expected a tensor, got {type(value).__name__}")
+    if sinfo["dtype"] and np.dtype(value.dtype).name != sinfo["dtype"]:
+        raise RuntimeCheckError(f"{what}: expected dtype {sinfo['dtype']}, got {np.dtype(value.dtype).name}")
+    if sinfo["shape"] is None:
+        return
+    if len(sinfo["shape"]) != len(value.shape):
+        raise RuntimeCheckError(f"{what}: expected rank {len(sinfo['shape'])}, got shape {tuple(value.shape)}")
+    for axis, (dim, size) in enumerate(zip(sinfo["shape"], value.shape)):
+        expected = evaluate(dim, heap)
+        if expected != size:
+            raise RuntimeCheckError(f"{what}: dimension {axis} is {size}, not {dim} = {expected}")
+
+
+__all__ = ["DeviceError", "DeviceTensor", "VirtualMachine"]
