@@ -19,8 +19,9 @@ def summarize(exe: Executable) -> dict:
             "arena_buffers": memory["buffers"],
             "storages": memory["storages"],
         }
-    kernels = [{"name": k["name"], "rule": k["rule"], "pattern": k["pattern"], "workgroup_size": k["workgroup_size"],
-                "grid": k["grid"], "scalars": k["scalars"]} for k in exe.kernels]
+    kernels = [{"name": k["name"], "backend": k["backend"], "rule": k["rule"], "pattern": k["pattern"],
+                "workgroup_size": k["workgroup_size"], "grid": k["grid"],
+                "scalars": [s["name"] for s in k["abi"]["scalars"]]} for k in exe.kernels]
     arena = [f["arena_bytes"] for f in functions.values() if f["arena_bytes"] is not None]
     lower = [f["liveness_lower_bound_bytes"] for f in functions.values()
              if f["liveness_lower_bound_bytes"] is not None]
