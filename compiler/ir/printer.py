@@ -340,13 +340,18 @@ def print_module(mod: IRModule) -> str:
             printer.emit(0, "")
         if isinstance(func, Function):
             printer.function(name, func, 1)
-        elif hasattr(func, "script"):
-            # Kernels print as their tir text, commented: the parser reads graph functions only.
-            printer.emit(1, f"# kernel {name} ({func.attrs.get('rule', 'kernel')}), as tir:")
-            for line in func.script().splitlines():
-                printer.emit(1, f"#   {line}")
         else:
-            raise TypeError(f"cannot print module member '{name}' of type {type(func).__name__}")
+            printer.lines.extend(_print_kernel(name, func).splitlines())
     if not names:
         printer.emit(1, "pass")
     return "\n".join(printer.lines) + "\n"
+
+
+def _print_kernel(name: str, func: Any) -> str:
+    # Kernels belong to tir, a layer above the graph IR: imported only when a module holds one.
+    from ..tir.ir import PrimFunc
+    from ..tir.script import print_prim_func
+
+    if not isinstance(func, PrimFunc):
+        raise TypeError(f"cannot print module member '{name}' of type {type(func).__name__}")
+    return print_prim_func(func, name, depth=1)
