@@ -407,14 +407,17 @@ class _FunctionParser:
         if len(node.args) != 2:
             raise fail(node, 'R.const takes data and a dtype: R.const([1.0, 2.0], "float32")')
         data, dtype = literal(node.args[0]), literal(node.args[1])
-        shape = None
+        shape, name = None, ""
         for keyword in node.keywords:
-            if keyword.arg != "shape":
+            if keyword.arg == "shape":
+                shape = tuple(literal(keyword.value))
+            elif keyword.arg == "name":
+                name = literal(keyword.value)
+            else:
                 raise fail(keyword, f"R.const has no argument '{keyword.arg}'")
-            shape = tuple(literal(keyword.value))
         try:
             array = np.array(data, dtype=dtype)
-            return Constant(array.reshape(shape) if shape is not None else array)
+            return Constant(array.reshape(shape) if shape is not None else array, name=name)
         except (TypeError, ValueError) as error:
             raise fail(node, f"bad constant: {error}") from None
 
