@@ -1,6 +1,7 @@
 """Kernels in the text format: a module with call_tir kernels prints as a script that parses back
 to a structurally equal module, and prints again to the same text."""
 
+import random
 import textwrap
 
 import pytest
@@ -234,6 +235,94 @@ def module_name(
     pass
 '''
     assert_structural_equal(round_trip(IRModule({"module_name": func}))["module_name"], func)
+
+
+# -- any tree of nodes, however odd, reads back ------------------------------------------------------
+
+ODD_VALUES = [0, 1, -1, 2**31 - 1, -2**31, 0.0, -0.0, 1.5, -2.25, 1e-300, 1e300, float("inf"), float("-inf"),
+              float("nan"), True, False]
+ODD_DTYPES = ["i32", "u32", "f32", "f16", "bool", "f32x4"]
+BINARY_OPS = ["+", "-", "*", "/", "%", "&", "|", "^", "<<", ">>", "<", "<=", ">", ">=", "==", "!=", "&&", "||",
+              "min", "max", "pow?"]
+
+
+class RandomKernel:
+    """Random trees of every node type, with dtypes that often disagree with their context and names
+    that collide with the format's own (a buffer called T, intrinsics called select or min)."""
+
+    def __init__(self, seed: int):
+        self.r = random.Random(seed)
+        self.buffers = [Buffer("x", "f32", (N,), storage_dtype="float32"),
+                        Buffer("w", "u32", (N * 2,), storage_dtype="bool"),
+                        Buffer("T", "f16", (arith.IntImm(4),), "workgroup")]
+        self.names = {"sym_n": "i32"}
+
+    def dtype(self, natural: str) -> str:
+        return natural if self.r.random() < 0.75 else self.r.choice(ODD_DTYPES)
+
+    def expr(self, depth: int):
+        r, kind = self.r, self.r.randrange(10 if depth > 0 else 3)
+        if kind == 0:
+            return Const(r.choice(ODD_VALUES), r.choice(ODD_DTYPES))
+        if kind == 1:
+            name, dtype = r.choice(list(self.names.items()) + [("q", "f32"), ("in", "i32")])
+            return Local(name, self.dtype(dtype))
+        if kind == 2:
+            kinds = ["local_id", "workgroup_id", "num_workgroups", "subgroup_size", "subgroup_invocation_id", "odd"]
+            return Builtin(r.choice(kinds), r.randrange(4), self.dtype("i32"))
+        if kind == 3:
+            return Load(r.choice(self.buffers), self.expr(depth - 1), r.choice([1, 4]))
+        a, b = self.expr(depth - 1), self.expr(depth - 1)
+        if kind in (4, 5):
+            op = r.choice(BINARY_OPS)
+            logical = op in ("<", "<=", ">", ">=", "==", "!=", "&&", "||")
+            return Binary(op, a, b, self.dtype("bool" if logical else a.dtype))
+        if kind == 6:
+            return Unary(r.choice(["neg", "not", "exp", "select", "f32", "an op", "Input"]), a, self.dtype(a.dtype))
+        if kind == 7:
+            args = [a, b, self.expr(depth - 1)][:r.randrange(4)]
+            return Call(r.choice(["pow", "clamp", "subgroup_add", "min", "T", "call", "f16", "a b"]), tuple(args),
+                        self.dtype(args[0].dtype if args else "i32"))
+        if kind == 8:
+            return Cast(a, r.choice(ODD_DTYPES))
+        return Select(self.expr(depth - 1), a, b, self.dtype(a.dtype))
+
+    def block(self, depth: int, count: int) -> tuple:
+        r, out = self.r, []
+        for _ in range(count):
+            kind = r.randrange(6 if depth > 0 else 4)
+            if kind == 0:
+                var = Local(r.choice(["a", "acc", "in"]), r.choice(ODD_DTYPES))
+                out.append(Declare(var, self.expr(3)))
+                self.names[var.name] = var.dtype
+            elif kind == 1:
+                name, dtype = r.choice(list(self.names.items()))
+                out.append(Assign(Local(name, self.dtype(dtype)), self.expr(3)))
+            elif kind == 2:
+                out.append(Store(r.choice(self.buffers), self.expr(2), self.expr(3), r.choice([1, 4])))
+            elif kind == 3:
+                out.append(Barrier(r.choice(["workgroup", "storage"])))
+            elif kind == 4:
+                then, otherwise = self.block(depth - 1, r.randrange(3)), self.block(depth - 1, r.randrange(3))
+                out.append(IfThen(self.expr(2), then, otherwise))
+            else:
+                var, start, stop = Local(r.choice(["i", "j"]), self.dtype("i32")), self.expr(2), self.expr(2)
+                self.names[var.name] = var.dtype
+                body = self.block(depth - 1, r.randrange(3))
+                out.append(For(var, start, stop, body, r.choice([1, 2, -1]), r.random() < 0.5))
+        return tuple(out)
+
+    def kernel(self) -> PrimFunc:
+        x, w, scratch = self.buffers
+        return PrimFunc("k", (x,), (w,), ("n",), self.block(3, 6), (64, 1, 1), (N, arith.IntImm(1), arith.IntImm(1)),
+                        (scratch,), {"tuple": (1, [2.5, None], {"x": float("nan")}), "zero": -0.0})
+
+
+@pytest.mark.parametrize("seeds", [range(0, 100), range(100, 200)])
+def test_random_kernels_round_trip(seeds):
+    for seed in seeds:
+        func = RandomKernel(seed).kernel()
+        assert_structural_equal(round_trip(IRModule({"k": func}))["k"], func)
 
 
 # -- errors: the line, the column and the offending line quoted ------------------------------------
