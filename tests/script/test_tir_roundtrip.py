@@ -221,7 +221,7 @@ def test_buffers_and_names_carry_every_field():
     odd = Buffer("flags", "u32", (N * 2,), storage_dtype="bool")
     plain = Buffer("raw", "f32x4", (N,), scope="workgroup")
     func = PrimFunc("inner_name", (odd, plain), (), ("n",), (), (1, 1, 1), (N // 4, arith.IntImm(1), arith.IntImm(1)),
-                    scratch=(scratch,))
+                    scratch=(scratch,), attrs={"rows": N * 4, "axes": [-1], "eps": 1e-05, "none": None})
     printed = print_prim_func(func, "module_name")
     assert printed == '''\
 @T.prim_func(name="inner_name")
@@ -231,6 +231,7 @@ def module_name(
     n: T.i32,
 ):
     T.launch(grid=(n // 4, 1, 1), workgroup_size=(1, 1, 1))
+    T.func_attr({"rows": T.prim_expr("n * 4"), "axes": [-1], "eps": 1e-05, "none": None})
     tmp = T.alloc_buffer((4,), "i32", scope="private", storage="int32")
     pass
 '''
