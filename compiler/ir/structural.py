@@ -4,8 +4,8 @@ Two values are structurally equal when they have the same types and the same fie
 way down. Graph variables compare by identity elsewhere; here a variable of one side matches
 the variable the other side has at the same place the first time it is met (same name, same
 struct info), and must match that one everywhere after, so two builds of one function are equal
-though their variables are different objects. Fields a node declares
-``compare=False`` (deduced struct info on non-variable graph nodes) are skipped, as ``==`` does.
+though their variables are different objects. Fields a node declares ``compare=False`` (deduced
+struct info on non-variable graph nodes) are skipped, as ``==`` does.
 Floats are equal when they are the same float: nan equals nan, 0.0 differs from -0.0.
 Kernel nodes compare field by field too, although their ``==`` is identity.
 
