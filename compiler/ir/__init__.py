@@ -48,4 +48,5 @@ from .struct_info import (
     TupleStructInfo,
     is_base_of,
 )
+from .structural import StructuralMismatch, assert_structural_equal, structural_equal
 from .well_formed import check_well_formed as well_formed

@@ -141,7 +141,7 @@ def print_expr(expr: Expr) -> str:
     if isinstance(expr, Op):
         return f"R.{expr.name}"
     if isinstance(expr, Constant):
-        return _print_constant(expr.data)
+        return _print_constant(expr.data, expr.name)
     if isinstance(expr, ShapeExpr):
         return "R.shape([" + ", ".join(print_prim(v) for v in expr.values) + "])"
     if isinstance(expr, PrimValue):
@@ -193,7 +193,7 @@ def _print_sinfo_args(sinfos) -> str:
     return "[" + ", ".join(print_sinfo(s) for s in sinfos) + "]"
 
 
-def _print_constant(data: np.ndarray) -> str:
+def _print_constant(data: np.ndarray, name: str = "") -> str:
     def values(a):
         if a.ndim == 0:
             item = a.item()
@@ -201,9 +201,11 @@ def _print_constant(data: np.ndarray) -> str:
         return "[" + ", ".join(values(x) for x in a) + "]"
 
     dtype = json.dumps(str(data.dtype))
+    # A weight keeps its name: the executable's tensor cache refers to it by that name.
+    named = f", name={json.dumps(name)}" if name else ""
     if data.size == 0:
-        return f"R.const([], {dtype}, shape={print_literal(list(data.shape))})"
-    return f"R.const({values(data)}, {dtype})"
+        return f"R.const([], {dtype}, shape={print_literal(list(data.shape))}{named})"
+    return f"R.const({values(data)}, {dtype}{named})"
 
 
 # -- bindings, blocks, functions, modules ------------------------------------------
@@ -340,13 +342,18 @@ def print_module(mod: IRModule) -> str:
             printer.emit(0, "")
         if isinstance(func, Function):
             printer.function(name, func, 1)
-        elif hasattr(func, "script"):
-            # Kernels print as their tir text, commented: the parser reads graph functions only.
-            printer.emit(1, f"# kernel {name} ({func.attrs.get('rule', 'kernel')}), as tir:")
-            for line in func.script().splitlines():
-                printer.emit(1, f"#   {line}")
         else:
-            raise TypeError(f"cannot print module member '{name}' of type {type(func).__name__}")
+            printer.lines.extend(_print_kernel(name, func).splitlines())
     if not names:
         printer.emit(1, "pass")
     return "\n".join(printer.lines) + "\n"
+
+
+def _print_kernel(name: str, func: Any) -> str:
+    # Kernels belong to tir, a layer above the graph IR: imported only when a module holds one.
+    from ..tir.ir import PrimFunc
+    from ..tir.script import print_prim_func
+
+    if not isinstance(func, PrimFunc):
+        raise TypeError(f"cannot print module member '{name}' of type {type(func).__name__}")
+    return print_prim_func(func, name, depth=1)

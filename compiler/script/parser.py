@@ -34,6 +34,7 @@ from ..ir.module import IRModule, VDevice
 from ..ir.struct_info import FuncStructInfo, ObjectStructInfo, StructInfo
 from ..op import registry
 from .syntax import PrimParser, SinfoParser, column, dotted, fail, literal
+from .tir_parser import is_prim_func, parse_prim_func
 
 
 def from_source(text: str) -> IRModule:
@@ -45,7 +46,7 @@ def from_source(text: str) -> IRModule:
     classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
     if len(classes) != 1:
         raise ScriptError("expected exactly one `@I.ir_module class ...:`", 1, 1)
-    return _ModuleParser(classes[0]).parse()
+    return _ModuleParser(classes[0], text.splitlines()).parse()
 
 
 def _decorator_name(node: ast.AST) -> str | None:
@@ -53,8 +54,9 @@ def _decorator_name(node: ast.AST) -> str | None:
 
 
 class _ModuleParser:
-    def __init__(self, cls: ast.ClassDef):
+    def __init__(self, cls: ast.ClassDef, lines: list[str]):
         self.cls = cls
+        self.lines = lines
         if not any(_decorator_name(d) == "I.ir_module" for d in cls.decorator_list):
             raise fail(cls, f"class {cls.name} needs the @I.ir_module decorator")
 
@@ -70,14 +72,22 @@ class _ModuleParser:
             elif isinstance(stmt, ast.Pass):
                 continue
             else:
-                raise fail(stmt, "a module holds only functions and I.module_global_infos(...)")
-        # Signatures first, so that functions may call each other in any order.
-        signatures = {f.name: _FunctionParser.signature(f) for f in functions}
+                raise fail(stmt, "a module holds only functions, kernels and I.module_global_infos(...)")
+        # Signatures first, so that functions may call each other in any order. A kernel has none:
+        # call_tir gives its results' struct info.
+        signatures = {f.name: None if is_prim_func(f) else _FunctionParser.signature(f) for f in functions}
         builder = BlockBuilder(signatures=signatures)
         if vdevices:
             builder.set_global_infos("vdevice", vdevices)
+        seen: set[str] = set()
         for func in functions:
-            _FunctionParser(builder, func, signatures).parse()
+            if func.name in seen:
+                raise fail(func, f"the module defines '{func.name}' twice")
+            seen.add(func.name)
+            if is_prim_func(func):
+                builder.add_func(parse_prim_func(func, self.lines), func.name)
+            else:
+                _FunctionParser(builder, func, signatures).parse()
         return builder.get()
 
     def _global_infos(self, call: ast.Call) -> list[VDevice]:
@@ -397,14 +407,17 @@ class _FunctionParser:
         if len(node.args) != 2:
             raise fail(node, 'R.const takes data and a dtype: R.const([1.0, 2.0], "float32")')
         data, dtype = literal(node.args[0]), literal(node.args[1])
-        shape = None
+        shape, name = None, ""
         for keyword in node.keywords:
-            if keyword.arg != "shape":
+            if keyword.arg == "shape":
+                shape = tuple(literal(keyword.value))
+            elif keyword.arg == "name":
+                name = literal(keyword.value)
+            else:
                 raise fail(keyword, f"R.const has no argument '{keyword.arg}'")
-            shape = tuple(literal(keyword.value))
         try:
             array = np.array(data, dtype=dtype)
-            return Constant(array.reshape(shape) if shape is not None else array)
+            return Constant(array.reshape(shape) if shape is not None else array, name=name)
         except (TypeError, ValueError) as error:
             raise fail(node, f"bad constant: {error}") from None
 

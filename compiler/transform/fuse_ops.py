@@ -198,10 +198,20 @@ class _FunctionFuser:
             args.append(ShapeExpr(tuple(needed)))
         name = self._fresh_name("fused_" + "_".join(b.value.op.name.replace("nn.", "") for b in members))
         body = SeqExpr((DataflowBlock(tuple(bindings)),), mapping[root.var])
-        func = Function(tuple(params), body, root.var.struct_info, (("Primitive", 1),), True)
+        func = Function(tuple(params), body, root.var.struct_info, self._attrs(bound | {v.name for v in needed}), True)
         self.functions[name] = func
         call = with_struct_info(Call(GlobalVar(name, func.struct_info), tuple(args)), root.var.struct_info)
         return VarBinding(root.var, call)
+
+    def _attrs(self, names: set[str]) -> tuple:
+        """``Primitive``, and the caller's bounds on the symbolic variables the fused function uses:
+        its members' struct info was deduced under them, so it reads back (script) only with them."""
+        attrs = [("Primitive", 1)]
+        for key in ("tir_var_upper_bound", "tir_var_lower_bound"):
+            bounds = {name: value for name, value in (self.func.attr(key) or {}).items() if name in names}
+            if bounds:
+                attrs.append((key, bounds))
+        return tuple(attrs)
 
     def _position(self, binding) -> int:
         for block in self.func.body.blocks:

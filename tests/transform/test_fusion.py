@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 from llama_layer import build_layer, layer_inputs
-from tessera import op
-from tessera.ir import BlockBuilder, Function, Tensor, Var, interpret, print_sinfo, well_formed
+from tessera import arith, op
+from tessera.ir import BlockBuilder, Function, PrimStructInfo, Tensor, Var, interpret, print_sinfo, well_formed
+from tessera.script import from_source
 from tessera.target import Target
 from tessera.transform import fuse_ops, fuse_tir, legalize_ops
 from tessera.vm.kernel_runner import default_runner
@@ -46,6 +47,23 @@ def test_fused_functions_take_symbolic_values_they_cannot_bind():
     xs, ys = np.linspace(-1, 1, 8, dtype=np.float32), np.zeros(4, np.float32)
     got, _ = interpret(lowered, "main", xs, ys, kernel_runner=default_runner())
     np.testing.assert_allclose(got, np.exp(xs + xs), rtol=1e-6)
+
+
+def test_fused_functions_keep_the_bounds_their_shapes_were_deduced_under():
+    """strided_slice(cache, end=[total]) on 32 rows is (total, 4) only because total <= 32: the fused
+    function carries that bound (and no others), so that its printed text parses back."""
+    total = arith.Var("total")
+    cache = Var("cache", Tensor((32, 4), "float32"))
+    bounds = {"tir_var_upper_bound": {"total": 32, "unused": 8}, "tir_var_lower_bound": {"total": 1}}
+    bb = BlockBuilder()
+    with bb.function("main", [cache, Var("t", PrimStructInfo("int64", total))], attrs=bounds):
+        with bb.dataflow():
+            out = bb.emit_output(op.exp(op.strided_slice(cache, axes=[0], begin=[0], end=[total])), "out")
+        bb.emit_func_output(out)
+    fused = fuse_ops(bb.get(), TARGET)
+    assert fused["fused_strided_slice_exp"].attrs == (
+        ("Primitive", 1), ("tir_var_upper_bound", {"total": 32}), ("tir_var_lower_bound", {"total": 1}))
+    assert from_source(fused.script()).script() == fused.script()
 
 
 def test_llama_layer_fusion_cuts_launches_by_at_least_40_percent():
