@@ -198,7 +198,9 @@ class KernelTable:
         return with_struct_info(call_tir(GlobalVar(name), args, outs, tir_vars=tir_vars), TupleStructInfo(tuple(outs)))
 
     def add(self, func: PrimFunc) -> str:
-        key = replace(func, name="kernel").script()
+        # The key is every field (repr), not the readable text: kernels that differ only in a buffer's
+        # storage dtype or an attribute print alike but are not the same kernel.
+        key = repr(replace(func, name="kernel"))
         if key in self._by_text:
             return self._by_text[key]
         name, count = func.name, 0
