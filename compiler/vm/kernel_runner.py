@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import arith
 from ..tir.ir import PrimFunc
+from ..tir.lower import element_bytes, host_dtype
 
 
 class WebGPUUnavailable(RuntimeError):
@@ -163,25 +164,19 @@ class BoundKernel:
 
 
 def _device_bytes(count: int, dtype: str) -> int:
-    per = {"bool": 4, "int64": 8, "float16": 2}.get(dtype, 4)
-    return max(4, -(-count * per // 4) * 4)  # WebGPU buffers are whole 4-byte words
+    return max(4, -(-count * element_bytes(dtype) // 4) * 4)  # WebGPU buffers are whole 4-byte words
 
 
 def _to_device(array: np.ndarray, dtype: str) -> bytes:
     array = np.ascontiguousarray(array)
-    if dtype == "bool":
-        data = array.astype(np.uint32).tobytes()
-    else:
-        data = array.astype(dtype, copy=False).tobytes()
+    data = array.astype(host_dtype(dtype), copy=False).tobytes()
     padding = _device_bytes(array.size, dtype) - len(data)
     return data + b"\0" * padding
 
 
 def _from_device(raw, shape, dtype: str) -> np.ndarray:
     count = int(np.prod(shape, dtype=np.int64))
-    if dtype == "bool":
-        return np.frombuffer(raw, np.uint32, count).reshape(shape).astype(bool)
-    return np.frombuffer(raw, dtype, count).reshape(shape).copy()
+    return np.frombuffer(raw, host_dtype(dtype), count).reshape(shape).astype(dtype)
 
 
 _RUNNER: KernelRunner | None = None

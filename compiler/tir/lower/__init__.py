@@ -1,0 +1,8 @@
+"""tir -> tir lowering that every language shares: after it, a renderer only spells.
+
+Each pass is a function ``PrimFunc -> PrimFunc``:
+
+- ``legalize_storage``: tensors the language cannot hold (bool, int64) become 32-bit words.
+"""
+
+from .storage import WORD_STORAGE, WordStorage, element_bytes, host_dtype, legalize_storage
