@@ -2,7 +2,9 @@
 
 Each pass is a function ``PrimFunc -> PrimFunc``:
 
-- ``legalize_storage``: tensors the language cannot hold (bool, int64) become 32-bit words.
+- ``legalize_storage``: tensors the language cannot hold (bool, int64) become 32-bit words;
+- ``unroll_loops``: loops marked for unrolling with constant bounds become straight-line code.
 """
 
 from .storage import WORD_STORAGE, WordStorage, element_bytes, host_dtype, legalize_storage
+from .unroll import MAX_UNROLL, unroll_loops
