@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 
 from .. import arith
+from ..codegen.wgsl import LOWERING as WGSL_LOWERING
 from ..codegen.wgsl import emit_wgsl
 from ..ir.errors import TesseraError
 from ..ir.expr import (
@@ -44,6 +45,7 @@ from ..ir.struct_info import (
 )
 from ..target import Target
 from ..tir.ir import PrimFunc, walk_dtypes
+from ..tir.lower import lower_kernel
 from ..transform.plan_memory import device_bytes
 from .executable import Executable
 
@@ -85,9 +87,10 @@ def compile_vm(mod: IRModule, target: Target, upper_bounds: dict[str, int] | Non
     features = sorted({f for k in kernels for f in k["features"]})
     wasm = None
     if target.kind == "wasm":  # one module holds every kernel
-        from tessera.codegen.c import compile_wasm, emit_c_module
+        from tessera.codegen.c import LOWERING, compile_wasm, emit_c_module
 
-        wasm = compile_wasm(emit_c_module([f for f in mod.functions.values() if isinstance(f, PrimFunc)]))
+        wasm = compile_wasm(emit_c_module([lower_kernel(f, LOWERING) for f in mod.functions.values()
+                                           if isinstance(f, PrimFunc)]))
     return Executable({"kind": target.kind, "name": target.name, "features": sorted(target.features)},
                       functions, kernels, features, _required_limits(kernels, functions), constants, wasm)
 
@@ -95,7 +98,7 @@ def compile_vm(mod: IRModule, target: Target, upper_bounds: dict[str, int] | Non
 def _kernel_record(func: PrimFunc, target: Target) -> dict:
     if target.kind == "wasm":
         return _c_kernel_record(func)
-    wgsl = emit_wgsl(func)
+    wgsl = emit_wgsl(lower_kernel(func, WGSL_LOWERING))
     features = []
     if "f16" in {d.split("x")[0] for d in walk_dtypes(func)}:
         features.append("shader-f16")
@@ -117,9 +120,9 @@ def _kernel_record(func: PrimFunc, target: Target) -> dict:
 
 def _c_kernel_record(func: PrimFunc) -> dict:
     """A kernel of the WASM module: its C text (for reading; the module is built from it) and export."""
-    from tessera.codegen.c import emit_c, kernel_symbol
+    from tessera.codegen.c import LOWERING, emit_c, kernel_symbol
 
-    source = emit_c(func)
+    source = emit_c(lower_kernel(func, LOWERING))
     return {
         "name": func.name, "c": source, "sha256": hashlib.sha256(source.encode()).hexdigest(),
         "entry_point": kernel_symbol(func), "workgroup_size": list(func.workgroup_size),

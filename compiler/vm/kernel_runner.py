@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import arith
 from ..tir.ir import PrimFunc
-from ..tir.lower import element_bytes, host_dtype
+from ..tir.lower import element_bytes, host_dtype, lower_kernel
 
 
 class WebGPUUnavailable(RuntimeError):
@@ -60,9 +60,9 @@ class KernelRunner:
         return feature in self.features
 
     def pipeline(self, func: PrimFunc):
-        from tessera.codegen.wgsl import emit_wgsl
+        from tessera.codegen.wgsl import LOWERING, emit_wgsl
 
-        kernel = emit_wgsl(func)
+        kernel = emit_wgsl(lower_kernel(func, LOWERING))
         layout, pipeline = self.compile(kernel.source, kernel.entry_point, kernel.bindings, len(func.inputs))
         return kernel, layout, pipeline
 

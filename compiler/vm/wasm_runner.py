@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import arith
 from ..tir.ir import PrimFunc
+from ..tir.lower import lower_kernel
 from .kernel_runner import _device_bytes, _from_device, _to_device
 
 PAGE = 65536
@@ -26,9 +27,9 @@ class WasmKernelRunner:
         self._modules: dict[str, object] = {}
 
     def _module(self, func: PrimFunc):
-        from tessera.codegen.c import compile_wasm, emit_c_module
+        from tessera.codegen.c import LOWERING, compile_wasm, emit_c_module
 
-        source = emit_c_module([func])
+        source = emit_c_module([lower_kernel(func, LOWERING)])
         module = self._modules.get(source)
         if module is None:
             module = self.wasmtime.Module(self.engine, compile_wasm(source))

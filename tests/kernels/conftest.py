@@ -60,9 +60,10 @@ def _example() -> dict:
     import numpy as np
     from harness import build
     from tessera import op
-    from tessera.codegen.wgsl import emit_wgsl
+    from tessera.codegen.wgsl import LOWERING, emit_wgsl
     from tessera.ir import Function, Tensor
     from tessera.target import Target
+    from tessera.tir.lower import lower_kernel
     from tessera.transform import legalize_ops
 
     mod = legalize_ops(build(op.nn.softmax, [Tensor(("n", 37), "float32")]), Target.preset("swiftshader"))
@@ -70,7 +71,7 @@ def _example() -> dict:
     x = np.random.default_rng(0).standard_normal((5, 37)).astype(np.float32)
     expected = np.exp(x - x.max(-1, keepdims=True))
     expected /= expected.sum(-1, keepdims=True)
-    wgsl = emit_wgsl(kernel)
+    wgsl = emit_wgsl(lower_kernel(kernel, LOWERING))
     from tessera import arith
 
     features = ["subgroups"] if kernel.attrs.get("subgroups") else []

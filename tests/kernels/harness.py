@@ -107,9 +107,10 @@ def _record_browser_shaders(mod, kernels) -> None:
 
 
 def _record_shader(kernel) -> None:
-    from tessera.codegen.wgsl import emit_wgsl
+    from tessera.codegen.wgsl import LOWERING, emit_wgsl
+    from tessera.tir.lower import lower_kernel
 
-    wgsl = emit_wgsl(kernel)
+    wgsl = emit_wgsl(lower_kernel(kernel, LOWERING))
     SHADERS.setdefault(wgsl.source, {"name": kernel.name, "entry_point": wgsl.entry_point, "source": wgsl.source,
                                      "needs_f16": wgsl.source.startswith("enable f16;"),
                                      "workgroup_size": list(wgsl.workgroup_size)})
