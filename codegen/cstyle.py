@@ -4,6 +4,11 @@ A target language is a subclass that fills in small tables and a few hooks:
 type names, literal spelling, how a local is declared, how thread indices and
 barriers are written, and the kernel's signature and buffer declarations.
 Expressions and statements are walked here, once.
+
+Renderers only spell: they take kernels lowered for their language
+(``tessera.tir.lower.lower_kernel`` with the subclass's ``lowering`` row), in
+which storage types, unrolling and (for CPUs) the split at barriers are
+already explicit tir.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from tessera.tir.ir import (
     Unary,
     lanes_of,
 )
+from tessera.tir.lower import LoweringNeeds
 
 
 class CStyleRenderer:
@@ -41,8 +47,14 @@ class CStyleRenderer:
     barrier = "barrier();"
     storage_barrier = "barrier();"
     indent = "  "
+    lowering: LoweringNeeds  # what the language needs done before it is rendered
 
     def __init__(self, func: PrimFunc):
+        for buf in func.params:
+            if buf.storage_dtype not in self.lowering.storage_types:
+                raise ValueError(f"kernel {func.name}: {buf.name} holds {buf.storage_dtype} tensors, which "
+                                 f"{type(self).__name__} cannot store: lower the kernel first "
+                                 "(tessera.tir.lower.lower_kernel)")
         self.func = func
         self.lines: list[str] = []
         self.helpers: dict[str, str] = {}  # helper functions the kernel needs, by name
@@ -53,9 +65,6 @@ class CStyleRenderer:
         raise NotImplementedError
 
     def declare_local(self, var: Local, value: str) -> str:
-        raise NotImplementedError
-
-    def declare_constant(self, var: Local, value: str) -> str:
         raise NotImplementedError
 
     def for_header(self, var: str, start: str, end: str, step: int) -> str:
@@ -86,8 +95,8 @@ class CStyleRenderer:
     def load(self, buffer: Buffer, index: str, lanes: int = 1) -> str:
         return f"{self.name(buffer.name)}[{index}]"
 
-    def store(self, buffer: Buffer, index: str, value: str, lanes: int = 1) -> list[str]:
-        return [f"{self.name(buffer.name)}[{index}] = {value};"]
+    def store(self, buffer: Buffer, index: str, value: str, lanes: int = 1) -> str:
+        return f"{self.name(buffer.name)}[{index}] = {value};"
 
     def call_intrinsic(self, name: str, args: list[str], dtype: str) -> str:
         if name not in self.intrinsics:
@@ -142,8 +151,7 @@ class CStyleRenderer:
         elif isinstance(s, Assign):
             self.emit(depth, f"{self.name(s.var.name)} = {self.expr(s.value)};")
         elif isinstance(s, Store):
-            for line in self.store(s.buffer, self.expr(s.index), self.expr(s.value), s.lanes):
-                self.emit(depth, line)
+            self.emit(depth, self.store(s.buffer, self.expr(s.index), self.expr(s.value), s.lanes))
         elif isinstance(s, IfThen):
             self.emit(depth, f"if ({self.expr(s.cond)}) {{")
             self.stmts(s.then, depth + 1)
@@ -151,13 +159,6 @@ class CStyleRenderer:
                 self.emit(depth, "} else {")
                 self.stmts(s.otherwise, depth + 1)
             self.emit(depth, "}")
-        elif isinstance(s, For) and s.unroll and _static_trip(s) is not None:
-            # Unrolled: one block per iteration, the loop variable a constant in each.
-            for value in _static_trip(s):
-                self.emit(depth, "{")
-                self.emit(depth + 1, self.declare_constant(s.var, self.literal(value, s.var.dtype)))
-                self.stmts(s.body, depth + 1)
-                self.emit(depth, "}")
         elif isinstance(s, For):
             start = self.expr(s.start)
             end = self.expr(s.stop)
@@ -168,18 +169,6 @@ class CStyleRenderer:
             self.emit(depth, self.storage_barrier if s.scope == "storage" else self.barrier)
         else:
             raise TypeError(f"cannot render {s!r}")
-
-
-MAX_UNROLL = 64
-
-
-def _static_trip(s: For) -> range | None:
-    """The loop's iterations when its bounds are constants and it is short enough to unroll."""
-    if isinstance(s.start, Const) and isinstance(s.stop, Const):
-        trip = range(int(s.start.value), int(s.stop.value), s.step)
-        if len(trip) <= MAX_UNROLL:
-            return trip
-    return None
 
 
 def float_text(value: float) -> str | None:

@@ -8,9 +8,10 @@ kind and preset.
 from __future__ import annotations
 
 from tessera.target import TargetKind, register_kind, register_preset
+from tessera.tir.lower import lower_kernel
 
 from .. import Backend, CompiledKernel, CompiledKernels, kernel_abi, kernel_limits, register_backend
-from . import PRELUDE, compile_wasm, emit_c, kernel_symbol
+from . import LOWERING, PRELUDE, compile_wasm, emit_c, kernel_symbol
 
 MODULE = "kernels.wasm"
 
@@ -27,7 +28,7 @@ class CWasmBackend(Backend):
         for index, func in enumerate(kernels):
             if progress is not None:
                 progress("kernels", index, len(kernels))
-            sources.append(emit_c(func))
+            sources.append(emit_c(lower_kernel(func, LOWERING)))
             first = len(func.params)
             scalars = [{"name": s, "passed": "argument", "position": first + i} for i, s in enumerate(func.scalars)]
             abi = kernel_abi(func, scalars) | {"grid": "arguments"}

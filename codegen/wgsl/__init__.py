@@ -3,9 +3,10 @@
 Binding layout (group 0): the kernel's inputs, then its outputs, as storage
 buffers (all read_write, so that views of one arena buffer can meet in a
 dispatch) in that order; then, if the kernel has symbolic scalars, one uniform
-buffer holding them as i32 in declaration order. bool tensors are stored one
-u32 word per element and int64 tensors as two i32 words (low word first), so
-that every element is a whole word that a thread can write alone.
+buffer holding them as i32 in declaration order. Kernels come lowered for
+``LOWERING``: a storage buffer holds float32, float16, int32 or uint32, and
+tensors of other dtypes (bool, int64) are already 32-bit words in the tir
+(``tessera.tir.lower.storage``).
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from tessera.tir.ir import (
     walk_expr,
     walk_stmts,
 )
+from tessera.tir.lower import LoweringNeeds
 
 from ..cstyle import CStyleRenderer, float_text
 
-STORAGE_ELEMENT = {"float32": "f32", "float16": "f16", "int32": "i32", "uint32": "u32",
-                   "bool": "u32", "int64": "i32"}
+# Storage buffers hold f32, f16, i32 and u32 (bool is not host-shareable; there is no 64-bit integer);
+# a workgroup's threads run in parallel, so barriers stay barriers.
+LOWERING = LoweringNeeds(storage_types={"float32", "float16", "int32", "uint32"}, unroll=True)
 
 WGSL_KEYWORDS = frozenset("""
 alias array bitcast bool break case const continue continuing default diagnostic discard else enable
@@ -92,6 +95,7 @@ class WGSLRenderer(CStyleRenderer):
     reserved = WGSL_KEYWORDS
     barrier = "workgroupBarrier();"
     storage_barrier = "storageBarrier();"
+    lowering = LOWERING
 
     def __init__(self, func: PrimFunc, enable: tuple[str, ...] = ()):
         super().__init__(func)
@@ -113,9 +117,7 @@ class WGSLRenderer(CStyleRenderer):
             # Inputs are read_write too: the VM binds views of one arena buffer, and WebGPU forbids
             # a buffer in read-only and writable storage bindings of the same dispatch.
             access = "read_write"
-            element = STORAGE_ELEMENT[buf.storage_dtype]
-            if buf.name in vector_buffers:
-                element = f"vec{vector_buffers[buf.name]}<{element}>"
+            element = self.type_name(vector_of(buf.dtype, vector_buffers.get(buf.name, 1)))
             header.append(f"@group(0) @binding({index}) var<storage, {access}> {self.name(buf.name)}: "
                           f"array<{element}>;")
             bindings.append(buf.name)
@@ -147,9 +149,6 @@ class WGSLRenderer(CStyleRenderer):
 
     def declare_local(self, var: Local, value: str) -> str:
         return f"var {self.name(var.name)}: {self.type_name(var.dtype)} = {value};"
-
-    def declare_constant(self, var: Local, value: str) -> str:
-        return f"let {self.name(var.name)}: {self.type_name(var.dtype)} = {value};"
 
     def for_header(self, var: str, start: str, end: str, step: int) -> str:
         return f"for (var {var}: i32 = {start}; {var} < {end}; {var} = {var} + {step})"
@@ -199,28 +198,6 @@ class WGSLRenderer(CStyleRenderer):
 
     def cast(self, x: str, dtype: str, source_dtype: str) -> str:
         return f"{self.type_name(dtype)}({x})"
-
-    def load(self, buffer: Buffer, index: str, lanes: int = 1) -> str:
-        name = self.name(buffer.name)
-        if buffer.scope != "global":
-            return f"{name}[{index}]"
-        if buffer.storage_dtype == "bool":
-            zero = "0u" if lanes == 1 else f"vec{lanes}<u32>(0u)"
-            return f"({name}[{index}] != {zero})"
-        if buffer.storage_dtype == "int64":
-            return f"{name}[({index}) * 2]"
-        return f"{name}[{index}]"
-
-    def store(self, buffer: Buffer, index: str, value: str, lanes: int = 1) -> list[str]:
-        name = self.name(buffer.name)
-        if buffer.scope == "global" and buffer.storage_dtype == "bool":
-            if lanes > 1:
-                return [f"{name}[{index}] = select(vec{lanes}<u32>(0u), vec{lanes}<u32>(1u), {value});"]
-            return [f"{name}[{index}] = select(0u, 1u, {value});"]
-        if buffer.scope == "global" and buffer.storage_dtype == "int64":
-            return ["{", f"  let v = {value};", f"  {name}[({index}) * 2] = v;",
-                    f"  {name}[({index}) * 2 + 1] = select(0i, -1i, v < 0i);", "}"]
-        return [f"{name}[{index}] = {value};"]
 
     def call_intrinsic(self, name: str, args: list[str], dtype: str) -> str:
         helpers = {"erf": _ERF, "tanh": _TANH}

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from tessera.target import SHADER_F16, TargetKind, register_kind, register_preset
 from tessera.tir.ir import walk_dtypes
+from tessera.tir.lower import lower_kernel
 
 from .. import Backend, CompiledKernel, CompiledKernels, kernel_abi, kernel_limits, register_backend
-from . import emit_wgsl
+from . import LOWERING, emit_wgsl
 
 
 class WGSLBackend(Backend):
@@ -26,7 +27,8 @@ class WGSLBackend(Backend):
             if progress is not None:
                 progress("kernels", index, len(kernels))
             uses_subgroups = bool(func.attrs.get("subgroups"))
-            kernel = emit_wgsl(func, ("subgroups",) if uses_subgroups and subgroups == "subgroups" else ())
+            enable = ("subgroups",) if uses_subgroups and subgroups == "subgroups" else ()
+            kernel = emit_wgsl(lower_kernel(func, LOWERING), enable)
             path = f"kernels/{index:03d}_{kernel.entry_point}.wgsl"
             out.modules[path] = kernel.source.encode()
             features = []

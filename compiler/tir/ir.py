@@ -8,7 +8,9 @@ every GPU language has and which covers any tensor a WebGPU binding can hold.
 Expressions carry a dtype. Statements are few: declare/assign a local
 variable, store to a buffer, if, for, barrier, sequence. Workgroup and thread
 indices are expressions (``Builtin``); loops are serial (the schedule rules
-map work to threads themselves), optionally marked for unrolling.
+map work to threads themselves), optionally marked for unrolling. One more
+statement, ``ThreadLoop``, exists only after lowering (``tessera.tir.lower``)
+for languages that run a workgroup's threads one after another.
 """
 
 from __future__ import annotations
@@ -319,6 +321,18 @@ class For(Stmt):
 
 
 @dataclass(frozen=True, eq=False)
+class ThreadLoop(Stmt):
+    """``body`` once for each thread of the workgroup in turn, ``var`` the thread's flat index
+    (0 .. ``threads`` - 1). Made by ``tessera.tir.lower.split_workgroups``: in a kernel of that
+    form the top level runs once per workgroup, and each ThreadLoop is a stretch of the original
+    body between two barriers."""
+
+    var: Local
+    threads: int
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, eq=False)
 class Barrier(Stmt):
     """Workgroup barrier: memory of ``scope`` ("workgroup", or "storage" for buffers in
     device memory such as global scratch) written before it is visible after it."""
@@ -334,8 +348,9 @@ class Buffer:
     """A flat array: a kernel parameter (scope "global"), or scratch in "workgroup"/"private".
 
     ``shape`` is symbolic for parameters (row-major, contiguous) and static for scratch.
-    ``dtype`` is the element type as the kernel sees it (bool is stored as u32 words,
-    int64 as pairs of i32 words: see codegen).
+    ``dtype`` is the element type as the kernel sees it. Where a language cannot hold
+    ``storage_dtype`` (bool, int64), ``tessera.tir.lower.legalize_storage`` rewrites the
+    buffer into 32-bit words; the rule lives in ``tessera.tir.lower.storage``.
     """
 
     name: str
@@ -437,6 +452,9 @@ def walk_stmts(body):
             yield from walk_stmts(s.otherwise)
         elif isinstance(s, For):
             yield s, (s.start, s.stop)
+            yield from walk_stmts(s.body)
+        elif isinstance(s, ThreadLoop):
+            yield s, ()
             yield from walk_stmts(s.body)
         else:
             yield s, ()

@@ -20,6 +20,7 @@ from .ir import (
     Select,
     Store,
     TExpr,
+    ThreadLoop,
     Unary,
 )
 
@@ -73,6 +74,9 @@ def print_kernel(func: PrimFunc) -> str:
                 step = f", step={s.step}" if s.step != 1 else ""
                 emit(depth, f"for {s.var.name} in {kind}({print_texpr(s.start)}, "
                      f"{print_texpr(s.stop)}{step}):")
+                stmts(s.body, depth + 1)
+            elif isinstance(s, ThreadLoop):
+                emit(depth, f"for {s.var.name} in threads({s.threads}):")
                 stmts(s.body, depth + 1)
             elif isinstance(s, Barrier):
                 emit(depth, "barrier()" if s.scope == "workgroup" else f"barrier({s.scope!r})")

@@ -35,6 +35,7 @@ from .ir import (
     Select,
     Store,
     TExpr,
+    ThreadLoop,
     walk_expr,
 )
 
@@ -60,7 +61,7 @@ def _check_names(func: PrimFunc) -> None:
     def walk(body, scope: set[str]):
         scope = set(scope)
         for s in body:
-            if isinstance(s, Declare) or isinstance(s, For):
+            if isinstance(s, (Declare, For, ThreadLoop)):
                 name = s.var.name
                 if name in scope:
                     raise KernelVerifyError(f"kernel {func.name}: '{name}' is declared twice")
@@ -104,6 +105,9 @@ def _check_barriers(func: PrimFunc) -> None:
                     varying.add(s.var.name)
                 cause = divergent or (f"loop `{s.var.name}`" if bound_varies else None)
                 walk(s.body, cause)
+            elif isinstance(s, ThreadLoop):
+                varying.add(s.var.name)
+                walk(s.body, divergent or f"thread loop `{s.var.name}`")
 
     walk(func.body, None)
 
@@ -155,6 +159,13 @@ class _BoundsChecker:
                 inner = dict(env)
                 inner[s.var.name] = Interval(start.lo, None if stop.hi is None else stop.hi - 1)
                 # Locals assigned in the loop may take any value they reach; two passes widen them.
+                self.stmts(s.body, inner)
+                self.stmts(s.body, inner)
+                for name in env:
+                    env[name] = inner[name]
+            elif isinstance(s, ThreadLoop):
+                inner = dict(env)
+                inner[s.var.name] = Interval(0, s.threads - 1)
                 self.stmts(s.body, inner)
                 self.stmts(s.body, inner)
                 for name in env:

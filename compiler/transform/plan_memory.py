@@ -27,21 +27,20 @@ from ..ir.module import IRModule
 from ..ir.struct_info import ObjectStructInfo, TensorStructInfo
 from ..op.registry import make_call
 from ..target import LIMIT_DEFAULTS
+from ..tir.lower.storage import element_bytes
 from .rewrite import map_graph_functions, rewrite_function, used_vars
 
 # Without a target: WebGPU's defaults, which every adapter grants (targets pass their own).
 ALIGNMENT = LIMIT_DEFAULTS["minStorageBufferOffsetAlignment"]
 MAX_BUFFER_SIZE = LIMIT_DEFAULTS["maxBufferSize"]
-ELEMENT_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "float16": 2, "bool": 4, "int64": 8,
-                 "float64": 8, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "bfloat16": 2}
 
 
 def device_bytes(sinfo: TensorStructInfo) -> arith.PrimExpr:
-    """Bytes a tensor takes on the device: bool is a word per element; whole words in all."""
+    """Bytes a tensor takes on the device (``element_bytes``: bool is a word per element); whole words in all."""
     count: arith.PrimExpr = arith.IntImm(1)
     for dim in sinfo.shape:
         count = count * dim
-    return arith.simplify((count * ELEMENT_BYTES[sinfo.dtype] + 3) // 4 * 4)
+    return arith.simplify((count * element_bytes(sinfo.dtype) + 3) // 4 * 4)
 
 
 @dataclass

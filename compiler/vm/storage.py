@@ -1,8 +1,9 @@
 """The VM's storage layer: tensors as device bytes, the weights, the state (a KV cache), and each
 function's memory (parameter buffers and the storages of its memory plan).
 
-A tensor's device bytes are what every runtime agrees on (docs/format.md): bool is one u32 word
-per element, int64 two i32 words, and a buffer is whole 4-byte words.
+A tensor's device bytes are what every runtime agrees on (docs/format.md): the storage rule of
+``tessera.tir.lower.storage`` (bool one u32 word per element, int64 two i32 words), and a buffer
+is whole 4-byte words.
 """
 
 from __future__ import annotations
@@ -10,32 +11,25 @@ from __future__ import annotations
 import numpy as np
 
 from .. import arith
+from ..tir.lower import element_bytes, host_dtype
 from .devices import Device, DeviceError, View
-
-_ELEMENT_BYTES = {"bool": 4, "int64": 8, "float16": 2}
 
 
 def device_bytes(count: int, dtype: str) -> int:
     """Bytes of ``count`` elements of ``dtype`` on a device, in whole words."""
-    per = _ELEMENT_BYTES.get(dtype, 4)
-    return max(4, -(-count * per // 4) * 4)
+    return max(4, -(-count * element_bytes(dtype) // 4) * 4)
 
 
 def to_device(array: np.ndarray, dtype: str) -> bytes:
     array = np.ascontiguousarray(array)
-    if dtype == "bool":
-        data = array.astype(np.uint32).tobytes()
-    else:
-        data = array.astype(dtype, copy=False).tobytes()
+    data = array.astype(host_dtype(dtype), copy=False).tobytes()
     padding = device_bytes(array.size, dtype) - len(data)
     return data + b"\0" * padding
 
 
 def from_device(raw, shape, dtype: str) -> np.ndarray:
     count = int(np.prod(shape, dtype=np.int64))
-    if dtype == "bool":
-        return np.frombuffer(raw, np.uint32, count).reshape(shape).astype(bool)
-    return np.frombuffer(raw, dtype, count).reshape(shape).copy()
+    return np.frombuffer(raw, host_dtype(dtype), count).reshape(shape).astype(dtype)
 
 
 class Storage:

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 from harness import check_op
 from tessera import op
-from tessera.codegen.c import emit_c
+from tessera.codegen.c import LOWERING, emit_c
 from tessera.ir import PrimValue, Tensor
 from tessera.target import Target
+from tessera.tir.lower import lower_kernel
 from tessera.vm.wasm_runner import WasmKernelRunner
 
 WASM = Target.preset("wasm")
@@ -51,7 +52,7 @@ def test_operators_as_wasm_kernels(wasm, name):
 
 def test_the_llm_kernels_as_wasm(wasm):
     """What a Llama step needs beyond the above: quantized GEMV/GEMM and embedding rows, the KV
-    cache write (in place) and the sampler, whose workgroup barriers the C code splits at."""
+    cache write (in place) and the sampler, whose workgroup barriers split_workgroups splits at."""
     from test_quantized_kernels import quantized
 
     words, _ = quantized("q4_1", 42, 128)
@@ -73,7 +74,7 @@ def test_the_llm_kernels_as_wasm(wasm):
         _, kernels = check_op(wasm, lambda x, h, p, g=greedy: op.sample_token(x, h, p, greedy=g),
                               [Tensor((1, 1000), F32), Tensor(("m",), "int32"), Tensor((5,), F32)],
                               target=WASM, inputs=sampler_inputs)
-    source = emit_c(kernels[0])
+    source = emit_c(lower_kernel(kernels[0], LOWERING))
     assert "for (int32_t lid = 0; lid < 256; lid++)" in source  # the body split into thread loops
 
 
