@@ -22,6 +22,7 @@ import tempfile
 from tessera.tir.ir import Barrier, Buffer, Builtin, Local, PrimFunc, Stmt, ThreadLoop, lanes_of, walk_dtypes
 from tessera.tir.lower import LoweringNeeds
 
+from .. import entry_name
 from ..cstyle import CStyleRenderer, float_text
 
 # One CPU thread runs a workgroup: split at barriers; C holds 32-bit words (no f16 arithmetic here).
@@ -151,7 +152,8 @@ class CRenderer(CStyleRenderer):
 
 
 def kernel_symbol(func: PrimFunc) -> str:
-    return "k_" + "".join(c if c.isalnum() else "_" for c in func.name)
+    """The export of a kernel: ``codegen.entry_name``, which every language shares."""
+    return entry_name(func)
 
 
 def emit_c(func: PrimFunc) -> str:

@@ -30,6 +30,7 @@ from tessera.tir.ir import (
 )
 from tessera.tir.lower import LoweringNeeds
 
+from .. import entry_name
 from ..cstyle import CStyleRenderer, float_text
 
 # Storage buffers hold f32, f16, i32 and u32 (bool is not host-shareable; there is no 64-bit integer);
@@ -103,7 +104,7 @@ class WGSLRenderer(CStyleRenderer):
 
     def render(self) -> WGSLKernel:
         func = self.func
-        entry = "k_" + "".join(c if c.isalnum() else "_" for c in func.name)
+        entry = entry_name(func)
         self.subgroup_builtins: set[str] = set()
         self.stmts(func.body, 1)
         body = self.lines

@@ -45,7 +45,7 @@ def _legalize(call, ctx):
     cache, value = ctx.inputs
     offset = call.args[2].value  # a PrimValue: the first row written
     out = ctx.output
-    threads = 256
+    threads = min(256, ctx.target.limit("maxComputeInvocationsPerWorkgroup"))
     count = arith.simplify(value.size)
     row = arith.simplify(value.shape[1] * value.shape[2])
     tid, dst = Local("tid"), Local("dst")

@@ -71,27 +71,34 @@ def substitute_vars(expr: Expr, mapping: dict[Var, Expr]) -> Expr:
     return expr
 
 
-def used_vars(expr: Expr) -> set[Var]:
+def used_vars(expr: Expr) -> dict[Var, None]:
+    """The variables ``expr`` reads, each once, in order of first use: an ordered set (a dict), so
+    that what is built from it (a fused function's parameters) is the same in every run."""
+    found: dict[Var, None] = {}
+    _collect_vars(expr, found)
+    return found
+
+
+def _collect_vars(expr: Expr, found: dict[Var, None]) -> None:
     if isinstance(expr, Var):
-        return {expr}
-    if isinstance(expr, Tuple):
-        return set().union(*(used_vars(f) for f in expr.fields)) if expr.fields else set()
-    if isinstance(expr, TupleGetItem):
-        return used_vars(expr.tuple_value)
-    if isinstance(expr, Call):
-        found = used_vars(expr.op) if isinstance(expr.op, Var) else set()
+        found.setdefault(expr, None)
+    elif isinstance(expr, Tuple):
+        for f in expr.fields:
+            _collect_vars(f, found)
+    elif isinstance(expr, TupleGetItem):
+        _collect_vars(expr.tuple_value, found)
+    elif isinstance(expr, Call):
+        if isinstance(expr.op, Var):
+            _collect_vars(expr.op, found)
         for arg in expr.args:
-            found |= used_vars(arg)
-        return found
-    if isinstance(expr, If):
-        found = used_vars(expr.cond)
+            _collect_vars(arg, found)
+    elif isinstance(expr, If):
+        _collect_vars(expr.cond, found)
         for arm in (expr.true_branch, expr.false_branch):
             for block in arm.blocks:
                 for b in block.bindings:
-                    found |= used_vars(b.value)
-            found |= used_vars(arm.body)
-        return found
-    return set()
+                    _collect_vars(b.value, found)
+            _collect_vars(arm.body, found)
 
 
 def is_match_cast(binding: Binding) -> bool:
