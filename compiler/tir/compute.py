@@ -10,6 +10,10 @@ threads cover the elements. Keeping the reads multi-dimensional lets
   out[i...] = finalize(combine over r... of body(i..., r...)).
 - ``RowDef``: a normalization over one axis that needs several passes over
   the same row (softmax, log_softmax, rms_norm, layer_norm, argmax/argmin).
+- ``OpaqueDef``: a computation no loop nest over the output describes (rows
+  written in place into a KV cache, sampling a token); the schedule rule of
+  its kind writes the whole kernel. Pattern analysis and fusion see it as
+  opaque.
 
 A ``ComputeDef`` may carry, in ``attrs``, a hint that lets a schedule rule see
 structure the loop nest hides: ``"matmul"`` (``MatmulInfo``), ``"transpose"``
@@ -151,6 +155,17 @@ def lowest(dtype: str):
 def highest(dtype: str):
     """The identity of min for ``dtype``."""
     return {"f32": float("inf"), "f16": float("inf"), "i32": 2**31 - 1, "u32": 2**32 - 1}[dtype]
+
+
+@dataclass(eq=False)
+class OpaqueDef:
+    """The buffers and parameters of a computation that the schedule rule for ``kind`` writes whole."""
+
+    name: str
+    kind: str  # the rule: kv-cache-write, sample-token
+    inputs: tuple[Buffer, ...]
+    output: Buffer
+    params: dict = field(default_factory=dict)  # what the rule needs beyond the buffers, by name
 
 
 def row_major_index(indices, shape) -> TExpr:
