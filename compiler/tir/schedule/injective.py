@@ -63,24 +63,13 @@ LANES = 4
 VECTOR_STORAGE = ("float32", "float16", "int32", "uint32", "bool")
 
 
-def spells_vectors(target) -> bool:
-    """Whether kernels for ``target`` gain from explicit 4-lane vectors. GPU languages do; the C
-    kernels for WebAssembly run a workgroup's threads one at a time in a loop that clang
-    vectorizes itself, so they stay scalar.
-
-    TODO(target rewrite): a schedule should ask a capability, not a kind; Target has none that
-    says this yet (``cpu_adapter`` is also true for llvmpipe and SwiftShader, which do get vec4
-    kernels), so the kind answers here, in this one place, until target.py grows one."""
-    return target.kind == "webgpu"
-
-
 def vectorize_elementwise(defn: ComputeDef, target, name: str) -> PrimFunc | None:
     """One thread per 4 consecutive elements, as vec4 loads and stores, when that is legal:
     every read is elementwise (same shape, same indices), no index is used as a value, the
     storage can be viewed as vectors and the element count is a multiple of 4."""
     from ... import arith
 
-    if not spells_vectors(target):
+    if target.kind != "webgpu":  # C kernels are scalar: clang vectorizes their thread loops itself
         return None
     out = defn.output
     buffers = list(defn.inputs) + [out]
