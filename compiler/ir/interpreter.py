@@ -5,6 +5,13 @@ strict: arguments are checked against the parameter annotations (binding
 symbolic variables as they are first seen), every match_cast is checked, and
 every computed value is checked against the struct info deduced for it, which
 also tests deduction itself on real data.
+
+It needs nothing of the operator layer above it (tessera.op): an operator call
+runs through the numpy reference that its ``Op`` node carries, and a library
+call (``call_dps_library``, ``call_pure_packed``, an ``ExternFunc``) through
+the ``library=`` argument or the table of ``tessera.ir.library``, which the
+operator modules fill when they are imported. A module that holds operator
+calls was built through the operator registry, so by then the table is full.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from .expr import (
     TupleGetItem,
     Var,
 )
+from .library import get_library_function
 from .module import IRModule
 from .printer import print_binding, print_expr, print_sinfo
 from .struct_info import (
@@ -185,8 +193,6 @@ class Interpreter:
     def _library(self, name: str):
         if name in self.library:
             return self.library[name]
-        from ..op.library import get_library_function
-
         try:
             return get_library_function(name)
         except KeyError as error:

@@ -13,7 +13,6 @@ from . import (
     data_dependent,
     elementwise,
     kv_cache,
-    library,
     linear,
     manipulate,
     norm,
@@ -49,6 +48,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "call_dps_library", "call_pure_packed", "call_tir", "get_op", "library", "list_ops",
+    "call_dps_library", "call_pure_packed", "call_tir", "get_op", "list_ops",
     "make_call", "nn", "register_op",
 ]

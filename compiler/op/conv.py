@@ -6,9 +6,8 @@ import numpy as np
 
 from .. import arith
 from ..ir.errors import DeductionError
-from ..tir.compute import ComputeDef, Reduction, read
+from ..tir.compute import ComputeDef, Reduction, accumulate_type, lowest, read
 from ..tir.ir import Const, binary, cast, from_prim, logical_and, maximum, minimum, select
-from ..tir.schedule.common import accumulate_type, lowest
 from .common import result_tensor, same_dtype, tensor_input
 from .lowering import clamp_index
 from .registry import register_op

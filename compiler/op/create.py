@@ -6,9 +6,8 @@ import numpy as np
 
 from .. import arith
 from ..ir.errors import DeductionError
-from ..tir.compute import ComputeDef
+from ..tir.compute import ComputeDef, const
 from ..tir.ir import Const, binary, from_prim
-from ..tir.schedule.common import const
 from .common import result_tensor, shape_input
 from .lowering import as_value
 from .registry import register_op

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.library import register_library_function
 from .common import result_tensor, tensor_input
 from .cross_level import call_pure_packed
-from .library import register_library_function
 from .registry import register_op
 
 

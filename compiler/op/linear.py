@@ -6,10 +6,8 @@ import numpy as np
 
 from .. import arith
 from ..ir.errors import DeductionError
-from ..tir.compute import ComputeDef, Reduction, read
+from ..tir.compute import ComputeDef, MatmulInfo, Reduction, accumulate_type, read
 from ..tir.ir import Const, binary, cast, from_prim
-from ..tir.schedule.common import accumulate_type
-from ..tir.schedule.matmul import MatmulInfo
 from .common import broadcast_shapes, result_tensor, same_dtype, same_vdevice, tensor_input
 from .registry import register_op
 

@@ -1,10 +1,12 @@
 """What an operator's ``legalize`` receives, and helpers for writing compute definitions.
 
-``legalize(call, ctx)`` returns a ``ComputeDef`` or ``RowDef`` (one kernel), a
-list of them (one kernel per output field, e.g. ``split``), or a graph
-expression that replaces the call (``shape_of`` becomes a shape, ``unique`` a
-runtime call). ``ctx.inputs`` are the kernel's input buffers for the call's
-tensor arguments, ``ctx.output`` the output buffer(s).
+``legalize(call, ctx)`` returns a ``ComputeDef``, ``RowDef`` or ``OpaqueDef``
+(one kernel), a list of them (one kernel per output field, e.g. ``split``), or
+a graph expression that replaces the call (``shape_of`` becomes a shape,
+``unique`` a runtime call). ``ctx.inputs`` are the kernel's input buffers for
+the call's tensor arguments, ``ctx.output`` the output buffer(s). It describes
+the computation only: the schedule rule is picked later, by ``tir.schedule``
+when ``legalize_ops`` runs.
 """
 
 from __future__ import annotations

@@ -11,9 +11,8 @@ from ..ir.errors import DeductionError
 from ..ir.expr import ShapeExpr
 from ..ir.interpreter import ShapeValue
 from ..ir.struct_info import ShapeStructInfo, TupleStructInfo, describe
-from ..tir.compute import ComputeDef, read, row_major_index, unravel
+from ..tir.compute import ComputeDef, TransposeInfo, read, row_major_index, unravel
 from ..tir.ir import Const, binary, cast, from_prim, select
-from ..tir.schedule.transpose import TransposeInfo
 from .common import (
     INT_DTYPES,
     normalize_axes,

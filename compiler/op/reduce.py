@@ -7,9 +7,8 @@ import math
 import numpy as np
 
 from .. import arith
-from ..tir.compute import RowDef
+from ..tir.compute import RowDef, accumulate_type, highest, lowest
 from ..tir.ir import binary, cast, from_prim
-from ..tir.schedule.common import accumulate_type, highest, lowest
 from .common import normalize_axes, normalize_axis, require_float, result_tensor, tensor_input
 from .lowering import reduce_def
 from .registry import register_op

@@ -10,6 +10,16 @@ threads cover the elements. Keeping the reads multi-dimensional lets
   out[i...] = finalize(combine over r... of body(i..., r...)).
 - ``RowDef``: a normalization over one axis that needs several passes over
   the same row (softmax, log_softmax, rms_norm, layer_norm, argmax/argmin).
+- ``OpaqueDef``: a computation no loop nest over the output describes (rows
+  written in place into a KV cache, sampling a token); the schedule rule of
+  its kind writes the whole kernel. Pattern analysis and fusion see it as
+  opaque.
+
+A ``ComputeDef`` may carry, in ``attrs``, a hint that lets a schedule rule see
+structure the loop nest hides: ``"matmul"`` (``MatmulInfo``), ``"transpose"``
+(``TransposeInfo``), ``"quantized_matmul"`` (``QuantizedMatmulInfo`` in
+``tir.quant``). The hints describe the computation; which rule runs, and how,
+is decided by ``tir.schedule`` for the target.
 """
 
 from __future__ import annotations
@@ -92,6 +102,70 @@ class RowDef:
     inner: arith.PrimExpr
     epsilon: float = 0.0
     attrs: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class MatmulInfo:
+    """A batched (batch..., M, K) x (batch..., K, N) product: how a batch index finds its matrices
+    (broadcast batch dimensions repeat a matrix)."""
+
+    a: Buffer
+    b: Buffer
+    batch_shape: tuple[arith.PrimExpr, ...]
+    m: arith.PrimExpr
+    n: arith.PrimExpr
+    k: arith.PrimExpr
+    a_matrix: Callable[[list[TExpr]], TExpr]  # batch indices -> flat offset of A's matrix
+    b_matrix: Callable[[list[TExpr]], TExpr]
+    a_vector: bool = False  # a 1-D operand: the output has no row (or column) axis
+    b_vector: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class TransposeInfo:
+    """out[b, c, r] = in[b, r, c] for an input viewed as (batch, rows, cols)."""
+
+    batch: arith.PrimExpr
+    rows: arith.PrimExpr
+    cols: arith.PrimExpr
+
+
+# -- kernel value types ----------------------------------------------------------------
+
+
+def accumulate_type(dtype: str) -> str:
+    """Sums of f16 run in f32: 16-bit accumulators lose too much."""
+    return "f32" if dtype == "f16" else dtype
+
+
+def const(value, dtype):
+    """``value`` as a constant of kernel type ``dtype``."""
+    if dtype in ("f32", "f16"):
+        return Const(float(value), dtype)
+    if dtype == "bool":
+        return Const(bool(value), "bool")
+    return Const(int(value), dtype)
+
+
+def lowest(dtype: str):
+    """The identity of max for ``dtype``."""
+    return {"f32": float("-inf"), "f16": float("-inf"), "i32": -(2**31), "u32": 0}[dtype]
+
+
+def highest(dtype: str):
+    """The identity of min for ``dtype``."""
+    return {"f32": float("inf"), "f16": float("inf"), "i32": 2**31 - 1, "u32": 2**32 - 1}[dtype]
+
+
+@dataclass(eq=False)
+class OpaqueDef:
+    """The buffers and parameters of a computation that the schedule rule for ``kind`` writes whole."""
+
+    name: str
+    kind: str  # the rule: kv-cache-write, sample-token
+    inputs: tuple[Buffer, ...]
+    output: Buffer
+    params: dict = field(default_factory=dict)  # what the rule needs beyond the buffers, by name
 
 
 def row_major_index(indices, shape) -> TExpr:

@@ -2,8 +2,8 @@
 
 For each binding ``v = R.op(args)``, the operator's ``legalize`` describes the
 computation over buffers shaped like the arguments (symbolic shapes
-included); the default schedule rule for its pattern turns it into a
-``PrimFunc`` for the target, which is added to the module; and the binding
+included); ``tir.schedule`` picks the default schedule rule for it, which
+turns it into a ``PrimFunc`` for the target, added to the module; and the binding
 becomes ``v = R.call_tir(cls.kernel, (tensor args...), out_sinfo, tir_vars)``
 where ``tir_vars`` passes the kernel's symbolic sizes. Operators whose output
 shape depends on data become runtime calls instead. Identical kernels are
@@ -37,7 +37,7 @@ from ..ir.struct_info import TensorStructInfo, TupleStructInfo, describe
 from ..op.cross_level import call_tir
 from ..op.lowering import LegalizeContext, LegalizeError
 from ..target import Target
-from ..tir.compute import placeholder
+from ..tir.compute import OpaqueDef, placeholder
 from ..tir.ir import Buffer, PrimFunc
 from ..tir.schedule import schedule
 from .rewrite import rewrite_function
@@ -79,8 +79,8 @@ def _legalize(binding: VarBinding, in_dataflow: bool, kernels: KernelTable, anal
     if isinstance(described.result, Expr):  # replaced at the graph level (shape_of, unique, split concat)
         return _rebind(binding.var, described.result, in_dataflow, kernels, analyzer)
     described.require_shapes()
-    if isinstance(described.result, PrimFunc):  # the operator scheduled its own kernel
-        kernel_call = kernels.call_kernel(described.result, list(described.args), described.out_sinfos[0])
+    if isinstance(described.result, OpaqueDef):  # its rule may add scratch outputs to the kernel
+        kernel_call = kernels.call(described.result, described.args, described.inputs, described.out_sinfos[0])
         if not isinstance(kernel_call.struct_info, TupleStructInfo):
             return [VarBinding(binding.var, kernel_call)]
         # Scratch outputs come back as trailing tuple fields: the op's value is the first.
@@ -142,7 +142,7 @@ class DescribedCall:
     inputs: list[Buffer | None]
     outputs: list[Buffer | None]
     out_sinfos: list[TensorStructInfo]
-    result: object  # ComputeDef, RowDef, a list of them, or a replacing graph expression
+    result: object  # ComputeDef, RowDef, OpaqueDef, a list of them, or a replacing graph expression
 
     def require_shapes(self) -> None:
         for arg, buf in zip(self.args, self.inputs):

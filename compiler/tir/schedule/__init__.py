@@ -1,24 +1,40 @@
-"""Default GPU schedule rules, chosen by the pattern analysis of a compute definition."""
+"""Default GPU schedule rules, chosen by the pattern analysis of a compute definition.
+
+``schedule`` is the one place that picks a rule: from the kind of definition
+(``ComputeDef``, ``RowDef``, ``OpaqueDef``), its pattern hints and pattern, and
+the target's limits and capabilities. Operators only describe computations
+(tessera.op); ``legalize_ops`` (tessera.transform) brings the two together.
+"""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from ... import arith
-from ..compute import ComputeDef, RowDef
+from ..compute import ComputeDef, OpaqueDef, RowDef
 from ..ir import SCALAR_PREFIX, Local, PrimFunc, walk_expr, walk_stmts
 from ..pattern import Pattern, analyze_pattern
 from .injective import schedule_injective, vectorize_elementwise
+from .kv_cache import schedule_kv_cache_write
 from .matmul import is_gemv, schedule_gemm, schedule_gemm_registers, schedule_gemv, schedule_gemv_columns
 from .quantized import schedule_quantized_matmul
 from .reduction import schedule_reduction, schedule_rows
+from .sampling import schedule_sample_token
 from .transpose import schedule_transpose
 
 # A reduction this short runs serially in one thread per output element.
 SERIAL_REDUCTION_LIMIT = 64
 
+# The rule of each kind of OpaqueDef: it writes the whole kernel, attributes included.
+OPAQUE_RULES = {
+    "kv-cache-write": schedule_kv_cache_write,
+    "sample-token": schedule_sample_token,
+}
 
-def schedule(defn: ComputeDef | RowDef, target, name: str) -> PrimFunc:
+
+def schedule(defn: ComputeDef | RowDef | OpaqueDef, target, name: str) -> PrimFunc:
+    if isinstance(defn, OpaqueDef):
+        return OPAQUE_RULES[defn.kind](defn, target, name)
     pattern = analyze_pattern(defn)
     if isinstance(defn, RowDef):
         func = schedule_rows(defn, target, name)

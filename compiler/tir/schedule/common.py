@@ -52,11 +52,6 @@ def scalars_of(*buffers) -> tuple[str, ...]:
     return tuple(names)
 
 
-def accumulate_type(dtype: str) -> str:
-    """Sums of f16 run in f32: 16-bit accumulators lose too much."""
-    return "f32" if dtype == "f16" else dtype
-
-
 def combine(combiner: str, acc: TExpr, value: TExpr) -> TExpr:
     if combiner == "sum":
         return binary("+", acc, value)
@@ -66,21 +61,3 @@ def combine(combiner: str, acc: TExpr, value: TExpr) -> TExpr:
         return binary(combiner, acc, value)
     raise ValueError(f"unknown combiner {combiner}")
 
-
-def const(value, dtype):
-    if dtype in ("f32", "f16"):
-        return Const(float(value), dtype)
-    if dtype == "bool":
-        return Const(bool(value), "bool")
-    return Const(int(value), dtype)
-
-
-
-def lowest(dtype: str):
-    """The identity of max for ``dtype``."""
-    return {"f32": float("-inf"), "f16": float("-inf"), "i32": -(2**31), "u32": 0}[dtype]
-
-
-def highest(dtype: str):
-    """The identity of min for ``dtype``."""
-    return {"f32": float("inf"), "f16": float("inf"), "i32": 2**31 - 1, "u32": 2**32 - 1}[dtype]

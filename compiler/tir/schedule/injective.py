@@ -7,18 +7,9 @@ reductions (each thread runs its reduction serially).
 from __future__ import annotations
 
 from ...arith import simplify
-from ..compute import ComputeDef, unravel
+from ..compute import ComputeDef, accumulate_type, const, unravel
 from ..ir import Declare, IfThen, Local, PrimFunc, Store, binary, cast, from_prim, vector_of
-from .common import (
-    accumulate_type,
-    ceil_div,
-    combine,
-    const,
-    global_thread_id,
-    grid_for,
-    lower_reads,
-    scalars_of,
-)
+from .common import ceil_div, combine, global_thread_id, grid_for, lower_reads, scalars_of
 
 
 def schedule_injective(defn: ComputeDef, target, name: str) -> PrimFunc:

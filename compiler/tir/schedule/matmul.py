@@ -1,17 +1,14 @@
 """Matmul rules: GEMV for the decode case (M = 1) and tiled GEMM otherwise.
 
 The legalization views every matmul as batched (batch..., M, K) x (batch..., K, N)
-and passes ``MatmulInfo`` with how a batch index finds its A and B matrices
-(broadcast batch dimensions repeat a matrix).
+and passes ``MatmulInfo`` (tir.compute) with how a batch index finds its A and B
+matrices (broadcast batch dimensions repeat a matrix).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from ... import arith
-from ..compute import ComputeDef, unravel
+from ..compute import ComputeDef, MatmulInfo, accumulate_type, const, unravel
 from ..ir import (
     Assign,
     Barrier,
@@ -33,23 +30,9 @@ from ..ir import (
     minimum,
     select,
 )
-from .common import accumulate_type, const, lower_reads, scalars_of
+from .common import lower_reads, scalars_of
 
 LID = Builtin("local_id", 0)
-
-
-@dataclass(frozen=True, eq=False)
-class MatmulInfo:
-    a: Buffer
-    b: Buffer
-    batch_shape: tuple[arith.PrimExpr, ...]
-    m: arith.PrimExpr
-    n: arith.PrimExpr
-    k: arith.PrimExpr
-    a_matrix: Callable[[list[TExpr]], TExpr]  # batch indices -> flat offset of A's matrix
-    b_matrix: Callable[[list[TExpr]], TExpr]
-    a_vector: bool = False  # a 1-D operand: the output has no row (or column) axis
-    b_vector: bool = False
 
 
 def epilogue(defn: ComputeDef, info: MatmulInfo, acc: TExpr, batch_id: TExpr, row: TExpr, col: TExpr) -> TExpr:

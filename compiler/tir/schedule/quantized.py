@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ... import arith
-from ..compute import ComputeDef, unravel
+from ..compute import ComputeDef, const, unravel
 from ..ir import (
     Assign,
     Builtin,
@@ -38,7 +38,7 @@ from ..quant import (
     group_block_value,
     group_words,
 )
-from .common import const, grid_for, lower_reads, scalars_of, workgroup_linear_id
+from .common import grid_for, lower_reads, scalars_of, workgroup_linear_id
 
 THREADS = 64
 LID = Builtin("local_id", 0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ... import arith
-from ..compute import ComputeDef, RowDef, unravel
+from ..compute import ComputeDef, RowDef, accumulate_type, const, highest, lowest, unravel
 from ..ir import (
     Assign,
     Barrier,
@@ -33,17 +33,7 @@ from ..ir import (
     logical_and,
     minimum,
 )
-from .common import (
-    accumulate_type,
-    combine,
-    const,
-    grid_for,
-    highest,
-    lower_reads,
-    lowest,
-    scalars_of,
-    workgroup_linear_id,
-)
+from .common import combine, grid_for, lower_reads, scalars_of, workgroup_linear_id
 
 LID = Builtin("local_id", 0)
 

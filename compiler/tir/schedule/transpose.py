@@ -4,10 +4,8 @@ the column reads of the tile free of bank conflicts)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ... import arith
-from ..compute import ComputeDef
+from ..compute import ComputeDef, TransposeInfo
 from ..ir import (
     Barrier,
     Buffer,
@@ -27,15 +25,6 @@ from .common import scalars_of
 
 TILE, ROWS = 32, 8  # a 32 x 8 workgroup moves a 32 x 32 tile, four rows per thread
 LID = Builtin("local_id", 0)
-
-
-@dataclass(frozen=True, eq=False)
-class TransposeInfo:
-    """out[b, c, r] = in[b, r, c] for an input viewed as (batch, rows, cols)."""
-
-    batch: arith.PrimExpr
-    rows: arith.PrimExpr
-    cols: arith.PrimExpr
 
 
 def schedule_transpose(defn: ComputeDef, info: TransposeInfo, target, name: str) -> PrimFunc:
