@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import arith
+from .check import ShapeValue, bind_value, check_value
 from .errors import RuntimeCheckError
 from .expr import (
     Call,
@@ -44,18 +45,9 @@ from .library import get_library_function
 from .module import IRModule
 from .printer import print_binding, print_expr, print_sinfo
 from .struct_info import (
-    FuncStructInfo,
-    ObjectStructInfo,
-    PrimStructInfo,
-    ShapeStructInfo,
     StructInfo,
     TensorStructInfo,
-    TupleStructInfo,
 )
-
-
-class ShapeValue(tuple):
-    """A shape at run time (distinct from a tuple of values)."""
 
 
 def interpret(mod: IRModule, func_name: str, *args, library: dict | None = None, kernel_runner=None):
@@ -87,7 +79,7 @@ class Interpreter:
         args = [_as_value(a) for a in args]
         # Plain dims of all parameters bind first, so (n, 4) and (n * 4,) check in any order.
         for param, value in zip(func.params, args):
-            _bind_plain(param.struct_info, value, frame.sym)
+            bind_value(param.struct_info, value, frame.sym)
         for param, value in zip(func.params, args):
             check_value(value, param.struct_info, frame.sym, f"argument '{param.name_hint}' of {name}")
             frame.env[param] = value
@@ -110,7 +102,7 @@ class Interpreter:
             where = print_binding(binding)
             raise RuntimeCheckError(f"{type(error).__name__}: {error} (in {where})") from None
         if isinstance(binding, MatchCast):
-            _bind_plain(binding.struct_info, value, frame.sym)
+            bind_value(binding.struct_info, value, frame.sym)
             check_value(value, binding.struct_info, frame.sym, lambda: f"match_cast in {print_binding(binding)}")
         else:
             check_value(value, binding.var.struct_info, frame.sym,
@@ -223,7 +215,7 @@ def _call_tir_dps(interp, call, args, frame):
 
 def _vm_check(interp, call, args, frame):
     sinfo = call.sinfo_args[0]
-    _bind_plain(sinfo, args[0], frame.sym)
+    bind_value(sinfo, args[0], frame.sym)
     check_value(args[0], sinfo, frame.sym, f"the check of {print_expr(call.args[0])}")
     return args[0]
 
@@ -285,80 +277,3 @@ def _allocate(sinfo: StructInfo, frame: _Frame) -> np.ndarray:
     return np.zeros(tuple(frame.int(d) for d in sinfo.shape), sinfo.dtype)
 
 
-def _bind_plain(sinfo: StructInfo, value, sym: dict[str, int]) -> None:
-    """Bind the not-yet-bound plain symbolic dims of ``sinfo`` from ``value``."""
-    dims: tuple = ()
-    actual: tuple = ()
-    if isinstance(sinfo, TensorStructInfo) and isinstance(value, np.ndarray) and sinfo.shape is not None:
-        dims, actual = sinfo.shape, value.shape
-    elif isinstance(sinfo, ShapeStructInfo) and isinstance(value, ShapeValue) and sinfo.values is not None:
-        dims, actual = sinfo.values, value
-    elif isinstance(sinfo, PrimStructInfo) and isinstance(value, int) and sinfo.value is not None:
-        dims, actual = (sinfo.value,), (value,)
-    elif isinstance(sinfo, TupleStructInfo) and isinstance(value, tuple):
-        for field, item in zip(sinfo.fields, value):
-            _bind_plain(field, item, sym)
-    if len(dims) != len(actual):
-        return
-    for dim, size in zip(dims, actual):
-        if isinstance(dim, arith.Var) and dim.name not in sym:
-            sym[dim.name] = int(size)
-
-
-def check_value(value, sinfo: StructInfo, sym: dict[str, int], what) -> None:
-    """Raise RuntimeCheckError if ``value`` does not match ``sinfo`` under ``sym``.
-
-    ``what`` names the value; it may be a function, called only to report a mismatch."""
-    reason = _mismatch(value, sinfo, sym)
-    if reason:
-        raise RuntimeCheckError(f"{what() if callable(what) else what}: expected {print_sinfo(sinfo)}, {reason}")
-
-
-def _mismatch(value, sinfo: StructInfo, sym: dict[str, int]) -> str | None:
-    if isinstance(sinfo, ObjectStructInfo):
-        return None
-    if isinstance(sinfo, TensorStructInfo):
-        if not isinstance(value, np.ndarray):
-            return f"got a {type(value).__name__}"
-        if sinfo.dtype and value.dtype.name != sinfo.dtype:
-            return f"got dtype {value.dtype.name}"
-        if sinfo.ndim >= 0 and value.ndim != sinfo.ndim:
-            return f"got rank {value.ndim} (shape {tuple(value.shape)})"
-        if sinfo.shape is not None:
-            return _dims_mismatch(sinfo.shape, value.shape, sym)
-        return None
-    if isinstance(sinfo, ShapeStructInfo):
-        if not isinstance(value, ShapeValue):
-            return f"got a {type(value).__name__}"
-        if sinfo.ndim >= 0 and len(value) != sinfo.ndim:
-            return f"got a shape of rank {len(value)}"
-        return _dims_mismatch(sinfo.values, value, sym) if sinfo.values is not None else None
-    if isinstance(sinfo, PrimStructInfo):
-        if not isinstance(value, (int, np.integer)):
-            return f"got a {type(value).__name__}"
-        return _dims_mismatch((sinfo.value,), (value,), sym) if sinfo.value is not None else None
-    if isinstance(sinfo, TupleStructInfo):
-        if not isinstance(value, tuple) or isinstance(value, ShapeValue):
-            return f"got a {type(value).__name__}"
-        if len(value) != len(sinfo.fields):
-            return f"got a tuple of {len(value)} fields"
-        for index, (field, item) in enumerate(zip(sinfo.fields, value)):
-            reason = _mismatch(item, field, sym)
-            if reason:
-                return f"field {index}: {reason}"
-        return None
-    if isinstance(sinfo, FuncStructInfo):
-        return None if callable(value) else f"got a {type(value).__name__}"
-    return f"unknown struct info {sinfo!r}"
-
-
-def _dims_mismatch(dims, actual, sym: dict[str, int]) -> str | None:
-    for axis, (dim, size) in enumerate(zip(dims, actual)):
-        try:
-            expected = arith.evaluate(dim, sym)
-        except KeyError:
-            return f"symbolic variable in {dim} is not bound when checking"
-        if expected != int(size):
-            shown = f"{dim} = {expected}" if not isinstance(dim, arith.IntImm) else str(expected)
-            return f"got shape {tuple(int(s) for s in actual)}: dimension {axis} is {int(size)}, not {shown}"
-    return None

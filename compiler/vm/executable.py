@@ -17,7 +17,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import arith
 from ..ir.errors import TesseraError
+from ..ir.struct_info import (
+    ObjectStructInfo,
+    PrimStructInfo,
+    ShapeStructInfo,
+    StructInfo,
+    TensorStructInfo,
+    TupleStructInfo,
+)
 
 FORMAT = "tessera-executable"
 VERSION = 2
@@ -99,6 +108,24 @@ class Executable:
         except (KeyError, TypeError) as error:
             raise ExecutableError(f"{path} is malformed: it lacks the field {error.args[0]!r}"
                                   if isinstance(error, KeyError) else f"{path} is malformed: {error}") from None
+
+
+def sinfo_from_json(doc: dict) -> StructInfo:
+    """The struct info an executable records (docs/format.md), back as the IR's classes, so that one
+    check (tessera.ir.check) serves the interpreter and the VM."""
+    kind = doc["kind"]
+    exprs = lambda texts: None if texts is None else tuple(arith.parse_expr(t) for t in texts)  # noqa: E731
+    if kind == "tensor":
+        return TensorStructInfo(exprs(doc["shape"]), doc["dtype"] or "", doc["ndim"])
+    if kind == "shape":
+        return ShapeStructInfo(exprs(doc["values"]), doc["ndim"])
+    if kind == "prim":
+        return PrimStructInfo(doc["dtype"], None if doc["value"] is None else arith.parse_expr(doc["value"]))
+    if kind == "tuple":
+        return TupleStructInfo(tuple(sinfo_from_json(f) for f in doc["fields"]))
+    if kind == "object":
+        return ObjectStructInfo()
+    raise ExecutableError(f"unknown struct info kind {kind!r} in executable.json")
 
 
 def check_relative_path(path, what: str) -> str:

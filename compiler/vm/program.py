@@ -14,9 +14,10 @@ import time
 
 import numpy as np
 
+from ..ir.check import bind_value, check_value
 from ..ir.errors import RuntimeCheckError
 from .devices import Device, DeviceError, View, device_for
-from .executable import Executable
+from .executable import Executable, sinfo_from_json
 from .storage import FunctionMemory, Storage, evaluate, from_device, to_device
 
 
@@ -73,6 +74,9 @@ class _Function:
         self.launches = [(index, op) for index, op in enumerate(record["code"]) if op["op"] == "launch"]
         self.inputs = [p for p in record["params"] if not p.get("state")]
         self.results = self._result_registers()
+        # The struct info of each match, read once.
+        self.checks = {index: sinfo_from_json(op["sinfo"]) for index, op in enumerate(record["code"])
+                       if op["op"] == "match"}
         self.generation = 0  # calls so far: a DeviceTensor from an earlier call is stale
         self.memory = self.bound = None
         self._per_call = None
@@ -105,16 +109,16 @@ class _Function:
             raise RuntimeCheckError(f"{self.name} takes {len(self.inputs)} arguments ({names}), got {len(args)}")
         values = {param["register"]: value for param, value in zip(self.inputs, args)}
         heap: dict[str, int] = {}
-        for op in record["code"]:
-            if op["op"] == "match":
-                value = values.get(op["reg"])
-                if value is None and op["sinfo"]["kind"] == "prim":
-                    continue
-                if value is None:  # a tensor the program or the state holds: its shape is known symbolically
-                    tensor = record["tensors"][str(op["reg"])]
-                    value = _ShapeOnly(tuple(evaluate(d, heap) for d in tensor["shape"]), tensor["dtype"])
-                _bind(op["sinfo"], value, heap)
-                _check(op["sinfo"], value, heap, op["what"])
+        for index, sinfo in self.checks.items():
+            op = record["code"][index]
+            value = values.get(op["reg"])
+            if value is None and op["sinfo"]["kind"] == "prim":
+                continue
+            if value is None:  # a tensor the program or the state holds: its shape is known symbolically
+                tensor = record["tensors"][str(op["reg"])]
+                value = _ShapeOnly(tuple(evaluate(d, heap) for d in tensor["shape"]), tensor["dtype"])
+            bind_value(sinfo, value, heap)
+            check_value(value, sinfo, heap, op["what"])
         for name, bound in self.bounds.items():
             if bound is not None and name in heap and heap[name] > bound:
                 raise RuntimeCheckError(f"{self.name}: {name} = {heap[name]} exceeds its upper bound {bound}, "
@@ -221,39 +225,6 @@ class _ShapeOnly:
     def __init__(self, shape, dtype):
         self.shape, self.ndim = shape, len(shape)
         self.dtype = np.dtype(dtype)
-
-
-def _bind(sinfo: dict, value, heap: dict[str, int]) -> None:
-    if sinfo["kind"] == "prim" and sinfo["value"] is not None and sinfo["value"].isidentifier():
-        heap.setdefault(sinfo["value"], int(value))
-        return
-    if sinfo["kind"] == "tensor" and sinfo["shape"] is not None and hasattr(value, "shape"):
-        if len(sinfo["shape"]) == len(value.shape):
-            for dim, size in zip(sinfo["shape"], value.shape):
-                if dim.isidentifier() and dim not in heap:
-                    heap[dim] = int(size)
-
-
-def _check(sinfo: dict, value, heap: dict[str, int], what: str) -> None:
-    if sinfo["kind"] == "prim" and sinfo["value"] is not None:
-        expected = evaluate(sinfo["value"], heap)
-        if int(value) != expected:
-            raise RuntimeCheckError(f"{what}: expected {sinfo['value']} = {expected}, got {value}")
-        return
-    if sinfo["kind"] != "tensor":
-        return
-    if not hasattr(value, "shape"):
-        raise RuntimeCheckError(f"{what}: expected a tensor, got {type(value).__name__}")
-    if sinfo["dtype"] and np.dtype(value.dtype).name != sinfo["dtype"]:
-        raise RuntimeCheckError(f"{what}: expected dtype {sinfo['dtype']}, got {np.dtype(value.dtype).name}")
-    if sinfo["shape"] is None:
-        return
-    if len(sinfo["shape"]) != len(value.shape):
-        raise RuntimeCheckError(f"{what}: expected rank {len(sinfo['shape'])}, got shape {tuple(value.shape)}")
-    for axis, (dim, size) in enumerate(zip(sinfo["shape"], value.shape)):
-        expected = evaluate(dim, heap)
-        if expected != size:
-            raise RuntimeCheckError(f"{what}: dimension {axis} is {size}, not {dim} = {expected}")
 
 
 __all__ = ["DeviceError", "DeviceTensor", "VirtualMachine"]

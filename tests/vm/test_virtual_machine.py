@@ -33,7 +33,8 @@ def test_later_calls_allocate_no_gpu_memory_and_bounds_are_enforced(layer_exe):
     assert vm.buffers_created == created
     with pytest.raises(RuntimeCheckError, match="layer: n = 129 exceeds its upper bound 128"):
         vm["layer"](*layer_inputs(129))
-    with pytest.raises(RuntimeCheckError, match=r"argument 'cos' of layer: dimension 0 is 4, not n = 5"):
+    with pytest.raises(RuntimeCheckError, match=r"argument 'cos' of layer: expected R.Tensor\(\(n, 1, 16\), dtype=\"float32\"\), got shape \(4, 1, 16\): "
+                       r"dimension 0 is 4, not n = 5"):
         args = layer_inputs(5)
         args[1] = args[1][:4]
         vm["layer"](*args)
