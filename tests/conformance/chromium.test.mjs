@@ -4,13 +4,11 @@
 // on a device from requestDeviceFor. Targets of other backends (c-wasm) are the Node adapter's.
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
-import { createServer } from "node:http";
 import { dirname, extname, join, normalize } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { chromium } from "playwright-core";
 
-import { CHROMIUM_FLAGS } from "../browser/chromium.mjs";
+import { openWebGPUPage } from "../browser/chromium.mjs";
 import { casesFor, readIndex, reportLine } from "./runner.mjs";
 
 const REPO = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -23,28 +21,19 @@ const UNSUPPORTED = {
   "int64-bool-io": "HostTensor holds float32, int32 and uint32: no int64 or bool arguments or results",
 };
 
-/** Serve a blank page and SERVED on 127.0.0.1 (a secure context, where WebGPU is available). */
-async function serveRepository() {
-  const server = createServer(async (request, response) => {
-    const pathname = decodeURIComponent(new URL(request.url, "http://127.0.0.1").pathname);
-    if (pathname === "/") {
-      response.writeHead(200, { "content-type": "text/html" }).end("<!doctype html><title>conformance</title>");
-      return;
-    }
-    const path = normalize(join(REPO, pathname));
-    if (!SERVED.some((prefix) => path.startsWith(prefix))) {
-      response.writeHead(404).end();
-      return;
-    }
-    try {
-      const body = await readFile(path);
-      response.writeHead(200, { "content-type": TYPES[extname(path)] ?? "application/octet-stream" }).end(body);
-    } catch {
-      response.writeHead(404).end();
-    }
-  });
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return { url: `http://127.0.0.1:${server.address().port}/`, close: () => server.close() };
+/** Answer a request with a file under SERVED, or 404. */
+async function serveFile(request, response) {
+  const path = normalize(join(REPO, decodeURIComponent(new URL(request.url, "http://127.0.0.1").pathname)));
+  if (!SERVED.some((prefix) => path.startsWith(prefix))) {
+    response.writeHead(404).end();
+    return;
+  }
+  try {
+    const body = await readFile(path);
+    response.writeHead(200, { "content-type": TYPES[extname(path)] ?? "application/octet-stream" }).end(body);
+  } catch {
+    response.writeHead(404).end();
+  }
 }
 
 /** In the page: open the folder's executable on a WebGPU device made for it, and run the case. */
@@ -85,16 +74,12 @@ const index = await readIndex(pathToFileURL(join(REPO, "build", "conformance") +
 if (index) {
   const cases = casesFor(index, "wgsl");
   const reports = [];
-  let site, browser, page;
+  let session;
   before(async () => {
-    site = await serveRepository();
-    browser = await chromium.launch({ executablePath: process.env.CHROMIUM_PATH || "/usr/bin/chromium", args: CHROMIUM_FLAGS });
-    page = await browser.newPage();
-    await page.goto(site.url);  // the page's origin serves the runtime and the cases
+    session = await openWebGPUPage(serveFile);  // the page's origin serves the runtime and the cases
   });
   after(async () => {
-    await browser?.close();
-    site?.close();
+    await session?.close();
     const passed = reports.filter((r) => r.passed).length;
     console.log(`conformance, runtime-js WebGPU in Chromium: ${passed} of ${reports.length} cases pass\n` +
       reports.map(reportLine).join("\n"));
@@ -110,7 +95,7 @@ if (index) {
   for (const [target, name] of cases) {
     if (name in UNSUPPORTED) continue;
     test(`${target}/${name}`, { timeout: 180_000 }, async () => {
-      const report = await page.evaluate(runInPage, `${site.url}build/conformance/${target}/${name}/`);
+      const report = await session.page.evaluate(runInPage, `${session.url}build/conformance/${target}/${name}/`);
       reports.push(report);
       assert.ok(report.passed, reportLine(report));
     });
