@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # Chromium (driven by playwright-core, never a downloaded browser) gives WebGPU on SwiftShader.
 APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium clang lld wasi-libc libclang-rt-14-dev-wasm32
 
-.PHONY: setup system-deps python-deps node-deps test lint test-python test-js test-browser demo bench clean
+.PHONY: setup system-deps python-deps node-deps test lint test-python test-conformance-js test-js test-browser demo bench clean
 
 setup: system-deps python-deps node-deps
 
@@ -37,15 +37,23 @@ $(RUNTIME_VENDOR): node_modules/.package-lock.json runtime-js/scripts/vendor.mjs
 
 node-deps: node_modules/.package-lock.json $(RUNTIME_VENDOR)
 
-test: setup lint test-python test-js test-browser
+test: setup lint test-python test-conformance-js test-js test-browser
 
 # Python with ruff; the browser runtime's JSDoc types with TypeScript's checker (no build step).
 lint:
 	$(VENV)/bin/ruff check compiler codegen tests bench
 	node_modules/.bin/tsc -p runtime-js/jsconfig.json
 
+# Includes tests/conformance/test_python_vm.py, which first builds the conformance cases (build/conformance/).
 test-python:
 	$(PY) -m pytest
+
+# runtime-js against the conformance cases: its WASM VM in Node, its WebGPU VM in Chromium (SwiftShader).
+# The cases are test-python's; generate.py only checks their digests here, so an edit to the compiler
+# since then rebuilds what it changes rather than leaving stale executables to pass.
+test-conformance-js:
+	$(PY) tests/conformance/generate.py
+	node --test --test-concurrency=1 tests/conformance/
 
 # The runtime's loader, format checks, tokenizer glue and VM, in Node without a browser.
 test-js:

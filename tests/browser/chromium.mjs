@@ -8,8 +8,14 @@ export const CHROMIUM_FLAGS = [
   "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
 ];
 
-export async function openWebGPUPage() {
+/** ``handle(request, response)``, when given, answers every request but the page's own ("/"):
+ * files a test serves from the same origin. */
+export async function openWebGPUPage(handle) {
   const server = createServer((request, response) => {
+    if (handle && new URL(request.url, "http://127.0.0.1").pathname !== "/") {
+      handle(request, response);
+      return;
+    }
     response.writeHead(200, { "content-type": "text/html" });
     response.end("<!doctype html><title>tessera</title>");
   });
@@ -19,10 +25,11 @@ export async function openWebGPUPage() {
     args: CHROMIUM_FLAGS,
   });
   const page = await browser.newPage();
-  await page.goto(`http://127.0.0.1:${server.address().port}/`);
+  const url = `http://127.0.0.1:${server.address().port}/`;
+  await page.goto(url);
   const close = async () => {
     await browser.close();
     server.close();
   };
-  return { page, close };
+  return { page, close, url };
 }

@@ -7,16 +7,9 @@ import torch
 import transformers
 from tessera import nn
 from tessera.ir import Tensor, interpret
-from tessera.models import LlamaConfig, LlamaForCausalLM
+from tessera.models import LlamaForCausalLM
 from tessera.vm import VirtualMachine
-
-VARIANTS = {
-    # name: (heads, kv heads, attention bias (Qwen2), tied embeddings)
-    "gqa-2x": (4, 2, False, False),
-    "mha": (4, 4, False, True),
-    "mqa": (4, 1, False, False),
-    "qwen2-bias": (4, 2, True, True),
-}
+from tiny_llama import VARIANTS, tiny_config
 
 
 def reference(name):
@@ -30,9 +23,7 @@ def reference(name):
     else:
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kwargs))
     model.eval()
-    config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=heads,
-                         num_kv_heads=kv_heads, head_dim=16, rope_theta=10000.0, rms_norm_eps=1e-5,
-                         tie_word_embeddings=tied, attention_bias=bias)
+    config = tiny_config(name)
     weights = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
     return model, config, weights
 

@@ -1,0 +1,1 @@
+"""The conformance suite: one set of executables with expected outputs, one adapter per runtime."""

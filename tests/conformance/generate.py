@@ -1,0 +1,217 @@
+"""Build the conformance cases: one executable folder per case and target, with its case.json.
+
+    python tests/conformance/generate.py [--root build/conformance] [--case NAME ...] [--target NAME ...] [--force]
+
+writes ``<root>/<target>/<case>/`` (the executable as ``exe.save`` writes it, ``case.json`` and the
+arrays it names under ``data/``) and ``<root>/index.json``, which lists every target with its
+backend and cases. A folder is rebuilt only when its digest changes: the compiler's source, this
+folder's source (cases and generator), the tiny Llama variants, numpy's and gguf's versions, and
+the case and target names. The expected outputs come from the reference interpreter
+(``tessera.ir.interpret``) on the unlowered module, checked against a case's numpy statement when
+it has one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+
+if __package__ in (None, ""):  # run as a script: make tests/ importable, as pytest's pythonpath does
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from conformance.caseio import CASE_FILE, CASE_FORMAT, INDEX_FILE, INDEX_FORMAT, VERSION, flatten, write_array  # noqa: E402
+from conformance.cases import CASES, Case  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_ROOT = os.path.join(REPO, "build", "conformance")
+# Target folder -> preset. The WebGPU build uses the spec defaults and no optional feature, so the
+# same folder runs on wgpu-py (llvmpipe), in Chromium (SwiftShader) and on any other adapter.
+TARGETS = {"webgpu": "webgpu", "wasm": "wasm"}
+SOURCES = [os.path.join(HERE, name) for name in ("cases.py", "caseio.py", "generate.py")] + \
+    [os.path.join(REPO, "tests", "tiny_llama.py")]
+
+
+def compiler_fingerprint() -> str:
+    """The digest the chat cache keys compiles by: one definition of "the compiler changed"."""
+    import importlib
+
+    for module in ("tessera.app.chat", "tessera.app", "tessera.chat"):  # where it lives, or will once moved
+        try:
+            return importlib.import_module(module).compiler_fingerprint()
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError("tessera has no compiler_fingerprint (tessera.chat or tessera.app.chat)")
+
+
+def source_digest() -> str:
+    import gguf
+
+    digest = hashlib.sha256()
+    digest.update(f"{compiler_fingerprint()} numpy {np.__version__} gguf {getattr(gguf, '__version__', '?')}".encode())
+    for path in SOURCES:
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
+def case_digest(sources: str, case: str, target: str) -> str:
+    return hashlib.sha256(f"{sources} {case} {target} {VERSION}".encode()).hexdigest()[:16]
+
+
+def split_params(func) -> tuple[list, set[str]]:
+    """A function's parameters that callers pass, and the names of its state parameters."""
+    state = set(func.attr("state_params", ()) or ())
+    return [p for p in func.params if p.name_hint not in state], state
+
+
+def expected_outputs(spec: Case) -> list[list[np.ndarray]]:
+    """The interpreter's outputs for each call in order; state parameters are arrays it writes into."""
+    from tessera.ir import interpret
+
+    state: dict[str, np.ndarray] = {}
+    outputs = []
+    for call in spec.calls:
+        func = spec.module[call.function]
+        inputs, state_names = split_params(func)
+        if len(call.args) != len(inputs):
+            raise ValueError(f"{call.function} takes {len(inputs)} arguments, the case gives {len(call.args)}")
+        given = iter(call.args)
+        args = []
+        for param in func.params:
+            if param.name_hint in state_names:
+                sinfo = param.struct_info
+                shape = tuple(int(d.value) for d in sinfo.shape)
+                args.append(state.setdefault(param.name_hint, np.zeros(shape, sinfo.dtype)))
+            else:
+                args.append(next(given))
+        # Copies: a result may view a state array the next call writes into.
+        results = [np.array(r, copy=True) for r in flatten(interpret(spec.module, call.function, *args))]
+        for r in results:
+            if r.dtype.kind == "f" and not np.isfinite(r).all():
+                raise ValueError(f"{call.function} gives a non-finite expected value: change the case's inputs")
+        if spec.numpy is not None:
+            for position, (got, want) in enumerate(zip(results, spec.numpy(call))):
+                np.testing.assert_allclose(got, np.asarray(want, np.float64), rtol=max(spec.rtol, 1e-5),
+                                           atol=max(spec.atol, 1e-5), err_msg=f"interpreter vs numpy, {call.function} "
+                                           f"output {position}")
+        outputs.append(results)
+    return outputs
+
+
+def write_case(folder: str, name: str, target: str, spec: Case, expected, digest: str) -> float:
+    """The executable, then the data, then case.json last (its presence marks a complete folder).
+    Returns the seconds the compile took."""
+    import tessera
+
+    partial = folder + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    start = time.perf_counter()
+    exe = tessera.build(spec.module, TARGETS[target])
+    seconds = time.perf_counter() - start
+    exe.save(partial)
+    os.makedirs(os.path.join(partial, "data"))
+    rtol, atol = spec.target_tolerance.get(target, (spec.rtol, spec.atol))
+    calls = []
+    for index, (call, outs) in enumerate(zip(spec.calls, expected)):
+        inputs, _ = split_params(spec.module[call.function])
+        args = []
+        for position, (param, value) in enumerate(zip(inputs, call.args)):
+            if isinstance(value, (int, np.integer)):
+                args.append({"name": param.name_hint, "dtype": param.struct_info.dtype, "value": int(value)})
+            else:
+                entry = write_array(partial, f"data/call{index}-arg{position}.bin", value)
+                args.append({"name": param.name_hint, **entry})
+        outputs = []
+        for position, value in enumerate(outs):
+            entry = write_array(partial, f"data/call{index}-out{position}.bin", value)
+            exact = value.dtype.kind != "f" or (rtol == 0 and atol == 0)
+            outputs.append({**entry, "exact": True} if exact else {**entry, "rtol": rtol, "atol": atol})
+        calls.append({"function": call.function, "args": args, "outputs": outputs})
+    record = {"format": CASE_FORMAT, "version": VERSION, "case": name, "family": spec.family,
+              "description": " ".join(spec.description.split()), "target": target, "preset": TARGETS[target],
+              "backends": exe.backends, "digest": digest,
+              "expected_from": "tessera.ir.interpret on the unlowered module" + (" (checked against numpy)"
+                                                                                 if spec.numpy else ""),
+              "calls": calls}
+    with open(os.path.join(partial, CASE_FILE), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(partial, folder)
+    return seconds
+
+
+def generate(root: str = DEFAULT_ROOT, cases=None, targets=None, force: bool = False, log=print) -> dict:
+    """Bring every (target, case) folder up to date (``force``: rebuild them all) and write the
+    index; returns the index."""
+    from tessera.target import Target
+
+    names = list(cases or CASES)
+    targets = list(targets or TARGETS)
+    sources = source_digest()
+    built = []
+    for name in names:
+        digests = {t: case_digest(sources, name, t) for t in targets}
+        stale = [t for t in targets if force or _stored_digest(os.path.join(root, t, name)) != digests[t]]
+        if not stale:
+            continue
+        start = time.perf_counter()
+        spec = CASES[name]()
+        expected = expected_outputs(spec)
+        times = {t: write_case(os.path.join(root, t, name), name, t, spec, expected, digests[t]) for t in stale}
+        built.append(name)
+        log(f"conformance: built {name} for {', '.join(stale)} in {time.perf_counter() - start:.1f} s "
+            f"(compiles: {', '.join(f'{t} {s:.1f} s' for t, s in times.items())})")
+    for target in targets:  # folders of cases that no longer exist would only confuse a reader
+        folder = os.path.join(root, target)
+        for entry in os.listdir(folder) if os.path.isdir(folder) else ():
+            if entry not in CASES:
+                shutil.rmtree(os.path.join(folder, entry), ignore_errors=True)
+    index = {"format": INDEX_FORMAT, "version": VERSION,
+             "targets": {t: {"preset": TARGETS[t], "backend": Target.preset(TARGETS[t]).backend,
+                             "cases": sorted(CASES)} for t in TARGETS},
+             "cases": {}}
+    for name in sorted(CASES):
+        for target in TARGETS:
+            path = os.path.join(root, target, name, CASE_FILE)
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    record = json.load(f)
+                index["cases"][name] = {"family": record["family"], "description": record["description"]}
+                break
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, INDEX_FILE), "w", encoding="utf-8") as f:
+        json.dump(index, f, indent=1)
+    if not built:
+        log(f"conformance: {len(names)} cases x {len(targets)} targets up to date in {root}")
+    return index
+
+
+def _stored_digest(folder: str) -> str | None:
+    try:
+        with open(os.path.join(folder, CASE_FILE), encoding="utf-8") as f:
+            return json.load(f).get("digest")
+    except (OSError, ValueError):
+        return None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", default=DEFAULT_ROOT)
+    parser.add_argument("--case", action="append", choices=sorted(CASES), help="only this case (repeatable)")
+    parser.add_argument("--target", action="append", choices=sorted(TARGETS), help="only this target (repeatable)")
+    parser.add_argument("--force", action="store_true", help="rebuild even the folders whose digest is current")
+    args = parser.parse_args(argv)
+    generate(args.root, args.case, args.target, args.force)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

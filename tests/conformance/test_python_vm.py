@@ -1,0 +1,32 @@
+"""The conformance adapter of the Python VM: every case of every target it has a device for (WGSL
+on wgpu-py's WebGPU, c-wasm on wasmtime), each from the folder generate.py wrote, as any runtime
+loads it."""
+
+import os
+
+import pytest
+from tessera.target import Target
+from tessera.vm import Executable, VirtualMachine, device_kinds
+
+from conformance.caseio import check_case
+from conformance.cases import CASES
+from conformance.conftest import NOT_RUN, REPORTS
+from conformance.generate import DEFAULT_ROOT, TARGETS
+
+BACKENDS = {backend for backends in device_kinds().values() for backend in backends}
+RUNNABLE = sorted(t for t in TARGETS if Target.preset(TARGETS[t]).backend in BACKENDS)
+NOT_RUN.update({t: f"no Python VM device runs {Target.preset(TARGETS[t]).backend} kernels"
+                for t in TARGETS if t not in RUNNABLE})
+
+
+def open_function(folder):
+    vm = VirtualMachine(Executable.load(folder))  # on the device whose backends cover the kernels
+    return lambda function, args: vm[function](*args)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("target", RUNNABLE)
+def test_case(conformance_index, target, case):
+    report = check_case(os.path.join(DEFAULT_ROOT, target, case), open_function)
+    REPORTS.append(report)
+    assert report.passed, report.line()
