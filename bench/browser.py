@@ -23,7 +23,7 @@ SITE = os.path.join(ROOT, "build", "bench-browser")
 
 
 def build_site() -> str:
-    from tessera.bundle import bundle_model, model_id
+    from tessera.app.bundle import bundle_model, model_id
     from tessera.frontend import bundled_smollm2_path
 
     gguf = bundled_smollm2_path()
@@ -44,7 +44,7 @@ def build_site() -> str:
 
 
 def serve_in_background() -> str:
-    from tessera.bundle import serve
+    from tessera.app.serve import serve
 
     ready = threading.Event()
     holder = {}

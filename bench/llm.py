@@ -37,7 +37,7 @@ def prompt_ids(tokenizer_encode) -> list[int]:
 
 def run_tessera(path: str) -> dict:
     import numpy as np
-    from tessera.chat import ChatSession, cached_compile
+    from tessera.app import ChatSession, cached_compile
 
     session = ChatSession(cached_compile(path))
     ids = prompt_ids(lambda t: session.tokenizer.encode(t, add_special_tokens=False).ids)

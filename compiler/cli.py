@@ -1,4 +1,7 @@
-"""The `tessera` command line. See docs/cli.md."""
+"""The `tessera` command line (docs/cli.md): argument parsing over tessera.app.
+
+Errors are printed as `error: ...` with exit status 1, without a traceback.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import sys
 from .ir.errors import TesseraError
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tessera", description="Tessera: compile ML models for the web "
                                      "and the edge.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -53,57 +56,44 @@ def main(argv: list[str] | None = None) -> int:
 
     commands.add_parser("ops", help="list the registered graph operators")
     commands.add_parser("demo", help="build, print, check and run a small example end to end")
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
-        if args.command == "check":
-            return _check(args.file)
-        if args.command == "compile":
-            from .chat import compile_model
-
-            target = args.target if args.target != "webgpu" else "webgpu"
-            print(compile_model(args.model, args.output, target, args.context))
-            return 0
-        if args.command == "chat":
-            return _chat(args)
-        if args.command == "inspect":
-            return _inspect(args.directory, args.json)
-        if args.command == "ops":
-            from .op import list_ops
-
-            print("\n".join(list_ops()))
-            return 0
-        if args.command == "bundle":
-            from .bundle import bundle_model
-            from .frontend import bundled_smollm2_path
-
-            model = args.model or bundled_smollm2_path()
-            print(f"bundling {os.path.basename(model)} (the compile is cached after the first time) ...",
-                  file=sys.stderr)
-            folder = bundle_model(model, args.output, args.context,
-                                  targets=tuple(t.strip() for t in args.targets.split(",") if t.strip()))
-            print(f"wrote {args.output}: the chat page is index.html, the model {os.path.relpath(folder, args.output)}")
-            return 0
-        if args.command == "serve":
-            from .bundle import serve as serve_bundle
-
-            serve_bundle(args.directory, args.port)
-            return 0
-        if args.command == "demo":
-            from .demo import run_demo
-
-            return run_demo()
+        return COMMANDS[args.command](args)
     except TesseraError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    return 2
+
+
+def _check(args) -> int:
+    from .ir import well_formed
+    from .script import from_source
+
+    path = args.file
+    try:
+        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    except OSError as error:
+        print(f"error: cannot read {path}: {error.strerror}", file=sys.stderr)
+        return 1
+    mod = from_source(text)
+    well_formed(mod)
+    sys.stdout.write(mod.script())
+    return 0
+
+
+def _compile(args) -> int:
+    from .app.compile import compile_model
+
+    print(compile_model(args.model, args.output, args.target, args.context).directory)
+    return 0
 
 
 def _chat(args) -> int:
-    import json
-    import os
-
-    from .chat import ChatError, ChatSession, Sampling, cached_compile
+    from .app.chat import ChatSession, Sampling, chat_interactive, chat_once
+    from .app.compile import cached_compile
     from .frontend import bundled_smollm2_path
 
     source = args.model or bundled_smollm2_path()
@@ -116,61 +106,57 @@ def _chat(args) -> int:
     session = ChatSession(directory)
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
     if args.prompt is not None:
-        ids = session.encode_chat([{"role": "user", "content": args.prompt}])
-        stream = None if args.json else (lambda piece: print(piece, end="", flush=True))
-        result = session.generate(ids, args.max_tokens, sampling, on_text=stream)
-        if args.json:
-            print(json.dumps(result))
-        else:
-            print(f"\n[prefill {result['prefill_tokens_per_s']:.1f} tok/s, decode "
-                  f"{result['decode_tokens_per_s']:.1f} tok/s]", file=sys.stderr)
-        return 0
-    messages: list[dict] = []
-    print("Chat with the model; an empty line or Ctrl-D ends.", file=sys.stderr)
-    while True:
-        try:
-            line = input("> ")
-        except EOFError:
-            return 0
-        if not line.strip():
-            return 0
-        messages.append({"role": "user", "content": line})
-        try:
-            result = session.generate(session.encode_chat(messages), args.max_tokens, sampling,
-                                      on_text=lambda piece: print(piece, end="", flush=True))
-        except ChatError as error:  # the conversation goes on without the failed turn
-            messages.pop()
-            print(f"error: {error}", file=sys.stderr)
-            continue
-        print(f"\n[prefill {result['prefill_tokens_per_s']:.1f} tok/s, decode "
-              f"{result['decode_tokens_per_s']:.1f} tok/s]", file=sys.stderr)
-        messages.append({"role": "assistant", "content": result["reply"]})
+        chat_once(session, args.prompt, args.max_tokens, sampling, as_json=args.json)
+    else:
+        chat_interactive(session, args.max_tokens, sampling)
+    return 0
 
 
-def _inspect(directory: str, as_json: bool) -> int:
+def _inspect(args) -> int:
     import json
 
-    from .inspect_executable import format_summary, summarize
-    from .vm.executable import Executable
+    from .app.inspect import format_summary, summarize
+    from .vm import Executable
 
-    summary = summarize(Executable.load(directory))
-    sys.stdout.write(json.dumps(summary, indent=1) + "\n" if as_json else format_summary(summary))
+    summary = summarize(Executable.load(args.directory))
+    sys.stdout.write(json.dumps(summary, indent=1) + "\n" if args.json else format_summary(summary))
     return 0
 
 
-def _check(path: str) -> int:
-    from .ir import well_formed
-    from .script import from_source
+def _ops(args) -> int:
+    from .op import list_ops
 
-    try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-    except OSError as error:
-        print(f"error: cannot read {path}: {error.strerror}", file=sys.stderr)
-        return 1
-    mod = from_source(text)
-    well_formed(mod)
-    sys.stdout.write(mod.script())
+    print("\n".join(list_ops()))
     return 0
+
+
+def _bundle(args) -> int:
+    from .app.bundle import bundle_model
+    from .frontend import bundled_smollm2_path
+
+    model = args.model or bundled_smollm2_path()
+    print(f"bundling {os.path.basename(model)} (the compile is cached after the first time) ...", file=sys.stderr)
+    folder = bundle_model(model, args.output, args.context,
+                          targets=tuple(t.strip() for t in args.targets.split(",") if t.strip()))
+    print(f"wrote {args.output}: the chat page is index.html, the model {os.path.relpath(folder, args.output)}")
+    return 0
+
+
+def _serve(args) -> int:
+    from .app.serve import serve
+
+    serve(args.directory, args.port)
+    return 0
+
+
+def _demo(args) -> int:
+    from .app.demo import run_demo
+
+    return run_demo()
+
+
+COMMANDS = {"check": _check, "compile": _compile, "chat": _chat, "inspect": _inspect, "ops": _ops,
+            "bundle": _bundle, "serve": _serve, "demo": _demo}
 
 
 if __name__ == "__main__":  # pragma: no cover

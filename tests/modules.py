@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 from tessera import op
+from tessera.app.demo import build_attention
 from tessera.arith import Var as SymVar
-from tessera.demo import build_attention
 from tessera.ir import (
     BlockBuilder,
     Call,

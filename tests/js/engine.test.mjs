@@ -29,7 +29,7 @@ test("chat template and tokenizer give the same ids as Python", () => {
   });
   const script = `
 import json, sys
-from tessera.chat import ChatSession
+from tessera.app.chat import ChatSession
 session = ChatSession.__new__(ChatSession)
 from tokenizers import Tokenizer
 session.tokenizer = Tokenizer.from_file(sys.argv[1] + "/tokenizer.json")

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 from conftest import PROMPT_TEXTS
-from tessera.chat import ChatError, ChatSession, Sampling, compile_model
+from tessera.app.chat import ChatError, ChatSession, Sampling
+from tessera.app.compile import compile_model
 from tessera.frontend import bundled_smollm2_path, load_gguf
 from tessera.frontend.tokenizer import build_tokenizer, render_chat
 
@@ -14,7 +15,7 @@ from tessera.frontend.tokenizer import build_tokenizer, render_chat
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     return compile_model(bundled_smollm2_path(), str(tmp_path_factory.mktemp("smollm2")), "llvmpipe",
-                         context_length=128)
+                         context_length=128).directory
 
 
 def test_tokenizer_and_chat_template_match_transformers(reference):

@@ -1,4 +1,4 @@
-"""`tessera bundle` and `tessera serve`: a static web site that chats with a model (docs/web.md).
+"""`tessera bundle`: a static web site that chats with a model (docs/web.md).
 
 A bundle is a folder any static server can host:
 
@@ -19,11 +19,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
-from .ir.errors import TesseraError
+from tessera.ir import TesseraError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from .compile import cached_compile
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUNTIME_SOURCE = os.path.join(REPO, "runtime-js", "src")
 WEB_SOURCE = os.path.join(REPO, "web")
 
@@ -50,8 +51,6 @@ def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title:
     unknown = sorted(set(targets) - set(TARGETS))
     if unknown or not targets:
         raise BundleError(f"unknown bundle target {', '.join(unknown) or '(none)'}; known: {', '.join(TARGETS)}")
-    from .chat import cached_compile
-
     _vendor_runtime()
     name = model_id(gguf_path)
     model_dir = os.path.join(output, "models", name)
@@ -99,37 +98,3 @@ def _render_page(output: str, name: str, title: str) -> None:
                                                      runtime_url="runtime/tessera.js")
     with open(os.path.join(output, "index.html"), "w", encoding="utf-8") as f:
         f.write(html)
-
-
-def serve(directory: str, port: int = 8000, host: str = "127.0.0.1", ready=None) -> None:
-    """Serve ``directory`` over HTTP on ``host`` (127.0.0.1: a secure context, where WebGPU works)."""
-    import functools
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
-    if not os.path.exists(os.path.join(directory, "index.html")):
-        raise BundleError(f"{directory} has no index.html; make one with `tessera bundle -o {directory}`")
-
-    class Handler(SimpleHTTPRequestHandler):
-        extensions_map = {**SimpleHTTPRequestHandler.extensions_map, ".js": "text/javascript",
-                          ".mjs": "text/javascript", ".wasm": "application/wasm", ".json": "application/json"}
-
-        def end_headers(self):
-            # Pages and the runtime change between bundles; the weights are cached by the runtime.
-            self.send_header("Cache-Control", "no-cache")
-            super().end_headers()
-
-        def log_message(self, format, *args):  # noqa: A002 (the base class's name)
-            if os.environ.get("TESSERA_SERVE_LOG"):
-                super().log_message(format, *args)
-
-    server = ThreadingHTTPServer((host, port), functools.partial(Handler, directory=directory))
-    url = f"http://{host}:{server.server_address[1]}/"
-    print(f"serving {directory} at {url}", flush=True)
-    if ready is not None:
-        ready(url)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        print("stopped", file=sys.stderr)
-    finally:
-        server.server_close()

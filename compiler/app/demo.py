@@ -1,27 +1,18 @@
-"""`tessera demo`: the foundation working end to end, until the LLM demo lands.
+"""`tessera demo`: a tour of the compiler on a small example, end to end.
 
 Builds a small attention block over a symbolic sequence length, prints it,
 reads the text back, checks it, and runs it in the reference interpreter
-against plain numpy at several lengths. Then shows a bad input being caught.
+against plain numpy at several lengths. Then shows a bad input being caught,
+and compiles the block with tessera.build and runs it in the VM on WebGPU.
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-from . import op
-from .ir import (
-    BlockBuilder,
-    Constant,
-    Function,
-    IRModule,
-    RuntimeCheckError,
-    Tensor,
-    Var,
-    interpret,
-    well_formed,
-)
-from .script import from_source
+import tessera
+from tessera import op
+from tessera.ir import BlockBuilder, Constant, IRModule, RuntimeCheckError, Tensor, Var, interpret, well_formed
+from tessera.script import from_source
 
 HIDDEN = 16
 
@@ -59,23 +50,20 @@ def numpy_attention(x, norm_w, wq, wk, wv):
 
 
 def _run_on_webgpu(mod: IRModule, weights, rng) -> None:
-    """Legalize to WGSL kernels and run them on the WebGPU device, if this machine has one."""
-    from .target import Target
-    from .transform import legalize_ops
-    from .vm.kernel_runner import WebGPUUnavailable, default_runner
+    """Compile to WGSL kernels and run them in the VM on the WebGPU device, if this machine has one."""
+    from tessera.vm import DeviceError, VirtualMachine
 
+    exe = tessera.build(mod, "llvmpipe")
     try:
-        runner = default_runner()
-    except WebGPUUnavailable as error:
+        vm = VirtualMachine(exe, "webgpu")
+    except DeviceError as error:  # no adapter here
         print(f"\nWebGPU is not available here ({error}); skipping the kernel run.")
         return
-    lowered = legalize_ops(mod, Target.preset("llvmpipe"))
-    kernels = [f for f in lowered.functions.values() if not isinstance(f, Function)]
     x = rng.standard_normal((64, HIDDEN)).astype(np.float32)
-    got = interpret(lowered, "attention", x, *weights, kernel_runner=runner)
+    got = vm["attention"](x, *weights)
     want = interpret(mod, "attention", x, *weights)
-    rules = ", ".join(sorted({k.attrs["rule"] for k in kernels}))
-    print(f"\nLegalized to {len(kernels)} WGSL kernels ({rules}) and run on {runner.adapter_name}:")
+    rules = ", ".join(sorted({k["rule"] for k in exe.kernels}))
+    print(f"\nCompiled to {len(exe.kernels)} WGSL kernels ({rules}) and run on {vm.device.name}:")
     print(f"n =  64: max |WebGPU - interpreter| = {float(np.max(np.abs(got - want))):.2e}")
 
 
@@ -107,6 +95,6 @@ def run_demo() -> int:
     except RuntimeCheckError as error:
         print(f"\nA wrong input is caught with a clear error:\n  {error}")
     _run_on_webgpu(reparsed, weights, rng)
-    print("\nAn LLM runs the same way: `.venv/bin/tessera chat` talks to the bundled SmolLM2 on this\n"
-          "machine's WebGPU device. Coming next: the browser runtime and the demo chat page.")
+    print("\nAn LLM runs the same way: `tessera chat` talks to the bundled SmolLM2 on this machine's\n"
+          "WebGPU device, and `tessera bundle` then `tessera serve` chat with it in a browser.")
     return 0

@@ -1,94 +1,25 @@
-"""Compile a GGUF chat model and talk to it: the engine behind `tessera compile` and `tessera chat`.
+"""`tessera chat`: talk to a compiled model on this machine, through the Python VM.
 
-A compiled model is a directory (docs/cli.md): the executable with the weights in its tensor
-cache, ``tokenizer.json`` (Hugging Face format, rebuilt from the GGUF vocabulary) and
-``chat-config.json`` (context length, stop tokens, chat template). ``tessera chat`` compiles into
-an on-disk cache keyed by the model file's hash and the compiler (version and source digest), so later runs start
-from the cache. A chat keeps its KV cache across turns: a new turn prefills only its new tokens.
+A chat keeps its KV cache across turns: a new turn prefills only its new tokens. Tokens are chosen
+on the device by the executable's ``sample`` functions; only the id comes back.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 
 import numpy as np
+from tessera.ir import RuntimeCheckError, TesseraError
 
-from . import __version__
-from .ir.errors import RuntimeCheckError, TesseraError
-
-CHAT_CONFIG = "chat-config.json"
+from .compile import CHAT_CONFIG
 
 
 class ChatError(TesseraError):
     """A turn that cannot be run (e.g. longer than the context window)."""
-
-
-def compile_model(gguf_path: str, output: str, target="llvmpipe", context_length: int = 1024) -> str:
-    from . import build, nn
-    from .frontend import load_gguf
-    from .frontend.tokenizer import build_tokenizer
-    from .models.from_gguf import llama_from_gguf
-    from .models.llama import export_llm
-
-    model_file = load_gguf(gguf_path)
-    model, weights = llama_from_gguf(model_file)
-    context_length = min(context_length, model_file.config.context_length)
-    exe = build(nn.bind_weights(export_llm(model, context_length), weights), target)
-    os.makedirs(output, exist_ok=True)
-    exe.save(output)
-    spec = model_file.tokenizer
-    build_tokenizer(spec).save(os.path.join(output, "tokenizer.json"))
-    stops = sorted({i for i, t in enumerate(spec.tokens) if t in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>")}
-                   | ({spec.eos_token_id} if spec.eos_token_id is not None else set()))
-    config = {"model": os.path.basename(gguf_path), "context_length": context_length,
-              "stop_token_ids": stops, "chat_template": spec.chat_template, "bos_token_id": spec.bos_token_id,
-              "add_bos_token": spec.add_bos_token, "compiler_version": __version__}
-    with open(os.path.join(output, CHAT_CONFIG), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=1)
-    return output
-
-
-def cached_compile(gguf_path: str, target="llvmpipe", context_length: int = 1024) -> str:
-    """The compiled directory for this file, target and context, compiling it on first use."""
-    digest = hashlib.sha256()
-    with open(gguf_path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    name = (f"{digest.hexdigest()[:16]}-tessera{__version__}+{compiler_fingerprint()}-"
-            f"{getattr(target, 'name', target)}-ctx{context_length}")
-    root = os.environ.get("TESSERA_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "tessera"))
-    directory = os.path.join(root, name)
-    if not os.path.exists(os.path.join(directory, CHAT_CONFIG)):  # written last: a complete compile
-        compile_model(gguf_path, directory + ".partial", target, context_length)
-        if os.path.exists(directory):
-            import shutil
-
-            shutil.rmtree(directory)
-        os.replace(directory + ".partial", directory)
-    return directory
-
-
-def compiler_fingerprint() -> str:
-    """A digest of the compiler's own source: a compile cached by an older (or edited) compiler
-    is not reused, even when the version number did not change."""
-    import tessera
-    from tessera import codegen
-
-    digest = hashlib.sha256()
-    for package in (tessera, codegen):
-        root = os.path.dirname(package.__file__)
-        for folder, dirs, files in sorted(os.walk(root)):
-            dirs.sort()
-            for name in sorted(f for f in files if f.endswith(".py")):
-                path = os.path.join(folder, name)
-                digest.update(os.path.relpath(path, root).encode())
-                with open(path, "rb") as f:
-                    digest.update(f.read())
-    return digest.hexdigest()[:10]
 
 
 @dataclass
@@ -102,9 +33,8 @@ class Sampling:
 
 class ChatSession:
     def __init__(self, directory: str):
+        from tessera.vm import Executable, VirtualMachine
         from tokenizers import Tokenizer
-
-        from .vm import Executable, VirtualMachine
 
         with open(os.path.join(directory, CHAT_CONFIG), encoding="utf-8") as f:
             self.config = json.load(f)
@@ -119,7 +49,7 @@ class ChatSession:
         self.tokens = []
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
-        from .frontend.tokenizer import render_chat
+        from tessera.frontend.tokenizer import render_chat
 
         text = render_chat(self.config["chat_template"], messages) if self.config.get("chat_template") else \
             "".join(m["content"] for m in messages)
@@ -167,7 +97,6 @@ class ChatSession:
                 "prefill_tokens_per_s": len(new) / prefill_seconds if prefill_seconds else 0.0,
                 "decode_tokens_per_s": max(len(generated) - 1, 0) / decode_seconds if decode_seconds else 0.0}
 
-
     def next_token(self, logits, history: list[int], sampling: Sampling, rng) -> int:
         """The next id, chosen on the device by the executable's ``sample`` functions: only the id
         comes back. ``history`` is what the repetition penalty applies to; ``rng`` draws the uniform
@@ -177,3 +106,45 @@ class ChatSession:
                            0.0 if greedy else rng.random()], np.float32)
         ids = np.asarray(history[-self.context_length:], np.int32)
         return int(self.vm["sample_greedy" if greedy else "sample"](logits, ids, params)[0])
+
+
+def chat_once(session: ChatSession, prompt: str, max_tokens: int, sampling: Sampling, as_json: bool = False) -> None:
+    """One turn: the reply streams to stdout, then its speeds to stderr; or everything as JSON."""
+    ids = session.encode_chat([{"role": "user", "content": prompt}])
+    result = session.generate(ids, max_tokens, sampling, on_text=None if as_json else _stream)
+    if as_json:
+        print(json.dumps(result))
+    else:
+        _print_speeds(result)
+
+
+def chat_interactive(session: ChatSession, max_tokens: int, sampling: Sampling) -> None:
+    """Turns read from stdin until an empty line or end of input; a failed turn is reported and the
+    conversation goes on without it."""
+    messages: list[dict] = []
+    print("Chat with the model; an empty line or Ctrl-D ends.", file=sys.stderr)
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            return
+        if not line.strip():
+            return
+        messages.append({"role": "user", "content": line})
+        try:
+            result = session.generate(session.encode_chat(messages), max_tokens, sampling, on_text=_stream)
+        except ChatError as error:
+            messages.pop()
+            print(f"error: {error}", file=sys.stderr)
+            continue
+        _print_speeds(result)
+        messages.append({"role": "assistant", "content": result["reply"]})
+
+
+def _stream(piece: str) -> None:
+    print(piece, end="", flush=True)
+
+
+def _print_speeds(result: dict) -> None:
+    print(f"\n[prefill {result['prefill_tokens_per_s']:.1f} tok/s, decode "
+          f"{result['decode_tokens_per_s']:.1f} tok/s]", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .vm.executable import Executable
+from tessera.vm import Executable
 
 
 def summarize(exe: Executable) -> dict:

@@ -1,0 +1,130 @@
+"""`tessera compile`: a GGUF chat model in, a directory that every runtime loads out.
+
+The directory (docs/cli.md) holds the executable with the weights in its tensor cache
+(docs/format.md), ``tokenizer.json`` (Hugging Face format, rebuilt from the GGUF vocabulary) and
+``chat-config.json`` (context length, stop tokens, chat template). ``cached_compile`` keeps one such
+directory per model file, target and context length in an on-disk cache keyed by the file's hash and
+the compiler (its version and a digest of its source); `tessera chat` and `tessera bundle` share it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import tessera
+from tessera import nn
+from tessera.frontend import load_gguf
+from tessera.frontend.tokenizer import build_tokenizer
+from tessera.ir import TesseraError
+from tessera.models.from_gguf import llama_from_gguf
+from tessera.models.llama import export_llm
+from tessera.target import Target
+from tessera.vm import Executable
+
+CHAT_CONFIG = "chat-config.json"
+# Tokens that end an assistant turn in the chat templates of the Llama family (ChatML, Llama 3).
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>")
+
+Progress = Callable[[str, int, int], None]
+
+
+class CompileError(TesseraError):
+    """A compile that cannot start (an unknown target preset)."""
+
+
+@dataclass(frozen=True)
+class CompiledModel:
+    directory: str
+    executable: Executable
+    context_length: int
+    seconds: float
+
+
+def resolve_target(target: Target | str) -> Target:
+    if isinstance(target, Target):
+        return target
+    try:
+        return Target.preset(target)
+    except ValueError as error:
+        raise CompileError(str(error)) from None
+
+
+def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe", context_length: int = 1024,
+                  progress: Progress | None = None) -> CompiledModel:
+    """Compile the Llama-family model in ``gguf_path`` into the directory ``output``.
+
+    ``progress(stage, done, total)`` is told each stage as it starts (tessera.build's contract)."""
+    target = resolve_target(target)
+    progress = progress or _silent
+    start = time.perf_counter()
+    progress(f"read {os.path.basename(gguf_path)}", 1, 1)
+    model_file = load_gguf(gguf_path)
+    model, weights = llama_from_gguf(model_file)
+    context_length = min(context_length, model_file.config.context_length)
+    progress("export the graph", 1, 1)
+    mod = nn.bind_weights(export_llm(model, context_length), weights)
+    exe = tessera.build(mod, target, progress=progress)
+    progress(f"write {output}", 1, 1)
+    os.makedirs(output, exist_ok=True)
+    exe.save(output)
+    spec = model_file.tokenizer
+    build_tokenizer(spec).save(os.path.join(output, "tokenizer.json"))
+    stops = sorted({i for i, t in enumerate(spec.tokens) if t in END_OF_TURN_TOKENS}
+                   | ({spec.eos_token_id} if spec.eos_token_id is not None else set()))
+    config = {"model": os.path.basename(gguf_path), "context_length": context_length,
+              "stop_token_ids": stops, "chat_template": spec.chat_template, "bos_token_id": spec.bos_token_id,
+              "add_bos_token": spec.add_bos_token, "compiler_version": tessera.__version__}
+    with open(os.path.join(output, CHAT_CONFIG), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=1)
+    return CompiledModel(output, exe, context_length, time.perf_counter() - start)
+
+
+def cached_compile(gguf_path: str, target: Target | str = "llvmpipe", context_length: int = 1024,
+                   progress: Progress | None = None) -> str:
+    """The compiled directory for this file, target and context, compiling it on first use."""
+    target = resolve_target(target)
+    digest = hashlib.sha256()
+    with open(gguf_path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    name = (f"{digest.hexdigest()[:16]}-tessera{tessera.__version__}+{compiler_fingerprint()}-"
+            f"{target.name}-ctx{context_length}")
+    directory = os.path.join(cache_root(), name)
+    if not os.path.exists(os.path.join(directory, CHAT_CONFIG)):  # written last: a complete compile
+        compile_model(gguf_path, directory + ".partial", target, context_length, progress)
+        if os.path.exists(directory):
+            shutil.rmtree(directory)
+        os.replace(directory + ".partial", directory)
+    return directory
+
+
+def cache_root() -> str:
+    return os.environ.get("TESSERA_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "tessera"))
+
+
+def compiler_fingerprint() -> str:
+    """A digest of the compiler's own source: a compile cached by an older (or edited) compiler
+    is not reused, even when the version number did not change."""
+    from tessera import codegen
+
+    digest = hashlib.sha256()
+    for package in (tessera, codegen):
+        root = os.path.dirname(package.__file__)
+        for folder, dirs, files in sorted(os.walk(root)):
+            dirs.sort()
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(folder, name)
+                digest.update(os.path.relpath(path, root).encode())
+                with open(path, "rb") as f:
+                    digest.update(f.read())
+    return digest.hexdigest()[:10]
+
+
+def _silent(stage: str, done: int, total: int) -> None:
+    pass
