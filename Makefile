@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # Chromium (driven by playwright-core, never a downloaded browser) gives WebGPU on SwiftShader.
 APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium clang lld wasi-libc libclang-rt-14-dev-wasm32
 
-.PHONY: setup system-deps python-deps node-deps test lint test-python test-conformance-js test-js test-browser demo bench clean
+.PHONY: setup system-deps python-deps node-deps test lint test-python test-conformance-js test-js test-browser demo bench wheel clean
 
 setup: system-deps python-deps node-deps
 
@@ -74,6 +74,13 @@ demo: setup
 bench: setup
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	@for b in bench/*.py; do echo "== $$b"; env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) "$$b" || exit 1; done
+
+# A wheel in build/wheel/ that carries the chat page and the browser runtime with its vendored npm
+# dependencies (hence node-deps first), so that `tessera bundle` works from an install outside a checkout.
+# setuptools' build/lib is cleared first: a file left there from an older build would ride along.
+wheel: python-deps node-deps
+	rm -rf build/lib build/bdist.*
+	$(PY) -m pip wheel . --no-deps --no-build-isolation -w build/wheel
 
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache .hypothesis build runtime-js/src/vendor

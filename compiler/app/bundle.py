@@ -2,8 +2,9 @@
 
 A bundle is a folder any static server can host:
 
-    index.html, chat.js, chat.css      the chat page (web/templates, web/static)
-    runtime/tessera.js ...             the browser runtime (runtime-js/src), importable by any page
+    index.html, chat.js, chat.css      the chat page (web/templates, web/static: tessera/app/web installed)
+    runtime/tessera.js ...             the browser runtime (runtime-js/src: tessera/app/runtime installed),
+                                       importable by any page
     models/<id>/bundle.json            the model's builds, tokenizer and chat configuration
     models/<id>/webgpu/                executable.json, tensor-cache.json, params_shard_*.bin,
                                        tokenizer.json, chat-config.json (the `tessera compile` folder)
@@ -14,19 +15,19 @@ The compile itself is the cached one `tessera chat` uses, so bundling again is a
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
 import re
 import shutil
-import subprocess
+from pathlib import Path
 
 from tessera.ir import TesseraError
 
 from .compile import cached_compile
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RUNTIME_SOURCE = os.path.join(REPO, "runtime-js", "src")
-WEB_SOURCE = os.path.join(REPO, "web")
+# The runtime's npm dependencies, copied next to its sources by runtime-js/scripts/vendor.mjs (make setup).
+VENDORED = ("tokenizers.js", "jinja.js")
 
 
 class BundleError(TesseraError):
@@ -51,7 +52,7 @@ def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title:
     unknown = sorted(set(targets) - set(TARGETS))
     if unknown or not targets:
         raise BundleError(f"unknown bundle target {', '.join(unknown) or '(none)'}; known: {', '.join(TARGETS)}")
-    _vendor_runtime()
+    runtime_source, web_source = runtime_folder(), web_folder()
     name = model_id(gguf_path)
     model_dir = os.path.join(output, "models", name)
     if os.path.exists(model_dir):
@@ -68,32 +69,54 @@ def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title:
     runtime = os.path.join(output, "runtime")
     if os.path.exists(runtime):
         shutil.rmtree(runtime)
-    shutil.copytree(RUNTIME_SOURCE, runtime)
-    for static in os.listdir(os.path.join(WEB_SOURCE, "static")):
-        shutil.copy(os.path.join(WEB_SOURCE, "static", static), os.path.join(output, static))
-    _render_page(output, name, title or name)
+    shutil.copytree(runtime_source, runtime, ignore=shutil.ignore_patterns("__pycache__"))
+    for static in sorted((web_source / "static").iterdir()):
+        shutil.copy(static, os.path.join(output, static.name))
+    _render_page(web_source / "templates", output, name, title or name)
     return model_dir
 
 
-def _vendor_runtime() -> None:
-    """The runtime imports its npm dependencies from src/vendor, which `make setup` fills."""
-    if not os.path.isdir(RUNTIME_SOURCE):
-        raise BundleError(f"the browser runtime is not at {RUNTIME_SOURCE}; bundle from a Tessera source checkout")
-    if os.path.exists(os.path.join(RUNTIME_SOURCE, "vendor", "tokenizers.js")):
-        return
-    try:
-        subprocess.run(["node", os.path.join(REPO, "runtime-js", "scripts", "vendor.mjs")], check=True,
-                       capture_output=True, text=True)
-    except (OSError, subprocess.CalledProcessError) as error:
-        raise BundleError("the runtime's dependencies are missing (runtime-js/src/vendor); run `make setup` "
-                          f"(npm ci) first ({getattr(error, 'stderr', '') or error})") from None
+def runtime_folder() -> Path:
+    """The browser runtime's ES modules (runtime-js/src), with the vendored dependencies they import."""
+    folder = _shipped_folder("runtime", "runtime-js/src")
+    if not (folder / "tessera.js").is_file():
+        raise BundleError(f"the browser runtime at {folder} has no tessera.js (an incomplete installation?)")
+    missing = [name for name in VENDORED if not (folder / "vendor" / name).is_file()]
+    if missing:
+        fix = ("run `make setup` (npm ci, then node runtime-js/scripts/vendor.mjs)"
+               if folder == _source_tree() / "runtime-js" / "src" else
+               "this installation was built from a checkout before `make setup`: build the wheel again after it")
+        raise BundleError(f"the browser runtime's npm dependencies are missing ({folder / 'vendor'} lacks "
+                          f"{', '.join(missing)}); {fix}")
+    return folder
 
 
-def _render_page(output: str, name: str, title: str) -> None:
+def web_folder() -> Path:
+    """The chat page: templates/ (jinja2) and static/ (script and style)."""
+    return _shipped_folder("web", "web")
+
+
+def _shipped_folder(name: str, source_path: str) -> Path:
+    """A folder that ships as package data of tessera.app (pyproject.toml maps it there): inside the
+    installed package from a wheel; in the source tree for an editable install, which maps only the
+    Python packages."""
+    installed = importlib.resources.files(__package__) / name
+    if isinstance(installed, Path) and installed.is_dir():
+        return installed
+    source = _source_tree() / source_path
+    if source.is_dir():
+        return source
+    raise BundleError(f"this Tessera installation lacks tessera/app/{name} (package data); reinstall it")
+
+
+def _source_tree() -> Path:
+    return Path(__file__).resolve().parents[2]  # compiler/app/bundle.py in a checkout
+
+
+def _render_page(templates: Path, output: str, name: str, title: str) -> None:
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-    env = Environment(loader=FileSystemLoader(os.path.join(WEB_SOURCE, "templates")),
-                      autoescape=select_autoescape(["html", "j2"]))
+    env = Environment(loader=FileSystemLoader(templates), autoescape=select_autoescape(["html", "j2"]))
     html = env.get_template("index.html.j2").render(title=title, model_url=f"models/{name}/",
                                                      runtime_url="runtime/tessera.js")
     with open(os.path.join(output, "index.html"), "w", encoding="utf-8") as f:
