@@ -29,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     compile_cmd.add_argument("-o", "--output", required=True, help="the directory to write")
     compile_cmd.add_argument("--target", default="webgpu", help="webgpu (any device), llvmpipe, swiftshader ...")
     compile_cmd.add_argument("--context", type=int, default=1024, help="KV cache positions (default 1024)")
+    compile_cmd.add_argument("-q", "--quiet", action="store_true",
+                             help="print only the directory: no progress, no summary")
 
     chat = commands.add_parser("chat", help="chat with a model (default: the bundled SmolLM2)")
     chat.add_argument("model", nargs="?", help="a .gguf file or a compiled directory")
@@ -85,15 +87,21 @@ def _check(args) -> int:
 
 
 def _compile(args) -> int:
-    from .app.compile import compile_model
+    from .app.compile import compile_model, compile_summary
+    from .app.progress import ProgressBar
 
-    print(compile_model(args.model, args.output, args.target, args.context).directory)
+    with ProgressBar("quiet" if args.quiet else None) as progress:
+        compiled = compile_model(args.model, args.output, args.target, args.context, progress)
+    if not args.quiet:
+        sys.stderr.write(compile_summary(compiled))
+    print(compiled.directory)
     return 0
 
 
 def _chat(args) -> int:
     from .app.chat import ChatSession, Sampling, chat_interactive, chat_once
     from .app.compile import cached_compile
+    from .app.progress import ProgressBar
     from .frontend import bundled_smollm2_path
 
     source = args.model or bundled_smollm2_path()
@@ -102,7 +110,8 @@ def _chat(args) -> int:
     else:
         if not args.json:
             print(f"compiling {os.path.basename(source)} (cached after the first time) ...", file=sys.stderr)
-        directory = cached_compile(source, "llvmpipe", args.context)
+        with ProgressBar("quiet" if args.json else None) as progress:
+            directory = cached_compile(source, "llvmpipe", args.context, progress)
     session = ChatSession(directory)
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
     if args.prompt is not None:
@@ -132,12 +141,14 @@ def _ops(args) -> int:
 
 def _bundle(args) -> int:
     from .app.bundle import bundle_model
+    from .app.progress import ProgressBar
     from .frontend import bundled_smollm2_path
 
     model = args.model or bundled_smollm2_path()
     print(f"bundling {os.path.basename(model)} (the compile is cached after the first time) ...", file=sys.stderr)
-    folder = bundle_model(model, args.output, args.context,
-                          targets=tuple(t.strip() for t in args.targets.split(",") if t.strip()))
+    with ProgressBar() as progress:
+        folder = bundle_model(model, args.output, args.context,
+                              targets=tuple(t.strip() for t in args.targets.split(",") if t.strip()), progress=progress)
     print(f"wrote {args.output}: the chat page is index.html, the model {os.path.relpath(folder, args.output)}")
     return 0
 

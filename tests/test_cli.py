@@ -1,8 +1,11 @@
-"""The `tessera` command: check, ops and demo, as a user runs them."""
+"""The `tessera` command as a user runs it: check, ops, demo, inspect, and compile's progress and summary."""
 
+import os
+import re
 import subprocess
 import sys
 
+import pytest
 from modules import FIGURE_4
 
 TESSERA = [sys.executable, "-m", "tessera.cli"]
@@ -64,3 +67,91 @@ def test_inspect_prints_the_plan_and_json(tmp_path):
     assert all(k["grid"] for k in data["kernels"])
     broken = run("inspect", str(tmp_path / "missing"))
     assert broken.returncode == 1 and "cannot read" in broken.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    from fixtures.tiny_gguf import write_tiny_gguf
+
+    return write_tiny_gguf(str(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
+
+
+@pytest.fixture(scope="module")
+def compiled_tiny(tiny_gguf, tmp_path_factory):
+    """`tessera compile` with stderr a pipe, as in CI or `2> log`: (the result, the output folder)."""
+    output = str(tmp_path_factory.mktemp("compiled") / "tiny")
+    result = run("compile", tiny_gguf, "-o", output, "--context", "64")
+    assert result.returncode == 0, result.stderr
+    return result, output
+
+
+def test_compile_prints_one_plain_line_per_stage_when_stderr_is_not_a_terminal(compiled_tiny):
+    result, output = compiled_tiny
+    assert result.stdout == output + "\n"  # the result alone: `dir=$(tessera compile ...)` works
+    assert "\r" not in result.stderr and "\x1b" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert re.fullmatch(r"read tiny\.gguf \(\d+\.\d s\)", lines[0])
+    passes = [line for line in lines if re.fullmatch(r"\[\d+/\d+\] \w+ \(\d+\.\d s\)", line)]
+    assert passes[0].startswith("[1/") and any(" legalize_ops " in line for line in passes)
+    assert any(re.fullmatch(r"\[(\d+)/\1\] kernels \(\d+\.\d s\)", line) for line in lines)  # all of them, once
+    assert len([line for line in lines if "kernels (" in line]) == 1
+
+
+def test_compile_ends_with_a_summary_of_the_executable(compiled_tiny):
+    from tessera.vm import Executable
+
+    result, output = compiled_tiny
+    summary = dict(line.split(":", 1) for line in result.stderr.splitlines()[-7:])
+    assert list(summary) == ["target", "kernels", "weights", "arena", "KV cache", "device memory", "time"]
+    exe = Executable.load(output)
+    assert summary["target"].strip() == "webgpu (webgpu)"
+    assert int(summary["kernels"]) == len(exe.kernels)
+    weights = sum(a.nbytes for a in exe.constants.values())
+    assert summary["weights"].strip() == f"{weights / 2**20:.2f} MiB in {len(exe.constants)} tensors"
+    arena = sum(f["memory"]["arena_bytes"] for f in exe.functions.values())
+    assert summary["arena"].strip() == f"{arena / 2**20:.2f} MiB for 4 functions"
+    # Two layers, a K and a V cache each of 64 positions x 2 KV heads x 16 (head_dim) float32.
+    kv = 4 * 64 * 2 * 16 * 4
+    assert summary["KV cache"].strip() == f"{kv / 2**20:.2f} MiB in 4 tensors (64 positions)"
+    assert summary["device memory"].strip() == f"{(weights + arena + kv) / 2**20:.2f} MiB in all"
+    assert re.fullmatch(r" *\d+\.\d s", summary["time"])
+
+
+def test_compile_quiet_prints_only_the_result(tiny_gguf, tmp_path):
+    result = run("compile", tiny_gguf, "-o", str(tmp_path / "out"), "--context", "64", "--quiet")
+    assert result.returncode == 0 and result.stdout == f"{tmp_path / 'out'}\n" and result.stderr == ""
+    unknown = run("compile", tiny_gguf, "-o", str(tmp_path / "x"), "--target", "webgpu-f17")
+    assert unknown.returncode == 1 and unknown.stderr.startswith("error: unknown target preset 'webgpu-f17'")
+    assert "Traceback" not in unknown.stderr
+
+
+def test_progress_on_a_terminal_redraws_one_line_in_place():
+    import io
+    import pty
+
+    from tessera.app.progress import ProgressBar
+
+    leader, follower = pty.openpty()
+    with os.fdopen(follower, "w") as terminal:
+        assert ProgressBar(stream=terminal).mode == "tty"
+    os.close(leader)
+    assert ProgressBar(stream=io.StringIO()).mode == "plain"
+
+    stream = io.StringIO()
+    with ProgressBar("tty", stream) as progress:
+        progress("legalize_ops", 4, 10)  # tessera.build's contract: called as a step starts, `done` finished
+        for done in range(4):
+            progress("kernels", done, 4)
+    text = stream.getvalue()
+    assert "\n" not in text  # every redraw returns to the start of the same line
+    assert "\rlegalize_ops [#########---------------] 4/10" in text
+    assert "\rkernels [##################------] 3/4" in text
+    assert text.endswith("\r\x1b[K")  # cleared, for the summary to start on a clean line
+
+    stream = io.StringIO()
+    with ProgressBar("plain", stream) as progress:
+        progress("legalize_ops", 4, 10)
+        for done in range(4):
+            progress("kernels", done, 4)
+        progress("vm", 0, 1)
+    assert re.fullmatch(r"\[5/10\] legalize_ops \(0\.0 s\)\n\[4/4\] kernels \(0\.0 s\)\nvm \(0\.0 s\)\n", stream.getvalue())

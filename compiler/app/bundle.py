@@ -45,10 +45,11 @@ TARGETS = ("webgpu", "wasm")
 
 
 def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title: str | None = None,
-                 targets: tuple[str, ...] = TARGETS) -> str:
+                 targets: tuple[str, ...] = TARGETS, progress=None) -> str:
     """Write the site for ``gguf_path`` into ``output``; returns the model's folder in it.
 
-    ``targets``: the builds, in the order the runtime tries them (WebGPU, then the WASM fallback)."""
+    ``targets``: the builds, in the order the runtime tries them (WebGPU, then the WASM fallback).
+    ``progress(stage, done, total)`` follows the compiles that are not cached yet."""
     unknown = sorted(set(targets) - set(TARGETS))
     if unknown or not targets:
         raise BundleError(f"unknown bundle target {', '.join(unknown) or '(none)'}; known: {', '.join(TARGETS)}")
@@ -59,7 +60,8 @@ def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title:
         shutil.rmtree(model_dir)
     builds = []
     for target in targets:  # in order of preference: the runtime takes the first that can run
-        shutil.copytree(cached_compile(gguf_path, target, context_length), os.path.join(model_dir, target))
+        compiled = cached_compile(gguf_path, target, context_length, progress)
+        shutil.copytree(compiled, os.path.join(model_dir, target))
         builds.append({"name": target, "kind": target, "path": f"{target}/", "features": []})
     first = targets[0]
     index = {"format": "tessera-bundle", "version": 1, "model": name, "builds": builds,

@@ -27,6 +27,8 @@ from tessera.models.llama import export_llm
 from tessera.target import Target
 from tessera.vm import Executable
 
+from .memory import device_memory, mib
+
 CHAT_CONFIG = "chat-config.json"
 # Tokens that end an assistant turn in the chat templates of the Llama family (ChatML, Llama 3).
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>")
@@ -63,14 +65,14 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     target = resolve_target(target)
     progress = progress or _silent
     start = time.perf_counter()
-    progress(f"read {os.path.basename(gguf_path)}", 1, 1)
+    progress(f"read {os.path.basename(gguf_path)}", 0, 1)
     model_file = load_gguf(gguf_path)
     model, weights = llama_from_gguf(model_file)
     context_length = min(context_length, model_file.config.context_length)
-    progress("export the graph", 1, 1)
+    progress("export the graph", 0, 1)
     mod = nn.bind_weights(export_llm(model, context_length), weights)
     exe = tessera.build(mod, target, progress=progress)
-    progress(f"write {output}", 1, 1)
+    progress(f"write {output}", 0, 1)
     os.makedirs(output, exist_ok=True)
     exe.save(output)
     spec = model_file.tokenizer
@@ -83,6 +85,23 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     with open(os.path.join(output, CHAT_CONFIG), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=1)
     return CompiledModel(output, exe, context_length, time.perf_counter() - start)
+
+
+def compile_summary(compiled: CompiledModel) -> str:
+    """What `tessera compile` prints when it is done: the target, the kernels, the device memory."""
+    exe = compiled.executable
+    target = exe.target
+    features = f"; features {', '.join(target['features'])}" if target.get("features") else ""
+    memory = device_memory(exe)
+    rows = [("target", f"{target['name']} ({target['kind']}{features})"),
+            ("kernels", str(len(exe.kernels))),
+            ("weights", f"{mib(memory.weights)} in {memory.weight_tensors} tensors"),
+            ("arena", f"{mib(memory.arena)} for {len(exe.functions)} functions"),
+            ("KV cache", f"{mib(memory.kv_cache)} in {memory.state_tensors} tensors "
+                         f"({compiled.context_length} positions)"),
+            ("device memory", f"{mib(memory.total)} in all"),
+            ("time", f"{compiled.seconds:.1f} s")]
+    return "".join(f"{label + ':':<15}{value}\n" for label, value in rows)
 
 
 def cached_compile(gguf_path: str, target: Target | str = "llvmpipe", context_length: int = 1024,
