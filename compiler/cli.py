@@ -22,7 +22,9 @@ def _parser() -> argparse.ArgumentParser:
 
     inspect = commands.add_parser("inspect", help="describe a compiled executable directory")
     inspect.add_argument("directory")
-    inspect.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    inspect.add_argument("-v", "--verbose", action="store_true",
+                         help="also every storage of the memory plans and every kernel")
+    inspect.add_argument("--json", action="store_true", help="print everything as a JSON object instead of text")
 
     compile_cmd = commands.add_parser("compile", help="compile a GGUF chat model into a directory")
     compile_cmd.add_argument("model", help="a .gguf file (Llama family)")
@@ -128,7 +130,7 @@ def _inspect(args) -> int:
     from .vm import Executable
 
     summary = summarize(Executable.load(args.directory))
-    sys.stdout.write(json.dumps(summary, indent=1) + "\n" if args.json else format_summary(summary))
+    sys.stdout.write(json.dumps(summary, indent=1) + "\n" if args.json else format_summary(summary, args.verbose))
     return 0
 
 

@@ -50,23 +50,41 @@ def test_demo_runs_end_to_end():
     assert "max |WebGPU - interpreter|" in result.stdout
 
 
-def test_inspect_prints_the_plan_and_json(tmp_path):
+def test_inspect_prints_a_short_summary_the_full_plan_with_verbose_and_json(tmp_path):
     import json
 
     import tessera
     from llama_layer import build_layer
 
     tessera.build(build_layer(), "llvmpipe", upper_bounds={"n": 256}).save(tmp_path)
-    text = run("inspect", str(tmp_path))
-    assert text.returncode == 0, text.stderr
-    assert "18 kernel launches; symbols n <= 256" in text.stdout
+    short = run("inspect", str(tmp_path))
+    assert short.returncode == 0, short.stderr
+    lines = short.stdout.splitlines()
+    assert lines[0] == "target: llvmpipe (webgpu, wgsl; features shader-f16, subgroup, timestamp-query)"
+    assert lines[1] == "function layer: 18 kernel launches; symbols n <= 256"
+    assert lines[2].startswith("  params: x float32[n, 64], cos float32[n, 1, 16], ")
+    assert re.search(r"^  arena: \d+\.\d\d MiB in 1 buffer; liveness lower bound \d+\.\d\d MiB "
+                     r"\(arena / bound = 1\.\d{3}\)$", short.stdout, re.M)
+    kernels = re.search(r"^kernels: (\d+) \((.*)\)$", short.stdout, re.M)
+    assert sum(int(part.rsplit(" ", 1)[1]) for part in kernels[2].split(", ")) == int(kernels[1])
+    assert re.search(r"^required limits: maxBufferSize \d+, ", short.stdout, re.M)
+    assert re.search(r"^weights: 0 tensors, 0\.00 MiB$", short.stdout, re.M)  # weights are parameters here
+    assert "state tensors" not in short.stdout
+    assert "storage" not in short.stdout and "grid" not in short.stdout and len(lines) < 15
+
+    verbose = run("inspect", str(tmp_path), "--verbose")
+    assert set(lines) <= set(verbose.stdout.splitlines())  # the summary, and more
+    assert re.search(r"^  storage 0: \d+ bytes at buffer 0 offset \d+: lv", verbose.stdout, re.M)
+    assert re.search(r"^  \w+: \S+ \(\w+\), workgroup \(\d+, \d+, \d+\), grid \(", verbose.stdout, re.M)
+    assert len(verbose.stdout.splitlines()) > len(lines) + int(kernels[1])
+
     data = json.loads(run("inspect", str(tmp_path), "--json").stdout)
     assert set(data) >= {"arena_bytes", "liveness_lower_bound_bytes", "kernels", "required_features",
-                         "required_limits"}
+                         "required_limits", "device_memory"}
     assert data["liveness_lower_bound_bytes"] <= data["arena_bytes"] <= 1.1 * data["liveness_lower_bound_bytes"]
     assert all(k["grid"] for k in data["kernels"])
     broken = run("inspect", str(tmp_path / "missing"))
-    assert broken.returncode == 1 and "cannot read" in broken.stderr
+    assert broken.returncode == 1 and "cannot read" in broken.stderr and "Traceback" not in broken.stderr
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +122,7 @@ def test_compile_ends_with_a_summary_of_the_executable(compiled_tiny):
     summary = dict(line.split(":", 1) for line in result.stderr.splitlines()[-7:])
     assert list(summary) == ["target", "kernels", "weights", "arena", "KV cache", "device memory", "time"]
     exe = Executable.load(output)
-    assert summary["target"].strip() == "webgpu (webgpu)"
+    assert summary["target"].strip() == "webgpu (webgpu, wgsl)"
     assert int(summary["kernels"]) == len(exe.kernels)
     weights = sum(a.nbytes for a in exe.constants.values())
     assert summary["weights"].strip() == f"{weights / 2**20:.2f} MiB in {len(exe.constants)} tensors"
@@ -155,3 +173,11 @@ def test_progress_on_a_terminal_redraws_one_line_in_place():
             progress("kernels", done, 4)
         progress("vm", 0, 1)
     assert re.fullmatch(r"\[5/10\] legalize_ops \(0\.0 s\)\n\[4/4\] kernels \(0\.0 s\)\nvm \(0\.0 s\)\n", stream.getvalue())
+
+
+def test_inspect_counts_the_kv_cache_of_a_compiled_model(compiled_tiny):
+    _, output = compiled_tiny
+    text = run("inspect", output).stdout
+    assert "  params: input_ids int32[n], total int64; state: 4 tensors (cache_k_0 ... cache_v_1)" in text
+    assert f"KV cache: 4 state tensors, {4 * 64 * 2 * 16 * 4 / 2**20:.2f} MiB" in text
+    assert re.search(r"^weights: 23 tensors, \d+\.\d\d MiB$", text, re.M)

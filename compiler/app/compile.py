@@ -27,6 +27,7 @@ from tessera.models.llama import export_llm
 from tessera.target import Target
 from tessera.vm import Executable
 
+from .inspect import describe_target
 from .memory import device_memory, mib
 
 CHAT_CONFIG = "chat-config.json"
@@ -90,10 +91,8 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
 def compile_summary(compiled: CompiledModel) -> str:
     """What `tessera compile` prints when it is done: the target, the kernels, the device memory."""
     exe = compiled.executable
-    target = exe.target
-    features = f"; features {', '.join(target['features'])}" if target.get("features") else ""
     memory = device_memory(exe)
-    rows = [("target", f"{target['name']} ({target['kind']}{features})"),
+    rows = [("target", describe_target(exe.target)),
             ("kernels", str(len(exe.kernels))),
             ("weights", f"{mib(memory.weights)} in {memory.weight_tensors} tensors"),
             ("arena", f"{mib(memory.arena)} for {len(exe.functions)} functions"),
