@@ -1,5 +1,6 @@
 """The `tessera` command as a user runs it: check, ops, demo, inspect, and compile's progress and summary."""
 
+import json
 import os
 import re
 import subprocess
@@ -51,8 +52,6 @@ def test_demo_runs_end_to_end():
 
 
 def test_inspect_prints_a_short_summary_the_full_plan_with_verbose_and_json(tmp_path):
-    import json
-
     import tessera
     from llama_layer import build_layer
 
@@ -181,3 +180,17 @@ def test_inspect_counts_the_kv_cache_of_a_compiled_model(compiled_tiny):
     assert "  params: input_ids int32[n], total int64; state: 4 tensors (cache_k_0 ... cache_v_1)" in text
     assert f"KV cache: 4 state tensors, {4 * 64 * 2 * 16 * 4 / 2**20:.2f} MiB" in text
     assert re.search(r"^weights: 23 tensors, \d+\.\d\d MiB$", text, re.M)
+
+
+def test_chat_runs_a_wasm_build_as_it_runs_a_webgpu_one(compiled_tiny, tiny_gguf, tmp_path):
+    """`tessera chat DIR` does not insist on a WebGPU build: the VM picks the device for the build's
+    target. The tiny model's logits are far apart, so greedy replies agree across devices."""
+    _, webgpu = compiled_tiny
+    wasm = str(tmp_path / "wasm")
+    assert run("compile", tiny_gguf, "-o", wasm, "--context", "64", "--target", "wasm", "-q").returncode == 0
+    replies = []
+    for folder in (webgpu, wasm):
+        result = run("chat", folder, "--prompt", "Hi", "--temperature", "0", "--max-tokens", "4", "--json")
+        assert result.returncode == 0, result.stderr
+        replies.append(json.loads(result.stdout)["reply"])
+    assert replies[0] and replies[0] == replies[1]

@@ -39,6 +39,7 @@ class ChatSession:
         with open(os.path.join(directory, CHAT_CONFIG), encoding="utf-8") as f:
             self.config = json.load(f)
         self.tokenizer = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
+        # Whatever the build's target: the VM picks the device that runs it, or says why it cannot.
         self.vm = VirtualMachine(Executable.load(directory))
         self.context_length = self.config["context_length"]
         self.stop_ids = set(self.config["stop_token_ids"])
