@@ -41,14 +41,9 @@ SOURCES = [os.path.join(HERE, name) for name in ("cases.py", "caseio.py", "gener
 
 def compiler_fingerprint() -> str:
     """The digest the chat cache keys compiles by: one definition of "the compiler changed"."""
-    import importlib
+    from tessera.app.compile import compiler_fingerprint
 
-    for module in ("tessera.app.chat", "tessera.app", "tessera.chat"):  # where it lives, or will once moved
-        try:
-            return importlib.import_module(module).compiler_fingerprint()
-        except (ImportError, AttributeError):
-            continue
-    raise ImportError("tessera has no compiler_fingerprint (tessera.chat or tessera.app.chat)")
+    return compiler_fingerprint()
 
 
 def source_digest() -> str:
