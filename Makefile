@@ -71,9 +71,11 @@ demo: setup
 	$(VENV)/bin/tessera serve build/demo --port $(DEMO_PORT)
 
 # numpy is measured as it runs by default: without the OpenBLAS overrides this machine sets for old builds.
+# bench/versus_commit.py compares two Tessera commits and takes one: run it by hand (bench/RESULTS.md).
 bench: setup
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
-	@for b in bench/*.py; do echo "== $$b"; env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) "$$b" || exit 1; done
+	@for b in bench/*.py; do [ "$$b" = bench/versus_commit.py ] && continue; echo "== $$b"; \
+	  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) "$$b" || exit 1; done
 
 # A wheel in build/wheel/ that carries the chat page and the browser runtime with its vendored npm
 # dependencies (hence node-deps first), so that `tessera bundle` works from an install outside a checkout.
