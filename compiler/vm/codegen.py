@@ -71,11 +71,11 @@ def compile_vm(mod: IRModule, target: Target, compiled, upper_bounds: dict[str, 
     ``CompiledKernels`` a codegen backend made of the module's PrimFuncs, in module order."""
     kernels: list[dict] = []
     kernel_index: dict[str, int] = {}
-    prim_funcs = [f for f in mod.functions.values() if isinstance(f, PrimFunc)]
+    prim_funcs = [(name, f) for name, f in mod.functions.items() if isinstance(f, PrimFunc)]
     if len(prim_funcs) != len(compiled.kernels):
         raise VMCompileError(f"{len(compiled.kernels)} compiled kernels for {len(prim_funcs)} PrimFuncs")
-    for func, kernel in zip(prim_funcs, compiled.kernels):
-        kernel_index[func.name] = len(kernels)
+    for (name, func), kernel in zip(prim_funcs, compiled.kernels):
+        kernel_index[name] = len(kernels)  # call_tir names the module's entry, whatever the PrimFunc calls itself
         kernels.append(kernel.record(func))
     constants: dict = {}
     functions = {}

@@ -96,6 +96,9 @@ class Executable:
         try:
             modules = {record["path"]: _load_module(directory, record) for record in data["modules"]}
             for kernel in data["kernels"]:
+                for key in ("name", "backend", "entry_point", "workgroup_size", "grid", "requirements"):
+                    kernel[key]  # noqa: B018  (a KeyError names the missing field)
+                kernel["abi"]["bindings"], kernel["abi"]["scalars"]  # noqa: B018
                 if kernel["module"] not in modules:
                     raise ExecutableError(f"kernel {kernel['name']} in {path} names the module {kernel['module']!r}, "
                                           "which the executable does not list")

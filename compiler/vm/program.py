@@ -123,11 +123,11 @@ class _Function:
             if bound is not None and name in heap and heap[name] > bound:
                 raise RuntimeCheckError(f"{self.name}: {name} = {heap[name]} exceeds its upper bound {bound}, "
                                         "for which memory was planned")
+        previous = None
         if self.static:
             memory, bound = self.memory, self.bound
         else:
-            if self._per_call is not None:  # the previous call's results have been read or are stale now
-                self._per_call.release()
+            previous = self._per_call  # released once the arguments are in: one may be its result
             memory = self._per_call = FunctionMemory(self.vm.storage, record, heap, self.tokens)
             bound = self._bind(memory, heap)
         for param in self.inputs:
@@ -140,6 +140,8 @@ class _Function:
                 device.copy(value.view, View(buffer, 0, value.view.nbytes))
             else:
                 device.upload(buffer, 0, to_device(np.asarray(value), param["sinfo"]["dtype"]))
+        if previous is not None:
+            previous.release()
         return heap, memory, bound
 
     def _launch_arguments(self, heap: dict[str, int]):

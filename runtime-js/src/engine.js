@@ -239,7 +239,9 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
     }
     if (build.kind === "wasm") {
       if (typeof WebAssembly === "undefined") { reasons.push("this browser has no WebAssembly"); continue; }
-      const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher });
+      const executable = await loadExecutable(folder, fetcher);
+      if (!runsOn(executable, "wasm")) { reasons.push(`build ${build.name} holds kernels WebAssembly cannot run`); continue; }
+      const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable });
       const vm = await WasmVirtualMachine.create(loaded.executable, loaded.weights, loaded.modules);
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
       const why = reasons.length ? ` (WebGPU: ${reasons.join("; ")})` : "";

@@ -20,7 +20,8 @@ function expect(ok, what, problem) {
  * @param {any} path
  */
 export function isInsidePath(path) {
-  if (typeof path !== "string" || !path || path.startsWith("/") || /[\\%?#:]/.test(path)) return false;
+  // Control characters too: the URL parser deletes tabs and newlines, so "..\t" would become "..".
+  if (typeof path !== "string" || !path || path.startsWith("/") || /[\x00-\x1f\x7f\\%?#:]/.test(path)) return false;
   return path.split("/").every((part) => part !== "" && part !== "." && part !== "..");
 }
 

@@ -37,7 +37,8 @@ test("each kind of bad file is named", () => {
   const unlisted = executable();
   unlisted.kernels[0].module = "kernels/other.wgsl";
   assert.throws(() => validateExecutable(unlisted), /names the module kernels\/other.wgsl, which the executable does not list/);
-  for (const bad of ["../k.wgsl", "/k.wgsl", "https://evil.test/k.wgsl", "%2e%2e/k.wgsl", "a//b", "C:/k"]) {
+  for (const bad of ["../k.wgsl", "/k.wgsl", "https://evil.test/k.wgsl", "%2e%2e/k.wgsl", "a//b", "C:/k", "..\t/k.wgsl",
+    ".\n./k.wgsl"]) {
     const escaping = executable();
     escaping.modules[0].path = bad;
     assert.throws(() => validateExecutable(escaping), /is not a relative path inside the build/, bad);

@@ -91,6 +91,11 @@ def test_bad_files_are_clear_errors(tmp_path):
     path.write_text(text.replace('"version": 2', '"version": 1'))
     with pytest.raises(ExecutableError, match="has format version 1; .* rebuild it with this compiler"):
         Executable.load(tmp_path)
+    doc = json.loads(text)
+    del doc["kernels"][0]["grid"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ExecutableError, match="is malformed: it lacks the field 'grid'"):
+        Executable.load(tmp_path)
     (module,) = json.loads(text)["modules"]
     for bad in ("../outside.wgsl", "/etc/passwd", "kernels/../../x.wgsl", "C:/x.wgsl"):
         path.write_text(text.replace(json.dumps(module["path"]), json.dumps(bad)))

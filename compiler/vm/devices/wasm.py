@@ -56,8 +56,10 @@ class WasmDevice(Device):
     def allocate(self, nbytes: int) -> WasmBuffer:
         size = (max(nbytes, 4) + ALIGN - 1) // ALIGN * ALIGN
         reusable = self._free.get(size)
-        if reusable:
-            return reusable.pop()
+        if reusable:  # zeroed, as fresh memory (and every WebGPU buffer) is
+            buffer = reusable.pop()
+            self.memory.write(self.store, bytes(size), buffer.address)
+            return buffer
         self._ensure_memory()
         address = (self.end + ALIGN - 1) // ALIGN * ALIGN
         self.end = address + size

@@ -64,7 +64,7 @@ class WebGPUDevice(Device):
         self.storage_usage = usage.STORAGE | usage.COPY_SRC | usage.COPY_DST
         self.buffers_created = 0
         self._pipelines: dict[tuple[str, str], tuple] = {}  # (source, entry point) -> (layout, pipeline)
-        self._staging: dict[int, object] = {}  # readback buffers by size
+        self._staging = None  # the readback buffer, grown to the largest read so far
         self._encoder = None
         self._pass = None
 
@@ -83,21 +83,23 @@ class WebGPUDevice(Device):
         return self.gpu.create_buffer_with_data(data=padded or b"\0\0\0\0", usage=self.storage_usage)
 
     def upload(self, buffer, offset: int, data: bytes) -> None:
+        # queue.write_buffer runs before anything recorded but not yet submitted: submit that first.
+        self._submit()
         if len(data) % 4:
             data = bytes(data) + b"\0" * (4 - len(data) % 4)
         self.gpu.queue.write_buffer(buffer, offset, data)
 
     def read_back(self, view: View) -> bytes:
         size = _align4(view.nbytes)
-        staging = self._staging.get(size)
-        if staging is None:
+        staging = self._staging
+        if staging is None or staging.size < size:
             usage = self.wgpu.BufferUsage
-            staging = self._staging[size] = self.allocate(size, usage.MAP_READ | usage.COPY_DST)
+            staging = self._staging = self.allocate(size, usage.MAP_READ | usage.COPY_DST)
         encoder = self._recording()
         self._end_pass()
         encoder.copy_buffer_to_buffer(view.buffer, view.offset, staging, 0, size)
         self._submit()
-        staging.map_sync(self.wgpu.MapMode.READ)
+        staging.map_sync(self.wgpu.MapMode.READ, 0, size)
         data = bytes(staging.read_mapped(0, size))
         staging.unmap()
         return data[: view.nbytes]
