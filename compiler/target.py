@@ -36,8 +36,6 @@ LIMIT_DEFAULTS = {
     "minStorageBufferOffsetAlignment": 256,
     "maxComputeWorkgroupsPerDimension": 65535,
 }
-# Kept for callers of the first release; LIMIT_DEFAULTS is the name that says what it is.
-WEBGPU_DEFAULT_LIMITS = LIMIT_DEFAULTS
 
 # The limits an executable records as requirements (checked by every runtime before it loads).
 REQUIRED_LIMITS = ("maxComputeInvocationsPerWorkgroup", "maxStorageBuffersPerShaderStage",
@@ -98,15 +96,6 @@ def register_preset(name: str, kind: str, features=(), limits: dict[str, int] | 
         raise ValueError(f"preset {name!r} sets unknown limits {', '.join(sorted(unknown))}")
     _PRESETS[name] = _Preset(kind, frozenset(features), tuple(sorted((limits or {}).items())), cpu_adapter,
                              description)
-
-
-def presets() -> dict[str, str]:
-    """Every registered preset name with its one-line description."""
-    return {name: p.description for name, p in sorted(_PRESETS.items())}
-
-
-def target_kinds() -> dict[str, TargetKind]:
-    return dict(_KINDS)
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ class CRenderer(CStyleRenderer):
 
     def render(self) -> str:
         func = self.func
-        entry = kernel_symbol(func)
+        entry = entry_name(func)
         params = [f"{self.type_name(b.dtype)}* {self.name(b.name)}" for b in func.params]
         params += [f"int32_t {self.name('sym_' + s)}" for s in func.scalars]
         params += ["int32_t nwg_x", "int32_t nwg_y", "int32_t nwg_z"]
@@ -151,16 +151,12 @@ class CRenderer(CStyleRenderer):
         return super().call_intrinsic(name, args, dtype)
 
 
-def kernel_symbol(func: PrimFunc) -> str:
-    """The export of a kernel: ``codegen.entry_name``, which every language shares."""
-    return entry_name(func)
-
-
 def emit_c(func: PrimFunc) -> str:
     return CRenderer(func).render()
 
 
 def emit_c_module(kernels: list[PrimFunc]) -> str:
+    """One C file of lowered kernels (tessera.tir.lower), each exported under ``codegen.entry_name``."""
     return PRELUDE + "\n" + "\n".join(emit_c(k) for k in kernels)
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from tessera.target import TargetKind, register_kind, register_preset
 from tessera.tir.lower import lower_kernel
 
-from .. import Backend, CompiledKernel, CompiledKernels, kernel_abi, kernel_limits, register_backend
-from . import LOWERING, PRELUDE, compile_wasm, emit_c, kernel_symbol
+from .. import Backend, CompiledKernel, CompiledKernels, entry_name, kernel_abi, kernel_limits, register_backend
+from . import LOWERING, compile_wasm, emit_c_module
 
 MODULE = "kernels.wasm"
 
@@ -24,20 +24,20 @@ class CWasmBackend(Backend):
 
     def compile(self, kernels, target, progress=None) -> CompiledKernels:
         out = CompiledKernels()
-        sources = []
+        lowered = []
         for index, func in enumerate(kernels):
             if progress is not None:
                 progress("kernels", index, len(kernels))
-            sources.append(emit_c(lower_kernel(func, LOWERING)))
+            lowered.append(lower_kernel(func, LOWERING))
             first = len(func.params)
             scalars = [{"name": s, "passed": "argument", "position": first + i} for i, s in enumerate(func.scalars)]
             abi = kernel_abi(func, scalars) | {"grid": "arguments"}
-            out.kernels.append(CompiledKernel(func.name, self.name, MODULE, kernel_symbol(func),
+            out.kernels.append(CompiledKernel(func.name, self.name, MODULE, entry_name(func),
                                               tuple(func.workgroup_size), abi,
                                               {"features": [], "limits": kernel_limits(func)}))
         if progress is not None:
             progress("clang", 0, 1)
-        out.modules[MODULE] = compile_wasm(PRELUDE + "\n" + "\n".join(sources))
+        out.modules[MODULE] = compile_wasm(emit_c_module(lowered))
         return out
 
 

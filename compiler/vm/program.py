@@ -130,6 +130,8 @@ class _Function:
             previous = self._per_call  # released once the arguments are in: one may be its result
             memory = self._per_call = FunctionMemory(self.vm.storage, record, heap, self.tokens)
             bound = self._bind(memory, heap)
+        # Host values first: a device write after a recorded copy would have to submit the copy alone.
+        on_device = []
         for param in self.inputs:
             buffer = memory.params.get(param["register"])
             if buffer is None:
@@ -137,9 +139,11 @@ class _Function:
             value = values[param["register"]]
             if isinstance(value, DeviceTensor):
                 value.check_current()
-                device.copy(value.view, View(buffer, 0, value.view.nbytes))
+                on_device.append((value.view, View(buffer, 0, value.view.nbytes)))
             else:
                 device.upload(buffer, 0, to_device(np.asarray(value), param["sinfo"]["dtype"]))
+        for source, destination in on_device:
+            device.copy(source, destination)
         if previous is not None:
             previous.release()
         return heap, memory, bound
