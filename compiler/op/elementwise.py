@@ -1,4 +1,4 @@
-"""Elementwise operators: binary with broadcasting, unary math, astype, where."""
+"""Elementwise operators: binary with broadcasting, unary math, clip, astype, where."""
 
 from __future__ import annotations
 
@@ -207,6 +207,45 @@ def _legalize_unary(name):
 for _name, (_fn, _float_only) in UNARY.items():
     register_op(_name, inputs=("x",), deduce=_deduce_unary(_float_only), reference=_unary_reference(_fn),
                 legalize=_legalize_unary(_name))
+
+
+# -- clip -----------------------------------------------------------------------
+
+
+def _deduce_clip(call, ctx):
+    x = tensor_input(call, 0, ctx)
+    if call.attr("min") > call.attr("max"):
+        raise DeductionError("invalid attribute", f"clip needs min <= max, got min={call.attr('min')} "
+                             f"max={call.attr('max')}")
+    return x
+
+
+def _integer_bounds(low, high):
+    """An integer tensor clips to the integers inside [low, high], in the kernel and the reference alike."""
+    return math.ceil(low), math.floor(high)
+
+
+def _clip_reference(x, min, max):  # the attribute names, as Relax spells them
+    low, high = (min, max) if np.issubdtype(x.dtype, np.floating) else _integer_bounds(min, max)
+    return np.clip(x, low, high).astype(x.dtype)
+
+
+def _legalize_clip(call, ctx):
+    low, high = call.attr("min"), call.attr("max")
+
+    def clip(x):
+        if x.dtype in ("f32", "f16"):
+            lo, hi = Const(float(low), x.dtype), Const(float(high), x.dtype)
+        else:
+            lo, hi = (Const(v, x.dtype) for v in _integer_bounds(low, high))
+        return binary("min", binary("max", x, lo), hi)
+
+    return ctx.elementwise(clip)
+
+
+# ReLU6 is clip(x, 0, 6); as in Relax, the bounds are attributes rather than tensors.
+register_op("clip", inputs=("x",), attrs={"min": 0.0, "max": 0.0}, deduce=_deduce_clip,
+            reference=_clip_reference, legalize=_legalize_clip)
 
 
 # -- astype, where ------------------------------------------------------------
