@@ -43,11 +43,13 @@ def test_astype(runner, source, target):
     check_op(runner, lambda x: op.astype(x, dtype=target), [Tensor(("n",), source)], rtol=1e-3, atol=1e-3)
 
 
-@pytest.mark.parametrize("dtype,low,high", [("float32", 0.0, 6.0), ("float32", 0.7, 1.1), ("float16", 0.7, 1.1),
-                                             ("int32", 1.5, 2.5)])
-def test_clip(runner, dtype, low, high):
-    """ReLU6 and narrower bounds; inputs lie in 0.5..1.5 (ints 1..3), so both bounds bite."""
-    check_op(runner, lambda x: op.clip(x, min=low, max=high), [Tensor(("n", 3), dtype)], rtol=1e-3, atol=1e-3)
+@pytest.mark.parametrize("dtype,bounds", [("float32", {"min": 0.0, "max": 6.0}), ("float32", {"min": 0.7, "max": 1.1}),
+                                          ("float16", {"min": 0.7, "max": 1.1}), ("float32", {"max": 1.1}),
+                                          ("int32", {"min": 1.5, "max": 2.5}), ("int64", {"min": 2})])
+def test_clip(runner, dtype, bounds):
+    """ReLU6, narrower bounds and one bound left out; inputs lie in 0.5..1.5 (ints 1..3), so the
+    narrower bounds bite."""
+    check_op(runner, lambda x: op.clip(x, **bounds), [Tensor(("n", 3), dtype)], rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int64"])
