@@ -84,6 +84,25 @@ def test_float_only_unary_rejects_integers():
         deduced(op.exp, T((4,), "int32"))
 
 
+@covers("clip")
+def test_clip_keeps_the_input_info():
+    relu6 = lambda x: op.clip(x, min=0.0, max=6.0)  # noqa: E731
+    assert deduced(relu6, T(("n", 4), F32)) == tensor_text(["n", "4"])
+    assert deduced(relu6, T(dtype="float16", ndim=4)) == coarse_text(4, "float16")
+    result, (x,) = run_single_call(lambda x: op.clip(x, min=0.75, max=1.25), T((3, 5), F32))
+    np.testing.assert_array_equal(result, np.minimum(np.maximum(x, 0.75), 1.25))
+    # An integer tensor keeps the integers inside the bounds: 0.5..2.5 is 1..2.
+    result, (x,) = run_single_call(lambda x: op.clip(x, min=0.5, max=2.5), T((4, 4), "int32"))
+    np.testing.assert_array_equal(result, np.minimum(np.maximum(x, 1), 2))
+    # A bound left out is no bound.
+    result, (x,) = run_single_call(lambda x: op.clip(x, max=1.0), T((3, 5), F32))
+    np.testing.assert_array_equal(result, np.minimum(x, 1.0))
+    with pytest.raises(DeductionError, match="clip needs min <= max, got min=6.0 max=0.0"):
+        deduced(lambda x: op.clip(x, min=6.0, max=0.0), T((4,), F32))
+    with pytest.raises(DeductionError, match="clip needs a number tensor, x0 is bool"):
+        deduced(lambda x: op.clip(x, min=0.0), T((4,), "bool"))
+
+
 @covers("astype", "where")
 def test_astype_and_where():
     assert deduced(lambda x: op.astype(x, dtype="float16"), T(("n", 4), F32)) == tensor_text(["n", "4"], "float16")
