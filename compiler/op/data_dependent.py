@@ -82,8 +82,41 @@ register_op("masked_select", inputs=("x", "mask"), deduce=_deduce_masked_select,
             legalize=_legalize_masked_select)
 
 
+def _deduce_arange_dynamic(call, ctx):
+    end = tensor_input(call, 0, ctx)
+    if end.dtype and not end.dtype.startswith("int"):
+        raise DeductionError("type mismatch", f"arange_dynamic needs an integer end, got {end.dtype}")
+    if end.shape is not None and len(end.shape) != 0:
+        raise DeductionError("shape mismatch", "arange_dynamic needs its end as a 0-d tensor")
+    if int(call.attr("step")) == 0:
+        raise DeductionError("invalid attribute", "arange_dynamic needs a non-zero step")
+    return result_tensor(None, call.attr("dtype"), 1, end.vdevice)
+
+
+def _arange_dynamic_reference(end, start, step, dtype):
+    return np.arange(start, int(end), step, dtype=dtype)
+
+
+def _legalize_arange_dynamic(call, ctx):
+    from ..ir.expr import PrimValue
+
+    return call_pure_packed("tessera.builtin.arange", PrimValue(int(call.attr("start"))), call.args[0],
+                            PrimValue(int(call.attr("step"))), sinfo_args=call.struct_info)
+
+
+# ``R.arange`` takes its end as a (symbolic) attribute; this one reads it from a tensor at run time.
+register_op("arange_dynamic", inputs=("end",), attrs={"start": 0, "step": 1, "dtype": "int64"},
+            deduce=_deduce_arange_dynamic, reference=_arange_dynamic_reference, legalize=_legalize_arange_dynamic)
+
+
+def _arange_values(start, end, step, dtype="int64"):
+    return np.arange(int(np.asarray(start).reshape(-1)[0]), int(np.asarray(end).reshape(-1)[0]),
+                     int(np.asarray(step).reshape(-1)[0]), dtype=dtype)
+
+
 # The one-step forms, for the reference interpreter running a legalized module.
 for _sorted, _name in UNIQUE_FUNCTIONS.items():
     register_library_function(_name, lambda x, _sorted=_sorted: _unique_reference(x, _sorted))
 register_library_function("tessera.builtin.nonzero", _nonzero_reference)
 register_library_function("tessera.builtin.mask_select", _masked_select_reference)
+register_library_function("tessera.builtin.arange", _arange_values)

@@ -34,16 +34,17 @@ from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..op.cross_level import call_dps_library, call_pure_packed
 from .rewrite import map_graph_functions, rewrite_function
 
-# function -> (its size function, the exact output info from (argument infos, the new length))
-TwoStep = tuple[str, Callable[[list, arith.Var], TensorStructInfo]]
+# function -> (its size function, the exact output info from (the call's coarse info, the new length))
+TwoStep = tuple[str, Callable[[TensorStructInfo, list, arith.Var], TensorStructInfo]]
 TWO_STEP: dict[str, TwoStep] = {
-    "tessera.builtin.unique": ("tessera.builtin.unique_size", lambda a, n: TensorStructInfo((n,), a[0].dtype)),
+    "tessera.builtin.unique": ("tessera.builtin.unique_size", lambda c, a, n: TensorStructInfo((n,), c.dtype)),
     "tessera.builtin.unique_unsorted": ("tessera.builtin.unique_unsorted_size",
-                                        lambda a, n: TensorStructInfo((n,), a[0].dtype)),
+                                        lambda c, a, n: TensorStructInfo((n,), c.dtype)),
     "tessera.builtin.nonzero": ("tessera.builtin.nonzero_size",
-                                lambda a, n: TensorStructInfo((arith.IntImm(a[0].ndim), n), "int64")),
+                                lambda c, a, n: TensorStructInfo((arith.IntImm(a[0].ndim), n), "int64")),
     "tessera.builtin.mask_select": ("tessera.builtin.mask_select_size",
-                                    lambda a, n: TensorStructInfo((n,), a[0].dtype)),
+                                    lambda c, a, n: TensorStructInfo((n,), c.dtype)),
+    "tessera.builtin.arange": ("tessera.builtin.arange_size", lambda c, a, n: TensorStructInfo((n,), c.dtype)),
 }
 
 
@@ -74,7 +75,7 @@ def split_data_dependent(mod: IRModule) -> IRModule:
             length = fresh(f"{base}_len")
             count = var_type(f"{base}_count", PrimStructInfo("int64"))
             bound = var_type(f"{base}_count_bound", PrimStructInfo("int64", length))
-            exact_sinfo = exact_of([a.struct_info for a in args], length)
+            exact_sinfo = exact_of(value.struct_info, [a.struct_info for a in args], length)
             exact = var_type(f"{base}_exact", exact_sinfo)
             size_call = with_struct_info(call_pure_packed(size_function, *args, sinfo_args=PrimStructInfo("int64")),
                                          PrimStructInfo("int64"))

@@ -48,4 +48,6 @@ BUILTINS: dict[str, Callable] = {
     "tessera.builtin.mask_select_size": lambda x, mask: int(np.count_nonzero(np.broadcast_to(mask, x.shape))),
     "tessera.builtin.mask_select": lambda x, mask, out: _fill(out, x[np.broadcast_to(mask, x.shape).astype(bool)]),
     "tessera.builtin.arange_size": _arange_size,
+    "tessera.builtin.arange": lambda start, end, step, out: _fill(
+        out, np.arange(_scalar(start), _scalar(end), _scalar(step)).astype(out.dtype)),
 }

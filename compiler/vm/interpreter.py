@@ -129,6 +129,8 @@ class Interpreter:
 
     def to_host(self, value):
         if isinstance(value, Tensor):
+            if 0 in value.shape:  # nothing to read (and a device may refuse an empty read)
+                return np.zeros(value.shape, value.dtype)
             return from_device(self.device.read_back(value.view), value.shape, value.dtype)
         if isinstance(value, ShapeValue):
             return value

@@ -576,3 +576,12 @@ def _program_function_value() -> Case:
                 (Call("main", (x, y)), Call("through_a_value", (x, y))),
                 numpy=lambda call: [np.exp(call.args[0]).reshape(-1) + call.args[1].reshape(-1)]
                 if call.function == "main" else [call.args[1].reshape(-1)])
+
+
+@case("program-arange-dynamic")
+def _program_arange_dynamic() -> Case:
+    return Case("program", "arange whose end is a sum the program computes: a size read at run time",
+                from_source(programs.ARANGE_DYNAMIC),
+                (Call("main", (np.array([3, 4, 2], np.int32),)), Call("main", (np.array([1, 0, 0], np.int32),)),
+                 Call("main", (np.array([0], np.int32),))),
+                1e-6, 1e-6, numpy=lambda call: [np.sqrt(np.arange(1, call.args[0].sum(), 2))])

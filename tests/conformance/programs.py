@@ -97,3 +97,19 @@ def double(x: np.ndarray, out: np.ndarray, *scalars: int) -> None:
 
 
 TEST_LIBRARIES = {"tessera.test.double": double}
+
+# arange whose end is a tensor the program computes: its length is known only at run time.
+ARANGE_DYNAMIC = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n",), dtype="int32")) -> R.Tensor(dtype="float32", ndim=1):
+        n = T.int64()
+        k = T.int64()
+        total: R.Tensor((), dtype="int32") = R.sum(x)
+        steps: R.Tensor(dtype="int64", ndim=1) = R.arange_dynamic(total, start=1, step=2)
+        exact: R.Tensor((k,), dtype="int64") = R.match_cast(steps, R.Tensor((k,), dtype="int64"))
+        values: R.Tensor((k,), dtype="float32") = R.astype(exact, dtype="float32")
+        out: R.Tensor((k,), dtype="float32") = R.sqrt(values)
+        return out
+'''

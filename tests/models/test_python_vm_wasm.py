@@ -8,8 +8,8 @@ import torch
 from tessera import nn
 from tessera.models.llama import LlamaForCausalLM, export_llm
 from tessera.vm import DeviceError, VirtualMachine
-from tessera.vm.program import straight_line
 from tessera.vm.devices.wasm import WasmDevice
+from tessera.vm.program import straight_line
 from test_llama_vs_transformers import reference as tiny_reference
 
 

@@ -4,13 +4,12 @@ memory and error behaviour around calls, branches, libraries and data-dependent 
 import numpy as np
 import pytest
 import tessera
+from conformance.programs import COARSE, NONZERO_GATHER, POWER
 from modules import FIGURE_3, calls_between_functions, cross_level_calls, mlp_with_branch
 from tessera.app.inspect import format_summary, summarize
 from tessera.ir import RuntimeCheckError
 from tessera.script import from_source
 from tessera.vm import VirtualMachine
-
-from conformance.programs import COARSE, NONZERO_GATHER, POWER
 
 
 def double(x, out, *scalars):
