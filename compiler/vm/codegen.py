@@ -310,6 +310,8 @@ class _FunctionCompiler:
         args = [self._operand(a) for a in call.args[1:]]
         reg = self.register(binding.var)
         self.code.append({"op": "call_builtin", "name": name, "args": args, "outs": [], "scalars": [], "dst": reg})
+        # What a host function hands back is checked like an argument: a wrong shape is named here.
+        self._match(reg, binding.var.struct_info, f"result of library function '{name}' in {self.name}")
 
     def _check(self, binding, call) -> None:
         src = self._operand(call.args[0])

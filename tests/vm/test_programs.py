@@ -147,3 +147,22 @@ def test_figure_3_unique_then_match_cast():
     vm = VirtualMachine(tessera.build(from_source(FIGURE_3), "wasm", upper_bounds={"n": 16}))
     x = np.array([[0.0, 1.0, 0.0, 2.0]], np.float32)
     np.testing.assert_allclose(vm["main"](x), np.exp(np.unique(np.exp(x))), rtol=1e-6)
+
+
+def test_what_a_library_returns_is_checked_against_its_declared_info():
+    text = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 4), dtype="float32")) -> R.Tensor(("n", 4), dtype="float32"):
+        n = T.int64()
+        y: R.Tensor((n, 4), dtype="float32") = R.call_pure_packed("my.copy", x, sinfo_args=R.Tensor((n, 4), dtype="float32"))
+        return y
+'''
+    exe = tessera.build(from_source(text), "wasm")
+    np.testing.assert_array_equal(VirtualMachine(exe, libraries={"my.copy": lambda x: x.copy()})["main"](
+        np.ones((2, 4), np.float32)), np.ones((2, 4)))
+    vm = VirtualMachine(exe, libraries={"my.copy": lambda x: x[:1].copy()})
+    with pytest.raises(RuntimeCheckError, match=r"result of library function 'my.copy' in main: expected "
+                                                r"R.Tensor\(\(n, 4\), dtype=\"float32\"\), got shape \(1, 4\)"):
+        vm["main"](np.ones((2, 4), np.float32))
