@@ -585,3 +585,16 @@ def _program_arange_dynamic() -> Case:
                 (Call("main", (np.array([3, 4, 2], np.int32),)), Call("main", (np.array([1, 0, 0], np.int32),)),
                  Call("main", (np.array([0], np.int32),))),
                 1e-6, 1e-6, numpy=lambda call: [np.sqrt(np.arange(1, call.args[0].sum(), 2))])
+
+
+@case("cnn-mobilenet")
+def _cnn_mobilenet() -> Case:
+    """A model beyond LLMs: the MobileNet-style CNN of tessera.models.mobilenet (convolutions, depthwise
+    convolutions, pooling, batch norm folded, a residual, a dense head) on random weights."""
+    from tessera.models.mobilenet import MobileNetConfig, export_mobilenet, random_checkpoint
+
+    config = MobileNetConfig()
+    mod, weights = export_mobilenet(config, random_checkpoint(config, seed=36))
+    rng = np.random.default_rng(36)
+    image = rng.standard_normal((1, config.in_channels, config.image_size, config.image_size)).astype(np.float32)
+    return Case("cnn", _cnn_mobilenet.__doc__, nn.bind_weights(mod, weights), (Call("main", (image,)),))
