@@ -145,7 +145,7 @@ class _FunctionFuser:
             # Computed inside the consumer's reads: not into a matmul, whose rules read memory.
             return consumer_kind in INJECTIVE_KINDS + (Pattern.REDUCTION,) and not consumer.matmul
         if producer.reduction is not None and consumer_kind in EPILOGUE_KINDS and consumer.reduction is None:
-            return _same_shape(p_binding.var.struct_info, binding.var.struct_info)
+            return same_shape(p_binding.var.struct_info, binding.var.struct_info)
         return False
 
     def _bindings_after_merge(self, producer: _Group, consumer: _Group) -> int:
@@ -180,7 +180,7 @@ class _FunctionFuser:
         return 0
 
 
-def _same_shape(a, b) -> bool:
+def same_shape(a, b) -> bool:
     if not (isinstance(a, TensorStructInfo) and isinstance(b, TensorStructInfo)):
         return False
     if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):

@@ -18,6 +18,7 @@ from ..ir.expr import (
     Expr,
     Function,
     GlobalVar,
+    PrimValue,
     SeqExpr,
     ShapeExpr,
     Tuple,
@@ -30,27 +31,27 @@ from ..ir.struct_info import ShapeStructInfo, defining_vars, sinfo_vars
 from .rewrite import substitute_vars
 
 
-def group_inputs(members: list[VarBinding], lift: Callable[[Constant], bool] = lambda c: False) -> list[Expr]:
-    """What the group reads from outside it, in order of first use: variables, and the constants
-    ``lift`` picks (a kernel takes scalar constants inline, larger ones as buffers)."""
+def group_inputs(members: list[VarBinding], lift: Callable[[Expr], bool] = lambda c: False) -> list[Expr]:
+    """What the group reads from outside it, in order of first use: variables, and the constants and
+    prim values ``lift`` picks (a kernel takes scalar constants inline, larger ones as buffers)."""
     inside = {b.var for b in members}
     found: dict = {}
     for b in members:
         for leaf in _leaves(b.value):
             if isinstance(leaf, Var) and leaf not in inside:
                 found.setdefault(leaf, leaf)
-            elif isinstance(leaf, Constant) and lift(leaf):
+            elif not isinstance(leaf, Var) and lift(leaf):
                 found.setdefault(id(leaf), leaf)
     return list(found.values())
 
 
 def outline_group(members: list[VarBinding], name: str, attrs: tuple, caller: Function,
-                  lift: Callable[[Constant], bool] = lambda c: False) -> tuple[Function, Call]:
+                  lift: Callable[[Expr], bool] = lambda c: False) -> tuple[Function, Call]:
     """``members`` (in block order, the result last) as function ``name`` and the call replacing them."""
     inputs = group_inputs(members, lift)
     params = [Var(v.name_hint if isinstance(v, Var) else f"const{i}", v.struct_info) for i, v in enumerate(inputs)]
     var_map = {v: p for v, p in zip(inputs, params) if isinstance(v, Var)}
-    const_map = {id(v): p for v, p in zip(inputs, params) if isinstance(v, Constant)}
+    const_map = {id(v): p for v, p in zip(inputs, params) if not isinstance(v, Var)}
     bindings = []
     root = members[-1]
     for b in members:
@@ -89,7 +90,7 @@ def _bounds(caller: Function, names: set[str]) -> tuple:
 
 
 def _leaves(expr: Expr):
-    if isinstance(expr, (Var, Constant)):
+    if isinstance(expr, (Var, Constant, PrimValue)):
         yield expr
     elif isinstance(expr, Tuple):
         for f in expr.fields:
@@ -102,7 +103,7 @@ def _leaves(expr: Expr):
 
 
 def _replace_constants(expr: Expr, mapping: dict[int, Var]) -> Expr:
-    if isinstance(expr, Constant):
+    if isinstance(expr, (Constant, PrimValue)):
         return mapping.get(id(expr), expr)
     if isinstance(expr, Tuple):
         return Tuple(tuple(_replace_constants(f, mapping) for f in expr.fields))
