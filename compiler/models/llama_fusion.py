@@ -50,9 +50,16 @@ def compile_patterns() -> list[FusionPattern]:
 
 
 def offload_patterns(prefix: str = "llama.") -> list[FusionPattern]:
-    # The head reads the final norm's last row only (llama.py's ``step``).
-    norm = is_op("nn.rms_norm")(wildcard("x"), wildcard("norm_weight")).optional(is_op("strided_slice"))
+    """Each library function receives the group's inputs in the order the group first reads them:
+    ``rms_norm_last_row_projection(x, norm_weight, weight)`` (the head reads the final norm's last
+    row only, llama.py's ``step``), ``rms_norm_projection(x, norm_weight, weight)``,
+    ``swiglu_down(gate, up, weight)`` and ``rope_append(k, cos, sin, cache, offset)``."""
+    def norm():
+        return is_op("nn.rms_norm")(wildcard("x"), wildcard("norm_weight"))
+
     append = is_op("kv_cache_write")(wildcard("cache"), rope(), wildcard("offset"))
-    return [FusionPattern("rms_norm_projection", projection(norm), None, prefix + "rms_norm_projection"),
-            FusionPattern("swiglu_down", projection(swiglu()), None, prefix + "swiglu_down"),
-            FusionPattern("rope_append", append, None, prefix + "rope_append")]
+    found = [("rms_norm_last_row_projection", projection(is_op("strided_slice")(norm()))),
+             ("rms_norm_projection", projection(norm())),
+             ("swiglu_down", projection(swiglu())),
+             ("rope_append", append)]
+    return [FusionPattern(name, pattern, None, prefix + name) for name, pattern in found]

@@ -120,7 +120,7 @@ class OpPattern:
 
     def __call__(self, *args, name: str = "", **attrs) -> CallPattern:
         for op_name in self.ops:
-            op = get_op(op_name)  # an unknown name fails here, with suggestions
+            op = get_op(op_name)
             if not op.variadic and len(args) != len(op.inputs):
                 raise PatternError(f"R.{op_name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
                                    f"the pattern gives {len(args)}")
@@ -144,6 +144,8 @@ def is_const(name: str = "") -> ConstantPattern:
 def is_op(*names: str) -> OpPattern:
     if not names or not all(isinstance(n, str) for n in names):
         raise PatternError("is_op takes one or more operator names")
+    for name in names:
+        get_op(name)  # an unknown name fails here, with suggestions
     return OpPattern(tuple(names))
 
 
