@@ -110,7 +110,7 @@ def find_matches(func: Function, patterns: Sequence) -> list[tuple[FusionPattern
 
 def _fuse_function(func: Function, patterns, target: Target, functions: dict, fresh: FreshNames) -> Function:
     replaced: dict[int, VarBinding | None] = {}  # id(binding) -> its replacement, None: dropped
-    position = {id(b): i for block in func.body.blocks for i, b in enumerate(block.bindings)}
+    position = {id(b): i for i, b in enumerate(b for block in func.body.blocks for b in block.bindings)}
     # Outlined in block order, as fuse_ops outlines its groups: the same group gets the same name.
     matches = sorted(find_matches(func, patterns), key=lambda found: position[id(found[1].members[-1])])
     for fp, m in matches:
