@@ -155,6 +155,29 @@ def test_a_library_match_becomes_call_dps_library():
     assert calls == [(7, 8)]
 
 
+@pytest.mark.parametrize("target", ["llvmpipe", "wasm"])
+def test_a_library_match_runs_in_the_vm_through_call_builtin(target):
+    """The offload path end to end: the pass in the pipeline, the group a call_builtin, the library the
+    user registers with the VM."""
+    mod = module(dense_relu_twice, [X, W, B])
+    pipeline = Pipeline.default(Target.preset(target), {"n": 64})
+    pipeline.insert_before("fuse_ops", "fuse_ops_by_pattern", lambda m: fuse_ops_by_pattern(
+        m, [("dense_relu", DENSE_RELU, None, "blas.dense_relu")], Target.preset(target)))
+    exe = tessera.build(mod, target, {"n": 64}, pipeline=pipeline)
+    assert exe.libraries == ["blas.dense_relu"]
+    assert [op["name"] for op in exe.functions["main"]["code"] if op["op"] == "call_builtin"] == ["blas.dense_relu"]
+    calls = []
+
+    def dense_relu(x, w, b, out):
+        calls.append(out.shape)
+        out[...] = np.maximum(x @ w + b, 0)
+
+    args = inputs()
+    got = VirtualMachine(exe, libraries={"blas.dense_relu": dense_relu})["main"](*args)
+    np.testing.assert_allclose(got, interpret(mod, "main", *args), rtol=1e-5, atol=1e-5)
+    assert calls == [(7, 8)]
+
+
 def test_a_library_receives_the_constants_the_group_reads():
     mod = module(lambda x: op.multiply(op.exp(x), Constant(np.float32(3.0))), [X])
     pattern = is_op("multiply")(is_op("exp")(wildcard()), is_const())
