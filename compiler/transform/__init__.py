@@ -2,6 +2,7 @@
 
 from .fuse_ops import fuse_ops
 from .fuse_tir import fuse_tir
+from .inline import inline_functions
 from .lambda_lift import lambda_lift
 from .legalize import legalize_ops
 from .lower_vm import explicit_allocation, to_non_dataflow, vm_shape_lowering
@@ -11,4 +12,5 @@ from .simplify import dead_code_elimination, fold_constants, normalize
 from .unalias import unalias_kernel_args
 
 __all__ = ["Pipeline", "dead_code_elimination", "explicit_allocation", "fold_constants", "fuse_ops", "fuse_tir",
-           "lambda_lift", "legalize_ops", "normalize", "plan_memory", "to_non_dataflow", "vm_shape_lowering"]
+           "inline_functions", "lambda_lift", "legalize_ops", "normalize", "plan_memory", "to_non_dataflow",
+           "vm_shape_lowering"]

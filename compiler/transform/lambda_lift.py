@@ -52,8 +52,8 @@ def lambda_lift(mod: IRModule) -> IRModule:
     taken = set(mod.functions)
     functions: dict = {}
     for name, func in mod.functions.items():
-        if not isinstance(func, Function):
-            functions[name] = func
+        if not isinstance(func, Function) or not any(isinstance(b.value, Function) for b in _walk(func.body)):
+            functions[name] = func  # nothing to lift: the function stays the same object
             continue
         lifter = _Lifter(taken)
         functions[name] = lifter.function(func, name)
