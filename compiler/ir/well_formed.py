@@ -4,6 +4,8 @@
   dataflow variables do not escape their dataflow block;
 - symbolic variables are defined (as a plain dimension of a parameter or of a
   match_cast pattern) before they are used anywhere else;
+- a nested function sees what is in scope where it is bound, and defines
+  the plain dims of its own parameters;
 - dataflow blocks are pure and free of control flow;
 - struct info is consistent: an annotation is never more precise than what
   deduction gives, results agree with the return annotation, globals and
