@@ -121,12 +121,16 @@ class BlockBuilder:
 
     @contextmanager
     def function(self, name: str, params: Sequence[Var], attrs: dict[str, Any] | None = None,
-                 pure: bool = True, ret_struct_info: StructInfo | None = None):
+                 pure: bool = True, ret_struct_info: StructInfo | None = None,
+                 reserved_names: Sequence[str] = ()):
+        """``reserved_names``: names the function's new variables must not take (a nested function
+        is built by a builder of its own, and must not shadow the enclosing function's names)."""
         if self._frame is not None:
             raise WellFormedError("functions cannot be nested in the builder; add them to the module")
         attrs = dict(attrs or {})
         frame = _FunctionFrame(name, list(params), attrs, pure, ret_struct_info, analyzer_for(attrs))
         frame.names.update(p.name_hint for p in params)
+        frame.names.update(reserved_names)
         self._frame = frame
         try:
             yield

@@ -149,7 +149,7 @@ def call_with_signature(callee: FuncStructInfo, args, ctx: DeduceContext, name: 
     bound: dict[str, arith.PrimExpr] = {}
     arg_infos = [_operand_sinfo(a) for a in args]
     for param, arg_info in zip(callee.params, arg_infos):
-        _bind_plain_vars(param, arg_info, bound)
+        bind_plain_vars(param, arg_info, bound)
     for index, (param, arg, arg_info) in enumerate(zip(callee.params, args, arg_infos)):
         expected = map_sinfo_exprs(param, lambda e: arith.substitute(e, bound))
         reason = provable_mismatch(expected, arg_info, ctx.analyzer)
@@ -162,7 +162,9 @@ def call_with_signature(callee: FuncStructInfo, args, ctx: DeduceContext, name: 
     return erase_to_ndim(ret, keep=lambda v: v.name not in param_vars or v.name in bound)
 
 
-def _bind_plain_vars(param: StructInfo, arg: StructInfo, bound: dict) -> None:
+def bind_plain_vars(param: StructInfo, arg: StructInfo, bound: dict) -> None:
+    """Bind (by name, into ``bound``) each plain symbolic dim of ``param`` not yet bound to the
+    argument's dim at the same place."""
     pairs = []
     if isinstance(param, TensorStructInfo) and isinstance(arg, TensorStructInfo):
         pairs = zip(param.shape or (), arg.shape or ()) if param.ndim == arg.ndim else ()
@@ -173,7 +175,7 @@ def _bind_plain_vars(param: StructInfo, arg: StructInfo, bound: dict) -> None:
             pairs = [(param.value, arg.value)]
     elif isinstance(param, TupleStructInfo) and isinstance(arg, TupleStructInfo):
         for p, a in zip(param.fields, arg.fields):
-            _bind_plain_vars(p, a, bound)
+            bind_plain_vars(p, a, bound)
     for p_dim, a_dim in pairs:
         if isinstance(p_dim, arith.Var) and p_dim.name not in bound:
             bound[p_dim.name] = a_dim

@@ -47,6 +47,7 @@ from .printer import print_binding, print_expr, print_sinfo
 from .struct_info import (
     StructInfo,
     TensorStructInfo,
+    defining_vars,
 )
 
 
@@ -71,11 +72,17 @@ class Interpreter:
             raise RuntimeCheckError(f"'{func_name}' is not a graph function")
         return self._call_function(func_name, func, args)
 
-    def _call_function(self, name: str, func: Function, args: list) -> Any:
+    def _call_function(self, name: str, func: Function, args: list, captured: _Frame | None = None) -> Any:
+        """``captured``: the frame a local function was defined in; it sees that frame's variables,
+        and its symbolic variables except those its parameters define (as every signature does)."""
         if len(args) != len(func.params):
             raise RuntimeCheckError(f"{name} takes {len(func.params)} arguments "
                                     f"({', '.join(p.name_hint for p in func.params)}), got {len(args)}")
         frame = _Frame(name)
+        if captured is not None:
+            own = {v.name for p in func.params for v in defining_vars(p.struct_info)}
+            frame.env = dict(captured.env)
+            frame.sym = {k: v for k, v in captured.sym.items() if k not in own}
         args = [_as_value(a) for a in args]
         # Plain dims of all parameters bind first, so (n, 4) and (n * 4,) check in any order.
         for param, value in zip(func.params, args):
@@ -95,7 +102,10 @@ class Interpreter:
 
     def _binding(self, binding, frame: _Frame) -> None:
         try:
-            value = self._eval(binding.value, frame)
+            if isinstance(binding.value, Function):
+                value = _LocalFunction(self, f"{frame.name}.{binding.var.name_hint}", binding.value, frame)
+            else:
+                value = self._eval(binding.value, frame)
         except RuntimeCheckError as error:
             raise RuntimeCheckError(f"{error} (in {print_binding(binding)})") from None
         except (ValueError, IndexError, FloatingPointError, ZeroDivisionError) as error:
@@ -136,6 +146,8 @@ class Interpreter:
             return self._call_expr(expr, frame)
         if isinstance(expr, GlobalVar):
             return _Closure(self, expr.name)
+        if isinstance(expr, Function):
+            return _LocalFunction(self, f"{frame.name}.<local>", expr, frame)
         if isinstance(expr, ExternFunc):
             return self._library(expr.global_symbol)
         raise RuntimeCheckError(f"cannot evaluate {type(expr).__name__}")
@@ -256,6 +268,16 @@ class _Closure:
 
     def __call__(self, *args):
         return self.interpreter.call(self.name, list(args))
+
+
+class _LocalFunction:
+    """A nested function's value: the function and the frame it was defined in."""
+
+    def __init__(self, interpreter: Interpreter, name: str, func: Function, frame: _Frame):
+        self.interpreter, self.name, self.func, self.frame = interpreter, name, func, frame
+
+    def __call__(self, *args):
+        return self.interpreter._call_function(self.name, self.func, list(args), captured=self.frame)
 
 
 def _as_value(value):

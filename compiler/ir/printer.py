@@ -256,6 +256,10 @@ class _FunctionPrinter:
                     self.binding(binding, depth)
 
     def binding(self, binding: Binding, depth: int) -> None:
+        if isinstance(binding, VarBinding) and isinstance(binding.value, Function):
+            # A local function prints as a nested def; its name is the variable it is bound to.
+            self.function(binding.var.name_hint, binding.value, depth)
+            return
         if isinstance(binding, VarBinding) and isinstance(binding.value, If):
             node, var = binding.value, binding.var
             annotation = print_sinfo(var.struct_info)

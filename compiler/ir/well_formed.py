@@ -4,6 +4,8 @@
   dataflow variables do not escape their dataflow block;
 - symbolic variables are defined (as a plain dimension of a parameter or of a
   match_cast pattern) before they are used anywhere else;
+- a nested function sees what is in scope where it is bound, and defines
+  the plain dims of its own parameters;
 - dataflow blocks are pure and free of control flow;
 - struct info is consistent: an annotation is never more precise than what
   deduction gives, results agree with the return annotation, globals and
@@ -77,11 +79,13 @@ class _FunctionChecker:
     # -- function ------------------------------------------------------------------
 
     def check(self) -> None:
-        func = self.func
+        self._function(self.func)
+
+    def _function(self, func: Function) -> None:
         for param in func.params:
             if isinstance(param, DataflowVar):
                 raise self.fail(f"parameter '{param.name_hint}' is a dataflow variable")
-            if param in self.scope:
+            if param in self.bound_ever:
                 raise self.fail(f"parameter '{param.name_hint}' appears twice")
             self.scope.add(param)
             self.bound_ever.add(param)
@@ -119,7 +123,9 @@ class _FunctionChecker:
         value = binding.value
         if dataflow:
             self._check_pure(value, text)
-        if isinstance(value, If):
+        if isinstance(value, Function):
+            self._nested_function(var, value)
+        elif isinstance(value, If):
             self._uses(value.cond, text)
             saved = set(self.scope)
             self._seq(value.true_branch)
@@ -141,6 +147,14 @@ class _FunctionChecker:
             self._check_consistent(var, value, text)
         self.scope.add(var)
         self.bound_ever.add(var)
+
+    def _nested_function(self, var: Var, func: Function) -> None:
+        """A local function sees what is in scope where it is defined; its parameters define their
+        plain symbolic dims, other symbolic variables it uses must already be defined here."""
+        saved = (set(self.scope), set(self.symbols), self.where)
+        self.where = f"{saved[2]}, nested function '{var.name_hint}'"
+        self._function(func)
+        self.scope, self.symbols, self.where = saved
 
     # -- rules -----------------------------------------------------------------------
 

@@ -107,12 +107,17 @@ class _ModuleParser:
 
 
 class _FunctionParser:
-    def __init__(self, builder: BlockBuilder, node: ast.FunctionDef, signatures: dict):
+    def __init__(self, builder: BlockBuilder, node: ast.FunctionDef, signatures: dict,
+                 enclosing: _FunctionParser | None = None):
+        """``enclosing``: the parser of the function a nested ``def`` sits in; the nested function
+        sees (captures) the variables and symbolic variables bound before it."""
         self.bb = builder
         self.node = node
         self.signatures = signatures
-        self.sym: dict[str, arith.Var] = {}
-        self.scope: dict[str, Var] = {}
+        self.enclosing = enclosing
+        self.sig = self.signature(node) if enclosing else signatures[node.name]
+        self.sym: dict[str, arith.Var] = dict(enclosing.sym) if enclosing else {}
+        self.scope: dict[str, Var] = dict(enclosing.scope) if enclosing else {}
         self.dataflow_outputs: set[str] | None = None
 
     # -- signature ------------------------------------------------------------
@@ -130,10 +135,14 @@ class _FunctionParser:
 
     def parse(self) -> None:
         node = self.node
-        sig = self.signatures[node.name]
+        sig = self.sig
         params = []
+        outer = set(self.scope)
         for arg, sinfo in zip(node.args.args, sig.params):
             var = Var(arg.arg, sinfo)
+            if arg.arg in outer:
+                raise fail(arg, f"parameter '{arg.arg}' of nested function '{node.name}' is already bound "
+                            "in the enclosing function; every variable is bound once")
             if arg.arg in self.scope:
                 raise fail(arg, f"parameter '{arg.arg}' is declared twice")
             self.scope[arg.arg] = var
@@ -149,7 +158,8 @@ class _FunctionParser:
                 self.sym[name] = arith.Var(name)
         ret = sig.ret if node.returns is not None else None
         try:
-            with self.bb.function(node.name, params, attrs=attrs, pure=sig.pure, ret_struct_info=ret):
+            with self.bb.function(node.name, params, attrs=attrs, pure=sig.pure, ret_struct_info=ret,
+                                  reserved_names=outer):
                 self._statements(body, is_function_body=True)
         except ScriptError:
             raise
@@ -185,6 +195,8 @@ class _FunctionParser:
                 self._assign(stmt)
             elif isinstance(stmt, ast.If):
                 self._if(stmt)
+            elif isinstance(stmt, ast.FunctionDef):
+                self._nested_function(stmt)
             elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
                     and dotted(stmt.value.func) == "R.output":
                 raise fail(stmt, "R.output(...) belongs at the end of a dataflow block")
@@ -211,6 +223,9 @@ class _FunctionParser:
         before = set(self.scope)
         with self.bb.dataflow():
             for inner in body[:-1]:
+                if isinstance(inner, ast.FunctionDef):
+                    raise fail(inner, "a nested function is defined in the function body, outside "
+                                "dataflow blocks")
                 if not isinstance(inner, (ast.Assign, ast.AnnAssign)):
                     raise fail(inner, "a dataflow block holds only bindings (no control flow)")
                 self._assign(inner)
@@ -286,6 +301,8 @@ class _FunctionParser:
                         self._if(inner)
                     elif isinstance(inner, (ast.Assign, ast.AnnAssign)):
                         self._assign(inner)
+                    elif isinstance(inner, ast.FunctionDef):
+                        raise fail(inner, "a nested function is defined in the function body, not in a branch")
                     else:
                         raise fail(inner, "a branch holds bindings and ifs")
                 branch.result = self._expr(last.value)
@@ -293,6 +310,24 @@ class _FunctionParser:
             branches.append(branch.seq)
         var = self._at(stmt, self.bb.emit_if, cond, branches[0], branches[1], result_name, annotation)
         self.scope[result_name] = var
+
+    def _nested_function(self, stmt: ast.FunctionDef) -> None:
+        """A local function: built by a builder of its own, then bound to a variable named after it.
+
+        Its parameters define their plain symbolic dims (as every signature does); any other
+        symbolic variable or variable it uses comes from the enclosing function."""
+        if stmt.name in self.scope:
+            raise fail(stmt, f"'{stmt.name}' is already bound; every variable is bound once")
+        builder = BlockBuilder(signatures=self.signatures)
+        _FunctionParser(builder, stmt, self.signatures, enclosing=self).parse()
+        func = builder.get()[stmt.name]
+        self.scope[stmt.name] = self._at(stmt, self.bb.emit, func, stmt.name)
+
+    def _undefined(self, node: ast.AST, name: str) -> ScriptError:
+        if self.enclosing is not None and name == self.node.name:
+            return fail(node, f"nested function '{name}' cannot call itself; recursion needs a module-level "
+                        f"function (cls.{name})")
+        return fail(node, f"undefined variable '{name}'")
 
     def _at(self, stmt: ast.AST, action, *args):
         """Run a builder step; its errors get the statement's line and column."""
@@ -319,7 +354,7 @@ class _FunctionParser:
             if node.id in self.sym:
                 raise fail(node, f"'{node.id}' is a symbolic variable; use R.prim_value({node.id}) "
                             "or R.shape([...]) to pass it as a value")
-            raise fail(node, f"undefined variable '{node.id}'")
+            raise self._undefined(node, node.id)
         if isinstance(node, ast.Tuple):
             return Tuple(tuple(self._expr(e) for e in node.elts))
         if isinstance(node, ast.Subscript):
@@ -347,6 +382,8 @@ class _FunctionParser:
         if not name.startswith("R."):
             if name in self.scope:
                 return Call(self.scope[name], tuple(self._expr(a) for a in node.args))
+            if self.enclosing is not None and name == self.node.name:
+                raise self._undefined(node, name)
             raise fail(node, f"unknown function '{name}'")
         special = _SPECIAL.get(name[2:])
         if special is not None:

@@ -16,6 +16,7 @@ from ..ir.struct_info import (
     StructInfo,
     TensorStructInfo,
     TupleStructInfo,
+    defining_vars,
 )
 
 LITERAL_FLOATS = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
@@ -109,13 +110,26 @@ class SinfoParser:
         if name == "R.Tuple":
             return TupleStructInfo(tuple(self.parse(a) for a in args))
         if name == "R.Callable":
-            ret = self.parse(kwargs["ret"]) if "ret" in kwargs else self.parse(args[1])
-            pure = literal(kwargs["pure"]) if "pure" in kwargs else True
-            if args and isinstance(args[0], (ast.Tuple, ast.List)):
-                return FuncStructInfo(tuple(self.parse(p) for p in args[0].elts), ret, pure)
-            return FuncStructInfo(None, ret, pure)
+            return self._callable(node, args, kwargs)
         raise fail(node, "expected a struct info: R.Tensor, R.Shape, R.Prim, R.Tuple, R.Callable "
                     "or R.Object")
+
+    def _callable(self, node, args, kwargs) -> FuncStructInfo:
+        pure = literal(kwargs["pure"]) if "pure" in kwargs else True
+        params_node = args[0] if args and isinstance(args[0], (ast.Tuple, ast.List)) else None
+        ret_node = kwargs.get("ret", args[1] if len(args) > 1 else None)
+        if ret_node is None:
+            raise fail(node, "R.Callable needs a result: R.Callable((params...), ret) or R.Callable(ret=...)")
+        inner = self
+        if params_node is not None and self.prims.symbols is not None:
+            # A callable's parameters define their plain dims, as a function's signature does
+            # (`R.Callable((R.Tensor((k, 2, 2)),), R.Tensor((k * 4,)))` needs no `k = T.int64()`).
+            own = [v for p in params_node.elts for v in defining_vars(SinfoParser(None).parse(p))]
+            inner = SinfoParser({**self.prims.symbols, **{v.name: v for v in own}})
+        ret = inner.parse(ret_node)
+        if params_node is None:
+            return FuncStructInfo(None, ret, pure)
+        return FuncStructInfo(tuple(inner.parse(p) for p in params_node.elts), ret, pure)
 
     def _dims(self, node: ast.AST) -> list[arith.PrimExpr]:
         if not isinstance(node, (ast.Tuple, ast.List)):

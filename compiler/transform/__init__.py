@@ -3,6 +3,8 @@
 from .fuse_by_pattern import FusionPattern, find_matches, fuse_ops_by_pattern
 from .fuse_ops import fuse_ops
 from .fuse_tir import fuse_tir
+from .inline import inline_functions
+from .lambda_lift import lambda_lift
 from .legalize import legalize_ops
 from .lower_vm import explicit_allocation, to_non_dataflow, vm_shape_lowering
 from .pipeline import Pipeline
@@ -11,5 +13,5 @@ from .simplify import dead_code_elimination, fold_constants, normalize
 from .unalias import unalias_kernel_args
 
 __all__ = ["FusionPattern", "Pipeline", "dead_code_elimination", "explicit_allocation", "find_matches",
-           "fold_constants", "fuse_ops", "fuse_ops_by_pattern", "fuse_tir", "legalize_ops", "normalize",
-           "plan_memory", "to_non_dataflow", "vm_shape_lowering"]
+           "fold_constants", "fuse_ops", "fuse_ops_by_pattern", "fuse_tir", "inline_functions", "lambda_lift",
+           "legalize_ops", "normalize", "plan_memory", "to_non_dataflow", "vm_shape_lowering"]

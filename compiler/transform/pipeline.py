@@ -10,6 +10,8 @@ from ..target import Target
 from .data_dependent import split_data_dependent
 from .fuse_ops import fuse_ops
 from .fuse_tir import fuse_tir
+from .inline import inline_functions
+from .lambda_lift import lambda_lift
 from .legalize import legalize_ops
 from .lower_vm import explicit_allocation, to_non_dataflow, vm_shape_lowering
 from .normalize import bind_results
@@ -28,7 +30,8 @@ class Pipeline:
 
     @staticmethod
     def default(target: Target, upper_bounds: dict[str, int] | None = None, fuse: bool = True) -> Pipeline:
-        passes = [("bind_results", bind_results), ("fold_constants", fold_constants),
+        passes = [("lambda_lift", lambda_lift), ("inline_functions", inline_functions),
+                  ("bind_results", bind_results), ("fold_constants", fold_constants),
                   ("dead_code_elimination", dead_code_elimination)]
         if fuse:
             passes += [("fuse_ops", lambda m: fuse_ops(m, target)), ("fuse_tir", lambda m: fuse_tir(m, target))]

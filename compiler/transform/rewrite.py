@@ -66,8 +66,9 @@ def substitute_vars(expr: Expr, mapping: dict[Var, Expr]) -> Expr:
         return with_struct_info(TupleGetItem(substitute_vars(expr.tuple_value, mapping), expr.index),
                                 expr.struct_info)
     if isinstance(expr, Call):
+        op = mapping.get(expr.op, expr.op) if isinstance(expr.op, Var) else expr.op  # a call through a variable
         args = tuple(substitute_vars(a, mapping) for a in expr.args)
-        return with_struct_info(Call(expr.op, args, expr.attrs, expr.sinfo_args), expr.struct_info)
+        return with_struct_info(Call(op, args, expr.attrs, expr.sinfo_args), expr.struct_info)
     return expr
 
 

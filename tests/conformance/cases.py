@@ -467,6 +467,11 @@ def _llama_quantized() -> Case:
 # -- whole programs: branches, calls, recursion, libraries, data-dependent and coarse shapes ------
 
 
+def _no_inline(mod: IRModule, name: str) -> IRModule:
+    """Keep calls of ``name`` as calls: the default pipeline inlines small functions."""
+    return mod.with_function(name, mod[name].with_attr("inline", False))
+
+
 def _modules():
     import modules  # tests/modules.py: the catalogue the IR tests keep
 
@@ -488,8 +493,9 @@ def _program_branch() -> Case:
 @case("program-calls")
 def _program_calls() -> Case:
     rng = np.random.default_rng(31)
-    return Case("program", "main calls helper, a function of the module with its own frame and shape heap",
-                _modules().calls_between_functions(),
+    mod = _modules().calls_between_functions()
+    return Case("program", "main calls helper, a function of the module with its own frame and shape heap "
+                "(marked not to be inlined, so that the call stays a call)", _no_inline(mod, "helper"),
                 (Call("main", (rng.standard_normal((5, 4)).astype(np.float32),)),
                  Call("main", (rng.standard_normal((1, 4)).astype(np.float32),))))
 
@@ -552,7 +558,7 @@ def _program_coarse() -> Case:
     x = rng.standard_normal((3, 5)).astype(np.float32)
     return Case("program", "coarse parameters (R.Tensor(ndim=2)) named by match_cast; an inner call's parameter "
                 "check catches a wrong shape and names both shapes",
-                from_source(programs.COARSE),
+                _no_inline(from_source(programs.COARSE), "helper"),
                 (Call("main", (x,)), Call("rows_of_four", (x[:, :4].copy(),)),
                  Call("rows_of_four", (x,), error=programs.HELPER_SHAPE_ERROR)),
                 numpy=lambda call: [np.exp(call.args[0].astype(np.float64))] if call.function == "main"

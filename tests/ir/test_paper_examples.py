@@ -7,8 +7,8 @@ annotation, with what the paper shows. Then it runs in the interpreter.
 
 import numpy as np
 import pytest
-from modules import FIGURE_3, FIGURE_4, SHAPE_EXAMPLE
-from tessera.ir import RuntimeCheckError, interpret, print_sinfo, well_formed
+from modules import FIGURE_3, FIGURE_4, FIGURE_4_CALLABLE, SHAPE_EXAMPLE
+from tessera.ir import RuntimeCheckError, assert_structural_equal, interpret, print_sinfo, well_formed
 from tessera.script import from_source
 
 
@@ -65,6 +65,28 @@ def test_figure_4_deduced_annotations_of_lv0_to_lv3():
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 2, 2)).astype(np.float32)
     np.testing.assert_allclose(interpret(mod, "main", x, y), np.exp(x).reshape(-1) + y.reshape(-1), rtol=1e-6)
+
+
+def test_figure_4_calls_a_global_function_through_a_variable():
+    """The paper writes `f0 = cls.subfn; lv2 = f0(y)`: deduction goes through f0's callable
+    signature, the printed `f0: R.Callable(...)` parses back, and the call runs."""
+    bare = strip_annotations(FIGURE_4_CALLABLE).replace(
+        'f0: R.Callable((R.Tensor((k, 2, 2), dtype="float32"),), R.Tensor((k * 4,), dtype="float32")) =', "f0 =")
+    deduced = annotations(from_source(bare))
+    assert deduced["f0"] == ('R.Callable((R.Tensor((k, 2, 2), dtype="float32"),), '
+                             'R.Tensor((k * 4,), dtype="float32"))')
+    assert deduced["lv2"] == 'R.Tensor((n * 4,), dtype="float32")'  # k := n through the variable too
+    mod = from_source(FIGURE_4_CALLABLE)
+    text = mod.script()
+    assert "f0: R.Callable((R.Tensor((k, 2, 2)" in text and "= f0(y)" in text
+    reparsed = from_source(text)
+    assert_structural_equal(reparsed, mod)
+    assert reparsed.script() == text
+    well_formed(reparsed)
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((5, 2, 2)).astype(np.float32)
+    np.testing.assert_allclose(interpret(reparsed, "main", x, y), np.exp(x).reshape(-1) + y.reshape(-1),
+                               rtol=1e-6)
 
 
 def test_architecture_overview_shape_example():

@@ -148,3 +148,32 @@ def test_constant_only_module_is_fine():
     c = Constant(np.ones(2, np.float32))
     mod = module_of([], [], c, c.struct_info)
     well_formed(mod)
+
+
+NESTED_CAPTURE = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n",), dtype="float32")) -> R.Tensor(dtype="float32", ndim=1):
+        n = T.int64()
+        m = T.int64()
+{before}        @R.function
+        def f(y: R.Tensor(("n",), dtype="float32")) -> R.Tensor(dtype="float32", ndim=1):
+            n = T.int64()
+            z: R.Tensor((m,), dtype="float32") = R.zeros(R.shape([m]), dtype="float32")
+            return z
+{after}        out: R.Tensor(dtype="float32", ndim=1) = f(x)
+        return out
+'''
+DEFINES_M = ('        u: R.Tensor(dtype="float32", ndim=1) = R.unique(x)\n'
+             '        um: R.Tensor((m,), dtype="float32") = R.match_cast(u, R.Tensor((m,), dtype="float32"))\n')
+
+
+def test_nested_function_sees_only_what_is_defined_before_it():
+    from tessera.script import from_source
+
+    well_formed(from_source(NESTED_CAPTURE.format(before=DEFINES_M, after="")))
+    # m is declared for the text, but its match_cast comes after the def: f cannot capture it.
+    with pytest.raises(WellFormedError, match=r"in function 'main', nested function 'f': symbolic variable 'm' "
+                       r"is used before it is defined"):
+        well_formed(from_source(NESTED_CAPTURE.format(before="", after=DEFINES_M)))

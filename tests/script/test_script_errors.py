@@ -94,3 +94,34 @@ def test_match_cast_that_contradicts_static_info_still_parses_and_fails_at_run_t
     with pytest.raises(RuntimeCheckError, match=r"match_cast in lv0: R.Tensor\(\(m, 8\), dtype=\"float32\"\) = "
                        r"R.match_cast\(x, .*\): expected .*, got shape \(3, 4\): dimension 1 is 4, not 8"):
         interpret(mod, "main", np.zeros((3, 4), np.float32), np.zeros((4, 4), np.float32))
+
+
+NESTED = ["@R.function", 'def f(y: R.Tensor(("m", 4), dtype="float32")) -> R.Tensor(("m", 4), dtype="float32"):']
+
+
+def test_nested_function_errors():
+    # A nested def sees what the enclosing function bound before it, nothing bound later.
+    with pytest.raises(ScriptError, match=r"^line 9, column 26: undefined variable 'later'"):
+        from_source(body(*NESTED, "    m = T.int64()", "    z = R.add(y, later)", "    return z",
+                         "later = R.exp(x)", "return x"))
+    with pytest.raises(ScriptError, match=r"^line 9, column 17: nested function 'f' cannot call itself; "
+                       r"recursion needs a module-level function \(cls.f\)"):
+        from_source(body(*NESTED, "    m = T.int64()", "    z = f(y)", "    return z", "return x"))
+    with pytest.raises(ScriptError, match=r"^line 7, column 15: parameter 'w' of nested function 'g' is already "
+                       r"bound in the enclosing function"):
+        from_source(body("@R.function", 'def g(w: R.Tensor((4,), dtype="float32")) -> R.Tensor((4,), '
+                         'dtype="float32"):', "    return w", "return x"))
+    with pytest.raises(ScriptError, match=r"^line 7, column 9: 'x' is already bound"):
+        from_source(body("@R.function", 'def x(w2: R.Tensor((4,), dtype="float32")) -> R.Tensor((4,), '
+                         'dtype="float32"):', "    return w2", "return x"))
+    with pytest.raises(ScriptError, match=r"^line 8, column 13: a nested function is defined in the function "
+                       r"body, outside dataflow blocks"):
+        from_source(body("with R.dataflow():", *["    " + line for line in NESTED], "        return y",
+                         "    lv0 = R.exp(x)", "    R.output(lv0)", "return lv0"))
+    with pytest.raises(ScriptError, match=r"^line 6, column 10: functions are decorated with @R.function, "
+                       r"not @T.prim_func"):
+        from_source(body("@T.prim_func", NESTED[1], "    return y", "return x"))
+    # A symbolic variable the enclosing function does not declare is not captured from anywhere.
+    with pytest.raises(ScriptError, match=r"symbolic variable 'q' is not declared"):
+        from_source(body(*NESTED, "    m = T.int64()", "    z = R.reshape(y, R.shape([q, 4]))", "    return z",
+                         "return x"))
