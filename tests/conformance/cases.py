@@ -604,3 +604,13 @@ def _cnn_mobilenet() -> Case:
     rng = np.random.default_rng(36)
     image = rng.standard_normal((1, config.in_channels, config.image_size, config.image_size)).astype(np.float32)
     return Case("cnn", _cnn_mobilenet.__doc__, nn.bind_weights(mod, weights), (Call("main", (image,)),))
+
+
+@case("program-closure")
+def _program_closure() -> Case:
+    rng = np.random.default_rng(37)
+    x, w = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    return Case("program", "nested functions: one captures a tensor and a size (lambda-lifted into a function "
+                "with extra parameters), one is passed as a value to a function that calls it",
+                _no_inline(_modules().closures(), "apply"), (Call("main", (x, w)), Call("main", (x[:1], w))),
+                numpy=lambda call: [(call.args[0] * call.args[1] * 2).reshape(-1)])
