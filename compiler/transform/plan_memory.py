@@ -300,7 +300,7 @@ class _Step:
     binding: object  # the Binding, None for an arm's result
     var: Var | None
     value: object
-    scope: tuple  # which arms it is inside: ((if step index, arm), ...)
+    scope: tuple  # the arms it is inside, outermost first: ((id of the If binding, arm number), ...)
     reads: object = None  # what an arm's result step reads
 
 
