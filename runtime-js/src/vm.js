@@ -314,6 +314,13 @@ class GpuMachine {
     const kernel = vm.exe.kernels[op.kernel];
     /** @type {GPUBindGroupEntry[]} */
     const entries = tensors.map((t, binding) => ({ binding, resource: { buffer: t.memory, offset: t.offset, size: t.nbytes } }));
+    // Every storage binding is read_write, and WebGPU refuses two writable bindings of overlapping
+    // bytes (the dispatch would be dropped and its outputs left as they were): say so here instead.
+    tensors.forEach((a, i) => tensors.slice(0, i).forEach((b, j) => {
+      if (a.memory === b.memory && a.offset < b.offset + b.nbytes && b.offset < a.offset + a.nbytes) {
+        throw new RuntimeCheckError(`kernel ${kernel.name}: bindings ${j} and ${i} overlap in one buffer, which WebGPU refuses`);
+      }
+    }));
     if (kernel.abi.scalars.length) {
       let uniform = this.uniforms.get(op);
       if (!uniform) {

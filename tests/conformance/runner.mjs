@@ -9,6 +9,13 @@ export const INDEX_FORMAT = "tessera-conformance-index";
 export const VERSION = 1;
 const GENERATE = "run `python tests/conformance/generate.py` (make test-python runs it) to build the conformance cases";
 
+/** The library every adapter registers for cases that call a user library (tessera.test.*). */
+export const TEST_LIBRARIES = {
+  "tessera.test.double": (x, out) => {
+    for (let i = 0; i < x.length; i++) out[i] = 2 * x[i];
+  },
+};
+
 /** A shard store that keeps nothing: every case loads its weights as a first visit does. */
 export const NO_CACHE = { kind: "none", get: async () => undefined, put: async () => undefined };
 
@@ -52,16 +59,17 @@ async function readArray(folderUrl, entry, fetchFn) {
   return { dtype: entry.dtype, shape: entry.shape, data: new Typed(await response.arrayBuffer()) };
 }
 
-/** A call's arguments as runtime-js takes them: HostTensors and numbers. */
+/** An argument as runtime-js takes it: a HostTensor, a number, or an array (a tuple) of them. */
+async function readArg(folderUrl, arg, fetchFn) {
+  if ("value" in arg) return arg.value;
+  if ("tuple" in arg) return Promise.all(arg.tuple.map((field) => readArg(folderUrl, field, fetchFn)));
+  const array = await readArray(folderUrl, arg, fetchFn);
+  return new HostTensor(array.data, array.shape, array.dtype);
+}
+
+/** A call's arguments. */
 async function readArgs(folderUrl, call, fetchFn) {
-  return Promise.all(call.args.map(async (arg) => {
-    if ("value" in arg) return arg.value;
-    const array = await readArray(folderUrl, arg, fetchFn);
-    if (array.data instanceof BigInt64Array || arg.dtype === "bool") {
-      throw new Error(`argument ${arg.name} is ${arg.dtype}: HostTensor holds float32, int32 and uint32 only`);
-    }
-    return new HostTensor(array.data, array.shape);
-  }));
+  return Promise.all(call.args.map((arg) => readArg(folderUrl, arg, fetchFn)));
 }
 
 const flatten = (result) => (Array.isArray(result) ? result.flatMap(flatten) : [result]);
@@ -69,6 +77,10 @@ const flatten = (result) => (Array.isArray(result) ? result.flatMap(flatten) : [
 /** The one rule, as caseio.py states it too: same shape and dtype; integers and bools exactly
  * equal; floats with |got - expected| <= atol + rtol * |expected| for every element. */
 export function compare(got, expected, entry) {
+  if ("value" in entry) {  // a prim result
+    const passed = (typeof got === "number" || typeof got === "bigint") && Number(got) === Number(entry.value);
+    return { passed, maxError: passed ? 0 : Infinity, message: passed ? "" : `got ${got}, expected the integer ${entry.value}` };
+  }
   if (!got || !got.shape || got.shape.length !== entry.shape.length || got.shape.some((d, i) => d !== entry.shape[i])) {
     return { passed: false, maxError: Infinity, message: `shape [${got?.shape}], expected [${entry.shape}]` };
   }
@@ -119,6 +131,16 @@ export async function checkCase(folderUrl, fetchFn, openRuntime) {
   }
   for (const [index, call] of record.calls.entries()) {
     const where = `call ${index} (${call.function})`;
+    if (call.error) {  // the call must fail with a message holding every fragment
+      try {
+        await runtime.run(call.function, await readArgs(folderUrl, call, fetchFn));
+        fail(`${where}: no error, expected one saying ${call.error.map((f) => JSON.stringify(f)).join(", ")}`);
+      } catch (error) {
+        const missing = call.error.filter((fragment) => !String(error.message).includes(fragment));
+        if (missing.length) fail(`${where}: the error "${error.message}" does not say ${missing.map((f) => JSON.stringify(f)).join(", ")}`);
+      }
+      continue;
+    }
     let outputs;
     try {
       outputs = flatten(await runtime.run(call.function, await readArgs(folderUrl, call, fetchFn)));
@@ -131,7 +153,8 @@ export async function checkCase(folderUrl, fetchFn, openRuntime) {
       continue;
     }
     for (const [position, entry] of call.outputs.entries()) {
-      const result = compare(outputs[position], await readArray(folderUrl, entry, fetchFn), entry);
+      const expected = "value" in entry ? null : await readArray(folderUrl, entry, fetchFn);
+      const result = compare(outputs[position], expected, entry);
       report.maxError = Math.max(report.maxError, result.maxError);
       if (!result.passed) fail(`${where} output ${position}: ${result.message}`);
     }
