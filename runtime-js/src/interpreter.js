@@ -130,19 +130,24 @@ export class Interpreter {
     handle.held = [];
     /** @type {Set<Block>} */
     let kept = new Set();
+    let done = false;
     try {
       const values = args.map((arg) => this.upload(arg, entry));
       const result = await this.invoke(name, values, entry, 0);
       machine.flush();
       kept = reachable(result);
-      if (toHost) return await this.toHost(result);
-      return this.leaveInPlace(result, handle);
+      const value = toHost ? await this.toHost(result) : this.leaveInPlace(result, handle);
+      done = true;
+      return value;
     } finally {
+      machine.flush();
       for (const block of entry.owned) {
-        if (!toHost && kept.has(block)) handle.held.push(block);
+        if (done && !toHost && kept.has(block)) handle.held.push(block);
         else machine.pool.release(block);
       }
-      for (const block of previous) {
+      // A failed call leaves the last results' blocks alone: one may still be current.
+      if (!done) handle.held.push(...previous);
+      else for (const block of previous) {
         if (!toHost && kept.has(block)) handle.held.push(block);
         else machine.pool.release(block);
       }
