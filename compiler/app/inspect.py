@@ -27,6 +27,8 @@ def summarize(exe: Executable) -> dict:
             "liveness_lower_bound_bytes": memory["liveness_lower_bound_bytes"],
             "arena_buffers": memory["buffers"],
             "storages": memory["storages"],
+            "runtime_allocations": f.get("runtime_allocations", []),
+            "calls": sorted({op["func"] for op in f["code"] if op["op"] == "call" and "func" in op}),
         }
     kernels = [{"name": k["name"], "backend": k["backend"], "rule": k["rule"], "pattern": k["pattern"],
                 "workgroup_size": k["workgroup_size"], "grid": k["grid"],
@@ -54,6 +56,11 @@ def format_summary(summary: dict, verbose: bool = False) -> str:
         lines.append(f"function {name}: {_count(f['launches'], 'kernel launch', 'kernel launches')}; symbols {symbols}")
         lines.append(f"  params: {_params(f['params'])}")
         lines.append(f"  arena: {_arena(f)}")
+        if f["calls"]:
+            lines.append(f"  calls: {', '.join(f['calls'])}")
+        for allocation in f["runtime_allocations"]:
+            lines.append(f"  allocated at run time: {allocation['size']} bytes (register {allocation['register']}): "
+                         f"{allocation['reason']}")
         if verbose:
             for s in f["storages"]:
                 place = f"buffer {s['buffer']} offset {s['offset']}" if s["buffer"] is not None else "dynamic"
@@ -105,12 +112,15 @@ def _type(sinfo: dict) -> str:
 
 
 def _arena(f: dict) -> str:
-    if f["arena_bytes"] is None:
-        return "planned at run time (a symbolic size has no upper bound)"
+    if not f["arena_buffers"]:
+        return "none" + (" (everything is allocated at run time)" if f["runtime_allocations"] else "")
+    text = f"{mib(f['arena_bytes'])} in {_count(len(f['arena_buffers']), 'buffer', 'buffers')}"
     bound = f["liveness_lower_bound_bytes"]
-    ratio = f" (arena / bound = {f['arena_bytes'] / bound:.3f})" if bound else ""
-    return (f"{mib(f['arena_bytes'])} in {_count(len(f['arena_buffers']), 'buffer', 'buffers')}; liveness lower "
-            f"bound {mib(bound)}{ratio}")
+    if bound:
+        text += f"; liveness lower bound {mib(bound)} (arena / bound = {f['arena_bytes'] / bound:.3f})"
+    if f["runtime_allocations"]:
+        text += "; the rest at run time"
+    return text
 
 
 def _count(n: int, one: str, many: str) -> str:

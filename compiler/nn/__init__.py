@@ -17,14 +17,18 @@ turns weights into constants, which executables keep in their tensor cache.
 """
 
 from .module import (
+    Conv2d,
     Embedding,
     Linear,
+    ModelError,
     Module,
     ModuleList,
     Parameter,
     RMSNorm,
     bind_weights,
+    bind_weights_after_fusion,
     export,
 )
 
-__all__ = ["Embedding", "Linear", "Module", "ModuleList", "Parameter", "RMSNorm", "bind_weights", "export"]
+__all__ = ["Conv2d", "Embedding", "Linear", "ModelError", "Module", "ModuleList", "Parameter", "RMSNorm",
+           "bind_weights", "bind_weights_after_fusion", "export"]

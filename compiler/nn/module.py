@@ -9,9 +9,16 @@ import numpy as np
 
 from .. import op
 from ..ir import BlockBuilder, Constant, IRModule, StructInfo, Tensor, Var
+from ..ir.errors import TesseraError
 from ..ir.expr import Expr, Function, MatchCast, VarBinding
 from ..op.quantized import row_words
+from ..transform.pipeline import Pipeline
 from ..transform.rewrite import map_graph_functions, rewrite_function, substitute_vars
+from ..transform.simplify import fold_constants
+
+
+class ModelError(TesseraError):
+    """A model that cannot be built as described: layer sizes that do not fit, missing weights."""
 
 
 class Parameter:
@@ -96,6 +103,28 @@ class Linear(Module):
         return op.add(y, _var(self.bias)) if self.bias is not None else y
 
 
+class Conv2d(Module):
+    """y = conv2d(x, W) (+ b) over NCHW images, W of shape (out, in / groups, k, k) as in PyTorch.
+
+    ``groups == in_channels == out_channels`` is a depthwise convolution."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
+                 groups: int = 1, bias: bool = True, dtype: str = "float32"):
+        if in_channels % groups or out_channels % groups:
+            raise ModelError(f"Conv2d: {in_channels} input and {out_channels} output channels do not split "
+                             f"into {groups} groups")
+        self.stride, self.padding, self.groups = stride, padding, groups
+        self.weight = Parameter((out_channels, in_channels // groups, kernel_size, kernel_size), dtype)
+        self.bias = Parameter((out_channels,), dtype) if bias else None
+
+    def forward(self, x: Expr) -> Expr:
+        y = op.nn.conv2d(x, _var(self.weight), strides=self.stride, padding=self.padding, groups=self.groups)
+        if self.bias is None:
+            return y
+        # One bias per channel, broadcast over the image: (C,) read as (C, 1, 1).
+        return op.add(y, op.reshape(_var(self.bias), [self.bias.shape[0], 1, 1]))
+
+
 class Embedding(Module):
     def __init__(self, num: int, dim: int, quant: str | None = None, dtype: str = "float32"):
         self.num, self.dim, self.quant = num, dim, quant
@@ -170,3 +199,15 @@ def bind_weights(mod: IRModule, weights: dict[str, np.ndarray]) -> IRModule:
         return Function(tuple(keep), body, func.ret_struct_info, func.attrs, func.pure)
 
     return map_graph_functions(mod, bind)
+
+
+def bind_weights_after_fusion(pipeline: Pipeline, weights: dict[str, np.ndarray]) -> Pipeline:
+    """``pipeline`` binding ``weights`` (as ``bind_weights``) right after its fusion passes.
+
+    fuse_ops leaves a call that reads a tensor constant out of every fused group, so weights bound
+    before compiling leave each convolution apart from its bias and activation (three kernels where
+    one does). Bound after fusion they become arguments of the fused kernels; the constants folded
+    then (a Linear's transposed weight) cost nothing at run time."""
+    pipeline.insert_after("fuse_tir", "bind_weights", lambda mod: bind_weights(mod, weights))
+    pipeline.insert_after("bind_weights", "fold_bound_weights", fold_constants)
+    return pipeline

@@ -1,4 +1,4 @@
-"""Elementwise operators: binary with broadcasting, unary math, astype, where."""
+"""Elementwise operators: binary with broadcasting, unary math, clip, astype, where."""
 
 from __future__ import annotations
 
@@ -207,6 +207,55 @@ def _legalize_unary(name):
 for _name, (_fn, _float_only) in UNARY.items():
     register_op(_name, inputs=("x",), deduce=_deduce_unary(_float_only), reference=_unary_reference(_fn),
                 legalize=_legalize_unary(_name))
+
+
+# -- clip -----------------------------------------------------------------------
+
+
+def _deduce_clip(call, ctx):
+    x = tensor_input(call, 0, ctx)
+    if x.dtype == "bool":
+        raise DeductionError("dtype mismatch", f"clip needs a number tensor, {ctx.show(call.args[0])} is bool")
+    if call.attr("min") > call.attr("max"):
+        raise DeductionError("invalid attribute", f"clip needs min <= max, got min={call.attr('min')} "
+                             f"max={call.attr('max')}")
+    return x
+
+
+def _bounds(low, high, dtype: str):
+    """The bounds as the tensor's dtype compares: an integer tensor clips to the integers inside
+    [low, high] that it can hold, in the kernel and the reference alike. Infinite means none."""
+    if np.issubdtype(np.dtype(dtype), np.floating):
+        return low, high
+    info = np.iinfo(dtype)
+    return (None if low <= info.min else math.ceil(low)), (None if high >= info.max else math.floor(high))
+
+
+def _clip_reference(x, min, max):  # the attribute names, as Relax spells them
+    low, high = _bounds(min, max, x.dtype.name)
+    out = x if low is None else np.maximum(x, low)
+    return (out if high is None else np.minimum(out, high)).astype(x.dtype)
+
+
+def _legalize_clip(call, ctx):
+    low, high = _bounds(call.attr("min"), call.attr("max"), call.args[0].struct_info.dtype)
+
+    def clip(x):
+        as_type = float if x.dtype in ("f32", "f16") else int
+        # An infinite bound is left out: WGSL has no infinity literal, and it would compare to nothing.
+        if low is not None and low != -math.inf:
+            x = binary("max", x, Const(as_type(low), x.dtype))
+        if high is not None and high != math.inf:
+            x = binary("min", x, Const(as_type(high), x.dtype))
+        return x
+
+    return ctx.elementwise(clip)
+
+
+# ReLU6 is clip(x, min=0, max=6); the bounds are attributes rather than tensors, and a bound left out
+# is no bound.
+register_op("clip", inputs=("x",), attrs={"min": -math.inf, "max": math.inf}, deduce=_deduce_clip,
+            reference=_clip_reference, legalize=_legalize_clip)
 
 
 # -- astype, where ------------------------------------------------------------

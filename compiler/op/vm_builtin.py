@@ -9,7 +9,10 @@ After legalization the pipeline makes memory explicit (docs/passes.md):
 - ``R.memory.alloc_tensor(storage, R.shape([...]), offset=..., dtype=...)``: a tensor
   placed in a storage;
 - ``R.vm.check(value, sinfo_args=...)``: the run-time check of a parameter annotation,
-  binding the symbolic variables of the shape heap.
+  binding the symbolic variables of the shape heap;
+- ``R.vm.call_builtin_dps("name", (inputs..., outputs...), tir_vars, outputs=k)``: a host
+  function of the runtime's library registry writing its last ``k`` arguments (what
+  ``R.call_dps_library`` becomes once its outputs are allocated).
 
 All are impure (they allocate, write or check), so they live outside dataflow blocks.
 """
@@ -53,3 +56,5 @@ register_op("memory.alloc_storage", inputs=("size",), attrs={"token": -1}, deduc
 register_op("memory.alloc_tensor", inputs=("storage", "shape"), attrs={"offset": 0, "dtype": ""},
             deduce=_deduce_memory_alloc_tensor, pure=False)
 register_op("vm.check", inputs=("value",), deduce=_deduce_check, pure=False)
+register_op("vm.call_builtin_dps", inputs=("func", "args", "tir_vars"), attrs={"outputs": 1},
+            deduce=_deduce_object, pure=False, variadic=True)

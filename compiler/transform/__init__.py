@@ -1,5 +1,6 @@
 """Passes: each a function IRModule -> IRModule."""
 
+from .fuse_by_pattern import FusionPattern, find_matches, fuse_ops_by_pattern
 from .fuse_ops import fuse_ops
 from .fuse_tir import fuse_tir
 from .legalize import legalize_ops
@@ -9,5 +10,6 @@ from .plan_memory import plan_memory
 from .simplify import dead_code_elimination, fold_constants, normalize
 from .unalias import unalias_kernel_args
 
-__all__ = ["Pipeline", "dead_code_elimination", "explicit_allocation", "fold_constants", "fuse_ops", "fuse_tir",
-           "legalize_ops", "normalize", "plan_memory", "to_non_dataflow", "vm_shape_lowering"]
+__all__ = ["FusionPattern", "Pipeline", "dead_code_elimination", "explicit_allocation", "find_matches",
+           "fold_constants", "fuse_ops", "fuse_ops_by_pattern", "fuse_tir", "legalize_ops", "normalize",
+           "plan_memory", "to_non_dataflow", "vm_shape_lowering"]

@@ -30,22 +30,20 @@ from ..ir.expr import (
     DataflowBlock,
     DataflowVar,
     Function,
-    GlobalVar,
     Op,
     SeqExpr,
-    ShapeExpr,
     Var,
     VarBinding,
-    with_struct_info,
 )
 from ..ir.module import IRModule
-from ..ir.struct_info import ShapeStructInfo, TensorStructInfo, defining_vars, sinfo_vars
+from ..ir.struct_info import TensorStructInfo
 from ..op.lowering import LegalizeError
 from ..target import Target
 from ..tir.compute import ComputeDef
 from ..tir.pattern import Pattern, analyze_pattern
 from .legalize import describe_call
-from .rewrite import substitute_vars, used_vars
+from .outline import FreshNames, outline_group
+from .rewrite import used_vars
 
 INJECTIVE_KINDS = (Pattern.ELEMWISE, Pattern.BROADCAST, Pattern.INJECTIVE)
 EPILOGUE_KINDS = (Pattern.ELEMWISE, Pattern.BROADCAST)
@@ -55,10 +53,10 @@ REDUCING_KINDS = (Pattern.REDUCTION, Pattern.OUT_EWISE_FUSABLE)
 def fuse_ops(mod: IRModule, target: Target | None = None) -> IRModule:
     target = target or Target("webgpu", features={"shader-f16"})
     functions = dict(mod.functions)
-    fused_names: set[str] = set(functions)
+    fresh = FreshNames(functions)
     for name, func in mod.functions.items():
         if isinstance(func, Function) and not func.attr("Primitive"):
-            functions[name] = _FunctionFuser(func, target, functions, fused_names).run()
+            functions[name] = _FunctionFuser(func, target, functions, fresh).run()
     return IRModule(functions, mod.global_infos)
 
 
@@ -70,8 +68,8 @@ class _Group:
 
 
 class _FunctionFuser:
-    def __init__(self, func: Function, target: Target, functions: dict, taken: set[str]):
-        self.func, self.target, self.functions, self.taken = func, target, functions, taken
+    def __init__(self, func: Function, target: Target, functions: dict, fresh: FreshNames):
+        self.func, self.target, self.functions, self.fresh = func, target, functions, fresh
         self.uses: dict[Var, int] = {}
         for block in func.body.blocks:
             for binding in block.bindings:
@@ -147,7 +145,7 @@ class _FunctionFuser:
             # Computed inside the consumer's reads: not into a matmul, whose rules read memory.
             return consumer_kind in INJECTIVE_KINDS + (Pattern.REDUCTION,) and not consumer.matmul
         if producer.reduction is not None and consumer_kind in EPILOGUE_KINDS and consumer.reduction is None:
-            return _same_shape(p_binding.var.struct_info, binding.var.struct_info)
+            return same_shape(p_binding.var.struct_info, binding.var.struct_info)
         return False
 
     def _bindings_after_merge(self, producer: _Group, consumer: _Group) -> int:
@@ -169,49 +167,10 @@ class _FunctionFuser:
 
     def _outline(self, group: _Group) -> VarBinding:
         members = sorted(group.members, key=lambda b: self._position(b))
-        inside = {b.var for b in members}
-        inputs: list[Var] = []
-        for b in members:
-            for var in used_vars(b.value):
-                if var not in inside and var not in inputs:
-                    inputs.append(var)
-        params = [Var(v.name_hint, v.struct_info) for v in inputs]
-        mapping = dict(zip(inputs, params))
-        bindings = []
-        root = members[-1]
-        for b in members:
-            value = substitute_vars(b.value, mapping)
-            var = Var(b.var.name_hint, b.var.struct_info) if b is root else DataflowVar(b.var.name_hint,
-                                                                                       b.var.struct_info)
-            mapping[b.var] = var
-            bindings.append(VarBinding(var, value))
-        # Symbolic variables the parameters cannot bind come in as one extra shape parameter.
-        bound = {v.name for p in params for v in defining_vars(p.struct_info)}
-        needed = []
-        for b in bindings:
-            for v in sinfo_vars(b.var.struct_info) + [v for p in params for v in sinfo_vars(p.struct_info)]:
-                if v.name not in bound and v not in needed:
-                    needed.append(v)
-        args: list = list(inputs)
-        if needed:
-            params.append(Var("sym", ShapeStructInfo(tuple(needed))))
-            args.append(ShapeExpr(tuple(needed)))
-        name = self._fresh_name("fused_" + "_".join(b.value.op.name.replace("nn.", "") for b in members))
-        body = SeqExpr((DataflowBlock(tuple(bindings)),), mapping[root.var])
-        func = Function(tuple(params), body, root.var.struct_info, self._attrs(bound | {v.name for v in needed}), True)
+        name = self.fresh("fused_" + "_".join(b.value.op.name.replace("nn.", "") for b in members))
+        func, call = outline_group(members, name, (("Primitive", 1),), self.func)
         self.functions[name] = func
-        call = with_struct_info(Call(GlobalVar(name, func.struct_info), tuple(args)), root.var.struct_info)
-        return VarBinding(root.var, call)
-
-    def _attrs(self, names: set[str]) -> tuple:
-        """``Primitive``, and the caller's bounds on the symbolic variables the fused function uses:
-        its members' struct info was deduced under them, so it reads back (script) only with them."""
-        attrs = [("Primitive", 1)]
-        for key in ("tir_var_upper_bound", "tir_var_lower_bound"):
-            bounds = {name: value for name, value in (self.func.attr(key) or {}).items() if name in names}
-            if bounds:
-                attrs.append((key, bounds))
-        return tuple(attrs)
+        return VarBinding(members[-1].var, call)
 
     def _position(self, binding) -> int:
         for block in self.func.body.blocks:
@@ -220,17 +179,8 @@ class _FunctionFuser:
                     return index
         return 0
 
-    def _fresh_name(self, base: str) -> str:
-        base = base[:60]
-        name, count = base, 0
-        while name in self.taken:
-            count += 1
-            name = f"{base}{count}"
-        self.taken.add(name)
-        return name
 
-
-def _same_shape(a, b) -> bool:
+def same_shape(a, b) -> bool:
     if not (isinstance(a, TensorStructInfo) and isinstance(b, TensorStructInfo)):
         return False
     if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from ..ir.errors import TesseraError
 from ..ir.expr import (
     BindingBlock,
     Call,
@@ -20,13 +21,15 @@ from ..ir.expr import (
     Op,
     SeqExpr,
     ShapeExpr,
+    StringImm,
     Tuple,
     Var,
     VarBinding,
     with_struct_info,
 )
 from ..ir.module import IRModule
-from ..ir.struct_info import ObjectStructInfo, TupleStructInfo
+from ..ir.printer import print_sinfo
+from ..ir.struct_info import ObjectStructInfo, TensorStructInfo, TupleStructInfo
 from ..op.registry import make_call
 from .rewrite import map_graph_functions, rewrite_function, substitute_vars
 
@@ -56,6 +59,9 @@ def to_non_dataflow(mod: IRModule) -> IRModule:
 def explicit_allocation(mod: IRModule) -> IRModule:
     def rewrite(binding, dataflow):
         value = binding.value
+        if isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, Op) \
+                and value.op.name == "call_dps_library":
+            return _allocate_library_outputs(binding)
         if not (isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, Op)
                 and value.op.name == "call_tir"):
             return [binding]
@@ -91,6 +97,38 @@ def explicit_allocation(mod: IRModule) -> IRModule:
 
     return map_graph_functions(mod, lambda name, func: rewrite_function(func, rewrite)
                                if not func.attr("Primitive") else func)
+
+
+def _allocate_library_outputs(binding) -> list:
+    """``v = R.call_dps_library(f, args, out_sinfo)``: allocate the outputs, then call the host function
+    ``f`` on (args..., outputs...) through the runtime's library registry."""
+    value, out = binding.value, binding.var
+    sinfo = out.struct_info
+    fields = list(sinfo.fields) if isinstance(sinfo, TupleStructInfo) else [sinfo]
+    for field in fields:
+        if not isinstance(field, TensorStructInfo) or field.shape is None or not field.dtype:
+            raise LowerError(f"R.call_dps_library of {library_name(value.args[0])!r} needs each output's shape "
+                             f"and dtype in out_sinfo to allocate it; got {print_sinfo(field)}")
+    outs = [out] if len(fields) == 1 else [Var(f"{out.name_hint}_{i}", f) for i, f in enumerate(fields)]
+    result = [VarBinding(var, with_struct_info(make_call("builtin.alloc_tensor", ShapeExpr(field.shape),
+                                                         dtype=field.dtype), field))
+              for var, field in zip(outs, fields)]
+    args = Tuple(tuple(value.args[1].fields) + tuple(outs))
+    call = make_call("vm.call_builtin_dps", value.args[0], args, *value.args[2:], outputs=len(outs))
+    done = Var(f"{out.name_hint}_done", ObjectStructInfo())
+    result.append(VarBinding(done, with_struct_info(call, ObjectStructInfo())))
+    if len(fields) > 1:
+        result.append(VarBinding(out, Tuple(tuple(outs))))
+    return result
+
+
+def library_name(expr) -> str:
+    """The name a library call names its function by (a string, or an ExternFunc)."""
+    return expr.value if isinstance(expr, StringImm) else expr.global_symbol
+
+
+class LowerError(TesseraError):
+    """A program the VM cannot be given: its memory or its calls cannot be made explicit."""
 
 
 def vm_shape_lowering(mod: IRModule) -> IRModule:

@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 
 from ..ir.module import IRModule
 from ..target import Target
+from .data_dependent import split_data_dependent
 from .fuse_ops import fuse_ops
 from .fuse_tir import fuse_tir
 from .legalize import legalize_ops
 from .lower_vm import explicit_allocation, to_non_dataflow, vm_shape_lowering
+from .normalize import bind_results
 from .plan_memory import plan_memory
 from .simplify import dead_code_elimination, fold_constants
 from .unalias import unalias_kernel_args
@@ -26,10 +28,12 @@ class Pipeline:
 
     @staticmethod
     def default(target: Target, upper_bounds: dict[str, int] | None = None, fuse: bool = True) -> Pipeline:
-        passes = [("fold_constants", fold_constants), ("dead_code_elimination", dead_code_elimination)]
+        passes = [("bind_results", bind_results), ("fold_constants", fold_constants),
+                  ("dead_code_elimination", dead_code_elimination)]
         if fuse:
             passes += [("fuse_ops", lambda m: fuse_ops(m, target)), ("fuse_tir", lambda m: fuse_tir(m, target))]
         passes += [("legalize_ops", lambda m: legalize_ops(m, target)),
+                   ("split_data_dependent", split_data_dependent),
                    ("unalias_kernel_args", unalias_kernel_args),
                    ("to_non_dataflow", to_non_dataflow),
                    ("vm_shape_lowering", vm_shape_lowering),

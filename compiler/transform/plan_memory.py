@@ -6,10 +6,17 @@ aliases, tuples and tuple items count). Tensors are assigned to storage
 tokens in program order; a token is free again after the last use of the
 tensors in it. Sizes are symbolic byte counts compared with
 ``tessera.arith``: without upper bounds a token is reused only by a tensor of
-provably equal size; with an upper bound for every symbolic variable every
-size is a number, a token is reused by any tensor that fits (best fit) and
-grows to the largest tensor it holds, and the whole function runs from one
-arena. The function's results are never freed, so nothing later overwrites them.
+provably equal size; a tensor whose size has an upper bound (every symbolic
+variable in it has one) goes into the function's arena, a token of which is
+reused by any tensor that fits (best fit) and grows to the largest tensor it
+holds; the others are allocated per call at run time. The function's results
+are never freed, so nothing later overwrites them.
+
+Across control flow and calls (as TVM's StaticPlanBlockMemory): the arms of an
+``If`` are planned one after the other, so each reuses what the other frees;
+a function that another calls hands its results to the caller, so they are
+allocated at run time rather than in its arena; a recursive function may be
+active twice at once, so all its storage is allocated per call.
 
 The arena is laid out for the target's device: tokens at offsets aligned to its
 storage alignment (WebGPU: 256 bytes), split into buffers no larger than its
@@ -22,7 +29,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import arith
-from ..ir.expr import Call, Function, Op, ShapeExpr, Tuple, TupleGetItem, Var, VarBinding, with_struct_info
+from ..ir.expr import (
+    Call,
+    Function,
+    GlobalVar,
+    If,
+    Op,
+    SeqExpr,
+    ShapeExpr,
+    Tuple,
+    TupleGetItem,
+    Var,
+    VarBinding,
+    with_struct_info,
+)
 from ..ir.module import IRModule
 from ..ir.struct_info import ObjectStructInfo, TensorStructInfo
 from ..op.registry import make_call
@@ -51,14 +71,17 @@ class StorageToken:
     tensors: list[str] = field(default_factory=list)
     offset: int | None = None  # in the arena
     buffer: int | None = None  # which arena buffer holds it
+    scope: tuple = ()  # the branch arms it was made in: a storage allocated at run time serves only there
 
 
 @dataclass
 class MemoryPlan:
     tokens: list[StorageToken]
-    tensor_token: dict[str, int]  # tensor (binding name) -> token index
-    buffers: list[int]  # byte size of each arena buffer (static plans only)
+    tensor_token: dict[str, int]  # tensor (binding name) -> token index, for people and tests
+    buffers: list[int]  # byte size of each arena buffer (the storages with an upper bound)
     liveness_lower_bound: int | None  # most bytes live at once, at the upper bounds
+    recursive: bool = False  # every storage is allocated per call
+    var_token: dict[Var, int] = field(default_factory=dict)  # by variable (names may repeat across arms)
 
     @property
     def static(self) -> bool:
@@ -66,11 +89,12 @@ class MemoryPlan:
 
     @property
     def arena_bytes(self) -> int | None:
-        return sum(self.buffers) if self.static else None
+        return sum(self.buffers)
 
     def to_json(self) -> dict:
         return {
             "static": self.static,
+            "recursive": self.recursive,
             "arena_bytes": self.arena_bytes,
             "buffers": self.buffers,
             "liveness_lower_bound_bytes": self.liveness_lower_bound,
@@ -85,13 +109,69 @@ def plan_memory(mod: IRModule, upper_bounds: dict[str, int] | None = None,
     ``R.builtin.alloc_tensor`` becomes ``R.memory.alloc_tensor`` in a ``R.memory.alloc_storage``
     emitted just before the storage's first tensor."""
 
+    callees, recursive = call_graph(mod)
+
     def plan(name: str, func: Function) -> Function:
         if func.attr("Primitive"):
             return func
-        result = plan_function(func, upper_bounds, max_buffer_size, alignment)
+        result = plan_function(func, upper_bounds, max_buffer_size, alignment,
+                               results_outlive_call=name in callees, recursive=name in recursive)
         return _place(func, result, alignment).with_attr("memory_plan", result.to_json())
 
     return map_graph_functions(mod, plan)
+
+
+def call_graph(mod: IRModule) -> tuple[set[str], set[str]]:
+    """(functions another function calls or takes as a value, functions on a cycle of such uses)."""
+    uses: dict[str, set[str]] = {}
+    for name, func in mod.functions.items():
+        if isinstance(func, Function) and not func.attr("Primitive"):
+            uses[name] = {g.name for g in _referenced_functions(func.body)
+                          if isinstance(mod.functions.get(g.name), Function)}
+    callees = set().union(*uses.values()) if uses else set()
+    recursive = set()
+    for start in uses:
+        seen, stack = set(), list(uses[start])
+        while stack:
+            name = stack.pop()
+            if name == start:
+                recursive.add(start)
+                break
+            if name not in seen:
+                seen.add(name)
+                stack.extend(uses.get(name, ()))
+    return callees, recursive
+
+
+def _referenced_functions(expr) -> list[GlobalVar]:
+    """Global graph functions ``expr`` calls or uses as values (kernels of call_tir are arguments of
+    an Op call, and are filtered out by the caller, which knows which globals are graph functions)."""
+    found: list[GlobalVar] = []
+
+    def visit(e):
+        if isinstance(e, GlobalVar):
+            found.append(e)
+        elif isinstance(e, SeqExpr):
+            for block in e.blocks:
+                for b in block.bindings:
+                    visit(b.value)
+            visit(e.body)
+        elif isinstance(e, If):
+            visit(e.cond)
+            visit(e.true_branch)
+            visit(e.false_branch)
+        elif isinstance(e, Call):
+            visit(e.op)
+            for a in e.args:
+                visit(a)
+        elif isinstance(e, Tuple):
+            for f in e.fields:
+                visit(f)
+        elif isinstance(e, TupleGetItem):
+            visit(e.tuple_value)
+
+    visit(expr)
+    return found
 
 
 def _place(func: Function, plan: MemoryPlan, alignment: int) -> Function:
@@ -101,7 +181,9 @@ def _place(func: Function, plan: MemoryPlan, alignment: int) -> Function:
         value = binding.value
         if not (isinstance(value, Call) and isinstance(value.op, Op) and value.op.name == "builtin.alloc_tensor"):
             return [binding]
-        token = plan.tokens[plan.tensor_token[binding.var.name_hint]]
+        if binding.var not in plan.var_token:
+            return [binding]  # allocated at run time from the pool (a result that outlives its call)
+        token = plan.tokens[plan.var_token[binding.var]]
         out = []
         if token.index not in storages:
             size = arith.IntImm(_align(token.static_size, alignment)) if token.static_size is not None else token.size
@@ -119,12 +201,19 @@ def _place(func: Function, plan: MemoryPlan, alignment: int) -> Function:
 
 
 def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
-                  max_buffer_size: int = MAX_BUFFER_SIZE, alignment: int = ALIGNMENT) -> MemoryPlan:
+                  max_buffer_size: int = MAX_BUFFER_SIZE, alignment: int = ALIGNMENT,
+                  results_outlive_call: bool = False, recursive: bool = False) -> MemoryPlan:
+    """Plan one function. ``results_outlive_call``: another function calls it, so its results are not
+    planned (they are allocated at run time and handed to the caller). ``recursive``: it may be
+    active twice at once, so nothing goes into an arena of its own: every storage is allocated per call."""
     bounds = dict(func.attr("tir_var_upper_bound", {}) or {})
     bounds.update(upper_bounds or {})
     analyzer = arith.Analyzer({k: (0, v) for k, v in bounds.items()}, nonnegative=True)
-    bindings = [b for block in func.body.blocks for b in block.bindings]
-    produced: dict[Var, int] = {}  # tensor var -> binding index
+    # Branches are planned as one sequence, each arm after the other and the If after both: what an
+    # arm allocates and drops is free again for the other arm; what it hands to the merge is live
+    # until the merged value's last use.
+    steps = _linearize(func.body, ())
+    produced: dict[Var, int] = {}  # tensor var -> step index
     refers: dict[Var, set[Var]] = {}  # any var -> the planned tensors it may hold
     fields: dict[Var, list[set[Var]]] = {}  # tuple var -> what each field holds
 
@@ -137,43 +226,55 @@ def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
             found |= refers.get(var, set())
         return found
 
-    for index, b in enumerate(bindings):
-        value = b.value
-        if isinstance(b, VarBinding) and _is_kernel_call(value) and isinstance(b.var.struct_info, TensorStructInfo):
-            produced[b.var] = index
-            refers[b.var] = {b.var}
-        elif isinstance(b, VarBinding) and isinstance(value, (Var, Tuple, TupleGetItem)):
-            refers[b.var] = held(value)
+    for index, step in enumerate(steps):
+        var, value = step.var, step.value
+        if step.binding is not None and _is_kernel_call(value) and isinstance(var.struct_info, TensorStructInfo):
+            produced[var] = index
+            refers[var] = {var}
+        elif var is not None and isinstance(value, (Var, Tuple, TupleGetItem)):
+            refers[var] = held(value)
             if isinstance(value, Tuple):
-                fields[b.var] = [held(f) for f in value.fields]
+                fields[var] = [held(f) for f in value.fields]
+        elif var is not None and isinstance(value, If):
+            refers[var] = held(value.true_branch.body) | held(value.false_branch.body)
+        elif var is not None and isinstance(value, Call) and not isinstance(value.op, Op):
+            refers[var] = held(Tuple(value.args))  # a callee may hand back one of its arguments
     last_use: dict[Var, int] = {v: i for v, i in produced.items()}
-    for index, b in enumerate(bindings):
-        if isinstance(b.value, Tuple):
+    for index, step in enumerate(steps):
+        if step.binding is None:
+            reads = held(step.reads)
+        elif isinstance(step.value, Tuple):
             continue  # building a tuple reads nothing; its items are used where they are taken out
-        for tensor in held(b.value):
+        elif isinstance(step.value, If):  # the arms' bindings were steps of their own
+            reads = held(step.value.cond)
+        else:
+            reads = held(step.value)
+        for tensor in reads:
             last_use[tensor] = max(last_use[tensor], index)
     results = held(func.body.body)
 
     tokens: list[StorageToken] = []
     free: list[StorageToken] = []
-    tensor_token: dict[str, int] = {}
+    var_token: dict[Var, int] = {}
     live: dict[Var, StorageToken] = {}
     peak = 0
-    sizes = {v: device_bytes(v.struct_info) for v in produced}
-    static = {v: analyzer.upper_bound(s) for v, s in sizes.items()}
-    for index, b in enumerate(bindings):
-        # Tokens whose tensors were last used before this binding are free again.
+    planned = {v for v in produced if not (results_outlive_call and v in results)}
+    sizes = {v: device_bytes(v.struct_info) for v in planned}
+    static = {v: None if recursive else analyzer.upper_bound(s) for v, s in sizes.items()}
+    for index, step in enumerate(steps):
+        # Tokens whose tensors were last used before this step are free again.
         for tensor, token in list(live.items()):
             if last_use[tensor] < index and tensor not in results:
                 del live[tensor]
                 if not any(t is token for t in live.values()):
                     free.append(token)
-        if b.var not in produced:
+        if step.var not in planned or step.binding is None:
             continue
-        tensor = b.var
-        token = _reuse(free, sizes[tensor], static[tensor], analyzer)
+        tensor = step.var
+        token = _reuse([t for t in free if t.static_size is not None or step.scope[:len(t.scope)] == t.scope],
+                       sizes[tensor], static[tensor], analyzer)
         if token is None:
-            token = StorageToken(len(tokens), sizes[tensor], static[tensor])
+            token = StorageToken(len(tokens), sizes[tensor], static[tensor], scope=step.scope)
             tokens.append(token)
         else:
             free.remove(token)
@@ -182,13 +283,38 @@ def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
                 token.size = arith.IntImm(token.static_size) if not analyzer.prove_equal(token.size, sizes[tensor]) \
                     else token.size
         token.tensors.append(tensor.name_hint)
-        tensor_token[tensor.name_hint] = token.index
+        var_token[tensor] = token.index
         live[tensor] = token
         if all(s is not None for s in static.values()):
             peak = max(peak, sum(static[t] for t in live))
-    buffers = _layout(tokens, max_buffer_size, alignment) if all(t.static_size is not None for t in tokens) else []
+    buffers = _layout([t for t in tokens if t.static_size is not None], max_buffer_size, alignment)
     lower_bound = peak if all(s is not None for s in static.values()) else None
-    return MemoryPlan(tokens, tensor_token, buffers, lower_bound)
+    names = {v.name_hint: t for v, t in var_token.items()}
+    return MemoryPlan(tokens, names, buffers, lower_bound, recursive, var_token)
+
+
+@dataclass
+class _Step:
+    """One binding of the function, or the read of an arm's result, in planning order."""
+
+    binding: object  # the Binding, None for an arm's result
+    var: Var | None
+    value: object
+    scope: tuple  # which arms it is inside: ((if step index, arm), ...)
+    reads: object = None  # what an arm's result step reads
+
+
+def _linearize(seq: SeqExpr, scope: tuple) -> list[_Step]:
+    steps: list[_Step] = []
+    for block in seq.blocks:
+        for b in block.bindings:
+            if isinstance(b.value, If):
+                for arm_number, arm in enumerate((b.value.true_branch, b.value.false_branch)):
+                    arm_scope = scope + ((id(b), arm_number),)
+                    steps.extend(_linearize(arm, arm_scope))
+                    steps.append(_Step(None, None, None, arm_scope, reads=arm.body))
+            steps.append(_Step(b, b.var, b.value, scope))
+    return steps
 
 
 def _is_kernel_call(value) -> bool:

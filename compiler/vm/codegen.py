@@ -5,11 +5,16 @@ Each graph function becomes a list of instructions over numbered registers:
 - ``match``: check a value against struct info at run time, binding symbolic
   variables into the shape heap (parameters and match_cast);
 - ``launch``: run a kernel on argument registers, writing its output register;
-- ``move``, ``tuple``, ``get``, ``shape``: plumbing;
-- ``ret``: the result.
+- ``call``, ``func``: call a function of the executable (by name or as a value);
+- ``if``, ``goto``: Relax ``If``, each arm ``move``-ing its result to the merge register;
+- ``call_builtin``: a host function of the runtime's library registry;
+- ``alloc_storage``, ``alloc_tensor``: what the plan left to run time;
+- ``prim``, ``move``, ``tuple``, ``get``, ``shape``: plumbing;
+- ``ret``: the result (after a ``match`` against the declared return).
 
-Every tensor register has a static location: a parameter, a weight, or a
-storage token of the memory plan. Shapes and launch grids are shape
+A tensor register whose place is decided when compiling has a location: a
+parameter, a weight, a storage token of the arena, or a storage allocated at
+run time; other registers hold run-time values. Shapes and launch grids are shape
 expressions as text (``tessera.arith`` syntax) evaluated on the shape heap.
 """
 
@@ -20,17 +25,23 @@ from ..ir.errors import TesseraError
 from ..ir.expr import (
     Call,
     Constant,
+    ExternFunc,
     Function,
+    GlobalVar,
+    If,
     MatchCast,
     Op,
+    PrimValue,
+    SeqExpr,
     ShapeExpr,
     Tuple,
     TupleGetItem,
     Var,
 )
 from ..ir.module import IRModule
-from ..ir.printer import print_binding
+from ..ir.printer import print_binding, print_sinfo
 from ..ir.struct_info import (
+    FuncStructInfo,
     ObjectStructInfo,
     PrimStructInfo,
     ShapeStructInfo,
@@ -41,12 +52,13 @@ from ..ir.struct_info import (
 )
 from ..target import Target
 from ..tir.ir import PrimFunc
+from ..transform.lower_vm import library_name
 from ..transform.plan_memory import device_bytes
-from .executable import Executable
+from .executable import Executable, sinfo_from_json
 
 
 class VMCompileError(TesseraError):
-    """A program the VM cannot run yet (control flow, runtime calls) or whose memory cannot be planned."""
+    """A program the VM cannot run, or whose memory cannot be planned."""
 
 
 def sinfo_json(sinfo: StructInfo) -> dict:
@@ -61,7 +73,7 @@ def sinfo_json(sinfo: StructInfo) -> dict:
                 "value": None if sinfo.value is None else arith.to_source(sinfo.value)}
     if isinstance(sinfo, TupleStructInfo):
         return {"kind": "tuple", "fields": [sinfo_json(f) for f in sinfo.fields]}
-    if isinstance(sinfo, ObjectStructInfo):
+    if isinstance(sinfo, (ObjectStructInfo, FuncStructInfo)):  # a function value is checked by the call
         return {"kind": "object"}
     raise VMCompileError(f"the VM cannot pass values of {sinfo!r} yet")
 
@@ -78,30 +90,34 @@ def compile_vm(mod: IRModule, target: Target, compiled, upper_bounds: dict[str, 
         kernel_index[name] = len(kernels)  # call_tir names the module's entry, whatever the PrimFunc calls itself
         kernels.append(kernel.record(func))
     constants: dict = {}
-    functions = {}
-    for name, func in mod.functions.items():
-        if isinstance(func, Function) and not func.attr("Primitive"):
-            functions[name] = _FunctionCompiler(name, func, kernel_index, kernels, constants, target,
-                                                upper_bounds).run()
+    functions: dict = {}
+    graph = {name: f for name, f in mod.functions.items() if isinstance(f, Function) and not f.attr("Primitive")}
+    libraries: list[str] = []
+    for name, func in graph.items():
+        functions[name] = _FunctionCompiler(name, func, kernel_index, kernels, constants, target,
+                                            upper_bounds, graph, libraries).run()
     features = sorted({f for k in kernels for f in k["requirements"]["features"]})
     return Executable({"kind": target.kind, "name": target.name, "backend": target.backend,
                        "features": sorted(target.features)},
                       functions, kernels, features, _required_limits(kernels, functions), constants,
-                      dict(compiled.modules))
+                      dict(compiled.modules), sorted(libraries))
 
 
 class _FunctionCompiler:
     """Compile one function of the lowered program (after vm_shape_lowering, explicit_allocation
-    and plan_memory) into instructions; every tensor register gets a location."""
+    and plan_memory) into instructions; every tensor register whose place is decided when compiling
+    gets a location, the others (call results, merges, builtin results) hold run-time values."""
 
-    def __init__(self, name, func: Function, kernel_index, kernels, constants, target: Target, upper_bounds):
+    def __init__(self, name, func: Function, kernel_index, kernels, constants, target: Target, upper_bounds,
+                 functions: dict, libraries: list):
         self.name, self.func, self.kernel_index, self.constants = name, func, kernel_index, constants
-        self.kernels = kernels
+        self.kernels, self.functions, self.libraries = kernels, functions, libraries
         self.registers: dict[Var, int] = {}
         self.locations: dict[int, dict] = {}  # tensor register -> where it lives
         self.tensors: dict[int, dict] = {}  # tensor register -> {"shape", "dtype", "bytes"}
         self.storages: dict[int, int] = {}  # storage register -> token
         self.constant_registers: dict[int, int] = {}
+        self.runtime_allocations: list[dict] = []
         self.code: list[dict] = []
         bounds = dict(func.attr("tir_var_upper_bound", {}) or {})
         bounds.update(upper_bounds or {})
@@ -109,6 +125,7 @@ class _FunctionCompiler:
         self.plan = func.attr("memory_plan")
         if self.plan is None:
             raise VMCompileError(f"function {name} has no memory plan: run plan_memory before VM code generation")
+        self.dynamic_tokens = {s["index"] for s in self.plan["storages"] if s["static_size"] is None}
         self.next_register = 0
 
     def register(self, var=None) -> int:
@@ -120,39 +137,54 @@ class _FunctionCompiler:
 
     def run(self) -> dict:
         func = self.func
-        symbols = []
-        for p in func.params:
-            for v in sinfo_vars(p.struct_info):
-                if v.name not in symbols:
-                    symbols.append(v.name)
         params = []
         state = set(func.attr("state_params", ()) or ())
         for index, p in enumerate(func.params):
             reg = self.register(p)
-            if isinstance(p.struct_info, TensorStructInfo):
+            if isinstance(p.struct_info, TensorStructInfo) and _known(p.struct_info):
                 self._tensor(reg, p.struct_info, {"kind": "param", "index": index})
+            elif p.name_hint in state:
+                raise VMCompileError(f"state parameter {p.name_hint} of {self.name} needs a known shape and dtype")
             params.append({"name": p.name_hint, "register": reg, "sinfo": sinfo_json(p.struct_info),
                            "state": p.name_hint in state})
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                try:
-                    self._binding(binding)
-                except VMCompileError as error:
-                    raise VMCompileError(f"{error} (in {print_binding(binding)})") from None
-        result = self._operand(func.body.body)
+        result = self._seq(func.body)
+        self._match(result, func.ret_struct_info, f"result of {self.name}")
         self.code.append({"op": "ret", "src": result})
+        symbols = []
+        for op in self.code:
+            if op["op"] == "match":
+                for v in sinfo_vars(sinfo_from_json(op["sinfo"])):
+                    if v.name not in symbols:
+                        symbols.append(v.name)
         return {
             "params": params, "code": self.code, "registers": self.next_register,
             "symbols": {s: {"upper_bound": self.bounds.get(s)} for s in symbols},
             "unbounded_symbols": [s for s in symbols if s not in self.bounds],
             "tensors": {str(r): t for r, t in self.tensors.items()},
             "locations": {str(r): loc for r, loc in self.locations.items()},
-            "memory": self.plan, "result": sinfo_json(func.ret_struct_info),
+            "memory": self.plan, "runtime_allocations": self.runtime_allocations,
+            "result": sinfo_json(func.ret_struct_info),
         }
 
+    def _seq(self, seq: SeqExpr) -> int:
+        """Emit a sequence's bindings; the register of its result."""
+        for block in seq.blocks:
+            for binding in block.bindings:
+                try:
+                    self._binding(binding)
+                except VMCompileError as error:
+                    if "(in " in str(error):
+                        raise
+                    raise VMCompileError(f"{error} (in {print_binding(binding)})") from None
+        return self._operand(seq.body)
+
+    def _match(self, reg: int, sinfo: StructInfo, what: str) -> None:
+        self.code.append({"op": "match", "reg": reg, "sinfo": sinfo_json(sinfo), "text": print_sinfo(sinfo),
+                          "what": what})
+
     def _tensor(self, reg: int, sinfo: TensorStructInfo, location: dict) -> None:
-        if sinfo.shape is None or not sinfo.dtype:
-            raise VMCompileError("the VM needs tensors of known shape and dtype")
+        if not _known(sinfo):
+            raise VMCompileError("a tensor the VM places when compiling needs a known shape and dtype")
         self.tensors[reg] = {"shape": [arith.to_source(d) for d in sinfo.shape], "dtype": sinfo.dtype,
                              "bytes": arith.to_source(device_bytes(sinfo))}
         self.locations[reg] = location
@@ -179,25 +211,42 @@ class _FunctionCompiler:
             reg = self.register()
             self.code.append({"op": "shape", "dst": reg, "values": [arith.to_source(v) for v in expr.values]})
             return reg
-        raise VMCompileError(f"the VM cannot evaluate {type(expr).__name__} yet")
+        if isinstance(expr, PrimValue):
+            reg = self.register()
+            self.code.append({"op": "prim", "dst": reg, "value": arith.to_source(expr.value)})
+            return reg
+        if isinstance(expr, GlobalVar):
+            if expr.name not in self.functions:
+                raise VMCompileError(f"the module has no graph function '{expr.name}' to use as a value")
+            reg = self.register()
+            self.code.append({"op": "func", "dst": reg, "name": expr.name})
+            return reg
+        raise VMCompileError(f"the VM cannot evaluate {type(expr).__name__} as a value")
 
     def _binding(self, binding) -> None:
         value = binding.value
         if isinstance(binding, MatchCast):
             src = self._operand(value)
             self.registers[binding.var] = src
-            self.code.append({"op": "match", "reg": src, "sinfo": sinfo_json(binding.struct_info),
-                              "what": f"match_cast of {binding.var.name_hint}"})
+            self._match(src, binding.struct_info, f"match_cast of {binding.var.name_hint} in {self.name}")
             return
         if isinstance(value, Call) and isinstance(value.op, Op):
             handler = {"vm.check": self._check, "memory.alloc_storage": self._alloc_storage,
-                       "memory.alloc_tensor": self._alloc_tensor, "call_tir_dps": self._launch}.get(value.op.name)
+                       "memory.alloc_tensor": self._alloc_tensor, "builtin.alloc_tensor": self._alloc_runtime_tensor,
+                       "call_tir_dps": self._launch, "vm.call_builtin_dps": self._builtin_dps,
+                       "call_pure_packed": self._builtin_returning}.get(value.op.name)
             if handler is None:
                 raise VMCompileError(f"R.{value.op.name} cannot run in the VM: lower the module first "
                                      "(legalize_ops, explicit_allocation, plan_memory)")
             handler(binding, value)
             return
-        if isinstance(value, (Var, Constant, Tuple, ShapeExpr)):
+        if isinstance(value, Call):
+            self._call(binding, value)
+            return
+        if isinstance(value, If):
+            self._if(binding, value)
+            return
+        if isinstance(value, (Var, Constant, Tuple, ShapeExpr, PrimValue, GlobalVar)):
             self.registers[binding.var] = self._operand(value)
             return
         if isinstance(value, TupleGetItem):
@@ -209,33 +258,102 @@ class _FunctionCompiler:
                     field = op["fields"][value.index]
                     self.locations[reg], self.tensors[reg] = self.locations[field], self.tensors[field]
             return
-        if isinstance(value, Call):
-            raise VMCompileError("runtime function calls are not supported by the VM yet")
-        raise VMCompileError(f"the VM does not support {type(value).__name__} bindings yet (control flow)")
+        raise VMCompileError(f"the VM does not support {type(value).__name__} bindings")
+
+    def _if(self, binding, value: If) -> None:
+        """then-arm; move its result; goto the end; else-arm; move its result. The merge register has
+        no location: it holds whichever arm's value ran."""
+        cond = self._operand(value.cond)
+        branch = {"op": "if", "cond": cond, "else": None}
+        self.code.append(branch)
+        merged = self.register(binding.var)
+        self.code.append({"op": "move", "dst": merged, "src": self._seq(value.true_branch)})
+        skip = {"op": "goto", "target": None}
+        self.code.append(skip)
+        branch["else"] = len(self.code)
+        self.code.append({"op": "move", "dst": merged, "src": self._seq(value.false_branch)})
+        skip["target"] = len(self.code)
+
+    def _call(self, binding, call: Call) -> None:
+        args = [self._operand(a) for a in call.args]
+        reg = self.register(binding.var)
+        if isinstance(call.op, GlobalVar):
+            if call.op.name not in self.functions:
+                raise VMCompileError(f"the module has no graph function '{call.op.name}' to call")
+            self.code.append({"op": "call", "dst": reg, "func": call.op.name, "args": args})
+        elif isinstance(call.op, ExternFunc):  # R.call_packed: a host function that returns its result
+            self._library(call.op.global_symbol)
+            self.code.append({"op": "call_builtin", "name": call.op.global_symbol, "args": args, "outs": [],
+                              "scalars": [], "dst": reg})
+        elif isinstance(call.op, Var):
+            self.code.append({"op": "call", "dst": reg, "callee": self._operand(call.op), "args": args})
+        else:
+            raise VMCompileError(f"the VM cannot call a {type(call.op).__name__}")
+
+    def _library(self, name: str) -> None:
+        if name not in self.libraries:
+            self.libraries.append(name)
+
+    def _builtin_dps(self, binding, call) -> None:
+        name = library_name(call.args[0])
+        self._library(name)
+        operands = [self._operand(a) for a in call.args[1].fields]
+        split = len(operands) - call.attr("outputs")
+        scalars = [arith.to_source(v) for v in call.args[2].values] if len(call.args) > 2 else []
+        self.registers[binding.var] = operands[-1]
+        self.code.append({"op": "call_builtin", "name": name, "args": operands[:split], "outs": operands[split:],
+                          "scalars": scalars, "dst": None})
+
+    def _builtin_returning(self, binding, call) -> None:
+        name = library_name(call.args[0])
+        self._library(name)
+        args = [self._operand(a) for a in call.args[1:]]
+        reg = self.register(binding.var)
+        self.code.append({"op": "call_builtin", "name": name, "args": args, "outs": [], "scalars": [], "dst": reg})
+        # What a host function hands back is checked like an argument: a wrong shape is named here.
+        self._match(reg, binding.var.struct_info, f"result of library function '{name}' in {self.name}")
 
     def _check(self, binding, call) -> None:
         src = self._operand(call.args[0])
         self.registers[binding.var] = src
         what = f"argument '{call.args[0].name_hint}' of {self.name}" if isinstance(call.args[0], Var) else "value"
-        self.code.append({"op": "match", "reg": src, "sinfo": sinfo_json(call.sinfo_args[0]), "what": what})
+        self._match(src, call.sinfo_args[0], what)
 
     def _alloc_storage(self, binding, call) -> None:
         reg = self.register(binding.var)
         token = call.attr("token")
         self.storages[reg] = token
-        if not self.plan["static"]:
-            self.code.append({"op": "alloc_storage", "dst": reg, "token": token,
-                              "size": arith.to_source(call.args[0].values[0])})
+        if token in self.dynamic_tokens:
+            size = arith.to_source(call.args[0].values[0])
+            self.code.append({"op": "alloc_storage", "dst": reg, "token": token, "size": size})
+            self.runtime_allocations.append({"register": reg, "size": size, "reason": self._why_dynamic(size)})
+
+    def _why_dynamic(self, size: str) -> str:
+        if self.plan.get("recursive"):
+            return f"{self.name} is recursive: each call needs storage of its own"
+        unbounded = [v.name for v in arith.free_vars(arith.parse_expr(size)) if v.name not in self.bounds]
+        return f"its size depends on {', '.join(unbounded)}, which has no upper bound" if unbounded else \
+            "its size has no upper bound"
 
     def _alloc_tensor(self, binding, call) -> None:
         reg = self.register(binding.var)
         storage = self.registers[call.args[0]]
         token = self.storages[storage]
-        if self.plan["static"]:
-            location = {"kind": "arena", "token": token}
-        else:
+        if token in self.dynamic_tokens:
             location = {"kind": "storage", "register": storage}
+        else:
+            location = {"kind": "arena", "token": token}
         self._tensor(reg, binding.var.struct_info, location)
+
+    def _alloc_runtime_tensor(self, binding, call) -> None:
+        """A tensor the plan left to run time: a result the caller receives, which must outlive this call."""
+        reg = self.register(binding.var)
+        sinfo = binding.var.struct_info
+        shape = [arith.to_source(d) for d in sinfo.shape]
+        self.code.append({"op": "alloc_tensor", "dst": reg, "shape": shape, "dtype": sinfo.dtype})
+        self.runtime_allocations.append({
+            "register": reg, "size": arith.to_source(device_bytes(sinfo)),
+            "reason": f"a result of {self.name}, which another function calls: it outlives the call"})
 
     def _launch(self, binding, call) -> None:
         kernel = self.kernel_index[call.args[0].name]
@@ -246,6 +364,10 @@ class _FunctionCompiler:
         split = len(operands) - outputs  # a kernel that updates an input in place has no outputs
         self.code.append({"op": "launch", "kernel": kernel, "args": operands[:split], "outs": operands[split:],
                           "scalars": scalars})
+
+
+def _known(sinfo: TensorStructInfo) -> bool:
+    return sinfo.shape is not None and bool(sinfo.dtype)
 
 
 def _required_limits(kernels: list[dict], functions: dict) -> dict:

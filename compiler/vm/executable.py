@@ -29,7 +29,7 @@ from ..ir.struct_info import (
 )
 
 FORMAT = "tessera-executable"
-VERSION = 2
+VERSION = 3
 CACHE_FORMAT = "tessera-tensor-cache"
 CACHE_VERSION = 1
 SHARD_BYTES = 32 << 20
@@ -48,6 +48,7 @@ class Executable:
     required_limits: dict
     constants: dict = field(default_factory=dict)  # name -> numpy array (the weights)
     modules: dict = field(default_factory=dict)  # path in the folder -> bytes (kernel modules)
+    libraries: list = field(default_factory=list)  # host functions call_builtin names
 
     @property
     def backends(self) -> list[str]:
@@ -59,7 +60,8 @@ class Executable:
                     "sha256": hashlib.sha256(data).hexdigest()} for path, data in sorted(self.modules.items())]
         return {"format": FORMAT, "version": VERSION, "target": self.target, "required_features":
                 self.required_features, "required_limits": self.required_limits, "functions": self.functions,
-                "kernels": self.kernels, "modules": modules, "constants": sorted(self.constants)}
+                "kernels": self.kernels, "modules": modules, "constants": sorted(self.constants),
+                "libraries": list(self.libraries)}
 
     def save(self, directory: str) -> None:
         os.makedirs(directory, exist_ok=True)
@@ -107,7 +109,7 @@ class Executable:
             if missing:
                 raise ExecutableError(f"weights missing from tensor-cache.json: {', '.join(sorted(missing))}")
             return Executable(data["target"], data["functions"], data["kernels"], data["required_features"],
-                              data["required_limits"], constants, modules)
+                              data["required_limits"], constants, modules, list(data["libraries"]))
         except (KeyError, TypeError) as error:
             raise ExecutableError(f"{path} is malformed: it lacks the field {error.args[0]!r}"
                                   if isinstance(error, KeyError) else f"{path} is malformed: {error}") from None

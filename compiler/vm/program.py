@@ -2,10 +2,12 @@
 
 A call checks its arguments against the function's struct info (binding the symbolic variables of
 the shape heap), uploads them, launches the kernels in program order on the device, and reads the
-results back (or leaves them on the device as DeviceTensors). When every symbolic variable of a
-function has an upper bound, its memory and every kernel binding are made once, when the VM is
-made: within the bounds a call creates no device buffer. Without bounds they are made per call,
-at the sizes of that call. Storage is in ``storage.py``, devices behind ``devices.Device``.
+results back (or leaves them on the device as DeviceTensors). A straight-line function whose every
+symbolic variable has an upper bound (the LLM's prefill, decode and sampler) runs on the fast
+path: its memory and every kernel binding are made once, when the VM is made, and within the
+bounds a call creates no device buffer. Every other function (calls, branches, library calls,
+coarse parameters, sizes without bounds) runs in ``interpreter.py``. Storage is in ``storage.py``,
+devices behind ``devices.Device``.
 """
 
 from __future__ import annotations
@@ -14,24 +16,36 @@ import time
 
 import numpy as np
 
-from ..ir.check import bind_value, check_value
+from ..ir.check import ShapeValue, bind_value, check_value
 from ..ir.errors import RuntimeCheckError
+from .builtins import BUILTINS
 from .devices import Device, DeviceError, View, device_for
 from .executable import Executable, sinfo_from_json
+from .interpreter import Interpreter, Tensor
 from .storage import FunctionMemory, Storage, evaluate, from_device, to_device
 
 
 class VirtualMachine:
-    def __init__(self, exe: Executable, device: Device | str | None = None):
+    def __init__(self, exe: Executable, device: Device | str | None = None, libraries: dict | None = None):
         """``device``: a Device, a device kind ("webgpu", "wasm"), or None for the first kind here that
-        runs the executable's kernels."""
+        runs the executable's kernels. ``libraries``: host functions by name for ``R.call_dps_library``
+        and ``R.call_pure_packed``, in destination-passing style (inputs, then outputs to fill, then
+        scalars) or returning their result (docs/format.md, "Libraries")."""
         self.exe = exe
+        self.libraries = {**BUILTINS, **(libraries or {})}
+        missing = [name for name in exe.libraries if name not in self.libraries]
+        if missing:
+            raise RuntimeCheckError(f"the executable calls the library function '{missing[0]}', which is not "
+                                    "registered: pass it as VirtualMachine(exe, libraries={'" + missing[0] +
+                                    "': fn})")
         self.device = device if isinstance(device, Device) else device_for(exe, device)
         self.device.check(exe)
         self.profile: dict[str, float] = {}
         self.kernels = self.device.load_kernels(exe.kernels, exe.modules)  # first: a WASM module places its statics
         self.storage = Storage(self.device, exe.constants)
-        self._functions = {name: _Function(self, name, f) for name, f in exe.functions.items()}
+        self.interpreter = Interpreter(self.device, exe, self.kernels, self.storage, self.libraries)
+        self._functions = {name: (_Function if straight_line(f) else _InterpretedFunction)(self, name, f)
+                           for name, f in exe.functions.items()}
 
     @property
     def buffers_created(self) -> int:
@@ -66,9 +80,10 @@ class VirtualMachine:
 
 
 class _Function:
+    """The fast path: a straight-line function over a static plan, every binding made once, here."""
+
     def __init__(self, vm: VirtualMachine, name: str, record: dict):
         self.vm, self.name, self.record = vm, name, record
-        self.static = record["memory"]["static"]
         self.bounds = {s: v["upper_bound"] for s, v in record["symbols"].items()}
         self.tokens = {s["index"]: s for s in record["memory"]["storages"]}
         self.launches = [(index, op) for index, op in enumerate(record["code"]) if op["op"] == "launch"]
@@ -78,11 +93,8 @@ class _Function:
         self.checks = {index: sinfo_from_json(op["sinfo"]) for index, op in enumerate(record["code"])
                        if op["op"] == "match"}
         self.generation = 0  # calls so far: a DeviceTensor from an earlier call is stale
-        self.memory = self.bound = None
-        self._per_call = None
-        if self.static:
-            self.memory = FunctionMemory(vm.storage, record, self.bounds, self.tokens)
-            self.bound = self._bind(self.memory, self.bounds)
+        self.memory = FunctionMemory(vm.storage, record, self.bounds, self.tokens)
+        self.bound = self._bind(self.memory, self.bounds)
 
     def _bind(self, memory: FunctionMemory, sizes: dict[str, int]) -> dict[int, object]:
         device, kernels = self.vm.device, self.vm.kernels
@@ -112,8 +124,8 @@ class _Function:
         for index, sinfo in self.checks.items():
             op = record["code"][index]
             value = values.get(op["reg"])
-            if value is None and op["sinfo"]["kind"] == "prim":
-                continue
+            if value is None and (op["sinfo"]["kind"] == "prim" or str(op["reg"]) not in record["tensors"]):
+                continue  # a tuple of the program's own tensors (the result): each field was checked
             if value is None:  # a tensor the program or the state holds: its shape is known symbolically
                 tensor = record["tensors"][str(op["reg"])]
                 value = _ShapeOnly(tuple(evaluate(d, heap) for d in tensor["shape"]), tensor["dtype"])
@@ -123,13 +135,7 @@ class _Function:
             if bound is not None and name in heap and heap[name] > bound:
                 raise RuntimeCheckError(f"{self.name}: {name} = {heap[name]} exceeds its upper bound {bound}, "
                                         "for which memory was planned")
-        previous = None
-        if self.static:
-            memory, bound = self.memory, self.bound
-        else:
-            previous = self._per_call  # released once the arguments are in: one may be its result
-            memory = self._per_call = FunctionMemory(self.vm.storage, record, heap, self.tokens)
-            bound = self._bind(memory, heap)
+        memory, bound = self.memory, self.bound
         # Host values first: a device write after a recorded copy would have to submit the copy alone.
         on_device = []
         for param in self.inputs:
@@ -144,8 +150,6 @@ class _Function:
                 device.upload(buffer, 0, to_device(np.asarray(value), param["sinfo"]["dtype"]))
         for source, destination in on_device:
             device.copy(source, destination)
-        if previous is not None:
-            previous.release()
         return heap, memory, bound
 
     def _launch_arguments(self, heap: dict[str, int]):
@@ -194,6 +198,71 @@ class _Function:
             if op["op"] == "tuple" and op["dst"] == reg:
                 return tuple(self._result(f, results) for f in op["fields"])
         return results[reg]
+
+
+class _InterpretedFunction:
+    """A function with calls, branches, builtins, coarse parameters or run-time allocation: run by the
+    interpreter. Results left on the device stay valid until this function is called again."""
+
+    def __init__(self, vm: VirtualMachine, name: str, record: dict):
+        self.vm, self.name, self.record = vm, name, record
+        self.generation = 0
+        self._held: list = []  # pool blocks of the last call's results
+
+    def call(self, args, to_host: bool = True):
+        interpreter = self.vm.interpreter
+        inputs = [p for p in self.record["params"] if not p.get("state")]
+        if len(args) != len(inputs):
+            names = ", ".join(p["name"] for p in inputs)
+            raise RuntimeCheckError(f"{self.name} takes {len(inputs)} arguments ({names}), got {len(args)}")
+        uploaded: list = []
+        try:
+            # The last call's results stay alive during this one: one of them may be an argument.
+            values = [interpreter.upload(a, p["sinfo"], uploaded) for a, p in zip(args, inputs)]
+            self.generation += 1
+            result, held = interpreter.call(self.name, values)
+        finally:
+            for block in uploaded:
+                interpreter.pool.give(block)
+        self._release()
+        self._held = held
+        if not to_host:
+            self.vm.device.flush()
+            return self._on_device(result)
+        start = time.perf_counter()
+        value = interpreter.to_host(result)
+        self.vm.device.flush()
+        self._release()
+        self.vm.profile[self.name] = time.perf_counter() - start
+        return value
+
+    def _on_device(self, value):
+        if isinstance(value, Tensor):
+            return DeviceTensor(self, self.generation, value.view, value.shape, value.dtype)
+        if isinstance(value, tuple) and not isinstance(value, ShapeValue):
+            return tuple(self._on_device(v) for v in value)
+        return value
+
+    def _release(self) -> None:
+        for block in self._held:
+            self.vm.interpreter.pool.give(block)
+        self._held = []
+
+    def profile(self, args) -> list[tuple[str, float]]:
+        raise RuntimeCheckError(f"{self.name} has calls or branches: profile its kernels with a straight-line "
+                                "function")
+
+
+# What the fast path runs: launches and plumbing over a static plan, every parameter of known shape.
+_STRAIGHT_LINE_OPS = {"match", "launch", "move", "tuple", "get", "shape", "ret"}
+
+
+def straight_line(record: dict) -> bool:
+    if not record["memory"]["static"] or record.get("runtime_allocations") or record["unbounded_symbols"]:
+        return False
+    if any(op["op"] not in _STRAIGHT_LINE_OPS for op in record["code"]):
+        return False
+    return all(p["sinfo"]["kind"] == "prim" or str(p["register"]) in record["tensors"] for p in record["params"])
 
 
 class DeviceTensor:

@@ -56,13 +56,12 @@ class Storage:
 
 
 class FunctionMemory:
-    """A function's parameter buffers and storages, for calls up to ``sizes`` (its upper bounds when
-    the plan is static; one call's sizes otherwise)."""
+    """A straight-line function's parameter buffers and arena, for calls up to ``sizes`` (its upper
+    bounds): made once, when the VM is made (the fast path of ``program.py``)."""
 
     def __init__(self, storage: Storage, record: dict, sizes: dict[str, int], tokens: dict[int, dict]):
         self.storage, self.record, self.sizes = storage, record, sizes
         device = storage.device
-        self.owned: list = []  # buffers made for these sizes alone (freed with this memory)
         self.params: dict[int, object] = {}
         for param in record["params"]:
             tensor = record["tensors"].get(str(param["register"]))
@@ -71,22 +70,9 @@ class FunctionMemory:
             if param.get("state"):
                 self.params[param["register"]] = storage.state_buffer(param["name"], tensor_bytes(tensor, sizes))
             else:
-                self.params[param["register"]] = self._own(device.allocate(tensor_bytes(tensor, sizes)))
-        self.storages: dict[int, tuple[object, int]] = {}
-        memory = record["memory"]
-        if memory["static"]:
-            arena = [self._own(device.allocate(size)) for size in memory["buffers"]]
-            for index, token in tokens.items():
-                self.storages[index] = (arena[token["buffer"]], token["offset"])
-        self.storage_tokens: dict[int, int] = {}  # storage register -> token
-        for op in record["code"]:
-            if op["op"] == "alloc_storage":  # without bounds: at this call's sizes
-                self.storages[op["token"]] = (self._own(device.allocate(evaluate(op["size"], sizes))), 0)
-                self.storage_tokens[op["dst"]] = op["token"]
-
-    def _own(self, buffer):
-        self.owned.append(buffer)
-        return buffer
+                self.params[param["register"]] = device.allocate(tensor_bytes(tensor, sizes))
+        arena = [device.allocate(size) for size in record["memory"]["buffers"]]
+        self.storages = {index: (arena[token["buffer"]], token["offset"]) for index, token in tokens.items()}
 
     def view(self, reg: int, sizes: dict[str, int]) -> View:
         """Where tensor register ``reg`` lives, and its bytes at ``sizes``."""
@@ -97,14 +83,8 @@ class FunctionMemory:
             return View(self.params[reg], 0, nbytes)
         if loc["kind"] == "constant":
             return View(self.storage.constants[loc["name"]], 0, self.storage.constant_bytes[loc["name"]])
-        token = loc["token"] if loc["kind"] == "arena" else self.storage_tokens[loc["register"]]
-        buffer, offset = self.storages[token]
+        buffer, offset = self.storages[loc["token"]]
         return View(buffer, offset, nbytes)
-
-    def release(self) -> None:
-        for buffer in self.owned:
-            self.storage.device.free(buffer)
-        self.owned = []
 
 
 _PARSED: dict[str, arith.PrimExpr] = {}

@@ -59,8 +59,16 @@ def read_array(folder: str, entry: dict) -> np.ndarray:
 
 
 def read_args(folder: str, call: dict) -> list:
-    """A call's arguments: numpy arrays for tensors, ints for prim values."""
-    return [int(a["value"]) if "value" in a else read_array(folder, a) for a in call["args"]]
+    """A call's arguments: numpy arrays for tensors, ints for prim values, tuples of them."""
+    return [_read_arg(folder, a) for a in call["args"]]
+
+
+def _read_arg(folder: str, entry: dict):
+    if "value" in entry:
+        return int(entry["value"])
+    if "tuple" in entry:
+        return tuple(_read_arg(folder, e) for e in entry["tuple"])
+    return read_array(folder, entry)
 
 
 def flatten(result) -> list:
@@ -124,6 +132,18 @@ def check_case(folder: str, open_function) -> CaseReport:
     report = CaseReport(case["case"], case["target"])
     call_function = open_function(folder)
     for index, call in enumerate(case["calls"]):
+        if "error" in call:  # the call must fail, with a message naming what the case lists
+            try:
+                call_function(call["function"], read_args(folder, call))
+            except Exception as error:
+                missing = [f for f in call["error"] if f not in str(error)]
+                if missing:
+                    report.passed = False
+                    report.failures.append(f"call {index} ({call['function']}): the error lacks {missing}: {error}")
+                continue
+            report.passed = False
+            report.failures.append(f"call {index} ({call['function']}): expected an error, got none")
+            continue
         try:
             outputs = flatten(call_function(call["function"], read_args(folder, call)))
         except Exception as error:  # a runtime error fails this case; the report says where

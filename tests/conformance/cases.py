@@ -23,7 +23,10 @@ import numpy as np
 from tessera import arith, nn, op
 from tessera.ir import BlockBuilder, Constant, IRModule, PrimStructInfo, PrimValue, Tensor, Var
 from tessera.models.llama import LlamaForCausalLM, export_llm
+from tessera.script import from_source
 from tiny_llama import VARIANTS, tiny_config
+
+from conformance import programs
 
 F32, I32 = "float32", "int32"
 SIZES = (7, 1000, 1)
@@ -33,7 +36,9 @@ BOUND = max(SIZES)
 @dataclass(frozen=True)
 class Call:
     function: str
-    args: tuple  # numpy arrays for tensor parameters, Python ints for prim (int64) parameters
+    args: tuple  # numpy arrays for tensor parameters, Python ints for prim (int64) parameters, tuples
+    # A call that must fail: every runtime's error message contains each of these fragments.
+    error: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,8 @@ class Case:
     # An independent statement of the expected outputs: (call) -> list of arrays, checked against
     # the interpreter when the case is generated.
     numpy: Callable[[Call], list] | None = None
+    # Host functions the program calls that a runtime's user registers (programs.TEST_LIBRARIES).
+    libraries: tuple[str, ...] = ()
 
 
 CASES: dict[str, Callable[[], Case]] = {}
@@ -455,3 +462,139 @@ def _llama_quantized() -> Case:
         weights[path] = quantize(fmt, p.shape[0], p.shape[1], rng, 1.0 if fmt == "q8_0" else p.shape[1] ** -0.5)[0]
     return Case("llama", _llama_quantized.__doc__, _llama(config, weights, formats), _llama_calls(rng, config.vocab_size),
                 1e-3, 1e-3, LLAMA_WEBGPU_TOLERANCE)
+
+
+# -- whole programs: branches, calls, recursion, libraries, data-dependent and coarse shapes ------
+
+
+def _modules():
+    import modules  # tests/modules.py: the catalogue the IR tests keep
+
+    return modules
+
+
+@case("program-branch")
+def _program_branch() -> Case:
+    rng = np.random.default_rng(30)
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    w1, w2 = rng.standard_normal((8, 16)).astype(np.float32), rng.standard_normal((16, 4)).astype(np.float32)
+    mod = _modules().mlp_with_branch()
+    mod = mod.with_function("mlp", mod["mlp"].with_attr("tir_var_upper_bound", {"batch": 16}))
+    return Case("program", "an If whose arms allocate (softmax of a scaled copy, or a negation): each arm is "
+                "planned, the other reuses what it frees; both arms are taken",
+                mod, (Call("mlp", (x, w1, w2)), Call("mlp", (x, w1, -w2)), Call("mlp", (x[:1], w1, w2))))
+
+
+@case("program-calls")
+def _program_calls() -> Case:
+    rng = np.random.default_rng(31)
+    return Case("program", "main calls helper, a function of the module with its own frame and shape heap",
+                _modules().calls_between_functions(),
+                (Call("main", (rng.standard_normal((5, 4)).astype(np.float32),)),
+                 Call("main", (rng.standard_normal((1, 4)).astype(np.float32),))))
+
+
+@case("program-recursion")
+def _program_recursion() -> Case:
+    x = np.array([1.5, -2.0, 0.5, 1.25], np.float32)
+    return Case("program", "power by repeated squaring: a function that calls itself, with nested branches",
+                from_source(programs.POWER),
+                tuple(Call("power", (x, np.array(n, np.int32))) for n in (0, 1, 6, 11)), 1e-5, 1e-5,
+                numpy=lambda call: [call.args[0].astype(np.float64) ** int(call.args[1])])
+
+
+@case("program-library")
+def _program_library() -> Case:
+    rng = np.random.default_rng(32)
+    return Case("program", "R.call_dps_library into a function the user registers (tessera.test.double)",
+                _modules().cross_level_calls(),
+                (Call("dps", (rng.standard_normal((6, 4)).astype(np.float32),)),), libraries=("tessera.test.double",),
+                numpy=lambda call: [(call.args[0] * 2).reshape(12, 2), 6, 4])  # the shape: one int per dim
+
+
+@case("program-tuple-params")
+def _program_tuple_params() -> Case:
+    rng = np.random.default_rng(33)
+    a, b = rng.standard_normal(3).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)
+    return Case("program", "a tuple parameter taken apart inside the function, whose result is an unbound call",
+                _modules().tuple_params(), (Call("pick", ((a, b),)),),
+                numpy=lambda call: [call.args[0][0][:, None] + call.args[0][1]])
+
+
+@case("program-unique")
+def _program_unique() -> Case:
+    x = np.array([[0.5, 1.0, 0.5, 2.0], [1.0, 1.0, 3.0, 0.5], [2.0, 2.0, 2.0, 2.0]], np.float32)
+    return Case("program", "the Relax paper's Figure 3: unique (a data-dependent size), then match_cast names it",
+                from_source(_modules().FIGURE_3), (Call("main", (x,)), Call("main", (x[:1],))),
+                numpy=lambda call: [np.exp(np.unique(np.exp(call.args[0].astype(np.float64))))])
+
+
+@case("program-nonzero-gather")
+def _program_nonzero_gather() -> Case:
+    x = np.array([1.5, -2.0, 0.5, 3.0, -1.0, 2.0, 0.0], np.float32)
+    return Case("program", "nonzero, match_cast of its count, then a gather by the indices",
+                from_source(programs.NONZERO_GATHER), (Call("main", (x,)), Call("main", (-x,))),
+                numpy=lambda call: [call.args[0][call.args[0] > 0] * 2])
+
+
+@case("program-masked-select")
+def _program_masked_select() -> Case:
+    x = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
+    mask = (np.arange(12).reshape(4, 3) % 3) == 1
+    return Case("program", "boolean-mask select: a data-dependent size, then a kernel on the selected values",
+                from_source(programs.MASKED_SELECT), (Call("main", (x, mask)),),
+                numpy=lambda call: [call.args[0][call.args[1]] + 1])
+
+
+@case("program-coarse")
+def _program_coarse() -> Case:
+    rng = np.random.default_rng(34)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    return Case("program", "coarse parameters (R.Tensor(ndim=2)) named by match_cast; an inner call's parameter "
+                "check catches a wrong shape and names both shapes",
+                from_source(programs.COARSE),
+                (Call("main", (x,)), Call("rows_of_four", (x[:, :4].copy(),)),
+                 Call("rows_of_four", (x,), error=programs.HELPER_SHAPE_ERROR)),
+                numpy=lambda call: [np.exp(call.args[0].astype(np.float64))] if call.function == "main"
+                else [call.args[0] * 2])
+
+
+@case("program-function-value")
+def _program_function_value() -> Case:
+    from tessera.ir import Call as CallExpr
+    from tessera.ir import GlobalVar
+
+    bb = BlockBuilder(from_source(_modules().FIGURE_4))
+    x, y = Var("x", Tensor(("n", 4), F32)), Var("y", Tensor(("n", 2, 2), F32))
+    with bb.function("through_a_value", [x, y]):
+        f0 = bb.emit(GlobalVar("subfn"), "f0")  # the Relax paper's Figure 4: a function bound to a variable
+        bb.emit_func_output(bb.emit(CallExpr(f0, (y,)), "lv2"))
+    rng = np.random.default_rng(35)
+    x, y = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 2, 2)).astype(np.float32)
+    return Case("program", "the Relax paper's Figure 4: main calls subfn; through_a_value calls it through a "
+                "variable holding the function", bb.get(),
+                (Call("main", (x, y)), Call("through_a_value", (x, y))),
+                numpy=lambda call: [np.exp(call.args[0]).reshape(-1) + call.args[1].reshape(-1)]
+                if call.function == "main" else [call.args[1].reshape(-1)])
+
+
+@case("program-arange-dynamic")
+def _program_arange_dynamic() -> Case:
+    return Case("program", "arange whose end is a sum the program computes: a size read at run time",
+                from_source(programs.ARANGE_DYNAMIC),
+                (Call("main", (np.array([3, 4, 2], np.int32),)), Call("main", (np.array([1, 0, 0], np.int32),)),
+                 Call("main", (np.array([0], np.int32),))),
+                1e-6, 1e-6, numpy=lambda call: [np.sqrt(np.arange(1, call.args[0].sum(), 2))])
+
+
+@case("cnn-mobilenet")
+def _cnn_mobilenet() -> Case:
+    """A model beyond LLMs: the MobileNet-style CNN of tessera.models.mobilenet (convolutions, depthwise
+    convolutions, pooling, batch norm folded, a residual, a dense head) on random weights."""
+    from tessera.models.mobilenet import MobileNetConfig, export_mobilenet, random_checkpoint
+
+    config = MobileNetConfig()
+    mod, weights = export_mobilenet(config, random_checkpoint(config, seed=36))
+    rng = np.random.default_rng(36)
+    image = rng.standard_normal((1, config.in_channels, config.image_size, config.image_size)).astype(np.float32)
+    return Case("cnn", _cnn_mobilenet.__doc__, nn.bind_weights(mod, weights), (Call("main", (image,)),))

@@ -35,8 +35,8 @@ DEFAULT_ROOT = os.path.join(REPO, "build", "conformance")
 # Target folder -> preset. The WebGPU build uses the spec defaults and no optional feature, so the
 # same folder runs on wgpu-py (llvmpipe), in Chromium (SwiftShader) and on any other adapter.
 TARGETS = {"webgpu": "webgpu", "wasm": "wasm"}
-SOURCES = [os.path.join(HERE, name) for name in ("cases.py", "caseio.py", "generate.py")] + \
-    [os.path.join(REPO, "tests", "tiny_llama.py")]
+SOURCES = [os.path.join(HERE, name) for name in ("cases.py", "caseio.py", "generate.py", "programs.py")] + \
+    [os.path.join(REPO, "tests", name) for name in ("tiny_llama.py", "modules.py")]
 
 
 def compiler_fingerprint() -> str:
@@ -87,8 +87,13 @@ def expected_outputs(spec: Case) -> list[list[np.ndarray]]:
                 args.append(state.setdefault(param.name_hint, np.zeros(shape, sinfo.dtype)))
             else:
                 args.append(next(given))
+        if call.error:
+            _expect_error(spec, call, args)
+            outputs.append([])
+            continue
         # Copies: a result may view a state array the next call writes into.
-        results = [np.array(r, copy=True) for r in flatten(interpret(spec.module, call.function, *args))]
+        results = [np.array(r, copy=True) for r in flatten(interpret(spec.module, call.function, *args,
+                                                                     library=_libraries(spec)))]
         for r in results:
             if r.dtype.kind == "f" and not np.isfinite(r).all():
                 raise ValueError(f"{call.function} gives a non-finite expected value: change the case's inputs")
@@ -99,6 +104,36 @@ def expected_outputs(spec: Case) -> list[list[np.ndarray]]:
                                            f"output {position}")
         outputs.append(results)
     return outputs
+
+
+def _libraries(spec: Case) -> dict:
+    from conformance.programs import TEST_LIBRARIES
+
+    return {name: TEST_LIBRARIES[name] for name in spec.libraries}
+
+
+def _expect_error(spec: Case, call, args) -> None:
+    """A call that must fail fails in the reference interpreter too, with the same fragments."""
+    from tessera.ir import interpret
+    from tessera.ir.errors import TesseraError
+
+    try:
+        interpret(spec.module, call.function, *args, library=_libraries(spec))
+    except TesseraError as error:
+        missing = [f for f in call.error if f not in str(error)]
+        if missing:
+            raise ValueError(f"{call.function}: the interpreter's error lacks {missing}: {error}") from None
+        return
+    raise ValueError(f"{call.function}: the case expects an error, the interpreter gives none")
+
+
+def _write_arg(folder: str, name: str, param_name: str, dtype, value) -> dict:
+    if isinstance(value, (int, np.integer)):
+        return {"name": param_name, "dtype": dtype, "value": int(value)}
+    if isinstance(value, tuple):
+        return {"name": param_name, "tuple": [_write_arg(folder, f"{name}-{i}", f"{param_name}[{i}]", None, v)
+                                              for i, v in enumerate(value)]}
+    return {"name": param_name, **write_array(folder, f"{name}.bin", value)}
 
 
 def write_case(folder: str, name: str, target: str, spec: Case, expected, digest: str) -> float:
@@ -117,13 +152,12 @@ def write_case(folder: str, name: str, target: str, spec: Case, expected, digest
     calls = []
     for index, (call, outs) in enumerate(zip(spec.calls, expected)):
         inputs, _ = split_params(spec.module[call.function])
-        args = []
-        for position, (param, value) in enumerate(zip(inputs, call.args)):
-            if isinstance(value, (int, np.integer)):
-                args.append({"name": param.name_hint, "dtype": param.struct_info.dtype, "value": int(value)})
-            else:
-                entry = write_array(partial, f"data/call{index}-arg{position}.bin", value)
-                args.append({"name": param.name_hint, **entry})
+        args = [_write_arg(partial, f"data/call{index}-arg{position}", param.name_hint,
+                           getattr(param.struct_info, "dtype", None), value)
+                for position, (param, value) in enumerate(zip(inputs, call.args))]
+        if call.error:
+            calls.append({"function": call.function, "args": args, "error": list(call.error)})
+            continue
         outputs = []
         for position, value in enumerate(outs):
             entry = write_array(partial, f"data/call{index}-out{position}.bin", value)
@@ -132,7 +166,7 @@ def write_case(folder: str, name: str, target: str, spec: Case, expected, digest
         calls.append({"function": call.function, "args": args, "outputs": outputs})
     record = {"format": CASE_FORMAT, "version": VERSION, "case": name, "family": spec.family,
               "description": " ".join(spec.description.split()), "target": target, "preset": TARGETS[target],
-              "backends": exe.backends, "digest": digest,
+              "backends": exe.backends, "digest": digest, "libraries": list(spec.libraries),
               "expected_from": "tessera.ir.interpret on the unlowered module" + (" (checked against numpy)"
                                                                                  if spec.numpy else ""),
               "calls": calls}

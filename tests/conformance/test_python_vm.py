@@ -12,6 +12,7 @@ from conformance.caseio import check_case
 from conformance.cases import CASES
 from conformance.conftest import NOT_RUN, REPORTS
 from conformance.generate import DEFAULT_ROOT, TARGETS
+from conformance.programs import TEST_LIBRARIES
 
 BACKENDS = {backend for backends in device_kinds().values() for backend in backends}
 RUNNABLE = sorted(t for t in TARGETS if Target.preset(TARGETS[t]).backend in BACKENDS)
@@ -20,7 +21,9 @@ NOT_RUN.update({t: f"no Python VM device runs {Target.preset(TARGETS[t]).backend
 
 
 def open_function(folder):
-    vm = VirtualMachine(Executable.load(folder))  # on the device whose backends cover the kernels
+    exe = Executable.load(folder)
+    libraries = {name: TEST_LIBRARIES[name] for name in exe.libraries if name in TEST_LIBRARIES}
+    vm = VirtualMachine(exe, libraries=libraries)  # on the device whose backends cover the kernels
     return lambda function, args: vm[function](*args)
 
 

@@ -43,6 +43,15 @@ def test_astype(runner, source, target):
     check_op(runner, lambda x: op.astype(x, dtype=target), [Tensor(("n",), source)], rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("dtype,bounds", [("float32", {"min": 0.0, "max": 6.0}), ("float32", {"min": 0.7, "max": 1.1}),
+                                          ("float16", {"min": 0.7, "max": 1.1}), ("float32", {"max": 1.1}),
+                                          ("int32", {"min": 1.5, "max": 2.5}), ("int64", {"min": 2})])
+def test_clip(runner, dtype, bounds):
+    """ReLU6, narrower bounds and one bound left out; inputs lie in 0.5..1.5 (ints 1..3), so the
+    narrower bounds bite."""
+    check_op(runner, lambda x: op.clip(x, **bounds), [Tensor(("n", 3), dtype)], rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int64"])
 def test_where(runner, dtype):
     check_op(runner, op.where, [Tensor(("n", 1), "bool"), Tensor((1, 5), dtype), Tensor(("n", 5), dtype)])

@@ -9,6 +9,7 @@ from tessera import nn
 from tessera.models.llama import LlamaForCausalLM, export_llm
 from tessera.vm import DeviceError, VirtualMachine
 from tessera.vm.devices.wasm import WasmDevice
+from tessera.vm.program import straight_line
 from test_llama_vs_transformers import reference as tiny_reference
 
 
@@ -39,6 +40,21 @@ def test_the_tiny_llama_decodes_on_the_wasm_device_as_on_webgpu(tiny):
     webgpu = VirtualMachine(tessera.build(mod, "llvmpipe"))
     assert webgpu.device.kind == "webgpu"
     assert greedy(webgpu, prompt, 10) == want
+
+
+@pytest.mark.parametrize("target", ["wasm", "llvmpipe"])
+def test_prefill_and_decode_stay_on_the_fast_path_and_allocate_nothing(tiny, target):
+    """Issue 13 put calls, branches and run-time allocation in the VM; the LLM must not pay for them."""
+    mod, prompt, want = tiny
+    exe = tessera.build(mod, target)
+    for name, record in exe.functions.items():
+        assert straight_line(record) and not record["runtime_allocations"], name
+    vm = VirtualMachine(exe)
+    assert greedy(vm, prompt, 2) == want[:2]
+    before = vm.buffers_created
+    assert greedy(vm, prompt, 6) == want[:6]
+    assert vm.buffers_created == before
+    assert vm.interpreter.pool.device_allocations == 0
 
 
 def test_results_stay_on_the_wasm_device_and_feed_the_sampler(tiny, tmp_path):

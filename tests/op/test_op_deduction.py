@@ -84,6 +84,25 @@ def test_float_only_unary_rejects_integers():
         deduced(op.exp, T((4,), "int32"))
 
 
+@covers("clip")
+def test_clip_keeps_the_input_info():
+    relu6 = lambda x: op.clip(x, min=0.0, max=6.0)  # noqa: E731
+    assert deduced(relu6, T(("n", 4), F32)) == tensor_text(["n", "4"])
+    assert deduced(relu6, T(dtype="float16", ndim=4)) == coarse_text(4, "float16")
+    result, (x,) = run_single_call(lambda x: op.clip(x, min=0.75, max=1.25), T((3, 5), F32))
+    np.testing.assert_array_equal(result, np.minimum(np.maximum(x, 0.75), 1.25))
+    # An integer tensor keeps the integers inside the bounds: 0.5..2.5 is 1..2.
+    result, (x,) = run_single_call(lambda x: op.clip(x, min=0.5, max=2.5), T((4, 4), "int32"))
+    np.testing.assert_array_equal(result, np.minimum(np.maximum(x, 1), 2))
+    # A bound left out is no bound.
+    result, (x,) = run_single_call(lambda x: op.clip(x, max=1.0), T((3, 5), F32))
+    np.testing.assert_array_equal(result, np.minimum(x, 1.0))
+    with pytest.raises(DeductionError, match="clip needs min <= max, got min=6.0 max=0.0"):
+        deduced(lambda x: op.clip(x, min=6.0, max=0.0), T((4,), F32))
+    with pytest.raises(DeductionError, match="clip needs a number tensor, x0 is bool"):
+        deduced(lambda x: op.clip(x, min=0.0), T((4,), "bool"))
+
+
 @covers("astype", "where")
 def test_astype_and_where():
     assert deduced(lambda x: op.astype(x, dtype="float16"), T(("n", 4), F32)) == tensor_text(["n", "4"], "float16")
@@ -309,6 +328,27 @@ def test_unique_is_coarse():
     np.testing.assert_array_equal(result, np.unique(x))
 
 
+@covers("nonzero", "masked_select", "arange_dynamic")
+def test_value_dependent_sizes_are_coarse():
+    assert deduced(op.nonzero, T(("n", 4), F32)) == coarse_text(2, "int64")
+    result, (x,) = run_single_call(op.nonzero, T((2, 3), "int32"))
+    np.testing.assert_array_equal(result, np.stack(np.nonzero(x)))
+    assert deduced(op.masked_select, T(("n", 4), F32), T(("n", 4), "bool")) == coarse_text(1)
+    result, (x, mask) = run_single_call(op.masked_select, T((2, 3), F32), T((2, 3), "bool"))
+    np.testing.assert_array_equal(result, x[mask])
+    with pytest.raises(DeductionError, match="needs a bool mask"):
+        deduced(op.masked_select, T((3,), F32), T((3,), F32))
+    with pytest.raises(DeductionError, match="mask of the input's rank 2, got rank 1"):
+        deduced(op.masked_select, T((3, 2), F32), T((3,), "bool"))
+    assert deduced(lambda e: op.arange_dynamic(e, start=1, step=2), T((), "int32")) == coarse_text(1, "int64")
+    result, (end,) = run_single_call(lambda e: op.arange_dynamic(e, start=1, step=2, dtype="int32"), T((), "int32"))
+    np.testing.assert_array_equal(result, np.arange(1, int(end), 2))
+    with pytest.raises(DeductionError, match="needs an integer end"):
+        deduced(op.arange_dynamic, T((), F32))
+    with pytest.raises(DeductionError, match="as a 0-d tensor"):
+        deduced(op.arange_dynamic, T((2,), "int32"))
+
+
 @covers("call_tir", "call_dps_library", "call_pure_packed")
 def test_cross_level_calls_use_explicit_output_info():
     from tessera.arith import Var
@@ -366,10 +406,11 @@ def test_flatten_static():
     np.testing.assert_array_equal(result, x.reshape(-1))
 
 
-@covers("builtin.alloc_tensor", "call_tir_dps", "memory.alloc_storage", "memory.alloc_tensor", "vm.check")
+@covers("builtin.alloc_tensor", "call_tir_dps", "memory.alloc_storage", "memory.alloc_tensor", "vm.check",
+        "vm.call_builtin_dps")
 def test_lowered_program_operators():
     from tessera.arith import Var as SymVar
-    from tessera.ir import GlobalVar, ObjectStructInfo, Shape, ShapeExpr
+    from tessera.ir import GlobalVar, ObjectStructInfo, Shape, ShapeExpr, StringImm
 
     n = SymVar("n")
     assert deduced(lambda x: op.make_call("builtin.alloc_tensor", ShapeExpr((n, 4)), dtype="float16"),
@@ -384,6 +425,8 @@ def test_lowered_program_operators():
                    T(("n",), F32), T(("n",), F32)) == "R.Object"
     assert deduced(lambda x: op.make_call("vm.check", x, sinfo_args=(T(("n",), F32),)), T(("n",), F32)) \
         == tensor_text(["n"])
+    assert deduced(lambda x, y: op.make_call("vm.call_builtin_dps", StringImm("lib.fn"), TupleExpr((x, y)), outputs=1),
+                   T(("n",), F32), T(("n",), F32)) == "R.Object"
     with pytest.raises(DeductionError, match="alloc_tensor needs a dtype"):
         deduced(lambda x: op.make_call("builtin.alloc_tensor", ShapeExpr((n,))), T(("n",), F32))
 

@@ -85,10 +85,10 @@ def test_bad_files_are_clear_errors(tmp_path):
     path.write_text(text[: len(text) // 2])
     with pytest.raises(ExecutableError, match="is not valid JSON \\(truncated or corrupted\\?\\)"):
         Executable.load(tmp_path)
-    path.write_text(text.replace('"version": 2', '"version": 99'))
-    with pytest.raises(ExecutableError, match="has format version 99; this Tessera reads version 2"):
+    path.write_text(text.replace('"version": 3', '"version": 99'))
+    with pytest.raises(ExecutableError, match="has format version 99; this Tessera reads version 3"):
         Executable.load(tmp_path)
-    path.write_text(text.replace('"version": 2', '"version": 1'))
+    path.write_text(text.replace('"version": 3', '"version": 1'))
     with pytest.raises(ExecutableError, match="has format version 1; .* rebuild it with this compiler"):
         Executable.load(tmp_path)
     doc = json.loads(text)
@@ -142,6 +142,9 @@ def test_without_upper_bounds_memory_is_allocated_per_call():
         before = vm.buffers_created
         np.testing.assert_allclose(vm["main"](x), np.exp(np.exp(x) * np.exp(x)), rtol=1e-5)
         assert vm.buffers_created > before  # storages, parameter and readback at this call's size
+    before = vm.buffers_created
+    np.testing.assert_allclose(vm["main"](x[:3]), np.exp(np.exp(x[:3]) * np.exp(x[:3])), rtol=1e-5)
+    assert vm.buffers_created == before  # the pool hands back the blocks the first call freed
 
 
 def test_per_kernel_profile_names_every_launch(layer_exe):

@@ -41,6 +41,7 @@ class WasmDevice(Device):
         self.instances: dict[str, object] = {}  # module path -> exports
         self.end = 0  # the first free address
         self._free: dict[int, list[WasmBuffer]] = {}
+        self.buffers_created = 0  # every allocate call: the tests count what a call allocates
 
     def limit(self, name: str) -> int | None:
         return {"maxBufferSize": 1 << 31, "maxStorageBufferBindingSize": 1 << 31}.get(name)
@@ -54,6 +55,7 @@ class WasmDevice(Device):
             self.end = pages * PAGE
 
     def allocate(self, nbytes: int) -> WasmBuffer:
+        self.buffers_created += 1
         size = (max(nbytes, 4) + ALIGN - 1) // ALIGN * ALIGN
         reusable = self._free.get(size)
         if reusable:  # zeroed, as fresh memory (and every WebGPU buffer) is

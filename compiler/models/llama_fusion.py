@@ -1,0 +1,65 @@
+"""The Llama blocks as fusion patterns (tessera.transform.fuse_ops_by_pattern).
+
+Two kinds. ``compile_patterns()`` are the blocks one generated kernel computes: RoPE's
+rotate-half and SwiGLU's ``silu(gate) * up``. fuse_ops finds the same groups from the operators'
+pattern kinds alone, and matching them first gives the same fused functions, under the same names,
+so the kernels are byte for byte the ones the default build writes (tests/transform/test_llama_patterns.py):
+these patterns say what the blocks are, and leave room to match a block differently from fuse_ops.
+
+``offload_patterns(prefix)`` are the blocks fuse_tir cannot compose into one kernel, which a
+hand-written library kernel may run whole: RMSNorm into the projection that reads it (a row
+operator as a GEMV prologue), SwiGLU into the down projection (a matmul reads its operands from
+memory), and RoPE into the KV-cache append (the cache write is an opaque kernel). Each becomes
+``R.call_dps_library(prefix + name, ...)``.
+"""
+
+from __future__ import annotations
+
+from ..transform.fuse_by_pattern import FusionPattern
+from ..transform.pattern import ExprPattern, is_op, wildcard
+
+
+def rope(x: ExprPattern | None = None) -> ExprPattern:
+    """``x * cos + concat(-x[..., half:], x[..., :half]) * sin`` (llama.py's ``_rope``)."""
+    x = x or wildcard("x")
+    second = is_op("strided_slice")(x)
+    first = is_op("strided_slice")(x)
+    rotated = is_op("concat")((is_op("negative")(second), first), axis=2)
+    return is_op("add")(is_op("multiply")(x, wildcard("cos")), is_op("multiply")(rotated, wildcard("sin")))
+
+
+def query_rows(q: ExprPattern) -> ExprPattern:
+    """The rotated queries laid out as rows of one matmul per KV head (llama.py's ``_grouped_attention``):
+    a reshape, a transpose and a reshape, which the rotation's kernel writes directly."""
+    split = is_op("reshape")(q, wildcard())
+    return is_op("reshape")(is_op("permute_dims")(split, axes=(1, 0, 2, 3)), wildcard())
+
+
+def swiglu() -> ExprPattern:
+    return is_op("multiply")(is_op("nn.silu")(wildcard("gate")), wildcard("up"))
+
+
+def projection(x: ExprPattern) -> ExprPattern:
+    """A Linear layer on ``x``: a float matmul with the transposed weight, or GGUF blocks read as they are."""
+    weight = wildcard("weight")  # one node in both alternatives: one name, whichever matches
+    return is_op("matmul")(x, weight) | is_op("quantized_matmul")(x, weight)
+
+
+def compile_patterns() -> list[FusionPattern]:
+    return [FusionPattern("llama.rope", rope().optional(query_rows)), FusionPattern("llama.swiglu", swiglu())]
+
+
+def offload_patterns(prefix: str = "llama.") -> list[FusionPattern]:
+    """Each library function receives the group's inputs in the order the group first reads them:
+    ``rms_norm_last_row_projection(x, norm_weight, weight)`` (the head reads the final norm's last
+    row only, llama.py's ``step``), ``rms_norm_projection(x, norm_weight, weight)``,
+    ``swiglu_down(gate, up, weight)`` and ``rope_append(k, cos, sin, cache, offset)``."""
+    def norm():
+        return is_op("nn.rms_norm")(wildcard("x"), wildcard("norm_weight"))
+
+    append = is_op("kv_cache_write")(wildcard("cache"), rope(), wildcard("offset"))
+    found = [("rms_norm_last_row_projection", projection(is_op("strided_slice")(norm()))),
+             ("rms_norm_projection", projection(norm())),
+             ("swiglu_down", projection(swiglu())),
+             ("rope_append", append)]
+    return [FusionPattern(name, pattern, None, prefix + name) for name, pattern in found]
