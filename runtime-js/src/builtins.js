@@ -33,6 +33,43 @@ function scalar(name, value) {
   throw new TypeError(`${name}: expected an integer or a one-element tensor, got ${value}`);
 }
 
+/** @param {string} name @param {any} start @param {any} end @param {any} step */
+function arangeLength(name, start, end, step) {
+  const [a, b, s] = [scalar(name, start), scalar(name, end), scalar(name, step)];
+  if (s === 0) throw new RangeError(`${name}: the step is 0`);
+  return Math.max(0, Math.ceil((b - a) / s));
+}
+
+/** The flat indices of ``x`` where ``mask``, broadcast to x's shape as numpy does, is true.
+ * @param {any} x @param {any} mask @returns {number[]} */
+function selected(x, mask) {
+  const shape = x.shape ?? [x.length];
+  const maskShape = mask.shape ?? [mask.length];
+  // Right-aligned broadcasting: each mask axis is x's size or 1.
+  const offset = shape.length - maskShape.length;
+  if (offset < 0 || maskShape.some((d, i) => d !== 1 && d !== shape[i + offset])) {
+    throw new RangeError(`mask_select: a mask of shape [${maskShape}] does not broadcast to x's shape [${shape}]`);
+  }
+  /** @type {number[]} */
+  const picked = [];
+  for (let flat = 0; flat < x.length; flat++) {
+    let rest = flat;
+    let at = 0;
+    let stride = 1;
+    for (let axis = shape.length - 1; axis >= 0; axis--) {
+      const position = rest % shape[axis];
+      rest = (rest - position) / shape[axis];
+      const maskAxis = axis - offset;
+      if (maskAxis >= 0) {
+        if (maskShape[maskAxis] !== 1) at += position * stride;
+        stride *= maskShape[maskAxis];
+      }
+    }
+    if (isNonzero(mask[at])) picked.push(flat);
+  }
+  return picked;
+}
+
 /** @type {Record<string, (...args: any[]) => any>} */
 export const BUILTINS = {
   "tessera.builtin.unique_size": (x) => distinct(x).length,
@@ -64,19 +101,18 @@ export const BUILTINS = {
       }
     });
   },
-  "tessera.builtin.mask_select_size": (mask) => Array.prototype.filter.call(mask, isNonzero).length,
+  "tessera.builtin.mask_select_size": (x, mask) => selected(x, mask).length,
   "tessera.builtin.mask_select": (x, mask, out) => {
-    if (x.length !== mask.length) throw new RangeError(`mask_select: x has ${x.length} elements, the mask ${mask.length}`);
-    let k = 0;
-    for (let i = 0; i < x.length; i++) if (isNonzero(mask[i])) k += 1;
-    expectLength("mask_select", out, k);
-    k = 0;
-    for (let i = 0; i < x.length; i++) if (isNonzero(mask[i])) out[k++] = x[i];
+    const picked = selected(x, mask);
+    expectLength("mask_select", out, picked.length);
+    picked.forEach((i, k) => { out[k] = x[i]; });
   },
-  "tessera.builtin.arange_size": (start, end, step) => {
-    const [a, b, s] = [scalar("arange_size", start), scalar("arange_size", end), scalar("arange_size", step)];
-    if (s === 0) throw new RangeError("arange_size: the step is 0");
-    return Math.max(0, Math.ceil((b - a) / s));
+  "tessera.builtin.arange_size": (start, end, step) => arangeLength("arange_size", start, end, step),
+  "tessera.builtin.arange": (start, end, step, out) => {
+    const length = arangeLength("arange", start, end, step);
+    expectLength("arange", out, length);
+    const [a, s] = [scalar("arange", start), scalar("arange", step)];
+    for (let i = 0; i < length; i++) out[i] = out instanceof BigInt64Array ? BigInt(a + i * s) : a + i * s;
   },
 };
 

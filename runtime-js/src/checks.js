@@ -1,10 +1,8 @@
 // The values a program holds besides tensors, and the `match` instruction's check of a value against
 // struct info (docs/format.md): plain symbolic dims not yet bound are bound on the shape heap, the
-// rest is evaluated and compared. A mismatch is one sentence that names the value and prints both
-// sides in the text format:
-//   argument 'y' of helper: expected R.Tensor((m, 4), dtype="float32"), got R.Tensor((3, 5), dtype="float32")
-//   (dimension 1 is 5, not 4)
-// The Python VM writes the same sentence (tessera.ir.check).
+// rest is evaluated and compared. A mismatch is one sentence that names the value, prints what was
+// expected in the text format and says what differs, in the Python VM's words (tessera.ir.check):
+//   argument 'y' of helper: expected R.Tensor((m, 4), dtype="float32"), got shape (3, 5): dimension 1 is 5, not 4
 
 import { evalShape } from "./shape.js";
 
@@ -83,21 +81,31 @@ export function bindShapes(sinfo, value, heap) {
   });
 }
 
-/** Why ``value`` does not match ``sinfo`` (a phrase), or null when it does.
+/** What a value is, for "got a ...". @param {any} value */
+function kindOf(value) {
+  if (isTensor(value)) return "tensor";
+  if (isPrim(value)) return "integer";
+  if (value instanceof ShapeValue) return "shape";
+  if (value instanceof FunctionValue) return "function";
+  if (Array.isArray(value)) return "tuple";
+  return value === null || value === undefined ? String(value) : typeof value;
+}
+
+/** Why ``value`` does not match ``sinfo``, in the words of the Python VM (tessera.ir.check), or null.
  * @param {any} sinfo @param {any} value @param {Record<string, number>} heap @returns {string|null} */
 export function mismatch(sinfo, value, heap) {
   switch (sinfo.kind) {
     case "object": return null;
     case "prim":
-      if (!isPrim(value)) return "not an integer";
-      return sinfo.value === null || sinfo.value === undefined ? null : dimsMismatch([sinfo.value], [Number(value)], heap, "value");
+      if (!isPrim(value)) return `got a ${kindOf(value)}`;
+      return sinfo.value === null || sinfo.value === undefined ? null : dimsMismatch([sinfo.value], [Number(value)], heap);
     case "shape":
-      if (!(value instanceof ShapeValue)) return "not a shape";
-      if (sinfo.values) return dimsMismatch(sinfo.values, value.values, heap, "dimension");
-      return sinfo.ndim >= 0 && value.values.length !== sinfo.ndim ? `rank is ${value.values.length}, not ${sinfo.ndim}` : null;
+      if (!(value instanceof ShapeValue)) return `got a ${kindOf(value)}`;
+      if (sinfo.ndim >= 0 && value.values.length !== sinfo.ndim) return `got a shape of rank ${value.values.length}`;
+      return sinfo.values ? dimsMismatch(sinfo.values, value.values, heap) : null;
     case "tuple": {
-      if (!Array.isArray(value)) return "not a tuple";
-      if (value.length !== sinfo.fields.length) return `a tuple of ${value.length} fields, not ${sinfo.fields.length}`;
+      if (!Array.isArray(value)) return `got a ${kindOf(value)}`;
+      if (value.length !== sinfo.fields.length) return `got a tuple of ${value.length} fields`;
       for (const [i, field] of sinfo.fields.entries()) {
         const reason = mismatch(field, value[i], heap);
         if (reason) return `field ${i}: ${reason}`;
@@ -105,26 +113,31 @@ export function mismatch(sinfo, value, heap) {
       return null;
     }
     case "tensor": {
-      if (!isTensor(value)) return "not a tensor";
-      if (sinfo.dtype && value.dtype !== sinfo.dtype) return `dtype is ${value.dtype}, not ${sinfo.dtype}`;
+      if (!isTensor(value)) return `got a ${kindOf(value)}`;
+      if (sinfo.dtype && value.dtype !== sinfo.dtype) return `got dtype ${value.dtype}`;
       const ndim = sinfo.shape ? sinfo.shape.length : sinfo.ndim ?? -1;
-      if (ndim >= 0 && value.shape.length !== ndim) return `rank is ${value.shape.length}, not ${ndim}`;
-      return sinfo.shape ? dimsMismatch(sinfo.shape, value.shape, heap, "dimension") : null;
+      if (ndim >= 0 && value.shape.length !== ndim) return `got rank ${value.shape.length} (shape ${printDims(value.shape.map(String))})`;
+      return sinfo.shape ? dimsMismatch(sinfo.shape, value.shape, heap) : null;
     }
     case "callable": case "func":
-      return value instanceof FunctionValue ? null : "not a function";
+      return value instanceof FunctionValue ? null : `got a ${kindOf(value)}`;
     default:
       throw new Error(`unknown struct info kind ${JSON.stringify(sinfo.kind)} in executable.json`);
   }
 }
 
-/** @param {string[]} dims @param {number[]} actual @param {Record<string, number>} heap @param {string} noun */
-function dimsMismatch(dims, actual, heap, noun) {
+/** @param {string[]} dims @param {number[]} actual @param {Record<string, number>} heap */
+function dimsMismatch(dims, actual, heap) {
   for (const [axis, dim] of dims.entries()) {
-    const expected = evalShape(dim, heap);
+    let expected;
+    try {
+      expected = evalShape(dim, heap);
+    } catch {
+      return `symbolic variable in ${dim} is not bound when checking`;
+    }
     if (expected !== actual[axis]) {
-      const where = noun === "dimension" ? `dimension ${axis}` : noun;
-      return `${where} is ${actual[axis]}, not ${/^-?\d+$/.test(dim) ? dim : `${dim} = ${expected}`}`;
+      const shown = /^-?\d+$/.test(dim) ? String(expected) : `${dim} = ${expected}`;
+      return `got shape ${printDims(actual.map(String))}: dimension ${axis} is ${actual[axis]}, not ${shown}`;
     }
   }
   return null;
@@ -138,6 +151,6 @@ export function matchValue(op, value, heap) {
   bindShapes(op.sinfo, value, heap);
   const reason = mismatch(op.sinfo, value, heap);
   if (reason) {
-    throw new RuntimeCheckError(`${op.what}: expected ${op.text ?? printStructInfo(op.sinfo)}, got ${describeValue(value)} (${reason})`);
+    throw new RuntimeCheckError(`${op.what}: expected ${op.text ?? printStructInfo(op.sinfo)}, ${reason}`);
   }
 }

@@ -22,6 +22,11 @@ import {
 } from "./program.js";
 
 const PAGE = 65536;
+/** A module that imports env.memory and exports __heap_base = 0, for executables without kernels. */
+const EMPTY_MODULE = Uint8Array.of(0, 0x61, 0x73, 0x6d, 1, 0, 0, 0,
+  2, 0x0f, 1, 3, 0x65, 0x6e, 0x76, 6, 0x6d, 0x65, 0x6d, 0x6f, 0x72, 0x79, 2, 0, 0,  // import env.memory
+  6, 6, 1, 0x7f, 0, 0x41, 0, 0x0b,  // global i32 const 0
+  7, 0x0f, 1, 11, 0x5f, 0x5f, 0x68, 0x65, 0x61, 0x70, 0x5f, 0x62, 0x61, 0x73, 0x65, 3, 0);  // export __heap_base
 const ALIGN = 16;
 const alignUp = (/** @type {number} */ n) => Math.ceil(n / ALIGN) * ALIGN;
 
@@ -46,8 +51,9 @@ export class WasmVirtualMachine extends FunctionTable {
     const registry = libraryRegistry(exe, libraries);
     const paths = [...new Set(exe.kernels.map((/** @type {any} */ k) => k.module))];
     if (paths.length > 1) throw new Error(`the WASM runtime runs kernels of one module; this executable has ${paths.join(", ")}`);
-    const wasmBytes = modules.get(paths[0]);
-    if (!wasmBytes) throw new Error(`the kernel module ${paths[0] ?? "(none: the executable has no kernels)"} was not loaded`);
+    // A program of calls and library functions alone has no kernels: an empty module stands in.
+    const wasmBytes = paths.length ? modules.get(paths[0]) : EMPTY_MODULE;
+    if (!wasmBytes) throw new Error(`the kernel module ${paths[0]} was not loaded`);
     const module = await WebAssembly.compile(wasmBytes);
     const plan = layout(exe, weights);
     const memory = new WebAssembly.Memory({ initial: Math.ceil((plan.bytes + (1 << 20)) / PAGE) });

@@ -60,7 +60,7 @@ export const CHECKS = {
   async "func-value"(vm) {
     same(tensor(await vm.run("main", f32([1, 2]), f32([3, 4]))), tensor(f32([4, 6])), "helper(x, y) through a register");
     await rejects(() => vm.run("main", f32([1, 2, 3]), f32([1, 2])),
-      /^argument 'b' of helper: expected R\.Tensor\(\(m,\), dtype="float32"\), got R\.Tensor\(\(2,\), dtype="float32"\) \(dimension 0 is 2, not m = 3\)$/,
+      /^argument 'b' of helper: expected R\.Tensor\(\(m,\), dtype="float32"\), got shape \(2,\): dimension 0 is 2, not m = 3$/,
       "an inner call's argument");
   },
 
@@ -68,12 +68,12 @@ export const CHECKS = {
     const [squares, product] = await vm.run("main", [f32([1, 2, 3]), 4]);
     same([tensor(squares), product], [tensor(f32([1, 4, 9])), 12], "a tuple in, a tuple out");
     await rejects(() => vm.run("main", [new HostTensor(Int32Array.of(1, 2, 3), [3]), 4]),
-      /match_cast of a: expected R\.Tensor\(\(n,\), dtype="float32"\), got R\.Tensor\(\(3,\), dtype="int32"\) \(dtype is int32, not float32\)/,
+      /match_cast of a: expected R\.Tensor\(\(n,\), dtype="float32"\), got dtype int32/,
       "a coarse field cast");
     await rejects(() => vm.run("main", f32([1, 2])),
-      /argument 't' of main: expected R\.Tuple\(R\.Tensor\(ndim=1\), R\.Object\), got R\.Tensor\(\(2,\), dtype="float32"\) \(not a tuple\)/,
+      /argument 't' of main: expected R\.Tuple\(R\.Tensor\(ndim=1\), R\.Object\), got a tensor/,
       "a tensor for a tuple");
-    await rejects(() => vm.run("main", [f32([1, 2, 3, 4], [2, 2]), 1]), /argument 't' of main: .*\(field 0: rank is 2, not 1\)/,
+    await rejects(() => vm.run("main", [f32([1, 2, 3, 4], [2, 2]), 1]), /argument 't' of main: .*, field 0: got rank 2 \(shape \(2, 2\)\)/,
       "a tuple field of the wrong rank");
   },
 
