@@ -79,7 +79,10 @@ export class GpuMachine {
     const { device, vm } = this;
     const kernel = vm.exe.kernels[op.kernel];
     /** @type {GPUBindGroupEntry[]} */
-    const entries = tensors.map((t, binding) => ({ binding, resource: { buffer: t.memory, offset: t.offset, size: t.nbytes } }));
+    // An empty tensor still needs a binding of at least one word (WebGPU refuses size 0); its
+    // kernel reads none of it.
+    const entries = tensors.map((t, binding) => ({ binding, resource: { buffer: t.memory, offset: t.offset,
+      size: Math.min(Math.max(t.nbytes, 4), t.memory.size - t.offset) } }));
     // Every storage binding is read_write, and WebGPU refuses two writable bindings of overlapping
     // bytes (the dispatch would be dropped and its outputs left as they were): say so here instead.
     tensors.forEach((a, i) => tensors.slice(0, i).forEach((b, j) => {
