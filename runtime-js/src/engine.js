@@ -204,9 +204,10 @@ export class Engine {
  * run here (WebGPU when the browser has it and the device meets the build's needs, else WASM).
  * @param {string} bundleUrl the model's folder in a bundle (holding bundle.json)
  * @param {{initProgressCallback?: (p: {progress: number, loaded: number, total: number, text: string}) => void,
- *          fetchFn?: (url: string) => Promise<Response>, backend?: "auto" | "webgpu" | "wasm"}} options
+ *          fetchFn?: (url: string) => Promise<Response>, backend?: "auto" | "webgpu" | "wasm",
+ *          libraries?: Record<string, Function>}} options  libraries: host functions the model's call_builtin calls
  */
-export async function createEngine(bundleUrl, { initProgressCallback = () => {}, fetchFn, backend = "auto" } = {}) {
+export async function createEngine(bundleUrl, { initProgressCallback = () => {}, fetchFn, backend = "auto", libraries } = {}) {
   const fetcher = fetchFn ?? ((/** @type {string} */ url) => fetch(url));
   initProgressCallback({ progress: 0, loaded: 0, total: 0, text: "Reading the bundle" });
   const { base, index, tokenizer: tokenizerJson, chatConfig } = await loadBundleIndex(bundleUrl, fetcher);
@@ -221,7 +222,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
     if (build.kind === "webgpu") {
       const unavailable = webgpuUnavailableReason();
       if (unavailable) { reasons.push(unavailable); continue; }
-      const executable = await loadExecutable(folder, fetcher);
+      const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });
       if (!runsOn(executable, "webgpu")) { reasons.push(`build ${build.name} holds kernels WebGPU cannot run`); continue; }
       let device, adapterName;
       try {
@@ -232,17 +233,17 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
       }
       const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable });
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
-      const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights, loaded.modules);
+      const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights, loaded.modules, { libraries });
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
       return new Engine({ ...parts, vm, device: { kind: "webgpu", name: adapterName, build: build.name },
         load: { bytes: loaded.bytes, shardsFromCache: loaded.shardsFromCache, cache: loaded.cacheKind } });
     }
     if (build.kind === "wasm") {
       if (typeof WebAssembly === "undefined") { reasons.push("this browser has no WebAssembly"); continue; }
-      const executable = await loadExecutable(folder, fetcher);
+      const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });
       if (!runsOn(executable, "wasm")) { reasons.push(`build ${build.name} holds kernels WebAssembly cannot run`); continue; }
       const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable });
-      const vm = await WasmVirtualMachine.create(loaded.executable, loaded.weights, loaded.modules);
+      const vm = await WasmVirtualMachine.create(loaded.executable, loaded.weights, loaded.modules, { libraries });
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
       const why = reasons.length ? ` (WebGPU: ${reasons.join("; ")})` : "";
       return new Engine({ ...parts, vm, device: { kind: "wasm", name: `WebAssembly SIMD on the CPU${why}`, build: build.name },

@@ -5,7 +5,7 @@ export class FormatError extends Error {
   name = "FormatError";
 }
 
-const EXECUTABLE_VERSION = 2;
+const EXECUTABLE_VERSION = 3;
 const TENSOR_CACHE_VERSION = 1;
 const BUNDLE_VERSION = 1;
 
@@ -54,7 +54,14 @@ export function validateExecutable(doc, what = "executable.json") {
     for (const key of ["params", "code", "tensors", "locations", "memory", "symbols"]) {
       expect(/** @type {any} */ (fn)[key] !== undefined, what, `function ${name} has no ${key}`);
     }
+    for (const op of /** @type {any} */ (fn).code) {
+      const callee = op.op === "call" ? op.func : op.op === "func" ? op.name : undefined;
+      expect(callee === undefined || callee === null || callee in doc.functions, what,
+        `function ${name} calls ${callee}, which the executable does not have`);
+    }
   }
+  expect(doc.libraries === undefined || (Array.isArray(doc.libraries) && doc.libraries.every((/** @type {any} */ l) => typeof l === "string")),
+    what, "libraries is not a list of names");
   return doc;
 }
 

@@ -2,6 +2,7 @@
 // against the SHA-256 in tensor-cache.json and kept in the browser's Cache API (IndexedDB when
 // that is missing), so that a reload downloads nothing.
 
+import { checkLibraries } from "./builtins.js";
 import { validateBundle, validateExecutable, validateTensorCache } from "./format.js";
 
 export class LoadError extends Error {
@@ -105,19 +106,28 @@ async function readWithProgress(response, onBytes) {
   return data.buffer;
 }
 
-/** A build's executable.json, checked. @param {string} buildUrl @param {(url: string) => Promise<Response>} fetchFn */
-export async function loadExecutable(buildUrl, fetchFn = fetch) {
-  return validateExecutable(await fetchJson(buildUrl + "executable.json", fetchFn), buildUrl + "executable.json");
+/**
+ * A build's executable.json, checked; with ``libraries``, also that every library function it calls is
+ * there (the builtins or one of them), before any weight is downloaded.
+ * @param {string} buildUrl
+ * @param {((url: string) => Promise<Response>) | {fetchFn?: (url: string) => Promise<Response>,
+ *          libraries?: Record<string, Function>}} [options] the options, or (as before) the fetch function
+ */
+export async function loadExecutable(buildUrl, options = {}) {
+  const { fetchFn = fetch, libraries = undefined } = typeof options === "function" ? { fetchFn: options } : options;
+  const executable = validateExecutable(await fetchJson(buildUrl + "executable.json", fetchFn), buildUrl + "executable.json");
+  if (libraries) checkLibraries(executable, libraries);
+  return executable;
 }
 
 /**
  * Load one build of a bundle: executable, weights by constant name, and progress as it goes.
  * @param {string} buildUrl the build's folder, ending in "/"
  * @param {{onProgress?: ProgressCallback, fetchFn?: (url: string) => Promise<Response>, cache?: any,
- *          executable?: any}} options
+ *          executable?: any, libraries?: Record<string, Function>}} options
  */
-export async function loadBuild(buildUrl, { onProgress = () => {}, fetchFn = fetch, cache, executable } = {}) {
-  executable ??= await loadExecutable(buildUrl, fetchFn);
+export async function loadBuild(buildUrl, { onProgress = () => {}, fetchFn = fetch, cache, executable, libraries } = {}) {
+  executable ??= await loadExecutable(buildUrl, { fetchFn, libraries });
   const tensorCache = validateTensorCache(await fetchJson(buildUrl + "tensor-cache.json", fetchFn), buildUrl + "tensor-cache.json");
   const store = cache ?? await openShardCache();
   const total = tensorCache.records.reduce((/** @type {number} */ sum, /** @type {any} */ s) => sum + s.nbytes, 0);

@@ -1,11 +1,39 @@
 // What both VMs (WebGPU and WASM) do the same way with a function of the executable
-// (docs/format.md): check the arguments and bind the shape heap as the `match` instructions say,
+// (docs/format.md) on their fast path, a function that is one straight line of launches over a
+// static memory plan: check the arguments and bind the shape heap as the `match` instructions say,
 // enforce the upper bounds memory was planned for, and follow `tuple`/`get` to the result.
+// Everything else runs in the frame interpreter (interpreter.js).
 
+import { matchValue, RuntimeCheckError } from "./checks.js";
 import { evalShape } from "./shape.js";
 
-export class RuntimeCheckError extends Error {
-  name = "RuntimeCheckError";
+export { RuntimeCheckError };
+
+/** Instructions of a straight line: no calls, branches, run-time allocation or host functions. */
+const STRAIGHT_LINE = new Set(["match", "launch", "tuple", "get", "ret"]);
+
+/**
+ * Whether a function can run as a precomputed straight line: its code has no control flow, every
+ * tensor lives where the static plan put it, and every parameter and result has a known shape
+ * (so that all launches can be bound once, at load). @param {any} record
+ */
+export function isStraightLine(record) {
+  if (!record.memory.static || !record.code.every((/** @type {any} */ op) => STRAIGHT_LINE.has(op.op))) return false;
+  const known = (/** @type {number} */ reg) => record.tensors[String(reg)] !== undefined && record.locations[String(reg)] !== undefined;
+  for (const param of record.params) {
+    const { sinfo } = param;
+    if (sinfo.kind === "prim") continue;
+    if (sinfo.kind !== "tensor" || !sinfo.shape || !sinfo.dtype || !known(param.register)) return false;
+  }
+  for (const op of record.code) {
+    if (op.op === "launch" && ![...op.args, ...op.outs].every(known)) return false;
+  }
+  /** @param {number} reg @returns {boolean} */
+  const tensorsOnly = (reg) => {
+    const tuple = record.code.find((/** @type {any} */ op) => op.op === "tuple" && op.dst === reg);
+    return tuple ? tuple.fields.every(tensorsOnly) : known(reg);
+  };
+  return tensorsOnly(record.code[record.code.length - 1].src);
 }
 
 /** A function's result left where it was computed (a GPU buffer, WASM memory) for the next
@@ -31,7 +59,7 @@ export class ResultInPlace {
 /** What both VMs expose: functions by name, run with results read back or left in place. */
 export class FunctionTable {
   constructor() {
-    /** @type {Map<string, {call: (args: any[], toHost: boolean) => Promise<any>}>} */
+    /** @type {Map<string, {call: (args: any[], toHost: boolean) => Promise<any>, generation: number}>} */
     this.functions = new Map();
   }
 
@@ -78,20 +106,25 @@ export function bindArguments(name, record, args, bounds) {
   for (const op of record.code) {
     if (op.op !== "match") continue;
     let value = values.get(op.reg);
-    if (value === undefined && op.sinfo.kind === "prim") continue;
     if (value === undefined) {  // a tensor the program or the state holds: its shape is known symbolically
       const tensor = record.tensors[String(op.reg)];
+      if (!tensor) continue;  // a tuple of them (a result): its fields are known tensors too
       value = { shape: tensor.shape.map((/** @type {string} */ d) => evalShape(d, heap)), dtype: tensor.dtype };
     }
-    bindShapes(op.sinfo, value, heap);
-    checkValue(op.sinfo, value, heap, op.what);
+    matchValue(op, value, heap);
   }
+  checkBounds(name, bounds, heap);
+  return { inputs, values, heap };
+}
+
+/** Sizes past the upper bounds memory was planned for are an error, not an overrun.
+ * @param {string} name @param {Record<string, number>} bounds @param {Record<string, number>} heap */
+export function checkBounds(name, bounds, heap) {
   for (const [symbol, bound] of Object.entries(bounds)) {
-    if (bound !== null && heap[symbol] !== undefined && heap[symbol] > bound) {
+    if (bound !== null && bound !== undefined && heap[symbol] !== undefined && heap[symbol] > bound) {
       throw new RuntimeCheckError(`${name}: ${symbol} = ${heap[symbol]} exceeds its upper bound ${bound}, for which memory was planned`);
     }
   }
-  return { inputs, values, heap };
 }
 
 /** The tensor registers a function's result is made of. @param {any} record @param {number} [reg] @returns {number[]} */
@@ -130,41 +163,3 @@ export function launchSizes(op, kernel, heap) {
   return { scalars, grid: kernel.grid.map((/** @type {string} */ g) => evalShape(g, env)) };
 }
 
-/** Bind plain symbolic dims (and prim values) not yet bound. @param {any} sinfo @param {any} value @param {Record<string, number>} heap */
-export function bindShapes(sinfo, value, heap) {
-  const isName = (/** @type {string} */ s) => /^[A-Za-z_][A-Za-z_0-9]*$/.test(s);
-  if (sinfo.kind === "prim" && sinfo.value !== null && isName(sinfo.value)) {
-    if (heap[sinfo.value] === undefined) heap[sinfo.value] = Number(value);
-    return;
-  }
-  if (sinfo.kind === "tensor" && sinfo.shape && value && value.shape && sinfo.shape.length === value.shape.length) {
-    sinfo.shape.forEach((/** @type {string} */ dim, /** @type {number} */ i) => {
-      if (isName(dim) && heap[dim] === undefined) heap[dim] = value.shape[i];
-    });
-  }
-}
-
-/** The checks R.match_cast and function boundaries ask for. @param {any} sinfo @param {any} value
- *  @param {Record<string, number>} heap @param {string} what */
-export function checkValue(sinfo, value, heap, what) {
-  if (sinfo.kind === "prim") {
-    if (sinfo.value === null) return;
-    if (typeof value !== "number" || !Number.isInteger(value)) throw new RuntimeCheckError(`${what}: expected an integer, got ${value}`);
-    const expected = evalShape(sinfo.value, heap);
-    if (value !== expected) throw new RuntimeCheckError(`${what}: expected ${sinfo.value} = ${expected}, got ${value}`);
-    return;
-  }
-  if (sinfo.kind !== "tensor") return;
-  if (!value || !value.shape) throw new RuntimeCheckError(`${what}: expected a tensor, got ${typeof value}`);
-  if (sinfo.dtype && value.dtype !== sinfo.dtype) throw new RuntimeCheckError(`${what}: expected dtype ${sinfo.dtype}, got ${value.dtype}`);
-  if (!sinfo.shape) return;
-  if (sinfo.shape.length !== value.shape.length) {
-    throw new RuntimeCheckError(`${what}: expected rank ${sinfo.shape.length}, got shape [${value.shape}]`);
-  }
-  sinfo.shape.forEach((/** @type {string} */ dim, /** @type {number} */ axis) => {
-    const expected = evalShape(dim, heap);
-    if (expected !== value.shape[axis]) {
-      throw new RuntimeCheckError(`${what}: dimension ${axis} is ${value.shape[axis]}, not ${dim} = ${expected}`);
-    }
-  });
-}

@@ -11,6 +11,8 @@ export { DeviceError, requestDeviceFor, webgpuUnavailableReason } from "./device
 export { FormatError, validateBundle, validateChatConfig, validateExecutable, validateTensorCache } from "./format.js";
 export { LoadError, loadBuild, loadBundleIndex, loadExecutable, openShardCache, sha256Hex } from "./loader.js";
 export { evalShape, parseShapeExpr } from "./shape.js";
-export { RuntimeCheckError } from "./program.js";
-export { DeviceTensor, HostTensor, VirtualMachine } from "./vm.js";
+export { BUILTINS } from "./builtins.js";
+export { FunctionValue, RuntimeCheckError, ShapeValue } from "./checks.js";
+export { HostTensor } from "./host.js";
+export { DeviceTensor, VirtualMachine } from "./vm.js";
 export { WasmTensor, WasmVirtualMachine } from "./wasm-vm.js";

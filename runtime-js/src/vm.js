@@ -1,44 +1,25 @@
 // The WebGPU virtual machine: runs the functions of an executable (docs/format.md) on a GPUDevice.
 //
-// Everything a call needs is created once, when the VM is made: the arena buffers of each
-// function's static memory plan, a buffer per parameter sized at its upper bounds, the weights,
-// every pipeline (asynchronously, all at once), a uniform buffer and a bind group per launch and
-// a readback buffer per result. A call then writes its arguments and sizes, records the launches
-// in one compute pass and, unless asked to leave them on the device, reads the results back.
+// A function that is one straight line of launches over a static memory plan (the LLM's prefill,
+// decode and sample) is prepared once, when the VM is made: the arena buffers of its plan, a
+// buffer per parameter sized at its upper bounds, a uniform buffer and a bind group per launch
+// and a readback buffer per result. A call then writes its arguments and sizes, records the
+// launches in one compute pass and, unless asked to leave them on the device, reads the results
+// back: it creates nothing. Every other function runs in the frame interpreter (interpreter.js)
+// over GpuMachine (webgpu-machine.js), with run-time tensors in pooled GPU buffers.
 
+import { libraryRegistry } from "./builtins.js";
+import { fromDeviceBytes, HostTensor, toDeviceBytes } from "./host.js";
+import { InterpretedFunction, Interpreter } from "./interpreter.js";
 import {
-  assembleResult, bindArguments, FunctionTable, launchSizes, ResultInPlace, resultRegisters, RuntimeCheckError, upperBounds,
+  assembleResult, bindArguments, FunctionTable, isStraightLine, launchSizes, resultRegisters, RuntimeCheckError, upperBounds,
 } from "./program.js";
 import { evalShape } from "./shape.js";
+import { DeviceTensor, GpuMachine } from "./webgpu-machine.js";
 
-export { RuntimeCheckError };
+export { DeviceTensor, HostTensor, RuntimeCheckError };
 
 /* global GPUBufferUsage, GPUMapMode */
-
-const TYPED = { float32: Float32Array, int32: Int32Array, uint32: Uint32Array };
-
-/** A host tensor: a typed array and its shape. */
-export class HostTensor {
-  /** @param {Float32Array|Int32Array|Uint32Array} data @param {number[]} shape */
-  constructor(data, shape) {
-    this.data = data;
-    this.shape = shape;
-    this.dtype = data instanceof Float32Array ? "float32" : data instanceof Int32Array ? "int32" : "uint32";
-    const count = shape.reduce((a, b) => a * b, 1);
-    if (count !== data.length) throw new RangeError(`shape [${shape}] holds ${count} elements, the data ${data.length}`);
-  }
-}
-
-/** A function's result left in a GPU buffer (see ResultInPlace). */
-export class DeviceTensor extends ResultInPlace {
-  /** @param {VMFunction} fn @param {number} generation @param {GPUBuffer} buffer @param {number} offset
-   *  @param {number} nbytes @param {number[]} shape @param {string} dtype */
-  constructor(fn, generation, buffer, offset, nbytes, shape, dtype) {
-    super(fn, generation, nbytes, shape, dtype);
-    this.buffer = buffer;
-    this.offset = offset;
-  }
-}
 
 const align4 = (/** @type {number} */ n) => Math.ceil(n / 4) * 4;
 
@@ -48,8 +29,10 @@ export class VirtualMachine extends FunctionTable {
    * @param {any} exe the parsed executable.json
    * @param {Map<string, ArrayBufferView>} weights the constants by name (tensor-cache records)
    * @param {Map<string, ArrayBuffer>} modules the kernel module files by path (WGSL text)
+   * @param {{libraries?: Record<string, Function>}} [options] host functions `call_builtin` may call, by name
    */
-  static async create(device, exe, weights, modules) {
+  static async create(device, exe, weights, modules, { libraries } = {}) {
+    const registry = libraryRegistry(exe, libraries);
     const vm = new VirtualMachine(device, exe);
     for (const name of exe.constants) {
       const data = weights.get(name);
@@ -62,7 +45,14 @@ export class VirtualMachine extends FunctionTable {
       if (!module) throw new Error(`the kernel module ${k.module} of kernel ${k.name} was not loaded`);
       return vm.createPipeline(k, decoder.decode(module));
     }));
-    for (const [name, record] of Object.entries(exe.functions)) vm.functions.set(name, new VMFunction(vm, name, record));
+    for (const [name, record] of Object.entries(exe.functions)) {
+      vm.arenas.set(name, record.memory.buffers.map((/** @type {number} */ size) => vm.createBuffer(size, vm.storageUsage)));
+    }
+    vm.machine = new GpuMachine(vm);
+    vm.interpreter = new Interpreter(exe, vm.machine, vm.functions, registry);
+    for (const [name, record] of Object.entries(exe.functions)) {
+      vm.functions.set(name, isStraightLine(record) ? new VMFunction(vm, name, record) : new InterpretedFunction(vm.interpreter, name));
+    }
     return vm;
   }
 
@@ -74,6 +64,9 @@ export class VirtualMachine extends FunctionTable {
     /** @type {Map<string, GPUBuffer>} */ this.constants = new Map();
     /** @type {Map<string, GPUBuffer>} */ this.state = new Map();
     /** @type {{pipeline: GPUComputePipeline, layout: GPUBindGroupLayout}[]} */ this.pipelines = [];
+    /** @type {Map<string, GPUBuffer[]>} */ this.arenas = new Map();  // each function's static plan
+    /** @type {GpuMachine} */ this.machine = null;
+    /** @type {Interpreter} */ this.interpreter = null;
     this.storageUsage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
   }
 
@@ -131,6 +124,7 @@ export class VirtualMachine extends FunctionTable {
   }
 }
 
+/** A straight-line function, prepared at load (the fast path). */
 class VMFunction {
   /** @param {VirtualMachine} vm @param {string} name @param {any} record */
   constructor(vm, name, record) {
@@ -138,10 +132,7 @@ class VMFunction {
     this.name = name;
     this.record = record;
     this.generation = 0;
-    if (!record.memory.static) {
-      throw new Error(`function ${name} has symbols without upper bounds (${record.unbounded_symbols.join(", ")}); ` +
-        "the browser runtime plans memory ahead and needs them bounded (tessera.build upper_bounds)");
-    }
+    this.held = [];
     this.bounds = upperBounds(record);
     const device = vm.device;
     this.params = new Map();
@@ -151,7 +142,7 @@ class VMFunction {
       const bytes = evalShape(tensor.bytes, this.bounds);
       this.params.set(param.register, param.state ? vm.stateBuffer(param.name, bytes) : vm.createBuffer(bytes, vm.storageUsage));
     }
-    this.arena = record.memory.buffers.map((/** @type {number} */ size) => vm.createBuffer(size, vm.storageUsage));
+    this.arena = vm.arenas.get(name);
     this.tokens = new Map(record.memory.storages.map((/** @type {any} */ s) => [s.index, s]));
     this.results = resultRegisters(record);
     this.readback = new Map(this.results.map((reg) => [reg, vm.createBuffer(
@@ -200,7 +191,9 @@ class VMFunction {
         value.checkCurrent();
         encoder.copyBufferToBuffer(value.buffer, value.offset, buffer, 0, value.nbytes);
       } else {
-        device.queue.writeBuffer(buffer, 0, value.data);
+        // Most dtypes are laid out on the device as on the host: written as they are, without a copy.
+        const direct = value.dtype !== "bool" && value.data.byteLength % 4 === 0;
+        device.queue.writeBuffer(buffer, 0, direct ? value.data : toDeviceBytes(value.data, value.dtype));
       }
     }
     this.generation += 1;
@@ -237,16 +230,11 @@ class VMFunction {
     }
     device.queue.submit([encoder.finish()]);
     for (const reg of this.results) {
-      const dtype = record.tensors[String(reg)].dtype;
-      const Typed = TYPED[/** @type {keyof typeof TYPED} */ (dtype)];
-      if (!Typed) throw new Error(`the JS runtime reads back float32, int32 and uint32 results; ${this.name} returns ${dtype}`);
       const readback = this.readback.get(reg);
       await readback.mapAsync(GPUMapMode.READ, 0, sizes.get(reg));
-      const shape = shapes.get(reg);
-      const count = shape.reduce((/** @type {number} */ a, /** @type {number} */ b) => a * b, 1);
-      const data = new Typed(readback.getMappedRange(0, sizes.get(reg)).slice(0, count * 4));
+      const raw = new Uint8Array(readback.getMappedRange(0, sizes.get(reg)));
+      results.set(reg, fromDeviceBytes(raw, shapes.get(reg), record.tensors[String(reg)].dtype));
       readback.unmap();
-      results.set(reg, new HostTensor(data, shape));
     }
     return assembleResult(record, results);
   }

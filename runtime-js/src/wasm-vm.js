@@ -5,21 +5,34 @@
 // parameters at their upper bounds and the arena of its static memory plan. Pointers are byte
 // offsets into that memory. A launch calls the kernel's export with the pointers of its tensors,
 // its scalars and its grid; the C code loops over workgroups and threads (codegen/c).
+//
+// Straight-line functions over a static plan (the LLM's) have their parameters placed at load and
+// run as a precomputed list of launches; every other function runs in the frame interpreter
+// (interpreter.js) over WasmMachine below, whose pool takes blocks from above the static layout,
+// growing the memory when it needs more.
 
+import { libraryRegistry } from "./builtins.js";
+import { fromDeviceBytes, toDeviceBytes } from "./host.js";
+import { InterpretedFunction, Interpreter, TensorValue } from "./interpreter.js";
+import { BlockPool } from "./pool.js";
 import { evalShape } from "./shape.js";
 import {
-  assembleResult, bindArguments, FunctionTable, launchSizes, ResultInPlace, resultRegisters, upperBounds,
+  assembleResult, bindArguments, FunctionTable, isStraightLine, launchSizes, ResultInPlace, resultRegisters, RuntimeCheckError,
+  upperBounds,
 } from "./program.js";
-import { HostTensor } from "./vm.js";
 
 const PAGE = 65536;
+/** A module that imports env.memory and exports __heap_base = 0, for executables without kernels. */
+const EMPTY_MODULE = Uint8Array.of(0, 0x61, 0x73, 0x6d, 1, 0, 0, 0,
+  2, 0x0f, 1, 3, 0x65, 0x6e, 0x76, 6, 0x6d, 0x65, 0x6d, 0x6f, 0x72, 0x79, 2, 0, 0,  // import env.memory
+  6, 6, 1, 0x7f, 0, 0x41, 0, 0x0b,  // global i32 const 0
+  7, 0x0f, 1, 11, 0x5f, 0x5f, 0x68, 0x65, 0x61, 0x70, 0x5f, 0x62, 0x61, 0x73, 0x65, 3, 0);  // export __heap_base
 const ALIGN = 16;
-const TYPED = { float32: Float32Array, int32: Int32Array, uint32: Uint32Array };
 const alignUp = (/** @type {number} */ n) => Math.ceil(n / ALIGN) * ALIGN;
 
 /** A function's result left in WASM memory (see ResultInPlace). */
 export class WasmTensor extends ResultInPlace {
-  /** @param {WasmFunction} fn @param {number} generation @param {number} pointer @param {number} nbytes
+  /** @param {{name: string, generation: number}} fn @param {number} generation @param {number} pointer @param {number} nbytes
    *  @param {number[]} shape @param {string} dtype */
   constructor(fn, generation, pointer, nbytes, shape, dtype) {
     super(fn, generation, nbytes, shape, dtype);
@@ -32,23 +45,26 @@ export class WasmVirtualMachine extends FunctionTable {
    * @param {any} exe the parsed executable.json (target kind "wasm")
    * @param {Map<string, ArrayBufferView>} weights
    * @param {Map<string, ArrayBuffer>} modules the kernel module files by path: one WASM module
+   * @param {{libraries?: Record<string, Function>}} [options] host functions `call_builtin` may call, by name
    */
-  static async create(exe, weights, modules) {
+  static async create(exe, weights, modules, { libraries } = {}) {
+    const registry = libraryRegistry(exe, libraries);
     const paths = [...new Set(exe.kernels.map((/** @type {any} */ k) => k.module))];
     if (paths.length > 1) throw new Error(`the WASM runtime runs kernels of one module; this executable has ${paths.join(", ")}`);
-    const wasmBytes = modules.get(paths[0]);
-    if (!wasmBytes) throw new Error(`the kernel module ${paths[0] ?? "(none: the executable has no kernels)"} was not loaded`);
+    // A program of calls and library functions alone has no kernels: an empty module stands in.
+    const wasmBytes = paths.length ? modules.get(paths[0]) : EMPTY_MODULE;
+    if (!wasmBytes) throw new Error(`the kernel module ${paths[0]} was not loaded`);
     const module = await WebAssembly.compile(wasmBytes);
     const plan = layout(exe, weights);
     const memory = new WebAssembly.Memory({ initial: Math.ceil((plan.bytes + (1 << 20)) / PAGE) });
     const instance = await WebAssembly.instantiate(module, { env: { memory } });
-    const vm = new WasmVirtualMachine(exe, memory, instance, plan, weights);
-    return vm;
+    return new WasmVirtualMachine(exe, memory, instance, plan, weights, registry);
   }
 
   /** @param {any} exe @param {WebAssembly.Memory} memory @param {WebAssembly.Instance} instance
-   *  @param {{bytes: number, place: (base: number) => any}} plan @param {Map<string, ArrayBufferView>} weights */
-  constructor(exe, memory, instance, plan, weights) {
+   *  @param {{bytes: number, place: (base: number) => any}} plan @param {Map<string, ArrayBufferView>} weights
+   *  @param {Map<string, Function>} libraries */
+  constructor(exe, memory, instance, plan, weights, libraries) {
     super();
     this.exe = exe;
     this.memory = memory;
@@ -68,8 +84,12 @@ export class WasmVirtualMachine extends FunctionTable {
       if (typeof fn !== "function") throw new Error(`${k.module} does not export ${k.entry_point} (kernel ${k.name})`);
       return fn;
     });
+    this.places = places.functions;
+    this.machine = new WasmMachine(this, base + plan.bytes);
+    this.interpreter = new Interpreter(exe, this.machine, this.functions, libraries);
     for (const [name, record] of Object.entries(exe.functions)) {
-      this.functions.set(name, new WasmFunction(this, name, record, places.functions.get(name)));
+      this.functions.set(name, isStraightLine(record) ? new WasmFunction(this, name, record, places.functions.get(name)) :
+        new InterpretedFunction(this.interpreter, name));
     }
   }
 
@@ -100,11 +120,12 @@ function layout(exe, weights) {
   const state = new Map();
   const functions = new Map();
   for (const [name, record] of Object.entries(exe.functions)) {
-    const bounds = plannedBounds(name, record);
+    const bounds = upperBounds(record);
+    const straight = isStraightLine(record);  // only these take their parameters at fixed places
     const params = new Map();
     for (const param of record.params) {
       const tensor = record.tensors[String(param.register)];
-      if (!tensor) continue;
+      if (!tensor || !(param.state || straight)) continue;
       const nbytes = evalShape(tensor.bytes, bounds);
       if (param.state) {
         if (!state.has(param.name)) state.set(param.name, { pointer: take(nbytes), nbytes });
@@ -130,15 +151,7 @@ function layout(exe, weights) {
   };
 }
 
-/** @param {string} name @param {any} record */
-function plannedBounds(name, record) {
-  if (!record.memory.static) {
-    throw new Error(`function ${name} has symbols without upper bounds (${record.unbounded_symbols.join(", ")}); ` +
-      "the WASM runtime plans memory ahead and needs them bounded");
-  }
-  return upperBounds(record);
-}
-
+/** A straight-line function, prepared at load (the fast path). */
 class WasmFunction {
   /** @param {WasmVirtualMachine} vm @param {string} name @param {any} record @param {any} places */
   constructor(vm, name, record, places) {
@@ -147,7 +160,8 @@ class WasmFunction {
     this.record = record;
     this.places = places;
     this.generation = 0;
-    this.bounds = plannedBounds(name, record);
+    this.held = [];
+    this.bounds = upperBounds(record);
     this.tokens = new Map(record.memory.storages.map((/** @type {any} */ s) => [s.index, s]));
     this.launches = record.code.filter((/** @type {any} */ op) => op.op === "launch").map((/** @type {any} */ op) => ({
       op, kernel: vm.exe.kernels[op.kernel], run: vm.kernelExports[op.kernel],
@@ -177,7 +191,9 @@ class WasmFunction {
         value.checkCurrent();
         bytes.copyWithin(pointer, value.pointer, value.pointer + value.nbytes);
       } else {
-        bytes.set(new Uint8Array(value.data.buffer, value.data.byteOffset, value.data.byteLength), pointer);
+        const direct = value.dtype !== "bool";  // the other dtypes are laid out in memory as on the host
+        bytes.set(direct ? new Uint8Array(value.data.buffer, value.data.byteOffset, value.data.byteLength) :
+          toDeviceBytes(value.data, value.dtype), pointer);
       }
     }
     this.generation += 1;
@@ -196,11 +212,76 @@ class WasmFunction {
         results.set(reg, new WasmTensor(this, this.generation, pointer, nbytes, shape, tensor.dtype));
         continue;
       }
-      const Typed = TYPED[/** @type {keyof typeof TYPED} */ (tensor.dtype)];
-      if (!Typed) throw new Error(`the JS runtime reads back float32, int32 and uint32 results; ${this.name} returns ${tensor.dtype}`);
-      const count = shape.reduce((/** @type {number} */ a, /** @type {number} */ b) => a * b, 1);
-      results.set(reg, new HostTensor(new Typed(vm.memory.buffer.slice(pointer, pointer + count * 4)), shape));
+      results.set(reg, fromDeviceBytes(new Uint8Array(vm.memory.buffer, pointer, nbytes), shape, tensor.dtype));
     }
     return assembleResult(record, results);
+  }
+}
+
+/** The interpreter's WebAssembly side (interpreter.js, Machine): pointers into the one memory. */
+class WasmMachine {
+  /** @param {WasmVirtualMachine} vm @param {number} start the first byte above the static layout */
+  constructor(vm, start) {
+    this.vm = vm;
+    this.end = alignUp(start);
+    this.pool = new BlockPool((size) => {
+      const pointer = this.end;
+      this.end = alignUp(pointer + size);
+      const need = Math.ceil(this.end / PAGE) - vm.memory.buffer.byteLength / PAGE;
+      if (need > 0) {
+        try {
+          vm.memory.grow(need);
+        } catch {
+          throw new RuntimeCheckError(`WebAssembly memory cannot grow to ${this.end} bytes for a tensor of ${size}`);
+        }
+      }
+      return { memory: null, offset: pointer, size };
+    });
+  }
+
+  /** @param {string} name */
+  constant(name) {
+    return { memory: null, offset: this.vm.constants.get(name) };
+  }
+
+  /** @param {string} name */
+  state(name) {
+    const state = this.vm.state.get(name);
+    if (!state) throw new Error(`the state tensor '${name}' has no place in memory`);
+    return { memory: null, offset: state.pointer };
+  }
+
+  /** @param {string} fn @param {number} buffer */
+  arena(fn, buffer) {
+    return { memory: null, offset: this.vm.places.get(fn).arena[buffer] };
+  }
+
+  /** @param {TensorValue} tensor @param {Uint8Array} bytes */
+  write(tensor, bytes) {
+    this.vm.bytes().set(bytes, tensor.offset);
+  }
+
+  /** @param {TensorValue} tensor */
+  read(tensor) {
+    return this.vm.bytes().slice(tensor.offset, tensor.offset + tensor.nbytes);
+  }
+
+  /** @param {any} op @param {TensorValue[]} tensors @param {number[]} scalars @param {number[]} grid */
+  launch(op, tensors, scalars, grid) {
+    this.vm.kernelExports[op.kernel](...tensors.map((t) => t.offset), ...scalars, ...grid);
+  }
+
+  flush() {}
+
+  /** @param {any} value */
+  inPlace(value) {
+    if (!(value instanceof WasmTensor)) return null;
+    value.checkCurrent();
+    return new TensorValue(null, value.pointer, value.nbytes, value.shape, value.dtype, null);
+  }
+
+  /** @param {{name: string, generation: number}} fn @param {number} generation @param {TensorValue} t */
+  leaveInPlace(fn, generation, t) {
+    return new WasmTensor(fn, generation, t.offset, t.nbytes, t.shape, t.dtype);
   }
 }

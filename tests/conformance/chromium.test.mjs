@@ -17,9 +17,7 @@ const SERVED = ["runtime-js/src/", "tests/conformance/", "build/conformance/"].m
 const TYPES = { ".js": "text/javascript", ".mjs": "text/javascript", ".json": "application/json", ".wasm": "application/wasm",
   ".wgsl": "text/plain" };
 // Cases this runtime cannot run, by name, with the reason; printed on every run.
-const UNSUPPORTED = {
-  "int64-bool-io": "HostTensor holds float32, int32 and uint32: no int64 or bool arguments or results",
-};
+const UNSUPPORTED = {};
 
 /** Answer a request with a file under SERVED, or 404. */
 async function serveFile(request, response) {
@@ -38,7 +36,7 @@ async function serveFile(request, response) {
 
 /** In the page: open the folder's executable on a WebGPU device made for it, and run the case. */
 async function runInPage(folderUrl) {
-  const { checkCase, NO_CACHE } = await import("/tests/conformance/runner.mjs");
+  const { checkCase, NO_CACHE, TEST_LIBRARIES } = await import("/tests/conformance/runner.mjs");
   const { loadBuild, requestDeviceFor, VirtualMachine } = await import("/runtime-js/src/tessera.js");
   let device;
   const errors = [];
@@ -46,7 +44,7 @@ async function runInPage(folderUrl) {
     const { executable, weights, modules } = await loadBuild(folder, { cache: NO_CACHE });
     ({ device } = await requestDeviceFor(executable));
     device.addEventListener("uncapturederror", (event) => errors.push(event.error.message));
-    const vm = await VirtualMachine.create(device, executable, weights, modules);
+    const vm = await VirtualMachine.create(device, executable, weights, modules, { libraries: TEST_LIBRARIES });
     return { run: (name, args) => vm.run(name, ...args) };
   });
   if (device) {

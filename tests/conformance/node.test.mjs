@@ -8,13 +8,11 @@ import { after, test } from "node:test";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 import { loadBuild, WasmVirtualMachine } from "../../runtime-js/src/tessera.js";
-import { casesFor, checkCase, NO_CACHE, readIndex, reportLine } from "./runner.mjs";
+import { casesFor, checkCase, NO_CACHE, readIndex, reportLine, TEST_LIBRARIES } from "./runner.mjs";
 
 const ROOT = pathToFileURL(join(dirname(fileURLToPath(import.meta.url)), "..", "..", "build", "conformance") + "/").href;
 // Cases this runtime cannot run, by name, with the reason; printed on every run.
-const UNSUPPORTED = {
-  "int64-bool-io": "HostTensor holds float32, int32 and uint32: no int64 or bool arguments or results",
-};
+const UNSUPPORTED = {};
 
 /** fetch() over files: Node's own fetch has no file: URLs. */
 async function fileFetch(url) {
@@ -27,7 +25,7 @@ async function fileFetch(url) {
 
 async function openRuntime(folderUrl) {
   const { executable, weights, modules } = await loadBuild(folderUrl, { fetchFn: fileFetch, cache: NO_CACHE });
-  const vm = await WasmVirtualMachine.create(executable, weights, modules);
+  const vm = await WasmVirtualMachine.create(executable, weights, modules, { libraries: TEST_LIBRARIES });
   return { run: (name, args) => vm.run(name, ...args) };
 }
 

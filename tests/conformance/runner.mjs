@@ -2,12 +2,19 @@
 // caseio.py, with the same case.json and the same comparison rule (tests/conformance/README.md).
 // It runs in Node and in a browser page alike: every file is read through a fetch function, and
 // the runtime is imported by a relative URL that the test server serves as it lies on disk.
-import { HostTensor } from "../../runtime-js/src/tessera.js";
+import { HostTensor, ShapeValue } from "../../runtime-js/src/tessera.js";
 
 export const CASE_FORMAT = "tessera-conformance-case";
 export const INDEX_FORMAT = "tessera-conformance-index";
 export const VERSION = 1;
 const GENERATE = "run `python tests/conformance/generate.py` (make test-python runs it) to build the conformance cases";
+
+/** The library every adapter registers for cases that call a user library (tessera.test.*). */
+export const TEST_LIBRARIES = {
+  "tessera.test.double": (x, out) => {
+    for (let i = 0; i < x.length; i++) out[i] = 2 * x[i];
+  },
+};
 
 /** A shard store that keeps nothing: every case loads its weights as a first visit does. */
 export const NO_CACHE = { kind: "none", get: async () => undefined, put: async () => undefined };
@@ -52,19 +59,27 @@ async function readArray(folderUrl, entry, fetchFn) {
   return { dtype: entry.dtype, shape: entry.shape, data: new Typed(await response.arrayBuffer()) };
 }
 
-/** A call's arguments as runtime-js takes them: HostTensors and numbers. */
-async function readArgs(folderUrl, call, fetchFn) {
-  return Promise.all(call.args.map(async (arg) => {
-    if ("value" in arg) return arg.value;
-    const array = await readArray(folderUrl, arg, fetchFn);
-    if (array.data instanceof BigInt64Array || arg.dtype === "bool") {
-      throw new Error(`argument ${arg.name} is ${arg.dtype}: HostTensor holds float32, int32 and uint32 only`);
-    }
-    return new HostTensor(array.data, array.shape);
-  }));
+/** An argument as runtime-js takes it: a HostTensor, a number, or an array (a tuple) of them. */
+async function readArg(folderUrl, arg, fetchFn) {
+  if ("value" in arg) return arg.value;
+  if ("tuple" in arg) return Promise.all(arg.tuple.map((field) => readArg(folderUrl, field, fetchFn)));
+  const array = await readArray(folderUrl, arg, fetchFn);
+  return new HostTensor(array.data, array.shape, array.dtype);
 }
 
-const flatten = (result) => (Array.isArray(result) ? result.flatMap(flatten) : [result]);
+/** A call's arguments. */
+async function readArgs(folderUrl, call, fetchFn) {
+  return Promise.all(call.args.map((arg) => readArg(folderUrl, arg, fetchFn)));
+}
+
+/** A result as its list of outputs, as caseio.py flattens it: tuples depth-first, a shape as its
+ * integers, and an integer (a prim) as a 0-d int64 tensor. */
+function flatten(result) {
+  if (Array.isArray(result)) return result.flatMap(flatten);
+  if (result instanceof ShapeValue) return result.values.flatMap(flatten);
+  if (typeof result === "number" || typeof result === "bigint") return [{ shape: [], dtype: "int64", data: [result] }];
+  return [result];
+}
 
 /** The one rule, as caseio.py states it too: same shape and dtype; integers and bools exactly
  * equal; floats with |got - expected| <= atol + rtol * |expected| for every element. */
@@ -119,6 +134,16 @@ export async function checkCase(folderUrl, fetchFn, openRuntime) {
   }
   for (const [index, call] of record.calls.entries()) {
     const where = `call ${index} (${call.function})`;
+    if (call.error) {  // the call must fail with a message holding every fragment
+      try {
+        await runtime.run(call.function, await readArgs(folderUrl, call, fetchFn));
+        fail(`${where}: no error, expected one saying ${call.error.map((f) => JSON.stringify(f)).join(", ")}`);
+      } catch (error) {
+        const missing = call.error.filter((fragment) => !String(error.message).includes(fragment));
+        if (missing.length) fail(`${where}: the error "${error.message}" does not say ${missing.map((f) => JSON.stringify(f)).join(", ")}`);
+      }
+      continue;
+    }
     let outputs;
     try {
       outputs = flatten(await runtime.run(call.function, await readArgs(folderUrl, call, fetchFn)));

@@ -7,7 +7,7 @@ import {
 } from "../../runtime-js/src/format.js";
 
 const executable = () => ({
-  format: "tessera-executable", version: 2, target: { kind: "webgpu", backend: "wgsl" }, constants: [],
+  format: "tessera-executable", version: 3, target: { kind: "webgpu", backend: "wgsl" }, constants: [],
   modules: [{ path: "kernels/000_k.wgsl", backend: "wgsl", nbytes: 10, sha256: "b".repeat(64) }],
   kernels: [{ name: "k", backend: "wgsl", module: "kernels/000_k.wgsl", entry_point: "k", workgroup_size: [64, 1, 1],
     abi: { bindings: [], scalars: [] }, grid: ["1", "1", "1"], requirements: { features: [], limits: {} } }],
@@ -28,8 +28,13 @@ test("well-formed files pass", () => {
 });
 
 test("each kind of bad file is named", () => {
-  assert.throws(() => validateExecutable({ ...executable(), version: 1 }, "x/executable.json"),
-    /x\/executable.json: format version 1; this runtime reads version 2: rebuild the bundle/);
+  for (const old of [1, 2]) {
+    assert.throws(() => validateExecutable({ ...executable(), version: old }, "x/executable.json"),
+      new RegExp(`x/executable.json: format version ${old}; this runtime reads version 3: rebuild the bundle`));
+  }
+  const stray = executable();
+  stray.functions.main.code = [{ op: "call", dst: 0, func: "nowhere", args: [] }];
+  assert.throws(() => validateExecutable(stray), /function main calls nowhere, which the executable does not have/);
   assert.throws(() => validateExecutable({ format: "gguf" }), /not a Tessera executable/);
   const spirv = executable();
   spirv.kernels[0].backend = "spirv";

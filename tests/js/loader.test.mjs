@@ -18,7 +18,7 @@ function makeBuild() {
   });
   files.set(`${BASE}tensor-cache.json`, JSON.stringify({ format: "tessera-tensor-cache", version: 1, records }));
   files.set(`${BASE}executable.json`, JSON.stringify({
-    format: "tessera-executable", version: 2, target: { kind: "webgpu" }, constants: ["w0", "w1"], kernels: [],
+    format: "tessera-executable", version: 3, target: { kind: "webgpu" }, constants: ["w0", "w1"], kernels: [],
     modules: [], functions: {} }));
   const requests = [];
   const fetchFn = async (url) => {

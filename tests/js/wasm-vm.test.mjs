@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { before, test } from "node:test";
 
 import { createEngine } from "../../runtime-js/src/tessera.js";
+import { InterpretedFunction } from "../../runtime-js/src/interpreter.js";
 import { bundle, pythonGreedyReply, tinyGGUF } from "../browser/bundle.mjs";
 
 const ORIGIN = "http://bundle.test/";
@@ -36,6 +37,8 @@ test("the WASM build replies as the Python VM does", async () => {
   assert.equal(engine.device.kind, "wasm");  // Node has no WebGPU: the runtime fell back
   assert.match(engine.device.name, /WebAssembly SIMD on the CPU \(WebGPU: this browser has no WebGPU/);
   assert.equal(progress.at(-1).text, "Ready");
+  // prefill, decode and the samplers are straight lines: their launches are prepared at load.
+  for (const [name, fn] of engine.vm.functions) assert.ok(!(fn instanceof InterpretedFunction), `${name} is interpreted`);
   const reply = await engine.chat.completions.create({
     messages: [{ role: "user", content: "Hello there" }], temperature: 0, max_tokens: 12,
   });
