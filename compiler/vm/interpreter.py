@@ -15,6 +15,7 @@ result reaches to the caller and gives the others back.
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -37,15 +38,18 @@ class Block:
 
     buffer: object
     nbytes: int
+    serial: int = 0  # the order the pool made it in
 
 
 class BlockPool:
     """Run-time allocations by power-of-two size class; a block given back is reused by the next take
-    of its class, so a loop of calls allocates from the device only once."""
+    of its class, so a loop of calls allocates from the device only once. A take hands out the
+    oldest free block of its class, so a call repeated with the same sizes gets the same blocks in
+    the same places and finds its kernel bindings cached."""
 
     def __init__(self, device: Device):
         self.device = device
-        self.free: dict[int, list[Block]] = {}
+        self.free: dict[int, list[tuple[int, Block]]] = {}  # size class -> heap by serial
         self.device_allocations = 0  # blocks made on the device, for tests and `tessera inspect`
         self.in_use = 0
 
@@ -56,13 +60,13 @@ class BlockPool:
         self.in_use += 1
         blocks = self.free.get(size)
         if blocks:
-            return blocks.pop()
+            return heapq.heappop(blocks)[1]
         self.device_allocations += 1
-        return Block(self.device.allocate(size), size)
+        return Block(self.device.allocate(size), size, self.device_allocations)
 
     def give(self, block: Block) -> None:
         self.in_use -= 1
-        self.free.setdefault(block.nbytes, []).append(block)
+        heapq.heappush(self.free.setdefault(block.nbytes, []), (block.serial, block))
 
 
 @dataclass(eq=False)

@@ -558,7 +558,7 @@ def _program_coarse() -> Case:
     x = rng.standard_normal((3, 5)).astype(np.float32)
     return Case("program", "coarse parameters (R.Tensor(ndim=2)) named by match_cast; an inner call's parameter "
                 "check catches a wrong shape and names both shapes",
-                _no_inline(from_source(programs.COARSE), "helper"),
+                from_source(programs.COARSE),
                 (Call("main", (x,)), Call("rows_of_four", (x[:, :4].copy(),)),
                  Call("rows_of_four", (x,), error=programs.HELPER_SHAPE_ERROR)),
                 numpy=lambda call: [np.exp(call.args[0].astype(np.float64))] if call.function == "main"

@@ -62,7 +62,8 @@ class Module:
         return out
 '''
 
-# Coarse parameters: the shape is named by match_cast, and checked again at an inner call.
+# Coarse parameters: the shape is named by match_cast, and checked again at an inner call (helper is
+# kept a call: inlined, its check would be a match_cast in the caller).
 COARSE = '''
 @I.ir_module
 class Module:
@@ -82,6 +83,7 @@ class Module:
     @R.function
     def helper(y: R.Tensor(("m", 4), dtype="float32")) -> R.Tensor(("m", 4), dtype="float32"):
         m = T.int64()
+        R.func_attr({"inline": False})
         z: R.Tensor((m, 4), dtype="float32") = R.add(y, y)
         return z
 '''
