@@ -90,11 +90,11 @@ def _deduce_arange_dynamic(call, ctx):
         raise DeductionError("shape mismatch", "arange_dynamic needs its end as a 0-d tensor")
     if int(call.attr("step")) == 0:
         raise DeductionError("invalid attribute", "arange_dynamic needs a non-zero step")
-    return result_tensor(None, call.attr("dtype"), 1, end.vdevice)
+    return result_tensor(None, "int64", 1, end.vdevice)
 
 
-def _arange_dynamic_reference(end, start, step, dtype):
-    return np.arange(start, int(end), step, dtype=dtype)
+def _arange_dynamic_reference(end, start, step):
+    return np.arange(start, int(end), step, dtype=np.int64)
 
 
 def _legalize_arange_dynamic(call, ctx):
@@ -105,13 +105,14 @@ def _legalize_arange_dynamic(call, ctx):
 
 
 # ``R.arange`` takes its end as a (symbolic) attribute; this one reads it from a tensor at run time.
-register_op("arange_dynamic", inputs=("end",), attrs={"start": 0, "step": 1, "dtype": "int64"},
+# Its values are int64 (as nonzero's indices): cast them once their length is named by a match_cast.
+register_op("arange_dynamic", inputs=("end",), attrs={"start": 0, "step": 1},
             deduce=_deduce_arange_dynamic, reference=_arange_dynamic_reference, legalize=_legalize_arange_dynamic)
 
 
-def _arange_values(start, end, step, dtype="int64"):
+def _arange_values(start, end, step):
     return np.arange(int(np.asarray(start).reshape(-1)[0]), int(np.asarray(end).reshape(-1)[0]),
-                     int(np.asarray(step).reshape(-1)[0]), dtype=dtype)
+                     int(np.asarray(step).reshape(-1)[0]), dtype=np.int64)
 
 
 # The one-step forms, for the reference interpreter running a legalized module.

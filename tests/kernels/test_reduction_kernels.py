@@ -126,6 +126,19 @@ def test_unique_becomes_a_runtime_call(runner):
     assert "R.call_pure_packed(\"tessera.builtin.unique\", x0" in lowered.script()
 
 
+def test_other_value_dependent_sizes_become_runtime_calls(runner):
+    """nonzero, masked_select and arange_dynamic: no kernel, a runtime call the VM splits in two steps
+    (tests/vm/test_programs.py and the conformance program cases run them compiled)."""
+    cases = [(op.nonzero, [Tensor((3, "n"), "int32")], "tessera.builtin.nonzero"),
+             (op.masked_select, [Tensor(("n", 2), F32), Tensor(("n", 2), "bool")], "tessera.builtin.mask_select"),
+             (lambda end: op.arange_dynamic(end, start=2, step=3), [Tensor((), "int32")],
+              "tessera.builtin.arange")]
+    for make, params, function in cases:
+        lowered, kernels = check_op(runner, make, params)
+        assert kernels == []
+        assert f'R.call_pure_packed("{function}"' in lowered.script()
+
+
 def test_lowered_module_prints_kernel_calls():
     mod = legalize_ops(build(lambda x, w: op.exp(op.matmul(x, w)), [Tensor(("n", 4), F32), Tensor((4, 4), F32)]),
                        TARGET)
