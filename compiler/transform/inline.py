@@ -59,6 +59,7 @@ from ..ir.expr import (
 from ..ir.module import IRModule
 from ..ir.printer import function_symbolic_vars
 from ..ir.struct_info import FuncStructInfo, StructInfo, defining_vars, is_base_of, map_sinfo_exprs, sinfo_vars
+from .rewrite import recursive_functions, referenced_globals, walk_bindings
 
 DEFAULT_MAX_SIZE = 16
 
@@ -66,8 +67,8 @@ DEFAULT_MAX_SIZE = 16
 def inline_functions(mod: IRModule, max_size: int = DEFAULT_MAX_SIZE) -> IRModule:
     """Inline calls of graph functions with at most ``max_size`` bindings (rules in the module doc)."""
     graph = mod.graph_functions()
-    refs = {name: _globals(func) & set(graph) for name, func in graph.items()}
-    recursive = {name for name in graph if name in _reachable(name, refs)}
+    refs = {name: referenced_globals(func) & set(graph) for name, func in graph.items()}
+    recursive = recursive_functions(refs)
     functions = dict(mod.functions)
     inlined: set[str] = set()
     for name in _callees_first(graph, refs):
@@ -78,7 +79,7 @@ def inline_functions(mod: IRModule, max_size: int = DEFAULT_MAX_SIZE) -> IRModul
             inlined |= inliner.inlined
     # Private helpers nothing refers to any more go; a helper referring to another is removed first.
     while True:
-        used = set().union(*(_globals(f) for f in functions.values() if isinstance(f, Function)))
+        used = set().union(*(referenced_globals(f) for f in functions.values() if isinstance(f, Function)))
         dead = [n for n in inlined if n in functions and n not in used and functions[n].attr("private")]
         if not dead:
             return IRModule(functions, mod.global_infos)
@@ -104,7 +105,7 @@ class _Inliner:
     def rebuild(self, func: Function) -> Function:
         self.bb = BlockBuilder(self.mod)
         self.analyzer = analyzer_for(dict(func.attrs))
-        self.names = {p.name_hint for p in func.params} | {b.var.name_hint for b in _walk(func.body)}
+        self.names = {p.name_hint for p in func.params} | {b.var.name_hint for b in walk_bindings(func.body)}
         self.symbols = {v.name for v in function_symbolic_vars(func)}
         with self.bb.function(self.name, func.params, dict(func.attrs), func.pure, func.ret_struct_info):
             vmap: dict[Var, Expr] = {}
@@ -278,18 +279,8 @@ def _subst_sinfo(sinfo: StructInfo, smap: dict) -> StructInfo:
 # -- facts about functions -----------------------------------------------------------------
 
 
-def _walk(seq: SeqExpr):
-    """Every binding of ``seq``, those in the arms of its ifs included."""
-    for block in seq.blocks:
-        for binding in block.bindings:
-            yield binding
-            if isinstance(binding.value, If):
-                yield from _walk(binding.value.true_branch)
-                yield from _walk(binding.value.false_branch)
-
-
 def _size(seq: SeqExpr) -> int:
-    return sum(1 for _ in _walk(seq))
+    return sum(1 for _ in walk_bindings(seq))
 
 
 def _result_binding(func: Function) -> VarBinding | None:
@@ -305,7 +296,7 @@ def _dataflow_safe(func: Function, mod: IRModule) -> bool:
     """Whether ``func``'s bindings may join a dataflow block: pure, no control flow."""
     if not func.pure:
         return False
-    for binding in _walk(func.body):
+    for binding in walk_bindings(func.body):
         value = binding.value
         if isinstance(value, (If, Function)):
             return False
@@ -315,46 +306,6 @@ def _dataflow_safe(func: Function, mod: IRModule) -> bool:
             if isinstance(value.op, GlobalVar) and not getattr(mod.functions.get(value.op.name), "pure", True):
                 return False
     return True
-
-
-def _globals(func: Function) -> set[str]:
-    """Names of the module functions ``func`` refers to, called or passed as values."""
-    found: set[str] = set()
-
-    def visit(expr: Expr) -> None:
-        if isinstance(expr, GlobalVar):
-            found.add(expr.name)
-        elif isinstance(expr, Call):
-            visit(expr.op)
-            for arg in expr.args:
-                visit(arg)
-        elif isinstance(expr, Tuple):
-            for field in expr.fields:
-                visit(field)
-        elif isinstance(expr, TupleGetItem):
-            visit(expr.tuple_value)
-        elif isinstance(expr, If):
-            visit(expr.cond)
-            visit(expr.true_branch.body)
-            visit(expr.false_branch.body)
-        elif isinstance(expr, Function):
-            found.update(_globals(expr))
-
-    for binding in _walk(func.body):
-        visit(binding.value)
-    visit(func.body.body)
-    return found
-
-
-def _reachable(start: str, refs: dict[str, set[str]]) -> set[str]:
-    seen: set[str] = set()
-    stack = list(refs.get(start, ()))
-    while stack:
-        name = stack.pop()
-        if name not in seen:
-            seen.add(name)
-            stack.extend(refs.get(name, ()))
-    return seen
 
 
 def _callees_first(graph: dict, refs: dict[str, set[str]]) -> list[str]:

@@ -40,7 +40,7 @@ from ..ir.expr import (
 from ..ir.module import IRModule
 from ..ir.printer import function_symbolic_vars, print_binding, print_expr
 from ..ir.struct_info import PrimStructInfo, defining_vars
-from .rewrite import rewrite_function, rewrite_seq, substitute_vars, used_vars
+from .rewrite import rewrite_function, rewrite_seq, substitute_vars, used_vars, walk_bindings
 
 
 class LambdaLiftError(TesseraError):
@@ -52,7 +52,7 @@ def lambda_lift(mod: IRModule) -> IRModule:
     taken = set(mod.functions)
     functions: dict = {}
     for name, func in mod.functions.items():
-        if not isinstance(func, Function) or not any(isinstance(b.value, Function) for b in _walk(func.body)):
+        if not isinstance(func, Function) or not any(isinstance(b.value, Function) for b in walk_bindings(func.body)):
             functions[name] = func  # nothing to lift: the function stays the same object
             continue
         lifter = _Lifter(taken)
@@ -137,16 +137,6 @@ def _substitute_seq(seq: SeqExpr, mapping: dict[Var, Expr]) -> SeqExpr:
     return rewrite_seq(seq, substitute, lambda body: substitute_vars(body, mapping))
 
 
-def _walk(seq: SeqExpr):
-    """Every binding of ``seq``, those inside the arms of its ifs included."""
-    for block in seq.blocks:
-        for binding in block.bindings:
-            yield binding
-            if isinstance(binding.value, If):
-                yield from _walk(binding.value.true_branch)
-                yield from _walk(binding.value.false_branch)
-
-
 def _free_vars(func: Function) -> list[Var]:
     """Variables ``func`` uses but does not bind, in order of first use."""
     used: dict[Var, None] = {}
@@ -154,20 +144,20 @@ def _free_vars(func: Function) -> list[Var]:
         for binding in block.bindings:
             used.update(used_vars(binding.value))  # an if's arms included
     used.update(used_vars(func.body.body))
-    bound = set(func.params) | {b.var for b in _walk(func.body)}
+    bound = set(func.params) | {b.var for b in walk_bindings(func.body)}
     return [v for v in used if v not in bound]
 
 
 def _defined_symbols(func: Function) -> set[str]:
     defined = {v.name for p in func.params for v in defining_vars(p.struct_info)}
-    for binding in _walk(func.body):
+    for binding in walk_bindings(func.body):
         if isinstance(binding, MatchCast):
             defined.update(v.name for v in defining_vars(binding.struct_info))
     return defined
 
 
 def _var_names(func: Function) -> set[str]:
-    return {p.name_hint for p in func.params} | {b.var.name_hint for b in _walk(func.body)}
+    return {p.name_hint for p in func.params} | {b.var.name_hint for b in walk_bindings(func.body)}
 
 
 def _fresh(name: str, taken: set[str], separator: str = "") -> str:

@@ -32,7 +32,6 @@ from .. import arith
 from ..ir.expr import (
     Call,
     Function,
-    GlobalVar,
     If,
     Op,
     SeqExpr,
@@ -48,7 +47,7 @@ from ..ir.struct_info import ObjectStructInfo, TensorStructInfo
 from ..op.registry import make_call
 from ..target import LIMIT_DEFAULTS
 from ..tir.lower.storage import element_bytes
-from .rewrite import map_graph_functions, rewrite_function, used_vars
+from .rewrite import function_references, map_graph_functions, recursive_functions, rewrite_function, used_vars
 
 # Without a target: WebGPU's defaults, which every adapter grants (targets pass their own).
 ALIGNMENT = LIMIT_DEFAULTS["minStorageBufferOffsetAlignment"]
@@ -123,55 +122,8 @@ def plan_memory(mod: IRModule, upper_bounds: dict[str, int] | None = None,
 
 def call_graph(mod: IRModule) -> tuple[set[str], set[str]]:
     """(functions another function calls or takes as a value, functions on a cycle of such uses)."""
-    uses: dict[str, set[str]] = {}
-    for name, func in mod.functions.items():
-        if isinstance(func, Function) and not func.attr("Primitive"):
-            uses[name] = {g.name for g in _referenced_functions(func.body)
-                          if isinstance(mod.functions.get(g.name), Function)}
-    callees = set().union(*uses.values()) if uses else set()
-    recursive = set()
-    for start in uses:
-        seen, stack = set(), list(uses[start])
-        while stack:
-            name = stack.pop()
-            if name == start:
-                recursive.add(start)
-                break
-            if name not in seen:
-                seen.add(name)
-                stack.extend(uses.get(name, ()))
-    return callees, recursive
-
-
-def _referenced_functions(expr) -> list[GlobalVar]:
-    """Global graph functions ``expr`` calls or uses as values (kernels of call_tir are arguments of
-    an Op call, and are filtered out by the caller, which knows which globals are graph functions)."""
-    found: list[GlobalVar] = []
-
-    def visit(e):
-        if isinstance(e, GlobalVar):
-            found.append(e)
-        elif isinstance(e, SeqExpr):
-            for block in e.blocks:
-                for b in block.bindings:
-                    visit(b.value)
-            visit(e.body)
-        elif isinstance(e, If):
-            visit(e.cond)
-            visit(e.true_branch)
-            visit(e.false_branch)
-        elif isinstance(e, Call):
-            visit(e.op)
-            for a in e.args:
-                visit(a)
-        elif isinstance(e, Tuple):
-            for f in e.fields:
-                visit(f)
-        elif isinstance(e, TupleGetItem):
-            visit(e.tuple_value)
-
-    visit(expr)
-    return found
+    refs = function_references(mod)
+    return set().union(*refs.values()) if refs else set(), recursive_functions(refs)
 
 
 def _place(func: Function, plan: MemoryPlan, alignment: int) -> Function:

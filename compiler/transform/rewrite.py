@@ -10,6 +10,7 @@ from ..ir.expr import (
     DataflowBlock,
     Expr,
     Function,
+    GlobalVar,
     If,
     MatchCast,
     SeqExpr,
@@ -104,3 +105,66 @@ def _collect_vars(expr: Expr, found: dict[Var, None]) -> None:
 
 def is_match_cast(binding: Binding) -> bool:
     return isinstance(binding, MatchCast)
+
+
+def walk_bindings(seq: SeqExpr):
+    """Every binding of ``seq``, those in the arms of its ifs included, in program order."""
+    for block in seq.blocks:
+        for binding in block.bindings:
+            yield binding
+            if isinstance(binding.value, If):
+                yield from walk_bindings(binding.value.true_branch)
+                yield from walk_bindings(binding.value.false_branch)
+
+
+def referenced_globals(func: Function) -> set[str]:
+    """Names of the module functions ``func`` refers to, called or passed as values (a call_tir's
+    kernel among them: callers that want graph functions intersect with the module's)."""
+    found: set[str] = set()
+
+    def visit(expr: Expr) -> None:
+        if isinstance(expr, GlobalVar):
+            found.add(expr.name)
+        elif isinstance(expr, Call):
+            visit(expr.op)
+            for arg in expr.args:
+                visit(arg)
+        elif isinstance(expr, Tuple):
+            for item in expr.fields:
+                visit(item)
+        elif isinstance(expr, TupleGetItem):
+            visit(expr.tuple_value)
+        elif isinstance(expr, If):
+            visit(expr.cond)
+            visit(expr.true_branch.body)
+            visit(expr.false_branch.body)
+        elif isinstance(expr, Function):
+            found.update(referenced_globals(expr))
+
+    for binding in walk_bindings(func.body):
+        visit(binding.value)
+    visit(func.body.body)
+    return found
+
+
+def function_references(mod: IRModule) -> dict[str, set[str]]:
+    """For each graph function that is not a fused kernel, the graph functions it refers to."""
+    graph = {name: f for name, f in mod.graph_functions().items() if not f.attr("Primitive")}
+    return {name: referenced_globals(func) & set(graph) for name, func in graph.items()}
+
+
+def recursive_functions(refs: dict[str, set[str]]) -> set[str]:
+    """The functions that can reach themselves through ``refs``."""
+    recursive = set()
+    for start in refs:
+        seen: set[str] = set()
+        stack = list(refs[start])
+        while stack:
+            name = stack.pop()
+            if name == start:
+                recursive.add(start)
+                break
+            if name not in seen:
+                seen.add(name)
+                stack.extend(refs.get(name, ()))
+    return recursive

@@ -54,7 +54,7 @@ from ..target import Target
 from ..tir.ir import PrimFunc
 from ..transform.lower_vm import library_name
 from ..transform.plan_memory import device_bytes
-from .executable import Executable, sinfo_from_json
+from .executable import Executable
 
 
 class VMCompileError(TesseraError):
@@ -118,6 +118,7 @@ class _FunctionCompiler:
         self.storages: dict[int, int] = {}  # storage register -> token
         self.constant_registers: dict[int, int] = {}
         self.runtime_allocations: list[dict] = []
+        self.symbols: list[str] = []
         self.code: list[dict] = []
         bounds = dict(func.attr("tir_var_upper_bound", {}) or {})
         bounds.update(upper_bounds or {})
@@ -150,12 +151,7 @@ class _FunctionCompiler:
         result = self._seq(func.body)
         self._match(result, func.ret_struct_info, f"result of {self.name}")
         self.code.append({"op": "ret", "src": result})
-        symbols = []
-        for op in self.code:
-            if op["op"] == "match":
-                for v in sinfo_vars(sinfo_from_json(op["sinfo"])):
-                    if v.name not in symbols:
-                        symbols.append(v.name)
+        symbols = self.symbols
         return {
             "params": params, "code": self.code, "registers": self.next_register,
             "symbols": {s: {"upper_bound": self.bounds.get(s)} for s in symbols},
@@ -179,6 +175,9 @@ class _FunctionCompiler:
         return self._operand(seq.body)
 
     def _match(self, reg: int, sinfo: StructInfo, what: str) -> None:
+        for var in sinfo_vars(sinfo):  # the function's symbols: what its matches bind or compare
+            if var.name not in self.symbols:
+                self.symbols.append(var.name)
         self.code.append({"op": "match", "reg": reg, "sinfo": sinfo_json(sinfo), "text": print_sinfo(sinfo),
                           "what": what})
 
