@@ -5,7 +5,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Debian packages beyond the basics: Mesa's Vulkan drivers give wgpu-py the CPU adapter llvmpipe;
 # Chromium (driven by playwright-core, never a downloaded browser) gives WebGPU on SwiftShader.
-APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium clang lld wasi-libc libclang-rt-14-dev-wasm32
+# The edge backends are checked on real implementations: SPIR-V with spirv-tools and lavapipe (from
+# mesa-vulkan-drivers) under the Khronos validation layer, OpenCL C on PoCL and under oclgrind.
+APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium clang lld wasi-libc libclang-rt-14-dev-wasm32 \
+	spirv-tools vulkan-validationlayers pocl-opencl-icd ocl-icd-libopencl1 oclgrind
 
 .PHONY: setup system-deps python-deps node-deps test lint test-python test-conformance-js test-js test-browser demo bench wheel clean
 
