@@ -1,0 +1,157 @@
+"""The OpenCL C backend: operators as OpenCL C kernels on PoCL (this machine's CPU) against numpy,
+at sizes that are not multiples of any tile (1, 7, 64, 1000), plus what the emitted source says."""
+
+import numpy as np
+import pytest
+from harness import build, check_op
+from tessera import op
+from tessera.codegen import get_backend
+from tessera.ir import Function, PrimValue, Tensor
+from tessera.target import Target
+from tessera.transform import legalize_ops
+
+pytest.importorskip("pyopencl")
+F32, F16 = "float32", "float16"
+
+
+@pytest.fixture(scope="module")
+def opencl():
+    from tessera.vm.devices.opencl import OpenCLUnavailable
+    from tessera.vm.opencl_runner import OpenCLKernelRunner
+
+    try:
+        return OpenCLKernelRunner()
+    except OpenCLUnavailable as error:
+        pytest.skip(str(error))
+
+
+def kernels_of(make, params, target):
+    mod = legalize_ops(build(make, params), target)
+    return [f for f in mod.functions.values() if not isinstance(f, Function)]
+
+
+def opencl_source(make, params, target=None):
+    target = target or Target.preset("pocl")
+    compiled = get_backend("opencl").compile(kernels_of(make, params, target), target)
+    return "\n".join(source.decode() for source in compiled.modules.values()), compiled
+
+
+CASES = {
+    "elementwise": (lambda a, b: op.multiply(op.exp(a), op.add(b, a)), [Tensor(("n", 5), F32), Tensor((5,), F32)]),
+    "unary_math": (lambda a: op.nn.gelu_tanh(op.nn.gelu(op.sqrt(op.abs(a)))), [Tensor(("n", 3), F32)]),
+    "vectorized": (lambda a, b: op.nn.silu(op.subtract(a, b)), [Tensor(("n", 8), F32)] * 2),
+    "compare_where": (lambda a, b: op.where(op.greater(a, b), a, op.negative(b)), [Tensor(("n", 8), F32)] * 2),
+    "integer_floordiv": (lambda a, b: op.floor_divide(op.negative(a), b), [Tensor(("n", 3), "int32")] * 2),
+    "sum_rows": (lambda a: op.sum(a, axis=[1]), [Tensor(("n", 300), F32)]),
+    "max_columns": (lambda a: op.max(a, axis=[0]), [Tensor(("n", 37), F32)]),
+    "softmax": (op.nn.softmax, [Tensor(("n", 300), F32)]),
+    "rms_norm": (lambda x, w: op.nn.rms_norm(x, w, axes=[-1]), [Tensor(("n", 64), F32), Tensor((64,), F32)]),
+    "gemv": (op.matmul, [Tensor((1, 96), F32), Tensor((96, "n"), F32)]),
+    "gemm": (op.matmul, [Tensor(("n", 70), F32), Tensor((70, 33), F32)]),
+    "transpose": (op.permute_dims, [Tensor(("n", 37), F32)]),
+    "concat_split": (lambda a, b: op.split(op.concat((a, b), axis=1), indices_or_sections=[2], axis=1),
+                     [Tensor(("n", 3), F32), Tensor(("n", 4), F32)]),
+    "take": (lambda w, i: op.take(w, i, axis=0), [Tensor((50, 8), F32), Tensor(("n",), "int32")]),
+    "int64_arange": (lambda x: op.add(op.arange(start=0, end=7, step=1, dtype="int64"), op.astype(x, dtype="int64")),
+                     [Tensor((7,), "int32")]),
+    "argmax_bool": (lambda a: op.logical_and(op.greater(op.argmax(a, axis=1), op.argmin(a, axis=1)),
+                                             op.not_equal(op.argmax(a, axis=1), op.argmin(a, axis=1))),
+                    [Tensor(("n", 30), F32)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_operators_as_opencl_kernels(opencl, name):
+    make, params = CASES[name]
+    check_op(opencl, make, params, target=opencl.target, rtol=1e-4, atol=1e-4)
+
+
+F16_CASES = {
+    "unary": (lambda a: op.nn.silu(op.exp(a)), [Tensor(("n", 3), F16)]),
+    "vectorized": (lambda a, b: op.multiply(op.tanh(a), b), [Tensor(("n", 8), F16)] * 2),
+    "casts": (lambda a: op.astype(op.add(op.astype(a, dtype=F32), op.astype(a, dtype=F32)), dtype=F16),
+              [Tensor(("n", 4), F16)]),
+    "softmax": (op.nn.softmax, [Tensor(("n", 100), F16)]),
+    "gemm": (op.matmul, [Tensor(("n", 40), F16), Tensor((40, 9), F16)]),
+    "transpose": (lambda x: op.permute_dims(x, axes=[0, 2, 1]), [Tensor((3, "n", 33), F16)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(F16_CASES))
+def test_float16_tensors_computed_in_float(opencl, name):
+    """PoCL has no cl_khr_fp16: halves are loaded with vload_half and stored with vstore_half."""
+    make, params = F16_CASES[name]
+    check_op(opencl, make, params, target=opencl.target, rtol=1e-2, atol=1e-2)
+
+
+def test_the_llm_kernels_as_opencl(opencl):
+    """What a Llama step needs beyond the above: quantized GEMV/GEMM and embedding rows (f16 block
+    scales read from words), the KV cache write (in place) and the sampler (barriers, u32 bit casts)."""
+    from test_quantized_kernels import quantized
+
+    target = opencl.target
+    for fmt in ("q4_0", "q4_1", "q8_0"):
+        words, _ = quantized(fmt, 42, 128)
+        check_op(opencl, lambda x, w, f=fmt: op.quantized_matmul(x, w, format=f, k=128),
+                 [Tensor(("m", 128), F32), Tensor((42, words.shape[1]), "uint32")], target=target,
+                 rtol=1e-4, atol=1e-4, inputs=lambda env, rng, w=words: [
+                     rng.standard_normal((env["m"], 128)).astype(np.float32), w])
+    table, _ = quantized("q8_0", 30, 64)
+    check_op(opencl, lambda w, i: op.quantized_take(w, i, format="q8_0", k=64),
+             [Tensor((30, table.shape[1]), "uint32"), Tensor(("n",), "int32")], target=target, rtol=1e-5,
+             atol=1e-5, inputs=lambda env, rng: [table, rng.integers(0, 30, env["n"]).astype(np.int32)])
+    check_op(opencl, lambda c, v: op.kv_cache_write(c, v, PrimValue(3)),
+             [Tensor(("n + 3", 2, 4), F32), Tensor(("n", 2, 4), F32)], target=target, rtol=0, atol=0)
+
+    def sampler_inputs(env, rng):
+        return [(rng.standard_normal((1, 1000)) * 3).astype(np.float32), rng.integers(0, 1000, env["m"]).astype(np.int32),
+                np.array([0.8, 40, 0.9, 1.2, rng.random()], np.float32)]
+
+    for greedy in (True, False):
+        check_op(opencl, lambda x, h, p, g=greedy: op.sample_token(x, h, p, greedy=g),
+                 [Tensor((1, 1000), F32), Tensor(("m",), "int32"), Tensor((5,), F32)], target=target,
+                 inputs=sampler_inputs)
+
+
+# -- the source as emitted ------------------------------------------------------------------------
+
+
+def test_a_kernel_states_its_workgroup_size_and_takes_scalars_after_buffers():
+    source, compiled = opencl_source(op.nn.softmax, [Tensor(("n", 300), F32)])
+    assert "__kernel __attribute__((reqd_work_group_size(" in source
+    assert "__global float* in0, __global float* out0, int sym_n)" in source
+    assert "__local float red[" in source and "barrier(CLK_LOCAL_MEM_FENCE);" in source
+    (kernel,) = compiled.kernels
+    assert kernel.module == f"kernels/000_{kernel.entry_point}.cl"
+    assert kernel.abi["scalars"] == [{"name": "n", "passed": "argument", "position": 2}]
+    assert kernel.requirements["features"] == []
+
+
+def test_vectors_are_vload4_and_halves_are_vload_half_without_cl_khr_fp16():
+    source, _ = opencl_source(lambda a, b: op.add(a, b), [Tensor(("n", 8), F32)] * 2)
+    assert "vstore4((vload4(group, in0) + vload4(group, in1)), group, out0);" in source
+    source, compiled = opencl_source(lambda a, b: op.add(a, b), [Tensor(("n", 8), F16)] * 2)
+    assert "__global half* in0" in source and "vload_half4(" in source and "vstore_half4(" in source
+    assert "cl_khr_fp16" not in source
+    assert compiled.kernels[0].requirements["features"] == ["shader-f16"]
+
+
+def test_with_cl_khr_fp16_halves_are_computed_as_half():
+    target = Target("opencl", {"shader-f16", "cl_khr_fp16"})
+    source, compiled = opencl_source(lambda a: op.exp(a), [Tensor(("n", 3), F16)], target)
+    assert source.startswith("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+    assert "half" in source and "vload_half" not in source
+    assert compiled.kernels[0].requirements["features"] == ["shader-f16", "cl_khr_fp16"]
+
+
+def test_names_that_are_opencl_builtins_are_renamed():
+    from tessera.codegen.opencl import OpenCLRenderer
+
+    renderer = OpenCLRenderer.__new__(OpenCLRenderer)
+    assert [renderer.name(n) for n in ("min", "local", "float4", "acc")] == ["min_", "local_", "float4_", "acc"]
+
+
+def test_targets_are_registered():
+    assert Target.preset("pocl").backend == "opencl" and Target.preset("pocl").cpu_adapter
+    assert Target.preset("opencl").limit("maxComputeInvocationsPerWorkgroup") == 256
+    assert Target.preset("opencl").supports_dtype("float16")
