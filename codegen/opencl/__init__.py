@@ -18,14 +18,17 @@ that feature, an f16 value is computed as ``float`` and only its loads and store
 from __future__ import annotations
 
 from tessera.tir.ir import (
+    COMPARISONS,
+    LOGICAL,
     SCALAR_PREFIX,
     Binary,
     Buffer,
     Builtin,
-    Const,
+    IfThen,
     Local,
     PrimFunc,
     Select,
+    Stmt,
     TExpr,
     lanes_of,
 )
@@ -117,6 +120,27 @@ class OpenCLRenderer(CStyleRenderer):
 
     # -- dialect hooks ---------------------------------------------------------------------
 
+    def stmt(self, s: Stmt, depth: int) -> None:
+        if not isinstance(s, IfThen):
+            return super().stmt(s, depth)
+        cond = self.expr(s.cond)
+        if isinstance(s.cond, Binary) and s.cond.op in COMPARISONS + LOGICAL:
+            cond = cond[1:-1]  # `if ((a == b))` draws clang's "extraneous parentheses" warning at each build
+        self.emit(depth, f"if ({cond}) {{")
+        self.stmts(s.then, depth + 1)
+        if s.otherwise:
+            self.emit(depth, "} else {")
+            self.stmts(s.otherwise, depth + 1)
+        self.emit(depth, "}")
+
+    def expr(self, e: TExpr) -> str:
+        if isinstance(e, Select) and lanes_of(e.cond.dtype)[1] > 1:
+            # A vector condition picks lane by lane (by the sign bit of each int lane).
+            return f"select({self.expr(e.b)}, {self.expr(e.a)}, {self.expr(e.cond)})"
+        if isinstance(e, Binary) and e.op == "%" and lanes_of(e.dtype)[0] in _FLOATS:
+            return f"fmod({self.expr(e.a)}, {self.expr(e.b)})"
+        return super().expr(e)
+
     def declare_local(self, var: Local, value: str) -> str:
         return f"{self.type_name(var.dtype)} {self.name(var.name)} = {value};"
 
@@ -171,14 +195,6 @@ class OpenCLRenderer(CStyleRenderer):
         else:
             text = f"{text}f" if not text.startswith("-") else f"({text}f)"
         return f"((half){text})" if dtype == "f16" and self.native_half else text
-
-    def expr(self, e: TExpr) -> str:
-        if isinstance(e, Select) and lanes_of(e.cond.dtype)[1] > 1:
-            # A vector condition picks lane by lane (by the sign bit of each int lane).
-            return f"select({self.expr(e.b)}, {self.expr(e.a)}, {self.expr(e.cond)})"
-        if isinstance(e, Binary) and e.op == "%" and lanes_of(e.dtype)[0] in _FLOATS:
-            return f"fmod({self.expr(e.a)}, {self.expr(e.b)})"
-        return super().expr(e)
 
     def cast(self, x: str, dtype: str, source_dtype: str) -> str:
         scalar, lanes = lanes_of(dtype)

@@ -1,0 +1,104 @@
+"""The Python VM's OpenCL device (pyopencl; PoCL on this CPU): views at offsets, copies, the
+errors a user meets, and a whole program through tessera.build -> VirtualMachine."""
+
+import numpy as np
+import pytest
+import tessera
+from tessera.vm import DeviceError, VirtualMachine
+from tessera.vm.devices import View
+
+pytest.importorskip("pyopencl")
+
+DOUBLE = """__kernel __attribute__((reqd_work_group_size(4, 1, 1)))
+void k_double(__global float* x, __global float* y, int n) {
+  int i = (int)get_global_id(0);
+  if (i < n) y[i] = 2.0f * x[i];
+}
+"""
+
+
+def record(module="kernels/000_k_double.cl", backend="opencl", entry="k_double"):
+    return {"name": "double", "backend": backend, "module": module, "entry_point": entry, "workgroup_size": [4, 1, 1]}
+
+
+@pytest.fixture(scope="module")
+def device():
+    from tessera.vm.devices.opencl import OpenCLDevice, OpenCLUnavailable
+
+    try:
+        return OpenCLDevice.shared()
+    except OpenCLUnavailable as error:
+        pytest.skip(str(error))
+
+
+def test_kernels_read_and_write_views_at_offsets_of_one_buffer(device):
+    align = device.limit("minStorageBufferOffsetAlignment")
+    arena = device.allocate(4 * align)
+    x = np.arange(10, dtype=np.float32)
+    device.upload(arena, align, x.tobytes())
+    (kernel,) = device.load_kernels([record()], {"kernels/000_k_double.cl": DOUBLE.encode()})
+    bound = device.bind(kernel, [View(arena, align, 40), View(arena, 3 * align, 40)])
+    device.launch(bound, [10], [3, 1, 1])  # 12 work items for 10 elements
+    np.testing.assert_array_equal(np.frombuffer(device.read_back(View(arena, 3 * align, 40)), np.float32), 2 * x)
+    assert device.read_back(View(arena, 0, align)) == bytes(align)  # fresh memory reads as zeros
+    with pytest.raises(DeviceError, match="alignment"):
+        device.bind(kernel, [View(arena, 4, 40), View(arena, 3 * align, 40)])
+
+
+def test_copy_between_buffers_at_offsets(device):
+    source = device.allocate_with(np.arange(16, dtype=np.int32).tobytes())
+    destination = device.allocate(64)
+    device.copy(View(source, 8, 16), View(destination, 32, 16))
+    got = np.frombuffer(device.read_back(View(destination, 0, 64)), np.int32)
+    np.testing.assert_array_equal(got, [0] * 8 + [2, 3, 4, 5] + [0] * 4)
+
+
+def test_a_kernel_that_does_not_build_is_an_error_with_the_build_log(device):
+    broken = DOUBLE.replace("2.0f * x[i];", "2.0f * undeclared_name;")
+    with pytest.raises(DeviceError, match=r"(?s)could not build kernels/000_k_double\.cl.*undeclared_name"):
+        device.load_kernels([record()], {"kernels/000_k_double.cl": broken.encode()})
+
+
+def test_kernels_of_another_backend_are_refused(device):
+    with pytest.raises(DeviceError, match="wgsl"):
+        device.load_kernels([record("kernels/000_k_double.wgsl", "wgsl")], {"kernels/000_k_double.wgsl": b""})
+    exe = tessera.build(_small_module(), "llvmpipe")
+    with pytest.raises(DeviceError, match="the opencl device runs opencl kernels; this executable's are wgsl"):
+        VirtualMachine(exe, device)
+
+
+def test_an_unknown_device_name_says_which_devices_there_are(monkeypatch):
+    from tessera.vm.devices.opencl import OpenCLDevice, OpenCLUnavailable
+
+    monkeypatch.setenv("TESSERA_OPENCL_DEVICE", "no-such-gpu")
+    with pytest.raises(OpenCLUnavailable, match=r"TESSERA_OPENCL_DEVICE='no-such-gpu' names no OpenCL device; "
+                                                r"there are: 0: "):
+        OpenCLDevice()
+    monkeypatch.setenv("TESSERA_OPENCL_DEVICE", "pthread")  # PoCL's CPU device, by a part of its name
+    assert "pthread" in OpenCLDevice().name
+
+
+def test_the_llama_layer_runs_on_opencl_like_the_interpreter(device):
+    """A whole program: the memory plan's arena views become sub-buffers, f32 kernels built for PoCL."""
+    from llama_layer import build_layer, layer_inputs
+    from tessera.ir import interpret
+
+    exe = tessera.build(build_layer(), "pocl", upper_bounds={"n": 64})
+    assert {k["backend"] for k in exe.kernels} == {"opencl"}
+    vm = VirtualMachine(exe)  # the first device kind that runs opencl kernels
+    assert vm.device.kind == "opencl"
+    for n in (1, 7, 64):
+        args = layer_inputs(n, seed=n)
+        np.testing.assert_allclose(vm["layer"](*args), interpret(build_layer(), "layer", *args), rtol=1e-4,
+                                   atol=1e-4)
+
+
+def _small_module():
+    from tessera import op
+    from tessera.ir import BlockBuilder, Tensor, Var
+
+    x = Var("x", Tensor(("n",), "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        bb.emit_func_output(bb.emit(op.exp(x)))
+    return bb.get()
