@@ -6,7 +6,6 @@ Kernels are compiled for the shared device's own features and limits (PoCL on a 
 
 from __future__ import annotations
 
-from ..target import Target
 from .devices.opencl import OpenCLDevice
 from .kernel_runner import KernelRunner
 
@@ -14,7 +13,4 @@ from .kernel_runner import KernelRunner
 class OpenCLKernelRunner(KernelRunner):
     def __init__(self):
         device = OpenCLDevice.shared()
-        names = dict(Target("opencl").limits)
-        limits = {name: device.limit(name) for name in names if device.limit(name)}
-        super().__init__(device, Target("opencl", device.features, limits, name=device.name,
-                                        cpu_adapter=device.cpu_adapter))
+        super().__init__(device, device.target())

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from ...target import SHADER_F16
+from ...target import SHADER_F16, Target
 from . import Device, DeviceError, View
 
 FP16_EXTENSION = "cl_khr_fp16"
@@ -107,6 +107,12 @@ class OpenCLDevice(Device):
             # No binding slots: the kernel's argument bytes (a pointer per buffer) are the bound.
             "maxStorageBuffersPerShaderStage": d.max_parameter_size // 8,
         }.get(name)
+
+    def target(self) -> Target:
+        """The target whose kernels this device runs: its own features and limits."""
+        names = dict(Target(self.kind).limits)
+        limits = {name: self.limit(name) for name in names if self.limit(name)}
+        return Target(self.kind, self.features, limits, name=self.name, cpu_adapter=self.cpu_adapter)
 
     # -- memory --------------------------------------------------------------------------------
 
