@@ -136,4 +136,4 @@ def entry_name(func: PrimFunc) -> str:
 
 
 # The built-in backends register themselves on import.
-from . import c, opencl, wgsl  # noqa: E402
+from . import c, metal, opencl, wgsl  # noqa: E402

@@ -1,5 +1,6 @@
+"""The codegen tests reuse the kernel tests' harness and cases (tests/kernels), imported by name."""
+
 import os
 import sys
 
-# The kernel harness (check_op, quantized weights) lives with the kernel tests.
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "kernels"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels"))
