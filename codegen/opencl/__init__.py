@@ -74,6 +74,7 @@ _HALF_BITS = """float tsr_half_bits(uint bits) {
 
 _BUILTINS = {"local_id": "get_local_id", "workgroup_id": "get_group_id", "num_workgroups": "get_num_groups"}
 _FLOATS = ("f32", "f16")
+_SCRATCH_SPACES = {"workgroup": "__local ", "private": ""}  # both declared at kernel scope
 
 
 class OpenCLRenderer(CStyleRenderer):
@@ -106,7 +107,9 @@ class OpenCLRenderer(CStyleRenderer):
         lines = header + [f"__kernel __attribute__((reqd_work_group_size({x}, {y}, {z})))",
                           f"void {entry_name(func)}({', '.join(params)}) {{"]
         for buf in func.scratch:
-            space = "__local " if buf.scope == "workgroup" else ""
+            if buf.scope not in _SCRATCH_SPACES:
+                raise ValueError(f"kernel {func.name}: scratch {buf.name} in {buf.scope} memory")
+            space = _SCRATCH_SPACES[buf.scope]
             lines.append(f"  {space}{self.type_name(buf.dtype)} {self.name(buf.name)}[{_static_size(buf)}];")
         lines += self.lines + ["}"]
         return "\n".join(lines) + "\n"
