@@ -40,9 +40,18 @@ def test_kernels_read_and_write_views_at_offsets_of_one_buffer(device):
     bound = device.bind(kernel, [View(arena, align, 40), View(arena, 3 * align, 40)])
     device.launch(bound, [10], [3, 1, 1])  # 12 work items for 10 elements
     np.testing.assert_array_equal(np.frombuffer(device.read_back(View(arena, 3 * align, 40)), np.float32), 2 * x)
+    assert 0 < device.timed_launch(bound, [10], [3, 1, 1]) < 1  # seconds, from the queue's profiling
     assert device.read_back(View(arena, 0, align)) == bytes(align)  # fresh memory reads as zeros
     with pytest.raises(DeviceError, match="alignment"):
         device.bind(kernel, [View(arena, 4, 40), View(arena, 3 * align, 40)])
+
+
+def test_a_launch_the_device_refuses_is_a_device_error(device):
+    too_wide = DOUBLE.replace("reqd_work_group_size(4, 1, 1)", "reqd_work_group_size(8, 1, 1)")
+    (kernel,) = device.load_kernels([record()], {"kernels/000_k_double.cl": too_wide.encode()})  # record says 4
+    buffer = device.allocate(64)
+    with pytest.raises(DeviceError, match=r"could not launch k_double over \[1, 1, 1\] workgroups of \[4, 1, 1\]"):
+        device.launch(device.bind(kernel, [View(buffer, 0, 32), View(buffer, 0, 32)]), [8], [1, 1, 1])
 
 
 def test_copy_between_buffers_at_offsets(device):

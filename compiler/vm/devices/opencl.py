@@ -82,9 +82,12 @@ class OpenCLDevice(Device):
         self.cl = cl
         self.device = _pick_device(cl, os.environ.get("TESSERA_OPENCL_DEVICE"))
         self.name = f"{self.device.name.strip()} ({self.device.platform.name.strip()})"
-        self.context = cl.Context([self.device])
-        self.queue = cl.CommandQueue(self.context, self.device,
-                                     properties=cl.command_queue_properties.PROFILING_ENABLE)
+        try:
+            self.context = cl.Context([self.device])
+            self.queue = cl.CommandQueue(self.context, self.device,
+                                         properties=cl.command_queue_properties.PROFILING_ENABLE)
+        except cl.Error as error:
+            raise OpenCLUnavailable(f"could not open the OpenCL device {self.name}: {error}") from None
         extensions = self.device.extensions.split()
         # vload_half/vstore_half are core: f16 tensors work everywhere, computed in float without the extension.
         self.features = frozenset({SHADER_F16} | ({FP16_EXTENSION} & set(extensions)))
@@ -210,7 +213,11 @@ class OpenCLDevice(Device):
         if min(grid) <= 0:
             return None
         global_size = tuple(int(g) * w for g, w in zip(grid, local))
-        return self.cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local)
+        try:
+            return self.cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local)
+        except self.cl.Error as error:
+            raise DeviceError(f"OpenCL could not launch {kernel.function_name} over {list(grid)} workgroups of "
+                              f"{list(local)}: {error}") from None
 
     def flush(self) -> None:
         self.queue.flush()
