@@ -150,7 +150,7 @@ def device_for(exe, kind: str | None = None) -> Device:
 
 
 def _register_builtin() -> None:
-    # Opened lazily: wgpu and wasmtime load only when a device of their kind is asked for.
+    # Opened lazily: wgpu, wasmtime and libvulkan load only when a device of their kind is asked for.
     def webgpu():
         from .webgpu import WebGPUDevice
 
@@ -161,8 +161,14 @@ def _register_builtin() -> None:
 
         return WasmDevice()
 
+    def vulkan():
+        from .vulkan import VulkanDevice
+
+        return VulkanDevice.shared()
+
     register_device("webgpu", webgpu, ("wgsl",))
     register_device("wasm", wasm, ("c-wasm",))
+    register_device("vulkan", vulkan, ("spirv",))
 
 
 _register_builtin()
