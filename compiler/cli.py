@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     compile_cmd = commands.add_parser("compile", help="compile a GGUF chat model into a directory")
     compile_cmd.add_argument("model", help="a .gguf file (Llama family)")
     compile_cmd.add_argument("-o", "--output", required=True, help="the directory to write")
-    compile_cmd.add_argument("--target", default="webgpu", help="webgpu (any device), llvmpipe, swiftshader ...")
+    compile_cmd.add_argument("--target", default="webgpu",
+                             help="a target preset, as `tessera targets` lists them (webgpu, wasm, vulkan ...)")
     compile_cmd.add_argument("--context", type=int, default=1024, help="KV cache positions (default 1024)")
     compile_cmd.add_argument("-q", "--quiet", action="store_true",
                              help="print only the directory: no progress, no summary")
@@ -59,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
 
     commands.add_parser("ops", help="list the registered graph operators")
+    commands.add_parser("targets", help="list the target presets --target accepts")
     commands.add_parser("demo", help="build, print, check and run a small example end to end")
     return parser
 
@@ -141,6 +143,15 @@ def _ops(args) -> int:
     return 0
 
 
+def _targets(args) -> int:
+    from . import codegen  # noqa: F401  (each backend registers its target kinds and presets)
+    from .target import presets
+
+    for name, description in presets().items():
+        print(f"{name:<12} {description}")
+    return 0
+
+
 def _bundle(args) -> int:
     from .app.bundle import bundle_model
     from .app.progress import ProgressBar
@@ -168,7 +179,7 @@ def _demo(args) -> int:
     return run_demo()
 
 
-COMMANDS = {"check": _check, "compile": _compile, "chat": _chat, "inspect": _inspect, "ops": _ops,
+COMMANDS = {"check": _check, "compile": _compile, "chat": _chat, "inspect": _inspect, "ops": _ops, "targets": _targets,
             "bundle": _bundle, "serve": _serve, "demo": _demo}
 
 

@@ -98,6 +98,11 @@ def register_preset(name: str, kind: str, features=(), limits: dict[str, int] | 
                              description)
 
 
+def presets() -> dict[str, str]:
+    """Every registered preset with its kind and description, for people choosing a ``--target``."""
+    return {name: f"{p.kind}: {p.description}" if p.description else p.kind for name, p in _PRESETS.items()}
+
+
 @dataclass(frozen=True)
 class Target:
     kind: str

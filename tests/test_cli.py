@@ -43,6 +43,17 @@ def test_ops_lists_the_registry():
     assert "matmul" in names and "nn.rms_norm" in names and "unique" in names
 
 
+def test_targets_lists_every_registered_preset():
+    from tessera import codegen  # noqa: F401
+    from tessera.target import presets
+
+    result = run("targets")
+    assert result.returncode == 0, result.stderr
+    listed = {line.split()[0]: line for line in result.stdout.splitlines()}
+    assert set(listed) == set(presets())
+    assert "webgpu: any WebGPU device" in listed["webgpu"]
+
+
 def test_demo_runs_end_to_end():
     result = run("demo")
     assert result.returncode == 0, result.stderr

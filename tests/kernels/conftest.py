@@ -1,11 +1,12 @@
 import pytest
-from tessera.vm.kernel_runner import default_runner
+from harness import kernel_devices, open_runner
 
 
-@pytest.fixture(scope="session")
-def runner():
-    """The WebGPU device (llvmpipe on a CPU-only machine); make setup installs its driver."""
-    return default_runner()
+@pytest.fixture(scope="session", params=kernel_devices())
+def runner(request):
+    """Each device the kernels run on: WebGPU (llvmpipe on a CPU-only machine) and the edge backends'
+    devices (harness.KERNEL_DEVICES); make setup installs their drivers, so none is skipped."""
+    return open_runner(request.param)
 
 
 def _complete_kernel_run(session) -> bool:

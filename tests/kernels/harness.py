@@ -1,6 +1,16 @@
-"""Run one operator as legalized, scheduled WGSL kernels on WebGPU and compare with numpy."""
+"""Run one operator as legalized, scheduled kernels on a device and compare with numpy.
+
+Every kernel test runs on each device of ``KERNEL_DEVICES`` (the ``runner`` fixture of conftest.py
+is parametrized over them): WGSL on WebGPU (llvmpipe through wgpu-py), and each further backend on
+a real implementation of its API. ``TESSERA_KERNEL_DEVICES=webgpu,vulkan`` picks some of them.
+Tests name WebGPU targets (``TARGET``, or a target with chosen features to reach a schedule rule);
+``target_for`` states the same target for the runner's device kind.
+"""
 
 from __future__ import annotations
+
+import importlib
+import os
 
 import numpy as np
 from tessera import arith
@@ -13,6 +23,43 @@ from tessera.transform import legalize_ops
 SIZES = (1, 7, 64, 1000)
 TARGET = Target.preset("llvmpipe")
 BROWSER_TARGET = Target.preset("swiftshader")
+
+# Device kind -> (the kernel runner's factory, the preset for this machine's implementation of it).
+KERNEL_DEVICES = {
+    "webgpu": ("tessera.vm.kernel_runner:default_runner", "llvmpipe"),
+}
+
+
+def kernel_devices() -> list[str]:
+    """The device kinds the kernel tests run on: all of ``KERNEL_DEVICES`` unless the environment
+    names some (an unknown name is an error, not a silently smaller run)."""
+    wanted = os.environ.get("TESSERA_KERNEL_DEVICES")
+    if not wanted:
+        return list(KERNEL_DEVICES)
+    names = [n.strip() for n in wanted.split(",") if n.strip()]
+    unknown = set(names) - set(KERNEL_DEVICES)
+    if unknown:
+        raise ValueError(f"TESSERA_KERNEL_DEVICES names {', '.join(sorted(unknown))}; known: {', '.join(KERNEL_DEVICES)}")
+    return names
+
+
+def open_runner(kind: str):
+    module, _, factory = KERNEL_DEVICES[kind][0].partition(":")
+    return getattr(importlib.import_module(module), factory)()
+
+
+def target_for(runner, target: Target | None = None) -> Target:
+    """``target`` (a WebGPU target a test names; ``TARGET`` when None) for the runner's device kind:
+    the kind's preset for this machine in place of llvmpipe's, else the same features (those the
+    device has) and limits, so a test reaches the same schedule rule on every device."""
+    target = target or TARGET
+    kind = runner.target.kind
+    if target.kind == kind:
+        return target
+    if target.name == TARGET.name:
+        return Target.preset(KERNEL_DEVICES[kind][1])
+    return Target(kind, target.features & runner.target.features, dict(target.limits),
+                  name=f"{target.name} as {kind}", cpu_adapter=target.cpu_adapter)
 
 
 def build(make, params):
@@ -48,8 +95,10 @@ COVERED_OPS: set[str] = set()
 SHADERS: dict[str, dict] = {}
 
 
-def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=None, seed=0, target=TARGET):
-    """Legalize ``make(*params)`` for the llvmpipe target and compare every size with numpy."""
+def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=None, seed=0, target=None):
+    """Legalize ``make(*params)`` for ``target`` (llvmpipe's when None) as the runner's device kind
+    states it (``target_for``), run it on the runner's device and compare every size with numpy."""
+    target = target if target is not None and target.kind == runner.target.kind else target_for(runner, target)
     mod = build(make, params)
     COVERED_OPS.update(_op_names(mod))
     lowered = legalize_ops(mod, target)

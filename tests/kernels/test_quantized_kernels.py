@@ -3,7 +3,7 @@
 import gguf
 import numpy as np
 import pytest
-from harness import TARGET, check_op
+from harness import check_op, target_for
 from tessera import op
 from tessera.frontend import bundled_smollm2_path, load_gguf
 from tessera.ir import BlockBuilder, Function, Tensor, Var, interpret
@@ -57,7 +57,7 @@ def test_smollm2_weights_through_the_decode_kernel(runner):
     from harness import build
 
     lowered = legalize_ops(build(lambda a, w: op.quantized_matmul(a, w, format="q4_1", k=576),
-                                 [Tensor((1, 576), "float32"), Tensor((576, 90), "uint32")]), TARGET)
+                                 [Tensor((1, 576), "float32"), Tensor((576, 90), "uint32")]), target_for(runner))
     got = interpret(lowered, "main", x, weight.words, kernel_runner=runner)
     np.testing.assert_allclose(got, x @ reference.T, rtol=1e-4, atol=1e-4)
 
@@ -76,7 +76,8 @@ def test_epilogues_fuse_into_the_quantized_kernel(runner):
             out = bb.emit_output(op.multiply(g, op.quantized_matmul(x, wu, format="q4_1", k=k)), "out")
         bb.emit_func_output(out)
     mod = bb.get()
-    lowered = legalize_ops(fuse_tir(fuse_ops(mod, TARGET), TARGET), TARGET)
+    target = target_for(runner)
+    lowered = legalize_ops(fuse_tir(fuse_ops(mod, target), target), target)
     kernels = [f for f in lowered.functions.values() if not isinstance(f, Function)]
     assert len(kernels) == 2  # up, then gate with silu and the product as its epilogue
     xs = np.random.default_rng(4).standard_normal((5, k)).astype(np.float32)

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from harness import TARGET, build, check_op
+from harness import build, check_op, target_for
 from tessera import op
 from tessera.ir import Tensor, interpret
 from tessera.op.sampling import reference
@@ -11,9 +11,9 @@ from tessera.transform import legalize_ops
 PARAMS = [Tensor((1, 1000), "float32"), Tensor(("m",), "int32"), Tensor((5,), "float32")]
 
 
-def lowered(greedy: bool, vocab: int = 1000):
+def lowered(runner, greedy: bool, vocab: int = 1000):
     params = [Tensor((1, vocab), "float32"), Tensor(("m",), "int32"), Tensor((5,), "float32")]
-    return legalize_ops(build(lambda x, h, p: op.sample_token(x, h, p, greedy=greedy), params), TARGET)
+    return legalize_ops(build(lambda x, h, p: op.sample_token(x, h, p, greedy=greedy), params), target_for(runner))
 
 
 @pytest.mark.parametrize("greedy", [True, False])
@@ -36,7 +36,7 @@ SETTINGS = [  # temperature, top_k, top_p, repetition_penalty
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=[str(s) for s in SETTINGS])
 def test_sampled_ids_match_the_reference(runner, setting):
-    mod = lowered(False)
+    mod = lowered(runner, False)
     rng = np.random.default_rng(abs(hash(setting)) % 1000)
     for _ in range(12):
         logits = (rng.standard_normal((1, 1000)) * 3).astype(np.float32)
@@ -48,7 +48,7 @@ def test_sampled_ids_match_the_reference(runner, setting):
 
 def test_ties_masked_logits_and_the_smollm2_vocabulary(runner):
     flat = np.zeros((1, 1000), np.float32)
-    greedy, sample = lowered(True), lowered(False)
+    greedy, sample = lowered(runner, True), lowered(runner, False)
     one = np.array([0], np.int32)
     assert interpret(greedy, "main", flat, one, np.array([0, 0, 1, 1, 0], np.float32), kernel_runner=runner)[0] == 0
     # top-k 1 with every weight tied keeps them all: the draw then spreads over the vocabulary.
@@ -64,7 +64,7 @@ def test_ties_masked_logits_and_the_smollm2_vocabulary(runner):
     vocab = 49152
     big = legalize_ops(build(lambda x, h, p: op.sample_token(x, h, p), [Tensor((1, vocab), "float32"),
                                                                          Tensor(("m",), "int32"),
-                                                                         Tensor((5,), "float32")]), TARGET)
+                                                                         Tensor((5,), "float32")]), target_for(runner))
     rng = np.random.default_rng(3)
     logits = (rng.standard_normal((1, vocab)) * 4).astype(np.float32)
     history = rng.integers(0, vocab, 500).astype(np.int32)
