@@ -285,3 +285,50 @@ def test_an_unknown_device_name_says_what_exists(device, monkeypatch):
 
 def test_the_vulkan_kind_is_registered():
     assert device_kinds()["vulkan"] == ("spirv",)
+
+
+# -- end to end: tir kernels from the spirv backend ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spirv_backend():
+    from tessera import codegen
+
+    if "spirv" not in codegen.backends():
+        pytest.skip("the spirv backend is not registered")
+
+
+def test_legalized_operators_run_through_the_kernel_runner(device, spirv_backend):
+    from tessera import op
+    from tessera.ir import BlockBuilder, Tensor, Var, interpret
+    from tessera.transform import legalize_ops
+    from tessera.vm.vulkan_runner import VulkanKernelRunner
+
+    runner = VulkanKernelRunner(device)
+    assert runner.target.kind == "vulkan" and runner.target.cpu_adapter == device.cpu_adapter
+    x, w = Var("x", Tensor(("n", 300), "float32")), Var("w", Tensor((300, 33), "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(op.matmul(op.nn.softmax(x), w), "out")
+        bb.emit_func_output(out)
+    mod = bb.get()
+    lowered = legalize_ops(mod, runner.target)
+    rng = np.random.default_rng(0)
+    for n in (1, 7, 64):
+        args = [rng.standard_normal((n, 300), np.float32), rng.standard_normal((300, 33), np.float32)]
+        np.testing.assert_allclose(interpret(lowered, "main", *args, kernel_runner=runner),
+                                   interpret(mod, "main", *args), rtol=1e-5, atol=1e-5)
+
+
+def test_the_vm_runs_a_llama_layer_on_vulkan(device, spirv_backend):
+    import tessera
+    from llama_layer import build_layer, layer_inputs
+    from tessera.ir import interpret
+    from tessera.vm import VirtualMachine
+
+    vm = VirtualMachine(tessera.build(build_layer(), "lavapipe", upper_bounds={"n": 64}), device)
+    for n in (1, 7, 64):
+        args = layer_inputs(n, seed=n)
+        np.testing.assert_allclose(vm["layer"](*args), interpret(build_layer(), "layer", *args),
+                                   rtol=1e-4, atol=1e-4)
