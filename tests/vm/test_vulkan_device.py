@@ -6,8 +6,10 @@ device is tested apart from the SPIR-V backend: ``out[i] = a[i] + b[i] * scale``
 ABI has them. Every test runs on one device with validation on; it must say nothing.
 """
 
+import os
 import shutil
 import subprocess
+import sys
 import types
 
 import numpy as np
@@ -281,6 +283,24 @@ def test_an_unknown_device_name_says_what_exists(device, monkeypatch):
     monkeypatch.setenv("TESSERA_VULKAN_DEVICE", "nonexistent")
     with pytest.raises(VulkanUnavailable, match=r"'nonexistent'.*" + device.name.split(" ")[0]):
         VulkanDevice()
+
+
+def test_without_the_vulkan_package_the_error_says_what_to_install(monkeypatch):
+    from tessera.vm.devices.vulkan_adapter import load_vulkan
+
+    monkeypatch.setitem(sys.modules, "vulkan", None)  # import vulkan now raises ImportError
+    with pytest.raises(VulkanUnavailable, match=r"pip install 'tessera\[vulkan\]'"):
+        load_vulkan()
+
+
+def test_without_a_vulkan_driver_the_error_says_so(device):
+    # The loader finds no driver when its driver list names none that exists.
+    env = {**os.environ, "VK_ICD_FILENAMES": "/nonexistent/icd.json", "VK_DRIVER_FILES": "/nonexistent/icd.json"}
+    script = ("from tessera.vm.devices.vulkan import VulkanDevice, VulkanUnavailable\n"
+              "try:\n    VulkanDevice()\nexcept VulkanUnavailable as error:\n    print('unavailable:', error)\n")
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("unavailable:") and "driver" in result.stdout, result.stdout
 
 
 def test_the_vulkan_kind_is_registered():

@@ -12,8 +12,9 @@ still use them.
 
 Synchronization. Launches, copies and staged uploads are recorded, in call order, into one
 command buffer; ``flush`` submits it (with a fence), ``synchronize`` and ``read_back`` submit and
-wait for every fence. Vulkan orders nothing between commands by itself, not even within one
-command buffer, so every command is preceded by a global memory barrier from the compute and
+wait for every fence. Vulkan starts commands in order but lets them overlap, and a command's
+writes are visible to later ones only through a barrier, within one command buffer too; so every
+command is preceded by a global memory barrier from the compute and
 transfer stages' writes to the compute and transfer stages' reads and writes: a launch sees what
 the launches and copies before it wrote, across submissions too (a barrier's first scope is
 everything earlier in submission order). The last command of a submission is followed by a
@@ -110,8 +111,9 @@ class VulkanDevice(Device):
         a name substring choosing the physical device (default: ``TESSERA_VULKAN_DEVICE``)."""
         self.vk = vk = load_vulkan()
         self._closed = True
-        self.instance = create_instance(vk, validation_wanted(validation))
-        self._validation = ValidationMessages(vk, self.instance) if validation_wanted(validation) else None
+        validation = validation_wanted(validation)
+        self.instance = create_instance(vk, validation)
+        self._validation = ValidationMessages(vk, self.instance) if validation else None
         try:
             self.adapter = adapter = choose_adapter(vk, self.instance, device)
         except Exception:
@@ -315,6 +317,9 @@ class VulkanDevice(Device):
             vk.VkDescriptorSetLayoutBinding(binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                             descriptorCount=1, stageFlags=compute) for i in indices]), None)
         push_bytes = 4 * len(abi["scalars"])
+        if push_bytes > self.adapter.max_push_constant_bytes:
+            raise DeviceError(f"kernel {name} has {len(abi['scalars'])} scalars; the device's push constants hold "
+                              f"{self.adapter.max_push_constant_bytes // 4}")
         ranges = [vk.VkPushConstantRange(stageFlags=compute, offset=0, size=push_bytes)] if push_bytes else None
         layout = vk.vkCreatePipelineLayout(self.gpu, vk.VkPipelineLayoutCreateInfo(
             pSetLayouts=[set_layout], pPushConstantRanges=ranges), None)
@@ -345,6 +350,10 @@ class VulkanDevice(Device):
                 raise DeviceError(f"kernel {kernel.name}, binding {index}: offset {view.offset} is past the end of "
                                   f"a buffer of {buffer.size} bytes")
             extent = min(max(_align4(view.nbytes), 4), buffer.size - view.offset)
+            if extent > self._limits["maxStorageBufferBindingSize"]:
+                raise DeviceError(f"kernel {kernel.name}, binding {index}: a view of {view.nbytes} bytes exceeds the "
+                                  f"device's maxStorageBufferBindingSize "
+                                  f"({self._limits['maxStorageBufferBindingSize']})")
             infos.append(vk.VkDescriptorBufferInfo(buffer=buffer.handle, offset=view.offset, range=extent))
         descriptor_set = self._allocate_set(kernel.set_layout)
         writes = [vk.VkWriteDescriptorSet(dstSet=descriptor_set, dstBinding=index, descriptorCount=1,
@@ -507,6 +516,8 @@ class VulkanDevice(Device):
             return
         vk, gpu = self.vk, self.gpu
         self._closed = True
+        if VulkanDevice._shared is self:
+            VulkanDevice._shared = None
         self.synchronize()
         vk.vkDeviceWaitIdle(gpu)
         for buffer in list(self._buffers):

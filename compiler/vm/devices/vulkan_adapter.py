@@ -80,7 +80,8 @@ def create_instance(vk, validation: bool):
     try:
         return vk.vkCreateInstance(info, None)
     except vk.VkError as error:
-        raise VulkanUnavailable(f"vkCreateInstance failed ({type(error).__name__}): no Vulkan driver?") from None
+        raise VulkanUnavailable(f"vkCreateInstance failed ({type(error).__name__}): no Vulkan driver is installed "
+                                f"(Debian's mesa-vulkan-drivers gives the CPU driver lavapipe)") from None
 
 
 class ValidationMessages:
@@ -130,6 +131,7 @@ class Adapter:
     limits: dict[str, int]  # Tessera's (WebGPU's) limit names
     timestamp_period_ns: float
     timestamp_bits: int
+    max_push_constant_bytes: int
     enabled: object = field(repr=False)  # a VkPhysicalDeviceFeatures2 chain for vkCreateDevice
 
 
@@ -208,7 +210,8 @@ def _describe(vk, device, properties, family: int) -> Adapter:
 
     return Adapter(device, properties.deviceName, properties.deviceType, family, frozenset(features),
                    tessera_limits(limits, maintenance3.maxMemoryAllocationSize),
-                   float(limits.timestampPeriod), int(queue.timestampValidBits), enabled)
+                   float(limits.timestampPeriod), int(queue.timestampValidBits), int(limits.maxPushConstantsSize),
+                   enabled)
 
 
 def tessera_limits(limits, max_allocation: int) -> dict[str, int]:
