@@ -1,7 +1,8 @@
 """The numbers of the SPIR-V specification (1.3) and of GLSL.std.450 that the emitter uses.
 
 Only what Tessera's kernels need is listed, by the specification's own names, so that a reader can
-look each one up. ``tests/codegen/test_spirv.py`` checks the opcodes against spirv-dis.
+look each one up. ``tests/codegen/test_spirv.py`` checks the opcodes against spirv-dis and the
+enumerants (capabilities, decorations, built-ins, storage classes, GLSL.std.450) against spirv-as.
 """
 
 from __future__ import annotations
