@@ -6,6 +6,7 @@ device is tested apart from the SPIR-V backend: ``out[i] = a[i] + b[i] * scale``
 ABI has them. Every test runs on one device with validation on; it must say nothing.
 """
 
+import gc
 import os
 import shutil
 import subprocess
@@ -246,14 +247,22 @@ def test_timed_launch_measures_a_positive_time(device, axpy):
     np.testing.assert_array_equal(floats(device, out), np.full(n, 2, np.float32))
 
 
-def test_freed_buffers_are_destroyed(device, axpy):
-    live = len(device._buffers)
-    va, out = upload(device, np.ones(8)), View(device.allocate(32), 0, 32)
-    device.launch(device.bind(axpy, [va, va, out]), [8, 1], [1, 1, 1])
-    device.free(va.buffer)  # still used by the queued launch: destroyed once it has run
-    device.free(out.buffer)
+def test_freed_and_dropped_objects_are_destroyed_once_unused(device, axpy):
     device.synchronize()
-    assert len(device._buffers) == live
+    live = len(device._owned)  # the buffers and descriptor sets not yet released
+    va, out = upload(device, np.ones(8)), View(device.allocate(32), 0, 32)
+    device.synchronize()  # the staged upload's staging buffer is gone
+    bound = device.bind(axpy, [va, va, out])
+    device.launch(bound, [8, 1], [1, 1, 1])
+    device.free(va.buffer)  # still used by the queued launch: destroyed once it has run
+    del bound, out  # collected: the descriptor set and the output buffer go the same way
+    gc.collect()
+    assert len(device._owned) == live and len(device._deferred) == 3
+    device.synchronize()
+    assert device._deferred == []
+    device.allocate(64)  # dropped at once, nothing pending: destroyed at once
+    gc.collect()
+    assert len(device._owned) == live
 
 
 # -- errors ------------------------------------------------------------------------------------

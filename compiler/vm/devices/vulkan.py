@@ -7,8 +7,10 @@ allocation. Where the device offers memory that is device-local, host-visible an
 in its main heap (unified memory: lavapipe, integrated GPUs, resizable BAR), buffers live there
 and stay mapped: an upload is a memcpy when no command is pending, a read back is a memcpy after
 waiting. Otherwise buffers are device-local and bytes travel through host-visible staging
-buffers copied in the command stream. Freed buffers are destroyed once no pending command can
-still use them.
+buffers copied in the command stream. A buffer is destroyed when it is freed or garbage
+collected (the kernel runner, like wgpu-py's users, just drops its buffers), a bound kernel's
+descriptor set when the bound kernel is collected; either waits until no pending command can
+still use it.
 
 Synchronization. Launches, copies and staged uploads are recorded, in call order, into one
 command buffer; ``flush`` submits it (with a fence), ``synchronize`` and ``read_back`` submit and
@@ -32,7 +34,9 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import itertools
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,12 +60,13 @@ BUFFERS_PER_SET = 8  # a pool's storage-buffer descriptors: SETS_PER_POOL * this
 
 
 class VulkanBuffer:
-    """A VkBuffer with its own memory; ``mapped`` is a writable view of it when host-visible."""
+    """A VkBuffer with its own memory; ``mapped`` is a writable view of it when host-visible.
+    ``release`` destroys both (once): on ``free``, at garbage collection, or when the device closes."""
 
-    __slots__ = ("handle", "memory", "size", "mapped")
+    __slots__ = ("handle", "size", "mapped", "release", "__weakref__")
 
-    def __init__(self, handle, memory, size: int, mapped):
-        self.handle, self.memory, self.size, self.mapped = handle, memory, size, mapped
+    def __init__(self, handle, size: int, mapped):
+        self.handle, self.size, self.mapped, self.release = handle, size, mapped, None
 
     def __repr__(self) -> str:
         return f"VulkanBuffer({self.size} bytes{', mapped' if self.mapped is not None else ''})"
@@ -77,7 +82,7 @@ class VulkanKernel:
     push_bytes: int
 
 
-@dataclass
+@dataclass(eq=False)
 class BoundVulkanKernel:
     kernel: VulkanKernel
     descriptor_set: object
@@ -90,7 +95,7 @@ class _Batch:
 
     command_buffer: object
     fence: object
-    retired: list[VulkanBuffer] = field(default_factory=list)
+    retired: list[VulkanBuffer] = field(default_factory=list)  # staging buffers
 
 
 class VulkanDevice(Device):
@@ -136,14 +141,15 @@ class VulkanDevice(Device):
         self._memory_types, self._main_heap = _memory_properties(vk, adapter.physical)
         self._unified = self._memory_type(~0, "unified") is not None
         self.buffers_created = 0
-        self._buffers: set[VulkanBuffer] = set()  # live, destroyed on close
+        self._owned: dict[int, weakref.finalize] = {}  # what releases each live buffer and descriptor set
+        self._keys = itertools.count()
         self._modules: dict[str, object] = {}  # sha256 -> VkShaderModule
         self._kernels: dict[tuple[str, str], VulkanKernel] = {}
         self._descriptor_pools: list = []
         self._recording: _Batch | None = None
         self._submitted: list[_Batch] = []
         self._idle: list[_Batch] = []  # command buffers and fences to reuse
-        self._freed: list[VulkanBuffer] = []  # freed while commands were pending
+        self._deferred: list = []  # releases that waited for pending commands
         self._timestamps = None
 
     # -- what the device has -------------------------------------------------------------------
@@ -175,12 +181,9 @@ class VulkanDevice(Device):
         return self._create_buffer(size, usage, "unified" if self._unified else "device")
 
     def free(self, buffer: VulkanBuffer) -> None:
-        if buffer.handle is None or buffer not in self._buffers:
-            return
-        if self._recording is not None or self._submitted:
-            self._freed.append(buffer)  # a pending command may still use it
-        else:
-            self._destroy_buffer(buffer)
+        buffer.handle = buffer.mapped = None
+        if buffer.release is not None:
+            buffer.release()
 
     def upload(self, buffer: VulkanBuffer, offset: int, data: bytes) -> None:
         nbytes = len(data)
@@ -220,7 +223,7 @@ class VulkanDevice(Device):
         self._record_copy(buffer, view.offset, staging, 0, nbytes)
         self.synchronize()
         data = bytes(staging.mapped[:nbytes])
-        self._destroy_buffer(staging)
+        self.free(staging)
         return data
 
     def copy(self, source: View, destination: View) -> None:
@@ -247,9 +250,32 @@ class VulkanDevice(Device):
                               f"({type(error).__name__})") from None
         vk.vkBindBufferMemory(self.gpu, handle, memory, 0)
         mapped = vk.vkMapMemory(self.gpu, memory, 0, size, 0) if purpose != "device" else None
-        buffer = VulkanBuffer(handle, memory, size, mapped)
-        self._buffers.add(buffer)
+        buffer = VulkanBuffer(handle, size, mapped)
+        buffer.release = self._own(buffer, self._destroy_buffer, handle, memory, mapped is not None)
         return buffer
+
+    def _destroy_buffer(self, handle, memory, mapped: bool) -> None:
+        vk = self.vk
+        if mapped:
+            vk.vkUnmapMemory(self.gpu, memory)
+        vk.vkDestroyBuffer(self.gpu, handle, None)
+        vk.vkFreeMemory(self.gpu, memory, None)
+
+    def _own(self, owner, destroy, *handles) -> weakref.finalize:
+        """Call ``destroy(*handles)`` when ``owner`` is collected or the returned finalizer is called,
+        once no pending command can use them. Never at interpreter exit: ``close`` does that."""
+        key = next(self._keys)
+
+        def release():
+            del self._owned[key]
+            if self._pending():
+                self._deferred.append((destroy, handles))
+            else:
+                destroy(*handles)
+
+        finalizer = self._owned[key] = weakref.finalize(owner, release)
+        finalizer.atexit = False
+        return finalizer
 
     def _staging(self, nbytes: int, readback: bool = False) -> VulkanBuffer:
         vk = self.vk
@@ -355,28 +381,34 @@ class VulkanDevice(Device):
                                   f"device's maxStorageBufferBindingSize "
                                   f"({self._limits['maxStorageBufferBindingSize']})")
             infos.append(vk.VkDescriptorBufferInfo(buffer=buffer.handle, offset=view.offset, range=extent))
-        descriptor_set = self._allocate_set(kernel.set_layout)
+        pool, descriptor_set = self._allocate_set(kernel.set_layout)
         writes = [vk.VkWriteDescriptorSet(dstSet=descriptor_set, dstBinding=index, descriptorCount=1,
                                           descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, pBufferInfo=[info])
                   for index, info in zip(kernel.binding_indices, infos)]
         if writes:
             vk.vkUpdateDescriptorSets(self.gpu, len(writes), writes, 0, None)
-        return BoundVulkanKernel(kernel, descriptor_set, [v.buffer for v in views])
+        bound = BoundVulkanKernel(kernel, descriptor_set, [v.buffer for v in views])
+        self._own(bound, self._free_set, pool, descriptor_set)
+        return bound
+
+    def _free_set(self, pool, descriptor_set) -> None:
+        self.vk.vkFreeDescriptorSets(self.gpu, pool, 1, [descriptor_set])
 
     def _allocate_set(self, set_layout):
-        """A descriptor set from the newest pool, opening a new pool when it is full. Sets live as
-        long as the device: the VM binds each (kernel, views) once and launches it many times."""
+        """(pool, a descriptor set from it): from the newest pool, opening a new pool when it is full.
+        The VM binds each (kernel, views) once and launches it many times, so sets are few."""
         vk = self.vk
         for attempt in range(2):
             if attempt or not self._descriptor_pools:
                 sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                                  descriptorCount=SETS_PER_POOL * BUFFERS_PER_SET)]
                 self._descriptor_pools.append(vk.vkCreateDescriptorPool(self.gpu, vk.VkDescriptorPoolCreateInfo(
-                    maxSets=SETS_PER_POOL, pPoolSizes=sizes), None))
+                    flags=vk.VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT, maxSets=SETS_PER_POOL,
+                    pPoolSizes=sizes), None))
             info = vk.VkDescriptorSetAllocateInfo(descriptorPool=self._descriptor_pools[-1], descriptorSetCount=1,
                                                   pSetLayouts=[set_layout])
             try:
-                return vk.vkAllocateDescriptorSets(self.gpu, info)[0]
+                return self._descriptor_pools[-1], vk.vkAllocateDescriptorSets(self.gpu, info)[0]
             except (vk.VkErrorOutOfPoolMemory, vk.VkErrorFragmentedPool):
                 if attempt:
                     raise DeviceError("a kernel needs more storage buffers than a descriptor pool holds") from None
@@ -437,13 +469,14 @@ class VulkanDevice(Device):
             vk.vkWaitForFences(self.gpu, 1, [batch.fence], vk.VK_TRUE, 2**64 - 1)
             vk.vkResetFences(self.gpu, 1, [batch.fence])
             vk.vkResetCommandBuffer(batch.command_buffer, 0)
-            for buffer in batch.retired:
-                self._destroy_buffer(buffer)
             self._idle.append(_Batch(batch.command_buffer, batch.fence))
-        self._submitted.clear()
-        for buffer in self._freed:
-            self._destroy_buffer(buffer)
-        self._freed.clear()
+        batches, self._submitted = self._submitted, []
+        for batch in batches:
+            for staging in batch.retired:
+                self.free(staging)
+        deferred, self._deferred = self._deferred, []
+        for destroy, handles in deferred:
+            destroy(*handles)
 
     def _pending(self) -> bool:
         return self._recording is not None or bool(self._submitted)
@@ -498,18 +531,6 @@ class VulkanDevice(Device):
 
     # -- teardown ------------------------------------------------------------------------------
 
-    def _destroy_buffer(self, buffer: VulkanBuffer) -> None:
-        if buffer.handle is None:
-            return
-        vk = self.vk
-        if buffer.mapped is not None:
-            vk.vkUnmapMemory(self.gpu, buffer.memory)
-            buffer.mapped = None
-        vk.vkDestroyBuffer(self.gpu, buffer.handle, None)
-        vk.vkFreeMemory(self.gpu, buffer.memory, None)
-        buffer.handle = buffer.memory = None
-        self._buffers.discard(buffer)
-
     def close(self) -> None:
         """Wait for the queue, then destroy every object the device made (buffers included)."""
         if self._closed:
@@ -520,8 +541,8 @@ class VulkanDevice(Device):
             VulkanDevice._shared = None
         self.synchronize()
         vk.vkDeviceWaitIdle(gpu)
-        for buffer in list(self._buffers):
-            self._destroy_buffer(buffer)
+        for release in list(self._owned.values()):  # nothing is pending now: each runs at once
+            release()
         for kernel in self._kernels.values():
             vk.vkDestroyPipeline(gpu, kernel.pipeline, None)
             vk.vkDestroyPipelineLayout(gpu, kernel.layout, None)
