@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from tessera import arith
 from tessera.target import REQUIRED_LIMITS, Target
-from tessera.tir.ir import Load, PrimFunc, Store, walk_expr, walk_stmts
+from tessera.tir.ir import Buffer, Load, PrimFunc, Store, walk_expr, walk_stmts
 
 # Bytes of an element in workgroup memory (which holds compute types, not storage types).
 _SCRATCH_BYTES = {"f16": 2}
@@ -142,6 +142,14 @@ def vector_accesses(func: PrimFunc) -> dict[str, int]:
                 if isinstance(e, Load) and e.lanes > 1:
                     found[e.buffer.name] = e.lanes
     return found
+
+
+def static_size(buf: Buffer) -> int:
+    """Elements of a scratch buffer, which languages declare as fixed-size arrays."""
+    size = arith.Analyzer().as_int(buf.size)
+    if size is None:
+        raise ValueError(f"scratch buffer {buf.name} needs a static size, has {buf.shape}")
+    return size
 
 
 def entry_name(func: PrimFunc) -> str:

@@ -167,10 +167,6 @@ class Module:
     def constant_u32(self, value: int) -> int:
         return self.constant(self.type_int(32, False), value & 0xFFFFFFFF)
 
-    def constant_f32_bits(self, value: float) -> int:
-        """An f32 constant by its IEEE bits: infinities and NaN included, which have no literal."""
-        return self.constant(self.type_float(32), struct.unpack("<I", struct.pack("<f", value))[0])
-
     # -- variables --------------------------------------------------------------------------
 
     def global_variable(self, pointer_type: int, storage_class: int, name: str | None = None) -> int:

@@ -39,7 +39,7 @@ from tessera.tir.ir import (
     vector_of,
 )
 
-from .. import entry_name, vector_accesses
+from .. import entry_name, static_size, vector_accesses
 from .builder import FunctionBuilder, Module
 from .expressions import ExpressionEmitter
 from .spec import (
@@ -138,7 +138,7 @@ class KernelEmitter(ExpressionEmitter):
 
     def declare_scratch(self) -> None:
         for buf in self.func.scratch:
-            array = self.module.type_array(self.types.of(buf.dtype), _static_size(buf))
+            array = self.module.type_array(self.types.of(buf.dtype), static_size(buf))
             if buf.scope == "workgroup":
                 pointer = self.types.pointer(StorageClass.Workgroup, array)
                 variable = self.module.global_variable(pointer, StorageClass.Workgroup, buf.name)
@@ -286,11 +286,3 @@ class KernelEmitter(ExpressionEmitter):
         fn.emit(Op.Branch, None, header)
         fn.label(merge)
 
-
-def _static_size(buf: Buffer) -> int:
-    from tessera import arith
-
-    size = arith.Analyzer().as_int(buf.size)
-    if size is None:
-        raise ValueError(f"scratch buffer {buf.name} needs a static size, has {buf.shape}")
-    return size

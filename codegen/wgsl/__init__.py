@@ -30,7 +30,7 @@ from tessera.tir.ir import (
 )
 from tessera.tir.lower import LoweringNeeds
 
-from .. import entry_name, vector_accesses
+from .. import entry_name, static_size, vector_accesses
 from ..cstyle import CStyleRenderer, float_text
 
 # Storage buffers hold f32, f16, i32 and u32 (bool is not host-shareable; there is no 64-bit integer);
@@ -131,7 +131,7 @@ class WGSLRenderer(CStyleRenderer):
         for buf in func.scratch:
             if buf.scope == "workgroup":
                 header.append(f"var<workgroup> {self.name(buf.name)}: array<{self.type_name(buf.dtype)}, "
-                              f"{_static_size(buf)}>;")
+                              f"{static_size(buf)}>;")
         header.extend(self.helpers.values())
         x, y, z = func.workgroup_size
         lines = header + [
@@ -144,7 +144,7 @@ class WGSLRenderer(CStyleRenderer):
         lines += [f"  let {SCALAR_PREFIX}{s}: i32 = params.{self.name(s)};" for s in func.scalars]
         for buf in func.scratch:
             if buf.scope == "private":
-                lines.append(f"  var {self.name(buf.name)}: array<{self.type_name(buf.dtype)}, {_static_size(buf)}>;")
+                lines.append(f"  var {self.name(buf.name)}: array<{self.type_name(buf.dtype)}, {static_size(buf)}>;")
         lines += body + ["}"]
         return WGSLKernel("\n".join(lines) + "\n", entry, tuple(bindings), func.workgroup_size)
 
@@ -220,15 +220,6 @@ class WGSLRenderer(CStyleRenderer):
             self.helpers["tsr_floordiv"] = _FLOORDIV
             return f"tsr_floordiv({args[0]}, {args[1]})"
         return super().call_intrinsic(name, args, dtype)
-
-
-def _static_size(buf: Buffer) -> int:
-    from tessera import arith
-
-    size = arith.Analyzer().as_int(buf.size)
-    if size is None:
-        raise ValueError(f"scratch buffer {buf.name} needs a static size, has {buf.shape}")
-    return size
 
 
 def emit_wgsl(func: PrimFunc, enable: tuple[str, ...] = ()) -> WGSLKernel:
