@@ -158,4 +158,4 @@ def entry_name(func: PrimFunc) -> str:
 
 
 # The built-in backends register themselves on import.
-from . import c, spirv, wgsl  # noqa: E402
+from . import c, metal, spirv, wgsl  # noqa: E402

@@ -66,8 +66,9 @@ def test_targets_and_presets():
     assert Target.preset("swiftshader").limit("maxStorageBuffersPerShaderStage") == 10
     assert Target("webgpu").limit("maxComputeInvocationsPerWorkgroup") == 256
     assert Target.preset("webgpu-f16").supports_dtype("float16")
-    with pytest.raises(ValueError, match="unknown target preset 'metal'"):
-        Target.preset("metal")
+    assert Target.preset("metal").limit("maxComputeWorkgroupStorageSize") == 32768
+    with pytest.raises(ValueError, match="unknown target preset 'no-such-gpu'"):
+        Target.preset("no-such-gpu")
 
 
 def test_operators_without_a_lowering_for_the_target_are_named():

@@ -1,0 +1,240 @@
+"""Metal Shading Language 2.x for Apple GPUs: a dialect of the shared C-style renderer.
+
+ABI of a kernel ``k_<name>`` (one ``.metal`` module per kernel, see ``backend.py``):
+
+- ``[[buffer(i)]]`` for i < len(params): the kernel's inputs, then its outputs, as ``device``
+  pointers into views of the arena (``const device`` where the kernel only reads). Never the
+  ``constant`` address space for tensors: it has size limits and views of one arena buffer
+  meet in a dispatch. A buffer the kernel reads or writes as vectors is declared as a vector
+  pointer (``device float4*``) and indexed in vectors; its offset is 256-byte aligned.
+- ``[[buffer(len(params))]]``, when the kernel has symbolic scalars: ``constant int* params``,
+  the scalars as i32 in declaration order (the runtime sets them with ``setBytes``).
+- thread coordinates ``lid``/``wid``/``nwg`` (``uint3``), plus ``sg_lane``/``sg_size`` when the
+  kernel uses simdgroup reductions. The workgroup size is set at dispatch (the kernel record
+  says it); ``max_total_threads_per_threadgroup`` tells the compiler so that it budgets registers
+  for that many threads and the pipeline can run it.
+
+Math: Metal compiles with fast math by default, where ``metal::exp`` is ``fast::exp`` (error
+growing with |x|) and the compiler may assume no infinities or NaNs. f32 transcendental
+functions are therefore called as ``precise::``, so results stay within a few ulp however the
+runtime compiles the library (and match the other runtimes in tests/conformance); f16 has no
+fast variants. Infinite constants are spelled as the largest finite value, as in WGSL, since
+fast math does not promise infinities.
+"""
+
+from __future__ import annotations
+
+from tessera import arith
+from tessera.tir.ir import (
+    SCALAR_PREFIX,
+    Buffer,
+    Builtin,
+    Load,
+    Local,
+    PrimFunc,
+    Store,
+    lanes_of,
+    walk_dtypes,
+    walk_expr,
+    walk_stmts,
+)
+from tessera.tir.lower import LoweringNeeds
+
+from .. import entry_name
+from ..cstyle import CStyleRenderer, float_text
+
+# Device buffers hold f32, f16, i32 and u32 (bool and int64 tensors become 32-bit words, as for
+# WebGPU, so every runtime shares one arena layout); threads of a threadgroup run in parallel,
+# so barriers stay barriers.
+LOWERING = LoweringNeeds(storage_types={"float32", "float16", "int32", "uint32"}, unroll=True)
+
+_VECTOR_SCALARS = "bool char uchar short ushort int uint long ulong half float".split()
+MSL_RESERVED = frozenset("""
+alignas alignof and asm auto bool break case catch char class const constexpr const_cast continue decltype
+default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
+int long mutable namespace new noexcept not nullptr operator or private protected public register
+reinterpret_cast return short signed sizeof static static_assert static_cast struct switch template this
+thread_local throw true try typedef typeid typename union unsigned using virtual void volatile while
+kernel vertex fragment device constant thread threadgroup threadgroup_imageblock object_data ray_data
+half uchar ushort uint ulong size_t ptrdiff_t metal precise fast texture sampler access
+as_type select min max abs clamp exp exp2 log log2 sqrt rsqrt sin cos tan tanh floor ceil rint round trunc
+pow fma fmax fmin sign erf isnan isinf INFINITY NAN
+threadgroup_barrier simdgroup_barrier mem_flags simd_sum simd_max simd_min
+lid wid nwg params sg_lane sg_size
+""".split()) | frozenset(f"{s}{n}" for s in _VECTOR_SCALARS for n in (2, 3, 4)) \
+    | frozenset(f"packed_{s}{n}" for s in _VECTOR_SCALARS for n in (2, 3, 4))
+
+# Metal's math functions for f32; f16 calls the plain overloads (see the module docstring).
+_PRECISE_F32 = frozenset({"exp", "log", "sqrt", "rsqrt", "sin", "cos", "pow", "tanh"})
+
+# erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): MSL has no erf. Computed in f32.
+_ERF = """static inline TYPE NAME(TYPE x) {
+  TYPE t = 1.0f / (1.0f + 0.3275911f * abs(x));
+  TYPE y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t - 0.284496736f) * t
+                   + 0.254829592f) * t * precise::exp(-x * x);
+  return select(-y, y, x >= 0.0f);
+}"""
+# Integer division rounding toward negative infinity (MSL's / truncates, as C's does).
+_FLOORDIV = """static inline int tsr_floordiv(int a, int b) {
+  int q = a / b;
+  return (a % b != 0) && ((a < 0) != (b < 0)) ? q - 1 : q;
+}"""
+
+# The builtins a kernel's signature may declare, by tir kind: (parameter name, MSL attribute).
+_THREAD_BUILTINS = {"local_id": ("lid", "thread_position_in_threadgroup"),
+                    "workgroup_id": ("wid", "threadgroup_position_in_grid"),
+                    "num_workgroups": ("nwg", "threadgroups_per_grid")}
+SUBGROUP_BUILTINS = {"subgroup_invocation_id": ("sg_lane", "thread_index_in_simdgroup"),
+                     "subgroup_size": ("sg_size", "threads_per_simdgroup")}
+
+_LARGEST = {"f32": "3.4028234663852886e38f", "f16": "half(65504.0)"}
+
+
+class MetalRenderer(CStyleRenderer):
+    types = {"f32": "float", "f16": "half", "i32": "int", "u32": "uint", "bool": "bool"}
+    intrinsics = {
+        "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos",
+        "floor": "floor", "ceil": "ceil", "abs": "abs", "pow": "pow", "clamp": "clamp", "fma": "fma",
+        "tanh": "tanh",
+        # rint rounds halves to even, as numpy and WGSL's round do; MSL's round goes away from zero.
+        "round": "rint",
+        "subgroup_add": "simd_sum", "subgroup_max": "simd_max", "subgroup_min": "simd_min",
+    }
+    reserved = MSL_RESERVED
+    barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
+    storage_barrier = "threadgroup_barrier(mem_flags::mem_device);"
+    indent = "  "
+    lowering = LOWERING
+
+    def render(self) -> str:
+        func = self.func
+        self.subgroup_builtins: set[str] = set()
+        self.stmts(func.body, 1)
+        body = self.lines
+        vector_buffers = _vector_accesses(func)
+        written = {s.buffer.name for s, _ in walk_stmts(func.body) if isinstance(s, Store)}
+        params = []
+        for index, buf in enumerate(func.params):
+            element = self.type_name(_vector_dtype(buf.dtype, vector_buffers.get(buf.name, 1)))
+            space = "device" if buf.name in written else "const device"
+            params.append(f"{space} {element}* {self.name(buf.name)} [[buffer({index})]]")
+        if func.scalars:
+            params.append(f"constant int* params [[buffer({len(func.params)})]]")
+        params += [f"uint3 {name} [[{attribute}]]" for name, attribute in _THREAD_BUILTINS.values()]
+        params += [f"uint {SUBGROUP_BUILTINS[kind][0]} [[{SUBGROUP_BUILTINS[kind][1]}]]"
+                   for kind in sorted(self.subgroup_builtins)]
+        x, y, z = func.workgroup_size
+        lines = ["#include <metal_stdlib>", "using namespace metal;", ""]
+        lines += [text + "\n" for text in self.helpers.values()]
+        lines += [f"// workgroup size ({x}, {y}, {z}), set at dispatch",
+                  f"[[max_total_threads_per_threadgroup({x * y * z})]]",
+                  f"kernel void {entry_name(func)}(" + ",\n    ".join(params) + ") {"]
+        lines += [f"  const int {SCALAR_PREFIX}{s} = params[{i}];" for i, s in enumerate(func.scalars)]
+        for buf in func.scratch:
+            space = "threadgroup " if buf.scope == "workgroup" else ""
+            lines.append(f"  {space}{self.type_name(buf.dtype)} {self.name(buf.name)}[{_static_size(buf)}];")
+        return "\n".join(lines + body + ["}"]) + "\n"
+
+    # -- dialect hooks ---------------------------------------------------------------------
+
+    def declare_local(self, var: Local, value: str) -> str:
+        return f"{self.type_name(var.dtype)} {self.name(var.name)} = {value};"
+
+    def for_header(self, var: str, start: str, end: str, step: int) -> str:
+        return f"for (int {var} = {start}; {var} < {end}; {var} += {step})"
+
+    def builtin(self, e: Builtin) -> str:
+        if e.kind in SUBGROUP_BUILTINS:
+            self.subgroup_builtins.add(e.kind)
+            return f"int({SUBGROUP_BUILTINS[e.kind][0]})"
+        return f"int({_THREAD_BUILTINS[e.kind][0]}.{'xyz'[e.axis]})"
+
+    def vector_type(self, scalar: str, lanes: int) -> str:
+        return f"{scalar}{lanes}"
+
+    def literal(self, value, dtype: str) -> str:
+        scalar, lanes = lanes_of(dtype)
+        if lanes > 1:
+            return f"{self.type_name(dtype)}({self.literal(value, scalar)})"
+        if dtype == "bool":
+            return "true" if value else "false"
+        if dtype == "i32":
+            if value >= 0:
+                return str(int(value))
+            # -2147483648 would negate a long literal: INT_MIN is spelled as a difference.
+            return f"({int(value)})" if value > -(1 << 31) else "(-2147483647 - 1)"
+        if dtype == "u32":
+            return f"{int(value)}u"
+        text = float_text(float(value))
+        if text is None:
+            if value != value:
+                raise ValueError("Metal kernels cannot hold a NaN constant (fast math does not keep NaNs)")
+            return _LARGEST[dtype] if value > 0 else f"(-{_LARGEST[dtype]})"
+        if dtype == "f16":
+            return f"half({text})"
+        return f"{text}f" if not text.startswith("-") else f"({text}f)"
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        return f"select({b}, {a}, {cond})"
+
+    def call_intrinsic(self, name: str, args: list[str], dtype: str) -> str:
+        scalar, lanes = lanes_of(dtype)
+        if name == "erf":
+            wide = self.type_name(_vector_dtype("f32", lanes))
+            fn = "tsr_erf" + ("" if lanes == 1 else f"_v{lanes}")
+            self.helpers[fn] = _ERF.replace("NAME", fn).replace("TYPE", wide)
+            if scalar == "f16":
+                return f"{self.type_name(dtype)}({fn}({wide}({args[0]})))"
+            return f"{fn}({args[0]})"
+        if name == "f16_bits_to_f32":  # the low 16 bits of a u32, as an IEEE half
+            return f"float(as_type<half>(ushort({args[0]})))"
+        if name == "bitcast_u32":  # an f32's IEEE bits
+            return f"as_type<uint>({args[0]})"
+        if name == "sign_extend8":  # the low byte of a u32, as a signed i32
+            return f"(as_type<int>({args[0]} << 24u) >> 24)"
+        if name == "floordiv":
+            self.helpers["tsr_floordiv"] = _FLOORDIV
+            return f"tsr_floordiv({args[0]}, {args[1]})"
+        if name in _PRECISE_F32 and scalar == "f32":
+            return f"precise::{self.intrinsics[name]}({', '.join(args)})"
+        return super().call_intrinsic(name, args, dtype)
+
+
+def _vector_dtype(dtype: str, lanes: int) -> str:
+    return dtype if lanes == 1 else f"{dtype}x{lanes}"
+
+
+def _vector_accesses(func: PrimFunc) -> dict[str, int]:
+    """Buffers the kernel reads or writes as vectors, with their lane count. A buffer is declared
+    with one element type, so a kernel that mixes widths on one buffer cannot be spelled."""
+    widths: dict[str, set[int]] = {}
+    for stmt, exprs in walk_stmts(func.body):
+        if isinstance(stmt, Store):
+            widths.setdefault(stmt.buffer.name, set()).add(stmt.lanes)
+        for root in exprs:
+            for e in walk_expr(root):
+                if isinstance(e, Load):
+                    widths.setdefault(e.buffer.name, set()).add(e.lanes)
+    mixed = sorted(name for name, lanes in widths.items() if len(lanes) > 1)
+    if mixed:
+        raise ValueError(f"kernel {func.name}: {', '.join(mixed)} are accessed with several vector widths")
+    return {name: lanes.pop() for name, lanes in widths.items() if max(lanes) > 1}
+
+
+def _static_size(buf: Buffer) -> int:
+    size = arith.Analyzer().as_int(buf.size)
+    if size is None:
+        raise ValueError(f"scratch buffer {buf.name} needs a static size, has {buf.shape}")
+    return size
+
+
+def uses_f16(func: PrimFunc) -> bool:
+    return "f16" in {lanes_of(d)[0] for d in walk_dtypes(func)}
+
+
+def emit_metal(func: PrimFunc) -> str:
+    """The MSL source of one kernel lowered for ``LOWERING`` (tessera.tir.lower.lower_kernel)."""
+    return MetalRenderer(func).render()
+
+
+from .backend import MetalBackend  # noqa: E402  (registers the backend and its target)

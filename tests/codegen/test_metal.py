@@ -1,0 +1,200 @@
+"""The Metal backend on Linux: every kernel it writes type-checks as MSL (clang against the
+metal_stdlib shim, metal_check.py), the check itself rejects seeded mistakes, and a metal build is
+an executable folder whose modules no device here runs.
+
+Kernels come from two places: SmolLM2 compiled for the ``metal`` preset through ``tessera.build``
+(the backend registry), and every case of the kernel tests (tests/kernels), legalized for Metal.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+import os
+
+import pytest
+import tessera
+from harness import build
+from metal_check import MetalCheckError, check_metal
+from tessera import nn, op
+from tessera.codegen import get_backend
+from tessera.ir import Function, Tensor
+from tessera.target import Target
+from tessera.transform import legalize_ops
+from tessera.vm import DeviceError, Executable, VirtualMachine
+
+METAL = Target.preset("metal")
+KERNEL_TEST_MODULES = ("test_elementwise_kernels", "test_layout_kernels", "test_quantized_kernels",
+                       "test_reduction_kernels", "test_sampling_kernels")
+
+
+def metal_sources(mod) -> dict[str, str]:
+    """The .metal modules of ``mod``'s kernels, legalized and compiled for the metal preset."""
+    kernels = [f for f in legalize_ops(mod, METAL).functions.values() if not isinstance(f, Function)]
+    compiled = get_backend("metal").compile(kernels, METAL)
+    return {path: data.decode() for path, data in compiled.modules.items()}
+
+
+# -- SmolLM2 through tessera.build ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smollm2_metal():
+    from tessera.frontend import bundled_smollm2_path, load_gguf
+    from tessera.models.from_gguf import llama_from_gguf
+    from tessera.models.llama import export_llm
+
+    model, weights = llama_from_gguf(load_gguf(bundled_smollm2_path()))
+    return tessera.build(nn.bind_weights(export_llm(model, 256), weights), "metal")
+
+
+def test_every_smollm2_kernel_compiles_as_msl(smollm2_metal):
+    exe = smollm2_metal
+    assert {k["backend"] for k in exe.kernels} == {"metal"}
+    assert exe.required_features == ["subgroup"]  # f16 weights are read as bits, computed in f32
+    assert all(path.startswith("kernels/") and path.endswith(".metal") for path in exe.modules)
+    assert {k["module"] for k in exe.kernels} == set(exe.modules)
+    sources = {path: data.decode() for path, data in exe.modules.items()}
+    assert any("simd_sum" in s for s in sources.values()) and any("as_type<half>" in s for s in sources.values())
+    for path, source in sorted(sources.items()):
+        try:
+            check_metal(source)
+        except MetalCheckError as error:
+            pytest.fail(f"{path}: {error}")
+
+
+# -- every case of the kernel tests -----------------------------------------------------------
+
+
+def _parametrizations(test) -> list[dict]:
+    """Every combination of a test function's @pytest.mark.parametrize arguments."""
+    axes = []
+    for mark in getattr(test, "pytestmark", []):
+        if mark.name != "parametrize":
+            continue
+        names = mark.args[0] if isinstance(mark.args[0], (list, tuple)) else mark.args[0].split(",")
+        names = [n.strip() for n in names]
+        rows = []
+        for value in mark.args[1]:
+            value = value.values if hasattr(value, "values") and not isinstance(value, dict) else value
+            rows.append(dict(zip(names, value if len(names) > 1 else (value,))))
+        axes.append(rows)
+    return [dict(kv for row in combo for kv in row.items()) for combo in itertools.product(*axes)]
+
+
+class _CaseError(Exception):
+    """A kernel test's case does not legalize for Metal."""
+
+
+def kernel_test_cases() -> list[tuple[str, object, list]]:
+    """(test id, make, params) of every check_op call in the kernel tests. Each test runs with a
+    ``check_op`` that records its case and builds it as the real one does (without running it), so
+    the test's own assertions on the returned kernels still hold."""
+    cases = []
+    for module_name in KERNEL_TEST_MODULES:
+        module = importlib.import_module(module_name)
+        real_check_op = module.check_op
+
+        def record(runner, make, params, *, _id=None, target=None, **_):
+            cases.append((_id[0], make, list(params)))
+            try:
+                lowered = legalize_ops(build(make, params), target or METAL)
+            except Exception as error:
+                raise _CaseError(f"{_id[0]}: {error}") from error
+            return lowered, [f for f in lowered.functions.values() if not isinstance(f, Function)]
+
+        for name in dir(module):
+            test = getattr(module, name)
+            if not name.startswith("test_") or not callable(test):
+                continue
+            for args in _parametrizations(test):
+                shown = ",".join(f"{k}={getattr(v, 'name', v)}" for k, v in sorted(args.items()))
+                test_id = [f"{module_name}::{name}[{shown}]"]
+                module.check_op = lambda *a, _i=test_id, **k: record(*a, _id=_i, **k)
+                try:
+                    test(runner=None, **args)
+                except _CaseError:
+                    raise
+                except Exception:
+                    pass  # what the test does after check_op: runs kernels, asserts on WGSL, asks a fixture
+                finally:
+                    module.check_op = real_check_op
+    return cases
+
+
+CASES = kernel_test_cases()
+
+
+def test_the_kernel_tests_cover_float16_and_many_operators():
+    assert len(CASES) > 100
+    assert any(p.dtype == "float16" for _, _, params in CASES for p in params if hasattr(p, "dtype"))
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[c[0] for c in CASES])
+def test_kernel_test_case_compiles_as_msl(case):
+    _, make, params = CASES[case]
+    for path, source in metal_sources(build(make, params)).items():
+        try:
+            check_metal(source)
+        except MetalCheckError as error:
+            pytest.fail(f"{path}: {error}")
+
+
+# -- the check fails where Metal would ---------------------------------------------------------
+
+SOFTMAX = build(lambda x: op.nn.softmax(x, axis=-1), [Tensor(("n", 37), "float32")])
+VECTOR_ADD = build(op.add, [Tensor(("n", 8), "float32"), Tensor(("n", 8), "float32")])
+
+
+def _one_source(mod) -> str:
+    (source,) = metal_sources(mod).values()
+    return source
+
+
+@pytest.mark.parametrize("mistake,old,new,message", [
+    ("undeclared name", "int base = ", "int base = undeclared_row + ", "undeclared identifier 'undeclared_row'"),
+    ("write to constant", "const int sym_n = params[0];", "params[0] = 1; const int sym_n = params[0];",
+     "read-only variable is not assignable"),
+    ("unknown attribute", "[[buffer(0)]]", "[[buffer_index(0)]]", "unknown Metal attribute [[buffer_index]]"),
+    ("math arity", "precise::exp(", "precise::exp(1.0f, ", "no matching function for call to 'exp'"),
+])
+def test_seeded_mistakes_in_a_reduction_are_rejected(mistake, old, new, message):
+    source = _one_source(SOFTMAX)
+    check_metal(source)
+    assert old in source
+    with pytest.raises(MetalCheckError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        check_metal(source.replace(old, new, 1))
+
+
+@pytest.mark.parametrize("statement,message", [
+    ("float4 wrong = float3(1.0f);", "cannot initialize a variable of type 'metal::float4'"),
+    ("float4 wrong = float4(1.0f, 2.0f);", "the components do not add up to the vector's arity"),
+    ("half4 wrong = half4(float3(1.0f));", "vector conversion between different arities"),
+])
+def test_wrong_vector_arity_is_rejected(statement, message):
+    source = _one_source(VECTOR_ADD)
+    assert "device float4*" in source  # the add reads and writes float4 vectors
+    check_metal(source)
+    body_end = source.rindex("}")
+    with pytest.raises(MetalCheckError, match=message):
+        check_metal(source[:body_end] + "  " + statement + "\n" + source[body_end:])
+
+
+# -- the executable folder ---------------------------------------------------------------------
+
+
+def test_a_metal_executable_lists_its_modules_and_no_device_here_runs_it(tmp_path):
+    exe = tessera.build(SOFTMAX, "metal", upper_bounds={"n": 64})
+    exe.save(str(tmp_path))
+    with open(tmp_path / "executable.json", encoding="utf-8") as f:
+        record = json.load(f)
+    (module,) = record["modules"]
+    assert module["backend"] == "metal" and module["path"].endswith(".metal") and len(module["sha256"]) == 64
+    assert os.path.getsize(tmp_path / module["path"]) == module["nbytes"]
+    (kernel,) = record["kernels"]
+    assert kernel["abi"]["scalars"][0] | {"name": None} == {"name": None, "passed": "buffer", "binding": 2,
+                                                             "offset": 0}
+    loaded = Executable.load(str(tmp_path))
+    with pytest.raises(DeviceError, match="no device here runs metal kernels"):
+        VirtualMachine(loaded)
