@@ -257,9 +257,9 @@ def test_freed_and_dropped_objects_are_destroyed_once_unused(device, axpy):
     device.free(va.buffer)  # still used by the queued launch: destroyed once it has run
     del bound, out  # collected: the descriptor set and the output buffer go the same way
     gc.collect()
-    assert len(device._owned) == live and len(device._deferred) == 3
+    assert len(device._owned) == live and len(device.commands._after) == 3
     device.synchronize()
-    assert device._deferred == []
+    assert device.commands._after == []
     device.allocate(64)  # dropped at once, nothing pending: destroyed at once
     gc.collect()
     assert len(device._owned) == live

@@ -13,16 +13,9 @@ descriptor set when the bound kernel is collected; either waits until no pending
 still use it.
 
 Synchronization. Launches, copies and staged uploads are recorded, in call order, into one
-command buffer; ``flush`` submits it (with a fence), ``synchronize`` and ``read_back`` submit and
-wait for every fence. Vulkan starts commands in order but lets them overlap, and a command's
-writes are visible to later ones only through a barrier, within one command buffer too; so every
-command is preceded by a global memory barrier from the compute and
-transfer stages' writes to the compute and transfer stages' reads and writes: a launch sees what
-the launches and copies before it wrote, across submissions too (a barrier's first scope is
-everything earlier in submission order). The last command of a submission is followed by a
-barrier to the host stage, because a fence alone does not make device writes visible to host
-reads of mapped memory; host writes before a submission need none (vkQueueSubmit makes them
-visible).
+command buffer, each after a memory barrier that orders it after every earlier command
+(vulkan_commands.py says which and why); ``flush`` submits the buffer with a fence,
+``synchronize`` and ``read_back`` submit and wait for every fence.
 
 Kernels. A module file becomes a VkShaderModule (cached by its sha256), a kernel record a
 compute pipeline with one descriptor set of storage buffers (binding = the ABI's index) and one
@@ -37,7 +30,7 @@ import hashlib
 import itertools
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -51,6 +44,7 @@ from .vulkan_adapter import (
     load_vulkan,
     validation_wanted,
 )
+from .vulkan_commands import CommandStream
 
 __all__ = ["VulkanDevice", "VulkanUnavailable"]
 
@@ -87,15 +81,6 @@ class BoundVulkanKernel:
     kernel: VulkanKernel
     descriptor_set: object
     buffers: list[VulkanBuffer]  # kept referenced: the set points at them
-
-
-@dataclass
-class _Batch:
-    """A command buffer being recorded or submitted, with what to destroy once it has run."""
-
-    command_buffer: object
-    fence: object
-    retired: list[VulkanBuffer] = field(default_factory=list)  # staging buffers
 
 
 class VulkanDevice(Device):
@@ -135,9 +120,7 @@ class VulkanDevice(Device):
             self._destroy_instance()
             raise VulkanUnavailable(f"vkCreateDevice failed on {self.name} ({type(error).__name__})") from None
         self._closed = False
-        self.queue = vk.vkGetDeviceQueue(self.gpu, adapter.queue_family, 0)
-        self._command_pool = vk.vkCreateCommandPool(self.gpu, vk.VkCommandPoolCreateInfo(
-            flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, queueFamilyIndex=adapter.queue_family), None)
+        self.commands = CommandStream(vk, self.gpu, adapter.queue_family)
         self._memory_types, self._main_heap = _memory_properties(vk, adapter.physical)
         self._unified = self._memory_type(~0, "unified") is not None
         self.buffers_created = 0
@@ -146,10 +129,6 @@ class VulkanDevice(Device):
         self._modules: dict[str, object] = {}  # sha256 -> VkShaderModule
         self._kernels: dict[tuple[str, str], VulkanKernel] = {}
         self._descriptor_pools: list = []
-        self._recording: _Batch | None = None
-        self._submitted: list[_Batch] = []
-        self._idle: list[_Batch] = []  # command buffers and fences to reuse
-        self._deferred: list = []  # releases that waited for pending commands
         self._timestamps = None
 
     # -- what the device has -------------------------------------------------------------------
@@ -191,23 +170,23 @@ class VulkanDevice(Device):
             raise DeviceError(f"an upload of {nbytes} bytes at {offset} overruns a buffer of {buffer.size} bytes")
         if nbytes == 0:
             return
-        if buffer.mapped is not None and not self._pending():
+        if buffer.mapped is not None and not self.commands.pending:
             buffer.mapped[offset: offset + nbytes] = bytes(data)
             return
         # Pending commands may read or write the buffer: the bytes go in the command stream, in order.
         staging = self._staging(nbytes)
         staging.mapped[:nbytes] = bytes(data)
         self._record_copy(staging, 0, buffer, offset, nbytes)
-        self._recording.retired.append(staging)
+        self.free(staging)  # once the copy has run
 
     def fill_zero(self, buffer: VulkanBuffer, nbytes: int) -> None:
         size = min(_align4(nbytes), buffer.size)
         if size == 0:
             return
-        if buffer.mapped is not None and not self._pending():
+        if buffer.mapped is not None and not self.commands.pending:
             buffer.mapped[0:size] = bytes(size)
             return
-        command_buffer = self._record()
+        command_buffer = self.commands.record()
         self.vk.vkCmdFillBuffer(command_buffer, buffer.handle, 0, size, 0)  # size: a multiple of 4
 
     def read_back(self, view: View) -> bytes:
@@ -268,10 +247,7 @@ class VulkanDevice(Device):
 
         def release():
             del self._owned[key]
-            if self._pending():
-                self._deferred.append((destroy, handles))
-            else:
-                destroy(*handles)
+            self.commands.after_pending(destroy, *handles)
 
         finalizer = self._owned[key] = weakref.finalize(owner, release)
         finalizer.atexit = False
@@ -425,7 +401,7 @@ class VulkanDevice(Device):
             raise DeviceError(f"kernel {kernel.name}: a grid of {groups} workgroups exceeds the device's "
                               f"{most} per dimension")
         vk = self.vk
-        command_buffer = self._record()
+        command_buffer = self.commands.record()
         point = vk.VK_PIPELINE_BIND_POINT_COMPUTE
         vk.vkCmdBindPipeline(command_buffer, point, kernel.pipeline)
         vk.vkCmdBindDescriptorSets(command_buffer, point, kernel.layout, 0, 1, [bound.descriptor_set], 0, None)
@@ -442,12 +418,12 @@ class VulkanDevice(Device):
         if self._timestamps is None:
             self._timestamps = vk.vkCreateQueryPool(self.gpu, vk.VkQueryPoolCreateInfo(
                 queryType=vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=2), None)
-        command_buffer = self._commands()
+        command_buffer = self.commands.current()
         vk.vkCmdResetQueryPool(command_buffer, self._timestamps, 0, 2)
         vk.vkCmdWriteTimestamp(command_buffer, vk.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, self._timestamps, 0)
         start = time.perf_counter()
         self.launch(bound, scalars, grid)
-        vk.vkCmdWriteTimestamp(self._commands(), vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, self._timestamps, 1)
+        vk.vkCmdWriteTimestamp(self.commands.current(), vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, self._timestamps, 1)
         self.synchronize()
         wall = time.perf_counter() - start
         stamps = vk.ffi.new("uint64_t[2]")
@@ -460,74 +436,16 @@ class VulkanDevice(Device):
     # -- recording and submission --------------------------------------------------------------
 
     def flush(self) -> None:
-        self._submit()
+        self.commands.submit()
 
     def synchronize(self) -> None:
-        self._submit()
-        vk = self.vk
-        for batch in self._submitted:
-            vk.vkWaitForFences(self.gpu, 1, [batch.fence], vk.VK_TRUE, 2**64 - 1)
-            vk.vkResetFences(self.gpu, 1, [batch.fence])
-            vk.vkResetCommandBuffer(batch.command_buffer, 0)
-            self._idle.append(_Batch(batch.command_buffer, batch.fence))
-        batches, self._submitted = self._submitted, []
-        for batch in batches:
-            for staging in batch.retired:
-                self.free(staging)
-        deferred, self._deferred = self._deferred, []
-        for destroy, handles in deferred:
-            destroy(*handles)
-
-    def _pending(self) -> bool:
-        return self._recording is not None or bool(self._submitted)
-
-    def _commands(self):
-        """The command buffer being recorded, begun if none is."""
-        if self._recording is None:
-            vk = self.vk
-            if self._idle:
-                batch = self._idle.pop()
-            else:
-                command_buffer = vk.vkAllocateCommandBuffers(self.gpu, vk.VkCommandBufferAllocateInfo(
-                    commandPool=self._command_pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                    commandBufferCount=1))[0]
-                batch = _Batch(command_buffer, vk.vkCreateFence(self.gpu, vk.VkFenceCreateInfo(), None))
-            vk.vkBeginCommandBuffer(batch.command_buffer, vk.VkCommandBufferBeginInfo(
-                flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
-            self._recording = batch
-        return self._recording.command_buffer
-
-    def _record(self):
-        """The command buffer, after a barrier that orders the next command after every earlier one."""
-        vk = self.vk
-        command_buffer = self._commands()
-        stages = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT
-        writes = vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
-        barrier = vk.VkMemoryBarrier(srcAccessMask=writes, dstAccessMask=writes | vk.VK_ACCESS_SHADER_READ_BIT
-                                     | vk.VK_ACCESS_TRANSFER_READ_BIT)
-        vk.vkCmdPipelineBarrier(command_buffer, stages, stages, 0, 1, [barrier], 0, None, 0, None)
-        return command_buffer
+        self.commands.wait()
 
     def _record_copy(self, source: VulkanBuffer, source_offset: int, destination: VulkanBuffer,
                      destination_offset: int, nbytes: int) -> None:
         vk = self.vk
         region = vk.VkBufferCopy(srcOffset=source_offset, dstOffset=destination_offset, size=nbytes)
-        vk.vkCmdCopyBuffer(self._record(), source.handle, destination.handle, 1, [region])
-
-    def _submit(self) -> None:
-        batch, self._recording = self._recording, None
-        if batch is None:
-            return
-        vk = self.vk
-        # Device writes become visible to host reads of mapped memory only through the host stage.
-        barrier = vk.VkMemoryBarrier(srcAccessMask=vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
-                                     dstAccessMask=vk.VK_ACCESS_HOST_READ_BIT)
-        vk.vkCmdPipelineBarrier(batch.command_buffer, vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
-                                | vk.VK_PIPELINE_STAGE_TRANSFER_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1, [barrier],
-                                0, None, 0, None)
-        vk.vkEndCommandBuffer(batch.command_buffer)
-        vk.vkQueueSubmit(self.queue, 1, [vk.VkSubmitInfo(pCommandBuffers=[batch.command_buffer])], batch.fence)
-        self._submitted.append(batch)
+        vk.vkCmdCopyBuffer(self.commands.record(), source.handle, destination.handle, 1, [region])
 
     # -- teardown ------------------------------------------------------------------------------
 
@@ -539,9 +457,8 @@ class VulkanDevice(Device):
         self._closed = True
         if VulkanDevice._shared is self:
             VulkanDevice._shared = None
-        self.synchronize()
-        vk.vkDeviceWaitIdle(gpu)
-        for release in list(self._owned.values()):  # nothing is pending now: each runs at once
+        self.commands.close()  # waits for every command: each release below runs at once
+        for release in list(self._owned.values()):
             release()
         for kernel in self._kernels.values():
             vk.vkDestroyPipeline(gpu, kernel.pipeline, None)
@@ -553,9 +470,6 @@ class VulkanDevice(Device):
             vk.vkDestroyDescriptorPool(gpu, pool, None)
         if self._timestamps is not None:
             vk.vkDestroyQueryPool(gpu, self._timestamps, None)
-        for batch in self._idle:
-            vk.vkDestroyFence(gpu, batch.fence, None)
-        vk.vkDestroyCommandPool(gpu, self._command_pool, None)  # frees its command buffers
         vk.vkDestroyDevice(gpu, None)
         self._kernels.clear()
         self._modules.clear()
