@@ -1,4 +1,4 @@
-"""The Metal tests reuse the kernel tests' harness and cases (tests/kernels), imported by name."""
+"""The codegen tests reuse the kernel tests' harness and cases (tests/kernels), imported by name."""
 
 import os
 import sys
