@@ -95,17 +95,17 @@ class VulkanDevice(Device):
             atexit.register(cls._shared.close)
         return cls._shared
 
-    def __init__(self, validation: bool | None = None, device: str | None = None):
+    def __init__(self, validation: bool | None = None, physical_device: str | None = None):
         """``validation``: run under VK_LAYER_KHRONOS_validation and keep its messages in
-        ``validation_messages`` (default: ``TESSERA_VULKAN_VALIDATION=1``); ``device``: an index or
-        a name substring choosing the physical device (default: ``TESSERA_VULKAN_DEVICE``)."""
+        ``validation_messages`` (default: ``TESSERA_VULKAN_VALIDATION=1``); ``physical_device``: an
+        index or a name substring choosing the GPU (default: ``TESSERA_VULKAN_DEVICE``)."""
         self.vk = vk = load_vulkan()
         self._closed = True
         validation = validation_wanted(validation)
         self.instance = create_instance(vk, validation)
         self._validation = ValidationMessages(vk, self.instance) if validation else None
         try:
-            self.adapter = adapter = choose_adapter(vk, self.instance, device)
+            self.adapter = adapter = choose_adapter(vk, self.instance, physical_device)
         except Exception:
             self._destroy_instance()
             raise
