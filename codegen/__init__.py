@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from tessera import arith
 from tessera.target import REQUIRED_LIMITS, Target
-from tessera.tir.ir import PrimFunc, Store, walk_stmts
+from tessera.tir.ir import Buffer, Load, PrimFunc, Store, walk_expr, walk_stmts
 
 # Bytes of an element in workgroup memory (which holds compute types, not storage types).
 _SCRATCH_BYTES = {"f16": 2}
@@ -130,10 +130,32 @@ def kernel_limits(func: PrimFunc) -> dict[str, int]:
     return needs
 
 
+def vector_accesses(func: PrimFunc) -> dict[str, int]:
+    """Buffers the kernel reads or writes as vectors, with their lane count: a language declares
+    such a buffer as an array of vectors."""
+    found: dict[str, int] = {}
+    for stmt, exprs in walk_stmts(func.body):
+        if isinstance(stmt, Store) and stmt.lanes > 1:
+            found[stmt.buffer.name] = stmt.lanes
+        for root in exprs:
+            for e in walk_expr(root):
+                if isinstance(e, Load) and e.lanes > 1:
+                    found[e.buffer.name] = e.lanes
+    return found
+
+
+def static_size(buf: Buffer) -> int:
+    """Elements of a scratch buffer, which languages declare as fixed-size arrays."""
+    size = arith.Analyzer().as_int(buf.size)
+    if size is None:
+        raise ValueError(f"scratch buffer {buf.name} needs a static size, has {buf.shape}")
+    return size
+
+
 def entry_name(func: PrimFunc) -> str:
     """An identifier every language accepts, from the kernel's name."""
     return "k_" + "".join(ch if ch.isalnum() else "_" for ch in func.name)
 
 
 # The built-in backends register themselves on import.
-from . import c, metal, opencl, wgsl  # noqa: E402
+from . import c, metal, opencl, spirv, wgsl  # noqa: E402

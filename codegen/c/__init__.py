@@ -22,7 +22,7 @@ import tempfile
 from tessera.tir.ir import Barrier, Buffer, Builtin, Local, PrimFunc, Stmt, ThreadLoop, lanes_of, walk_dtypes
 from tessera.tir.lower import LoweringNeeds
 
-from .. import entry_name
+from .. import entry_name, static_size
 from ..cstyle import CStyleRenderer, float_text
 
 # One CPU thread runs a workgroup: split at barriers; C holds 32-bit words (no f16 arithmetic here).
@@ -91,7 +91,7 @@ class CRenderer(CStyleRenderer):
         for buf in func.scratch:
             if buf.scope != "workgroup":
                 raise ValueError(f"kernel {func.name}: {buf.scope} buffer {buf.name}: {NOT_SPLIT}")
-            lines.append(f"  static {self.type_name(buf.dtype)} {self.name(buf.name)}[{_static_size(buf)}];")
+            lines.append(f"  static {self.type_name(buf.dtype)} {self.name(buf.name)}[{static_size(buf)}];")
         lines += ["  for (int32_t wg_z = 0; wg_z < nwg_z; wg_z++)", "  for (int32_t wg_y = 0; wg_y < nwg_y; wg_y++)",
                   "  for (int32_t wg_x = 0; wg_x < nwg_x; wg_x++) {"]
         self.stmts(func.body, 2)
@@ -184,15 +184,6 @@ def compile_wasm(source: str) -> bytes:
             raise WasmBuildError(f"clang failed to build the WASM kernels:\n{result.stderr[-4000:]}")
         with open(wasm_path, "rb") as f:
             return f.read()
-
-
-def _static_size(buf: Buffer) -> int:
-    from tessera import arith
-
-    size = arith.Analyzer().as_int(buf.size)
-    if size is None:
-        raise ValueError(f"scratch buffer {buf.name} needs a static size, has {buf.shape}")
-    return size
 
 
 def _reject_unsupported(func: PrimFunc) -> None:

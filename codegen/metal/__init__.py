@@ -40,7 +40,7 @@ from tessera.tir.ir import (
 )
 from tessera.tir.lower import LoweringNeeds
 
-from .. import entry_name
+from .. import entry_name, static_size
 from ..cstyle import CStyleRenderer, float_text
 
 # Device buffers hold f32, f16, i32 and u32 (bool and int64 tensors become 32-bit words, as for
@@ -132,7 +132,7 @@ class MetalRenderer(CStyleRenderer):
         lines += [f"  const int {SCALAR_PREFIX}{s} = params[{i}];" for i, s in enumerate(func.scalars)]
         for buf in func.scratch:
             space = "threadgroup " if buf.scope == "workgroup" else ""
-            lines.append(f"  {space}{self.type_name(buf.dtype)} {self.name(buf.name)}[{_static_size(buf)}];")
+            lines.append(f"  {space}{self.type_name(buf.dtype)} {self.name(buf.name)}[{static_size(buf)}];")
         return "\n".join(lines + body + ["}"]) + "\n"
 
     # -- dialect hooks ---------------------------------------------------------------------
@@ -219,13 +219,6 @@ def _vector_accesses(func: PrimFunc) -> dict[str, int]:
     if mixed:
         raise ValueError(f"kernel {func.name}: {', '.join(mixed)} are accessed with several vector widths")
     return {name: lanes.pop() for name, lanes in widths.items() if max(lanes) > 1}
-
-
-def _static_size(buf: Buffer) -> int:
-    size = arith.Analyzer().as_int(buf.size)
-    if size is None:
-        raise ValueError(f"scratch buffer {buf.name} needs a static size, has {buf.shape}")
-    return size
 
 
 def uses_f16(func: PrimFunc) -> bool:

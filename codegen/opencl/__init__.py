@@ -34,7 +34,7 @@ from tessera.tir.ir import (
 )
 from tessera.tir.lower import LoweringNeeds
 
-from .. import entry_name
+from .. import entry_name, static_size
 from ..cstyle import CStyleRenderer, float_text
 
 # Global buffers hold f32, f16, i32 and u32; a workgroup's threads run in parallel, so barriers stay.
@@ -110,7 +110,7 @@ class OpenCLRenderer(CStyleRenderer):
             if buf.scope not in _SCRATCH_SPACES:
                 raise ValueError(f"kernel {func.name}: scratch {buf.name} in {buf.scope} memory")
             space = _SCRATCH_SPACES[buf.scope]
-            lines.append(f"  {space}{self.type_name(buf.dtype)} {self.name(buf.name)}[{_static_size(buf)}];")
+            lines.append(f"  {space}{self.type_name(buf.dtype)} {self.name(buf.name)}[{static_size(buf)}];")
         lines += self.lines + ["}"]
         return "\n".join(lines) + "\n"
 
@@ -231,15 +231,6 @@ class OpenCLRenderer(CStyleRenderer):
         if name.startswith("subgroup_"):
             raise NotImplementedError(f"OpenCL C 1.2 has no {name} (subgroups are not core)")
         return super().call_intrinsic(name, args, dtype)
-
-
-def _static_size(buf: Buffer) -> int:
-    from tessera import arith
-
-    size = arith.Analyzer().as_int(buf.size)
-    if size is None:
-        raise ValueError(f"scratch buffer {buf.name} needs a static size, has {buf.shape}")
-    return size
 
 
 def computes_in_half(func: PrimFunc, native_half: bool) -> bool:

@@ -11,8 +11,17 @@ from tessera.target import SHADER_F16, TargetKind, register_kind, register_prese
 from tessera.tir.ir import lanes_of, walk_dtypes
 from tessera.tir.lower import lower_kernel
 
-from .. import Backend, CompiledKernel, CompiledKernels, entry_name, kernel_abi, kernel_limits, register_backend
-from . import FP16_EXTENSION, LOWERING, _static_size, computes_in_half, emit_opencl
+from .. import (
+    Backend,
+    CompiledKernel,
+    CompiledKernels,
+    entry_name,
+    kernel_abi,
+    kernel_limits,
+    register_backend,
+    static_size,
+)
+from . import FP16_EXTENSION, LOWERING, computes_in_half, emit_opencl
 
 
 class OpenCLBackend(Backend):
@@ -47,7 +56,7 @@ class OpenCLBackend(Backend):
 
 def _local_bytes_in_float(func) -> int:
     """``__local`` bytes where f16 scratch is held as float (4 bytes) for want of half arithmetic."""
-    return sum(4 * _static_size(buf) for buf in func.scratch if buf.scope == "workgroup")
+    return sum(4 * static_size(buf) for buf in func.scratch if buf.scope == "workgroup")
 
 
 register_backend(OpenCLBackend())

@@ -30,7 +30,7 @@ from tessera.tir.ir import (
 )
 from tessera.tir.lower import LoweringNeeds
 
-from .. import entry_name
+from .. import entry_name, static_size, vector_accesses
 from ..cstyle import CStyleRenderer, float_text
 
 # Storage buffers hold f32, f16, i32 and u32 (bool is not host-shareable; there is no 64-bit integer);
@@ -113,7 +113,7 @@ class WGSLRenderer(CStyleRenderer):
             header.append("enable f16;")
         header += [f"enable {name};" for name in self.enable]
         bindings = []
-        vector_buffers = _vector_accesses(func)
+        vector_buffers = vector_accesses(func)
         for index, buf in enumerate(func.params):
             # Inputs are read_write too: the VM binds views of one arena buffer, and WebGPU forbids
             # a buffer in read-only and writable storage bindings of the same dispatch.
@@ -131,7 +131,7 @@ class WGSLRenderer(CStyleRenderer):
         for buf in func.scratch:
             if buf.scope == "workgroup":
                 header.append(f"var<workgroup> {self.name(buf.name)}: array<{self.type_name(buf.dtype)}, "
-                              f"{_static_size(buf)}>;")
+                              f"{static_size(buf)}>;")
         header.extend(self.helpers.values())
         x, y, z = func.workgroup_size
         lines = header + [
@@ -144,7 +144,7 @@ class WGSLRenderer(CStyleRenderer):
         lines += [f"  let {SCALAR_PREFIX}{s}: i32 = params.{self.name(s)};" for s in func.scalars]
         for buf in func.scratch:
             if buf.scope == "private":
-                lines.append(f"  var {self.name(buf.name)}: array<{self.type_name(buf.dtype)}, {_static_size(buf)}>;")
+                lines.append(f"  var {self.name(buf.name)}: array<{self.type_name(buf.dtype)}, {static_size(buf)}>;")
         lines += body + ["}"]
         return WGSLKernel("\n".join(lines) + "\n", entry, tuple(bindings), func.workgroup_size)
 
@@ -220,28 +220,6 @@ class WGSLRenderer(CStyleRenderer):
             self.helpers["tsr_floordiv"] = _FLOORDIV
             return f"tsr_floordiv({args[0]}, {args[1]})"
         return super().call_intrinsic(name, args, dtype)
-
-
-def _vector_accesses(func: PrimFunc) -> dict[str, int]:
-    """Buffers the kernel reads or writes as vectors, with their lane count."""
-    found: dict[str, int] = {}
-    for stmt, exprs in walk_stmts(func.body):
-        if isinstance(stmt, Store) and stmt.lanes > 1:
-            found[stmt.buffer.name] = stmt.lanes
-        for root in exprs:
-            for e in walk_expr(root):
-                if isinstance(e, Load) and e.lanes > 1:
-                    found[e.buffer.name] = e.lanes
-    return found
-
-
-def _static_size(buf: Buffer) -> int:
-    from tessera import arith
-
-    size = arith.Analyzer().as_int(buf.size)
-    if size is None:
-        raise ValueError(f"scratch buffer {buf.name} needs a static size, has {buf.shape}")
-    return size
 
 
 def emit_wgsl(func: PrimFunc, enable: tuple[str, ...] = ()) -> WGSLKernel:

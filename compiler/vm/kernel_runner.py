@@ -4,7 +4,8 @@ The kernel is compiled by the backend its target names (the codegen registry; co
 are cached per kernel), loaded on the device, bound to numpy arrays uploaded as
 buffers in its ABI order (inputs, then outputs), launched over its grid and read back. The
 WebGPU runner (``default_runner()``) runs WGSL through wgpu-py (Mesa's llvmpipe on a CPU-only
-machine); ``tessera.vm.wasm_runner`` runs C kernels as WebAssembly through wasmtime.
+machine); ``tessera.vm.wasm_runner`` runs C kernels as WebAssembly through wasmtime,
+``tessera.vm.vulkan_runner`` SPIR-V kernels on the Vulkan device (lavapipe on a CPU-only machine).
 """
 
 from __future__ import annotations

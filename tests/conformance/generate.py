@@ -32,9 +32,10 @@ from conformance.cases import CASES, Case  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_ROOT = os.path.join(REPO, "build", "conformance")
-# Target folder -> preset. The WebGPU build uses the spec defaults and no optional feature, so the
-# same folder runs on wgpu-py (llvmpipe), in Chromium (SwiftShader) and on any other adapter.
-TARGETS = {"webgpu": "webgpu", "wasm": "wasm"}
+# Target folder -> preset. The GPU builds use their kind's portable preset (WebGPU's spec defaults,
+# no optional feature), so the webgpu folder runs on wgpu-py (llvmpipe), in Chromium (SwiftShader)
+# and on any other adapter, and the vulkan (opencl) folder on lavapipe (PoCL) and on a phone's GPU alike.
+TARGETS = {"webgpu": "webgpu", "wasm": "wasm", "vulkan": "vulkan", "opencl": "opencl"}
 SOURCES = [os.path.join(HERE, name) for name in ("cases.py", "caseio.py", "generate.py", "programs.py")] + \
     [os.path.join(REPO, "tests", name) for name in ("tiny_llama.py", "modules.py")]
 

@@ -48,7 +48,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
     from harness import SHADERS
 
-    if exitstatus != 0 or not _RUN["complete"]:
+    # A run without the WebGPU device recorded no WGSL: it leaves the last complete file alone.
+    if exitstatus != 0 or not _RUN["complete"] or "webgpu" not in kernel_devices():
         return
     os.makedirs(os.path.dirname(SHADER_FILE), exist_ok=True)
     with open(SHADER_FILE, "w") as f:

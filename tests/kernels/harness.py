@@ -27,6 +27,7 @@ BROWSER_TARGET = Target.preset("swiftshader")
 # Device kind -> (the kernel runner's factory, the preset for this machine's implementation of it).
 KERNEL_DEVICES = {
     "webgpu": ("tessera.vm.kernel_runner:default_runner", "llvmpipe"),
+    "vulkan": ("tessera.vm.vulkan_runner:VulkanKernelRunner", "lavapipe"),
     "opencl": ("tessera.vm.opencl_runner:OpenCLKernelRunner", "pocl"),
 }
 

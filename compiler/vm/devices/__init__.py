@@ -150,7 +150,7 @@ def device_for(exe, kind: str | None = None) -> Device:
 
 
 def _register_builtin() -> None:
-    # Opened lazily: wgpu, wasmtime and pyopencl load only when a device of their kind is asked for.
+    # Opened lazily: wgpu, wasmtime, libvulkan and pyopencl load only when a device of their kind is asked for.
     def webgpu():
         from .webgpu import WebGPUDevice
 
@@ -161,6 +161,11 @@ def _register_builtin() -> None:
 
         return WasmDevice()
 
+    def vulkan():
+        from .vulkan import VulkanDevice
+
+        return VulkanDevice.shared()
+
     def opencl():
         from .opencl import OpenCLDevice
 
@@ -168,6 +173,7 @@ def _register_builtin() -> None:
 
     register_device("webgpu", webgpu, ("wgsl",))
     register_device("wasm", wasm, ("c-wasm",))
+    register_device("vulkan", vulkan, ("spirv",))
     register_device("opencl", opencl, ("opencl",))
 
 
