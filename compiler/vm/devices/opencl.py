@@ -51,6 +51,23 @@ def _pick_device(cl, wanted: str | None):
     return (gpus or devices)[0]
 
 
+def _limits(d) -> dict[str, int]:
+    """The device's limits under their WebGPU names (docs/format.md)."""
+    sizes = d.max_work_item_sizes
+    return {
+        "maxComputeInvocationsPerWorkgroup": d.max_work_group_size,
+        "maxComputeWorkgroupSizeX": sizes[0],
+        "maxComputeWorkgroupSizeY": sizes[1],
+        "maxComputeWorkgroupSizeZ": sizes[2],
+        "maxComputeWorkgroupStorageSize": d.local_mem_size,
+        "maxBufferSize": d.max_mem_alloc_size,
+        "maxStorageBufferBindingSize": d.max_mem_alloc_size,
+        "minStorageBufferOffsetAlignment": d.mem_base_addr_align // 8,  # stated in bits
+        # No binding slots: the kernel's argument bytes (a pointer per buffer) are the bound.
+        "maxStorageBuffersPerShaderStage": d.max_parameter_size // 8,
+    }
+
+
 class OpenCLBuffer:
     """A cl.Buffer with the sub-buffers made of it, one per (offset, size) a binding viewed."""
 
@@ -94,22 +111,10 @@ class OpenCLDevice(Device):
         self.cpu_adapter = bool(self.device.type & cl.device_type.CPU)
         self.buffers_created = 0
         self._programs: dict[str, object] = {}  # source -> built cl.Program
+        self._limits = _limits(self.device)
 
     def limit(self, name: str) -> int | None:
-        d = self.device
-        sizes = d.max_work_item_sizes
-        return {
-            "maxComputeInvocationsPerWorkgroup": d.max_work_group_size,
-            "maxComputeWorkgroupSizeX": sizes[0],
-            "maxComputeWorkgroupSizeY": sizes[1],
-            "maxComputeWorkgroupSizeZ": sizes[2],
-            "maxComputeWorkgroupStorageSize": d.local_mem_size,
-            "maxBufferSize": d.max_mem_alloc_size,
-            "maxStorageBufferBindingSize": d.max_mem_alloc_size,
-            "minStorageBufferOffsetAlignment": d.mem_base_addr_align // 8,  # stated in bits
-            # No binding slots: the kernel's argument bytes (a pointer per buffer) are the bound.
-            "maxStorageBuffersPerShaderStage": d.max_parameter_size // 8,
-        }.get(name)
+        return self._limits.get(name)
 
     def target(self) -> Target:
         """The target whose kernels this device runs: its own features and limits."""
