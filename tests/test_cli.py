@@ -193,15 +193,23 @@ def test_inspect_counts_the_kv_cache_of_a_compiled_model(compiled_tiny):
     assert re.search(r"^weights: 23 tensors, \d+\.\d\d MiB$", text, re.M)
 
 
-def test_chat_runs_a_wasm_build_as_it_runs_a_webgpu_one(compiled_tiny, tiny_gguf, tmp_path):
+def test_chat_runs_every_build_as_it_runs_a_webgpu_one(compiled_tiny, tiny_gguf, tmp_path):
     """`tessera chat DIR` does not insist on a WebGPU build: the VM picks the device for the build's
-    target. The tiny model's logits are far apart, so greedy replies agree across devices."""
+    target (wasmtime, Vulkan, OpenCL). The tiny model's logits are far apart, so greedy replies agree
+    across devices. A Metal build, which no device here runs, stops with one line that says so."""
     _, webgpu = compiled_tiny
-    wasm = str(tmp_path / "wasm")
-    assert run("compile", tiny_gguf, "-o", wasm, "--context", "64", "--target", "wasm", "-q").returncode == 0
-    replies = []
-    for folder in (webgpu, wasm):
-        result = run("chat", folder, "--prompt", "Hi", "--temperature", "0", "--max-tokens", "4", "--json")
+    folders = [webgpu]
+    for target in ("wasm", "vulkan", "opencl", "metal"):
+        folder = str(tmp_path / target)
+        result = run("compile", tiny_gguf, "-o", folder, "--context", "64", "--target", target, "-q")
         assert result.returncode == 0, result.stderr
+        folders.append(folder)
+    replies = []
+    for folder in folders[:-1]:
+        result = run("chat", folder, "--prompt", "Hi", "--temperature", "0", "--max-tokens", "4", "--json")
+        assert result.returncode == 0, f"{folder}: {result.stderr}"
         replies.append(json.loads(result.stdout)["reply"])
-    assert replies[0] and replies[0] == replies[1]
+    assert replies[0] and replies == [replies[0]] * len(replies)
+    metal = run("chat", folders[-1], "--prompt", "Hi", "--max-tokens", "4")
+    assert metal.returncode == 1 and "Traceback" not in metal.stderr
+    assert "no device here runs metal kernels" in metal.stderr
