@@ -10,19 +10,14 @@ from tessera.ir import Function, PrimValue, Tensor
 from tessera.target import Target
 from tessera.transform import legalize_ops
 
-pytest.importorskip("pyopencl")
 F32, F16 = "float32", "float16"
 
 
 @pytest.fixture(scope="module")
 def opencl():
-    from tessera.vm.devices.opencl import OpenCLUnavailable
     from tessera.vm.opencl_runner import OpenCLKernelRunner
 
-    try:
-        return OpenCLKernelRunner()
-    except OpenCLUnavailable as error:
-        pytest.skip(str(error))
+    return OpenCLKernelRunner()  # make setup installs PoCL: a missing device fails, never skips
 
 
 def kernels_of(make, params, target):
@@ -148,11 +143,8 @@ def test_with_cl_khr_fp16_halves_are_computed_as_half():
 def test_half_arithmetic_kernels_compile_where_cl_khr_fp16_is(name, tmp_path):
     """No device here has cl_khr_fp16, so clang's OpenCL front end (for SPIR) checks those kernels;
     without the pragma it rejects a half load or half arithmetic, so the check has teeth."""
-    import shutil
     import subprocess
 
-    if shutil.which("clang") is None:
-        pytest.skip("clang is not installed")
     make, params = F16_CASES[name]
     source, _ = opencl_source(make, params, Target("opencl", {"shader-f16", "cl_khr_fp16"}))
     path = tmp_path / "kernel.cl"

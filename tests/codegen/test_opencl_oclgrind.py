@@ -3,14 +3,8 @@ layout kernels (index math) and the reduction kernels (workgroup memory, barrier
 read and write only inside their buffers and race on nothing."""
 
 import os
-import shutil
 import subprocess
 import sys
-
-import pytest
-
-pytest.importorskip("pyopencl")
-pytestmark = pytest.mark.skipif(shutil.which("oclgrind") is None, reason="oclgrind is not installed (Debian: oclgrind)")
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "oclgrind_kernels.py")
 # What oclgrind writes to stderr when a kernel misbehaves.

@@ -4,7 +4,6 @@ kernel covers the constructs operators rarely reach; the specification's numbers
 (Numbers of the operators come from the kernel tests on the Vulkan device, tests/kernels.)"""
 
 import os
-import shutil
 import subprocess
 import tempfile
 
@@ -43,10 +42,9 @@ from tessera.tir.ir import (
 )
 from tessera.transform import legalize_ops
 
-pytestmark = pytest.mark.skipif(shutil.which("spirv-val") is None, reason="spirv-tools is not installed")
-
 F32, F16 = "float32", "float16"
-# Every case of the kernel tests, for both presets: the phone's has no shader-f16, so its f16 cases skip.
+# Every case of the kernel tests, for both presets: the phone's has no shader-f16, so its f16 cases must
+# be refused at compile time with an error that names the feature.
 CASES = kernel_test_cases(Target.preset("lavapipe"))
 PRESETS = ("lavapipe", "vulkan")
 
@@ -99,8 +97,8 @@ def test_every_kernel_test_case_passes_spirv_val(case, preset):
     try:
         compiled = compile_kernels(make, params, preset)
     except LegalizeError as error:
-        if "shader-f16" in str(error) and not Target.preset(preset).has(SHADER_F16):
-            pytest.skip(f"{preset} has no shader-f16")
+        if not Target.preset(preset).has(SHADER_F16) and "dtype float16" in str(error) and "shader-f16" in str(error):
+            return  # the phone preset refuses f16, naming the feature: what it should do
         raise
     assert_valid(*compiled)
 
@@ -247,14 +245,9 @@ def test_structured_control_flow_validates():
 
 
 def test_structured_control_flow_runs_on_vulkan():
-    try:
-        from tessera.vm.vulkan_runner import VulkanKernelRunner, VulkanUnavailable
-    except ImportError:
-        pytest.skip("no Vulkan runner")
-    try:
-        runner = VulkanKernelRunner()
-    except VulkanUnavailable as error:
-        pytest.skip(str(error))
+    from tessera.vm.vulkan_runner import VulkanKernelRunner
+
+    runner = VulkanKernelRunner()  # make setup installs lavapipe: a missing device fails, never skips
     rng = np.random.default_rng(0)
     for size in (1, 7, 64, 1000):
         x = rng.uniform(0.5, 1.5, size).astype(np.float32)

@@ -8,7 +8,6 @@ ABI has them. Every test runs on one device with validation on; it must say noth
 
 import gc
 import os
-import shutil
 import subprocess
 import sys
 import types
@@ -124,14 +123,9 @@ def grid_for(n: int, columns: int = 4) -> list[int]:
 def device(request):
     """A device under validation; "staged" keeps buffers unmapped, as on a discrete GPU, so bytes
     travel through staging buffers (lavapipe's memory is unified: every buffer could be mapped)."""
-    if shutil.which("spirv-as") is None:
-        pytest.skip("spirv-as (Debian spirv-tools) is not installed")
     from tessera.vm.devices.vulkan import VulkanDevice
 
-    try:
-        opened = VulkanDevice(validation=True)
-    except VulkanUnavailable as error:
-        pytest.skip(str(error))
+    opened = VulkanDevice(validation=True)  # make setup installs lavapipe: a missing device fails, never skips
     opened._unified = request.param == "mapped"
     yield opened
     opened.close()
@@ -327,8 +321,7 @@ def test_the_vulkan_kind_is_registered():
 def spirv_backend():
     from tessera import codegen
 
-    if "spirv" not in codegen.backends():
-        pytest.skip("the spirv backend is not registered")
+    assert "spirv" in codegen.backends()
 
 
 def test_legalized_operators_run_through_the_kernel_runner(device, spirv_backend):
