@@ -22,11 +22,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tessera import arith
+from tessera.ir.errors import TesseraError
 from tessera.target import REQUIRED_LIMITS, Target
-from tessera.tir.ir import Buffer, Load, PrimFunc, Store, walk_expr, walk_stmts
+from tessera.tir.ir import Buffer, Load, PrimFunc, Store, lanes_of, walk_dtypes, walk_expr, walk_stmts
 
 # Bytes of an element in workgroup memory (which holds compute types, not storage types).
 _SCRATCH_BYTES = {"f16": 2}
+
+
+class CodegenError(TesseraError):
+    """A kernel the target's language cannot spell (a NaN constant under fast math, a builtin the
+    language lacks ...); the message names the kernel."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,11 @@ def vector_accesses(func: PrimFunc) -> dict[str, int]:
                 if isinstance(e, Load) and e.lanes > 1:
                     found[e.buffer.name] = e.lanes
     return found
+
+
+def uses_dtype(func: PrimFunc, scalar: str) -> bool:
+    """Whether any value or buffer of ``func`` is of ``scalar`` type, vectors of it included."""
+    return any(lanes_of(d)[0] == scalar for d in walk_dtypes(func))
 
 
 def static_size(buf: Buffer) -> int:

@@ -1,9 +1,10 @@
-"""The C-style kernel renderer that WGSL (and later MSL, OpenCL C and C) share.
+"""The C-style kernel renderer that C, OpenCL C, MSL and WGSL share.
 
 A target language is a subclass that fills in small tables and a few hooks:
-type names, literal spelling, how a local is declared, how thread indices and
-barriers are written, and the kernel's signature and buffer declarations.
-Expressions and statements are walked here, once.
+type names, how thread coordinates and barriers are written, the kernel's
+signature and buffer declarations. Expressions and statements are walked here,
+once, and the hooks' defaults spell C (locals, loops, literals, helper
+functions), which OpenCL C and MSL keep and WGSL overrides.
 
 Renderers only spell: they take kernels lowered for their language
 (``tessera.tir.lower.lower_kernel`` with the subclass's ``lowering`` row), in
@@ -16,6 +17,8 @@ from __future__ import annotations
 import math
 
 from tessera.tir.ir import (
+    COMPARISONS,
+    LOGICAL,
     Assign,
     Barrier,
     Binary,
@@ -39,14 +42,42 @@ from tessera.tir.ir import (
 )
 from tessera.tir.lower import LoweringNeeds
 
+from . import CodegenError
+
+# Integer division rounding toward negative infinity (numpy's //), for languages whose / truncates.
+# INT32 is the language's name for a 32-bit int.
+FLOORDIV = """static inline INT32 tsr_floordiv(INT32 a, INT32 b) {
+  INT32 q = a / b;
+  return (a % b != 0) && ((a < 0) != (b < 0)) ? q - 1 : q;
+}"""
+
+# erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), for languages without one:
+# erf(x) = sign(x) * (1 - (a1 t - a2 t^2 + a3 t^3 - a4 t^4 + a5 t^5) exp(-x^2)), t = 1 / (1 + p |x|).
+# Magnitudes; a2 and a4 enter with a minus sign. A language's erf helper names them ERF_P, ERF_A1 ...
+ERF_CONSTANTS = {"ERF_P": "0.3275911", "ERF_A1": "0.254829592", "ERF_A2": "0.284496736", "ERF_A3": "1.421413741",
+                 "ERF_A4": "1.453152027", "ERF_A5": "1.061405429"}
+
+
+def helper_text(template: str, **names: str) -> str:
+    """``template`` with each NAME replaced (a helper function's name, its types, ERF_CONSTANTS)."""
+    for name, text in names.items():
+        template = template.replace(name, text)
+    return template
+
 
 class CStyleRenderer:
+    language = "C"  # for messages
     types: dict[str, str] = {}
     intrinsics: dict[str, str] = {}  # tir name -> target function name
+    # tir builtin kind -> its spelling, with {axis} (0, 1, 2) or {xyz} (x, y, z) for the axis
+    builtins: dict[str, str] = {}
     reserved: frozenset[str] = frozenset()
     barrier = "barrier();"
     storage_barrier = "barrier();"
     indent = "  "
+    # `if ((a == b))` draws clang's "extraneous parentheses" warning: dialects clang checks with
+    # -Werror write a comparison's condition without its own pair.
+    bare_conditions = False
     lowering: LoweringNeeds  # what the language needs done before it is rendered
 
     def __init__(self, func: PrimFunc):
@@ -58,23 +89,60 @@ class CStyleRenderer:
         self.func = func
         self.lines: list[str] = []
         self.helpers: dict[str, str] = {}  # helper functions the kernel needs, by name
+        self.used_builtins: set[str] = set()  # builtin kinds the kernel reads
 
-    # -- hooks for dialects ---------------------------------------------------------
+    def error(self, message: str) -> CodegenError:
+        return CodegenError(f"kernel {self.func.name}: {message}")
+
+    # -- hooks for dialects (defaults spell C) ----------------------------------------
 
     def render(self) -> str:
         raise NotImplementedError
 
     def declare_local(self, var: Local, value: str) -> str:
-        raise NotImplementedError
+        return f"{self.type_name(var.dtype)} {self.name(var.name)} = {value};"
 
     def for_header(self, var: str, start: str, end: str, step: int) -> str:
-        raise NotImplementedError
+        return f"for ({self.types['i32']} {var} = {start}; {var} < {end}; {var} += {step})"
+
+    def condition(self, e: TExpr) -> str:
+        """The text inside ``if (...)``."""
+        text = self.expr(e)
+        if self.bare_conditions and isinstance(e, Binary) and e.op in COMPARISONS + LOGICAL:
+            return text[1:-1]  # the walk parenthesizes every binary expression
+        return text
 
     def builtin(self, e: Builtin) -> str:
-        raise NotImplementedError
+        if e.kind not in self.builtins:
+            raise self.error(f"{self.language} has no builtin {e.kind}")
+        self.used_builtins.add(e.kind)
+        return self.builtins[e.kind].format(axis=e.axis, xyz="xyz"[e.axis])
 
     def literal(self, value, dtype: str) -> str:
-        raise NotImplementedError
+        scalar, lanes = lanes_of(dtype)
+        if lanes > 1:
+            return self.splat(self.literal(value, scalar), dtype)
+        if dtype == "bool":
+            return "true" if value else "false"
+        if dtype == "i32":
+            # A cast, not a bare negative literal: -2147483648 is the negation of a wider integer.
+            return f"(({self.types['i32']}){int(value)})" if value < 0 else str(int(value))
+        if dtype == "u32":
+            return f"{int(value)}u"
+        return self.float_literal(float(value), dtype)
+
+    def float_literal(self, value: float, dtype: str) -> str:
+        text = float_text(value)
+        if text is None:
+            return "NAN" if value != value else ("INFINITY" if value > 0 else "(-INFINITY)")
+        return f"{text}f" if not text.startswith("-") else f"({text}f)"
+
+    def splat(self, scalar: str, dtype: str) -> str:
+        """A vector of ``dtype`` with ``scalar`` (literal text) in every lane."""
+        return f"{self.type_name(dtype)}({scalar})"
+
+    def floordiv_helper(self) -> str:
+        return helper_text(FLOORDIV, INT32=self.types["i32"])
 
     def shift_count(self, e: TExpr, text: str) -> str:
         return text
@@ -99,8 +167,11 @@ class CStyleRenderer:
         return f"{self.name(buffer.name)}[{index}] = {value};"
 
     def call_intrinsic(self, name: str, args: list[str], dtype: str) -> str:
+        if name == "floordiv" and name not in self.intrinsics:
+            self.helpers["tsr_floordiv"] = self.floordiv_helper()
+            return f"tsr_floordiv({args[0]}, {args[1]})"
         if name not in self.intrinsics:
-            raise NotImplementedError(f"{type(self).__name__} has no intrinsic {name!r}")
+            raise self.error(f"{self.language} has no intrinsic {name!r}")
         return f"{self.intrinsics[name]}({', '.join(args)})"
 
     # -- shared walk ----------------------------------------------------------------
@@ -153,7 +224,7 @@ class CStyleRenderer:
         elif isinstance(s, Store):
             self.emit(depth, self.store(s.buffer, self.expr(s.index), self.expr(s.value), s.lanes))
         elif isinstance(s, IfThen):
-            self.emit(depth, f"if ({self.expr(s.cond)}) {{")
+            self.emit(depth, f"if ({self.condition(s.cond)}) {{")
             self.stmts(s.then, depth + 1)
             if s.otherwise:
                 self.emit(depth, "} else {")

@@ -19,11 +19,11 @@ import os
 import subprocess
 import tempfile
 
-from tessera.tir.ir import Barrier, Buffer, Builtin, Local, PrimFunc, Stmt, ThreadLoop, lanes_of, walk_dtypes
+from tessera.tir.ir import Barrier, Builtin, PrimFunc, Stmt, ThreadLoop, lanes_of, walk_dtypes
 from tessera.tir.lower import LoweringNeeds
 
-from .. import entry_name, static_size
-from ..cstyle import CStyleRenderer, float_text
+from .. import CodegenError, entry_name, static_size
+from ..cstyle import FLOORDIV, CStyleRenderer, helper_text
 
 # One CPU thread runs a workgroup: split at barriers; C holds 32-bit words (no f16 arithmetic here).
 LOWERING = LoweringNeeds(storage_types={"float32", "int32", "uint32"}, unroll=True, split_workgroups=True)
@@ -43,10 +43,7 @@ static inline uint32_t tsr_max_u32(uint32_t a, uint32_t b) { return a > b ? a : 
 #define max(a, b) _Generic((a), float: fmaxf, int32_t: tsr_max_i32, uint32_t: tsr_max_u32)((a), (b))
 #define tsr_abs(x) _Generic((x), float: fabsf, int32_t: abs)(x)
 static inline float tsr_clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
-static inline int32_t tsr_floordiv(int32_t a, int32_t b) {
-  int32_t q = a / b;
-  return (a % b != 0) && ((a < 0) != (b < 0)) ? q - 1 : q;
-}
+""" + helper_text(FLOORDIV, INT32="int32_t") + """
 static inline uint32_t tsr_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float tsr_half_to_float(uint32_t h) {
   uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu, bits;
@@ -69,12 +66,15 @@ while min max wg_x wg_y wg_z nwg_x nwg_y nwg_z
 
 
 class CRenderer(CStyleRenderer):
+    language = "C"
     reserved = C_RESERVED
     types = {"f32": "float", "i32": "int32_t", "u32": "uint32_t", "bool": "bool"}
     intrinsics = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "sin": "sinf", "cos": "cosf", "floor": "floorf",
                   "ceil": "ceilf", "round": "rintf", "pow": "powf", "fma": "fmaf", "erf": "erff", "tanh": "tanhf",
                   "clamp": "tsr_clamp", "floordiv": "tsr_floordiv", "bitcast_u32": "tsr_bits",
                   "f16_bits_to_f32": "tsr_half_to_float", "abs": "tsr_abs"}
+    # local_id is gone after split_workgroups: thread loops have their own variable.
+    builtins = {"workgroup_id": "wg_{xyz}", "num_workgroups": "nwg_{xyz}"}
     lowering = LOWERING
 
     def __init__(self, func: PrimFunc):
@@ -111,34 +111,10 @@ class CRenderer(CStyleRenderer):
         else:
             super().stmt(s, depth)
 
-    def declare_local(self, var: Local, value: str) -> str:
-        return f"{self.type_name(var.dtype)} {self.name(var.name)} = {value};"
-
-    def for_header(self, var: str, start: str, end: str, step: int) -> str:
-        return f"for (int32_t {var} = {start}; {var} < {end}; {var} += {step})"
-
     def builtin(self, e: Builtin) -> str:
         if e.kind == "local_id":
             raise ValueError(f"kernel {self.func.name}: local_id: {NOT_SPLIT}")
-        if e.kind == "workgroup_id":
-            return f"wg_{'xyz'[e.axis]}"
-        if e.kind == "num_workgroups":
-            return f"nwg_{'xyz'[e.axis]}"
-        raise NotImplementedError(f"C kernels have no builtin {e.kind}")
-
-    def literal(self, value, dtype: str) -> str:
-        if dtype == "bool":
-            return "true" if value else "false"
-        if dtype == "i32":
-            return f"((int32_t){int(value)})" if value < 0 else str(int(value))
-        if dtype == "u32":
-            return f"{int(value)}u"
-        text = float_text(float(value))
-        if text is None:
-            if value != value:
-                return "NAN"
-            return "INFINITY" if value > 0 else "(-INFINITY)"
-        return f"{text}f" if not text.startswith("-") else f"({text}f)"
+        return super().builtin(e)
 
     def cast(self, x: str, dtype: str, source_dtype: str) -> str:
         return f"(({self.type_name(dtype)})({x}))"
@@ -190,7 +166,7 @@ def _reject_unsupported(func: PrimFunc) -> None:
     for dtype in walk_dtypes(func):
         scalar, lanes = lanes_of(dtype)
         if scalar == "f16" or lanes > 1:
-            raise NotImplementedError(f"kernel {func.name} uses {dtype}; C kernels are scalar f32/i32/u32")
+            raise CodegenError(f"kernel {func.name} uses {dtype}; C kernels are scalar f32/i32/u32")
 
 
 from .backend import CWasmBackend  # noqa: E402  (registers the backend and its target)

@@ -24,24 +24,11 @@ fast math does not promise infinities.
 
 from __future__ import annotations
 
-from tessera import arith
-from tessera.tir.ir import (
-    SCALAR_PREFIX,
-    Buffer,
-    Builtin,
-    Load,
-    Local,
-    PrimFunc,
-    Store,
-    lanes_of,
-    walk_dtypes,
-    walk_expr,
-    walk_stmts,
-)
+from tessera.tir.ir import SCALAR_PREFIX, Load, PrimFunc, Store, lanes_of, vector_of, walk_expr, walk_stmts
 from tessera.tir.lower import LoweringNeeds
 
-from .. import entry_name, static_size
-from ..cstyle import CStyleRenderer, float_text
+from .. import CodegenError, entry_name, static_size, vector_accesses
+from ..cstyle import ERF_CONSTANTS, CStyleRenderer, float_text, helper_text
 
 # Device buffers hold f32, f16, i32 and u32 (bool and int64 tensors become 32-bit words, as for
 # WebGPU, so every runtime shares one arena layout); threads of a threadgroup run in parallel,
@@ -67,17 +54,12 @@ lid wid nwg params sg_lane sg_size
 # Metal's math functions for f32; f16 calls the plain overloads (see the module docstring).
 _PRECISE_F32 = frozenset({"exp", "log", "sqrt", "rsqrt", "sin", "cos", "pow", "tanh"})
 
-# erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): MSL has no erf. Computed in f32.
+# erf (cstyle.ERF_CONSTANTS): MSL has none. Computed in f32.
 _ERF = """static inline TYPE NAME(TYPE x) {
-  TYPE t = 1.0f / (1.0f + 0.3275911f * abs(x));
-  TYPE y = 1.0f - (((((1.061405429f * t - 1.453152027f) * t) + 1.421413741f) * t - 0.284496736f) * t
-                   + 0.254829592f) * t * precise::exp(-x * x);
+  TYPE t = 1.0f / (1.0f + ERF_Pf * abs(x));
+  TYPE y = 1.0f - (((((ERF_A5f * t - ERF_A4f) * t) + ERF_A3f) * t - ERF_A2f) * t
+                   + ERF_A1f) * t * precise::exp(-x * x);
   return select(-y, y, x >= 0.0f);
-}"""
-# Integer division rounding toward negative infinity (MSL's / truncates, as C's does).
-_FLOORDIV = """static inline int tsr_floordiv(int a, int b) {
-  int q = a / b;
-  return (a % b != 0) && ((a < 0) != (b < 0)) ? q - 1 : q;
 }"""
 
 # The builtins a kernel's signature may declare, by tir kind: (parameter name, MSL attribute).
@@ -91,6 +73,7 @@ _LARGEST = {"f32": "3.4028234663852886e38f", "f16": "half(65504.0)"}
 
 
 class MetalRenderer(CStyleRenderer):
+    language = "Metal Shading Language"
     types = {"f32": "float", "f16": "half", "i32": "int", "u32": "uint", "bool": "bool"}
     intrinsics = {
         "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos",
@@ -100,29 +83,30 @@ class MetalRenderer(CStyleRenderer):
         "round": "rint",
         "subgroup_add": "simd_sum", "subgroup_max": "simd_max", "subgroup_min": "simd_min",
     }
+    builtins = {kind: f"int({name}.{{xyz}})" for kind, (name, _) in _THREAD_BUILTINS.items()} | {
+        kind: f"int({name})" for kind, (name, _) in SUBGROUP_BUILTINS.items()}
     reserved = MSL_RESERVED
+    bare_conditions = True
     barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
     storage_barrier = "threadgroup_barrier(mem_flags::mem_device);"
-    indent = "  "
     lowering = LOWERING
 
     def render(self) -> str:
         func = self.func
-        self.subgroup_builtins: set[str] = set()
         self.stmts(func.body, 1)
         body = self.lines
         vector_buffers = _vector_accesses(func)
         written = {s.buffer.name for s, _ in walk_stmts(func.body) if isinstance(s, Store)}
         params = []
         for index, buf in enumerate(func.params):
-            element = self.type_name(_vector_dtype(buf.dtype, vector_buffers.get(buf.name, 1)))
+            element = self.type_name(vector_of(buf.dtype, vector_buffers.get(buf.name, 1)))
             space = "device" if buf.name in written else "const device"
             params.append(f"{space} {element}* {self.name(buf.name)} [[buffer({index})]]")
         if func.scalars:
             params.append(f"constant int* params [[buffer({len(func.params)})]]")
         params += [f"uint3 {name} [[{attribute}]]" for name, attribute in _THREAD_BUILTINS.values()]
         params += [f"uint {SUBGROUP_BUILTINS[kind][0]} [[{SUBGROUP_BUILTINS[kind][1]}]]"
-                   for kind in sorted(self.subgroup_builtins)]
+                   for kind in sorted(self.used_builtins & set(SUBGROUP_BUILTINS))]
         x, y, z = func.workgroup_size
         lines = ["#include <metal_stdlib>", "using namespace metal;", ""]
         lines += [text + "\n" for text in self.helpers.values()]
@@ -137,42 +121,18 @@ class MetalRenderer(CStyleRenderer):
 
     # -- dialect hooks ---------------------------------------------------------------------
 
-    def declare_local(self, var: Local, value: str) -> str:
-        return f"{self.type_name(var.dtype)} {self.name(var.name)} = {value};"
-
-    def for_header(self, var: str, start: str, end: str, step: int) -> str:
-        return f"for (int {var} = {start}; {var} < {end}; {var} += {step})"
-
-    def builtin(self, e: Builtin) -> str:
-        if e.kind in SUBGROUP_BUILTINS:
-            self.subgroup_builtins.add(e.kind)
-            return f"int({SUBGROUP_BUILTINS[e.kind][0]})"
-        return f"int({_THREAD_BUILTINS[e.kind][0]}.{'xyz'[e.axis]})"
-
     def vector_type(self, scalar: str, lanes: int) -> str:
         return f"{scalar}{lanes}"
 
-    def literal(self, value, dtype: str) -> str:
-        scalar, lanes = lanes_of(dtype)
-        if lanes > 1:
-            return f"{self.type_name(dtype)}({self.literal(value, scalar)})"
-        if dtype == "bool":
-            return "true" if value else "false"
-        if dtype == "i32":
-            if value >= 0:
-                return str(int(value))
-            # -2147483648 would negate a long literal: INT_MIN is spelled as a difference.
-            return f"({int(value)})" if value > -(1 << 31) else "(-2147483647 - 1)"
-        if dtype == "u32":
-            return f"{int(value)}u"
-        text = float_text(float(value))
+    def float_literal(self, value: float, dtype: str) -> str:
+        text = float_text(value)
         if text is None:
             if value != value:
-                raise ValueError("Metal kernels cannot hold a NaN constant (fast math does not keep NaNs)")
+                raise self.error("Metal kernels cannot hold a NaN constant (fast math does not keep NaNs)")
             return _LARGEST[dtype] if value > 0 else f"(-{_LARGEST[dtype]})"
         if dtype == "f16":
             return f"half({text})"
-        return f"{text}f" if not text.startswith("-") else f"({text}f)"
+        return super().float_literal(value, dtype)
 
     def select(self, cond: str, a: str, b: str) -> str:
         return f"select({b}, {a}, {cond})"
@@ -180,9 +140,9 @@ class MetalRenderer(CStyleRenderer):
     def call_intrinsic(self, name: str, args: list[str], dtype: str) -> str:
         scalar, lanes = lanes_of(dtype)
         if name == "erf":
-            wide = self.type_name(_vector_dtype("f32", lanes))
+            wide = self.type_name(vector_of("f32", lanes))
             fn = "tsr_erf" + ("" if lanes == 1 else f"_v{lanes}")
-            self.helpers[fn] = _ERF.replace("NAME", fn).replace("TYPE", wide)
+            self.helpers[fn] = helper_text(_ERF, NAME=fn, TYPE=wide, **ERF_CONSTANTS)
             if scalar == "f16":
                 return f"{self.type_name(dtype)}({fn}({wide}({args[0]})))"
             return f"{fn}({args[0]})"
@@ -192,37 +152,24 @@ class MetalRenderer(CStyleRenderer):
             return f"as_type<uint>({args[0]})"
         if name == "sign_extend8":  # the low byte of a u32, as a signed i32
             return f"(as_type<int>({args[0]} << 24u) >> 24)"
-        if name == "floordiv":
-            self.helpers["tsr_floordiv"] = _FLOORDIV
-            return f"tsr_floordiv({args[0]}, {args[1]})"
         if name in _PRECISE_F32 and scalar == "f32":
             return f"precise::{self.intrinsics[name]}({', '.join(args)})"
         return super().call_intrinsic(name, args, dtype)
 
 
-def _vector_dtype(dtype: str, lanes: int) -> str:
-    return dtype if lanes == 1 else f"{dtype}x{lanes}"
-
-
 def _vector_accesses(func: PrimFunc) -> dict[str, int]:
-    """Buffers the kernel reads or writes as vectors, with their lane count. A buffer is declared
-    with one element type, so a kernel that mixes widths on one buffer cannot be spelled."""
-    widths: dict[str, set[int]] = {}
+    """``codegen.vector_accesses``, where a buffer is declared with one element type: a kernel that
+    reads or writes one buffer with several widths (scalars included) cannot be spelled."""
+    vectors = vector_accesses(func)
+    mixed = set()
     for stmt, exprs in walk_stmts(func.body):
-        if isinstance(stmt, Store):
-            widths.setdefault(stmt.buffer.name, set()).add(stmt.lanes)
-        for root in exprs:
-            for e in walk_expr(root):
-                if isinstance(e, Load):
-                    widths.setdefault(e.buffer.name, set()).add(e.lanes)
-    mixed = sorted(name for name, lanes in widths.items() if len(lanes) > 1)
+        accesses = [stmt] if isinstance(stmt, Store) else []
+        accesses += [e for root in exprs for e in walk_expr(root) if isinstance(e, Load)]
+        mixed.update(a.buffer.name for a in accesses if a.lanes != vectors.get(a.buffer.name, 1))
     if mixed:
-        raise ValueError(f"kernel {func.name}: {', '.join(mixed)} are accessed with several vector widths")
-    return {name: lanes.pop() for name, lanes in widths.items() if max(lanes) > 1}
-
-
-def uses_f16(func: PrimFunc) -> bool:
-    return "f16" in {lanes_of(d)[0] for d in walk_dtypes(func)}
+        raise CodegenError(f"kernel {func.name}: {', '.join(sorted(mixed))} are accessed with several vector "
+                           "widths")
+    return vectors
 
 
 def emit_metal(func: PrimFunc) -> str:

@@ -11,8 +11,17 @@ from __future__ import annotations
 from tessera.target import SHADER_F16, TargetKind, register_kind, register_preset
 from tessera.tir.lower import lower_kernel
 
-from .. import Backend, CompiledKernel, CompiledKernels, entry_name, kernel_abi, kernel_limits, register_backend
-from . import LOWERING, emit_metal, uses_f16
+from .. import (
+    Backend,
+    CompiledKernel,
+    CompiledKernels,
+    entry_name,
+    kernel_abi,
+    kernel_limits,
+    register_backend,
+    uses_dtype,
+)
+from . import LOWERING, emit_metal
 
 
 class MetalBackend(Backend):
@@ -29,7 +38,7 @@ class MetalBackend(Backend):
             entry = entry_name(func)
             path = f"kernels/{index:03d}_{entry}.metal"
             out.modules[path] = emit_metal(lower_kernel(func, LOWERING)).encode()
-            features = [SHADER_F16] if uses_f16(func) else []
+            features = [SHADER_F16] if uses_dtype(func, "f16") else []
             if func.attrs.get("subgroups"):
                 features.append(target.subgroup_feature)
             scalars = [{"name": s, "passed": "buffer", "binding": len(func.params), "offset": 4 * i}

@@ -17,25 +17,11 @@ that feature, an f16 value is computed as ``float`` and only its loads and store
 
 from __future__ import annotations
 
-from tessera.tir.ir import (
-    COMPARISONS,
-    LOGICAL,
-    SCALAR_PREFIX,
-    Binary,
-    Buffer,
-    Builtin,
-    IfThen,
-    Local,
-    PrimFunc,
-    Select,
-    Stmt,
-    TExpr,
-    lanes_of,
-)
+from tessera.tir.ir import COMPARISONS, SCALAR_PREFIX, Binary, Buffer, PrimFunc, Select, TExpr, lanes_of
 from tessera.tir.lower import LoweringNeeds
 
 from .. import entry_name, static_size
-from ..cstyle import CStyleRenderer, float_text
+from ..cstyle import CStyleRenderer
 
 # Global buffers hold f32, f16, i32 and u32; a workgroup's threads run in parallel, so barriers stay.
 LOWERING = LoweringNeeds(storage_types={"float32", "float16", "int32", "uint32"}, unroll=True)
@@ -62,29 +48,28 @@ INFINITY NAN MAXFLOAT HUGE_VALF
 """.split()) | frozenset(f"{t}{n}" for t in ("char", "uchar", "short", "ushort", "int", "uint", "long", "ulong",
                                               "float", "double", "half") for n in (2, 3, 4, 8, 16))
 
-_FLOORDIV = """int tsr_floordiv(int a, int b) {
-  int q = a / b;
-  return (a % b != 0) && ((a < 0) != (b < 0)) ? q - 1 : q;
-}"""
 # The low 16 bits of a word as an IEEE half (GGUF block scales): vload_half reads a private half.
 _HALF_BITS = """float tsr_half_bits(uint bits) {
   ushort h = (ushort)bits;
   return vload_half(0, (const half*)&h);
 }"""
 
-_BUILTINS = {"local_id": "get_local_id", "workgroup_id": "get_group_id", "num_workgroups": "get_num_groups"}
 _FLOATS = ("f32", "f16")
 _SCRATCH_SPACES = {"workgroup": "__local ", "private": ""}  # both declared at kernel scope
 
 
 class OpenCLRenderer(CStyleRenderer):
+    language = "OpenCL C 1.2"  # no subgroups: they are not core
     types = {"f32": "float", "f16": "float", "i32": "int", "u32": "uint", "bool": "bool"}
     intrinsics = {
         "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos",
         "floor": "floor", "ceil": "ceil", "round": "rint", "pow": "pow", "clamp": "clamp", "fma": "fma",
         "erf": "erf", "tanh": "tanh", "bitcast_u32": "as_uint",
     }
+    builtins = {"local_id": "((int)get_local_id({axis}))", "workgroup_id": "((int)get_group_id({axis}))",
+                "num_workgroups": "((int)get_num_groups({axis}))"}
     reserved = OPENCL_RESERVED
+    bare_conditions = True
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
     storage_barrier = "barrier(CLK_GLOBAL_MEM_FENCE);"
     lowering = LOWERING
@@ -108,7 +93,7 @@ class OpenCLRenderer(CStyleRenderer):
                           f"void {entry_name(func)}({', '.join(params)}) {{"]
         for buf in func.scratch:
             if buf.scope not in _SCRATCH_SPACES:
-                raise ValueError(f"kernel {func.name}: scratch {buf.name} in {buf.scope} memory")
+                raise self.error(f"scratch {buf.name} in {buf.scope} memory, which OpenCL C has no space for")
             space = _SCRATCH_SPACES[buf.scope]
             lines.append(f"  {space}{self.type_name(buf.dtype)} {self.name(buf.name)}[{static_size(buf)}];")
         lines += self.lines + ["}"]
@@ -123,37 +108,31 @@ class OpenCLRenderer(CStyleRenderer):
 
     # -- dialect hooks ---------------------------------------------------------------------
 
-    def stmt(self, s: Stmt, depth: int) -> None:
-        if not isinstance(s, IfThen):
-            return super().stmt(s, depth)
-        cond = self.expr(s.cond)
-        if isinstance(s.cond, Binary) and s.cond.op in COMPARISONS + LOGICAL:
-            cond = cond[1:-1]  # `if ((a == b))` draws clang's "extraneous parentheses" warning at each build
-        self.emit(depth, f"if ({cond}) {{")
-        self.stmts(s.then, depth + 1)
-        if s.otherwise:
-            self.emit(depth, "} else {")
-            self.stmts(s.otherwise, depth + 1)
-        self.emit(depth, "}")
-
     def expr(self, e: TExpr) -> str:
         if isinstance(e, Select) and lanes_of(e.cond.dtype)[1] > 1:
-            # A vector condition picks lane by lane (by the sign bit of each int lane).
-            return f"select({self.expr(e.b)}, {self.expr(e.a)}, {self.expr(e.cond)})"
+            # A vector condition picks lane by lane, by the sign bit of each mask lane.
+            return f"select({self.expr(e.b)}, {self.expr(e.a)}, {self.mask(e.cond, e.dtype)})"
+        if self.compares_half_vectors(e):
+            return self.mask(e, e.dtype)  # a bool vector is an int vector everywhere else
         if isinstance(e, Binary) and e.op == "%" and lanes_of(e.dtype)[0] in _FLOATS:
             return f"fmod({self.expr(e.a)}, {self.expr(e.b)})"
         return super().expr(e)
 
-    def declare_local(self, var: Local, value: str) -> str:
-        return f"{self.type_name(var.dtype)} {self.name(var.name)} = {value};"
+    def mask(self, cond: TExpr, dtype: str) -> str:
+        """The bool vector ``cond`` as a mask for ``select`` on ``dtype`` arms (-1 or 0 per lane).
+        OpenCL wants the mask's lanes as wide as the arms': ``short`` for ``half``, ``int`` otherwise;
+        a bool vector is an ``int`` vector except straight out of a ``half`` comparison (``short``)."""
+        lanes = lanes_of(cond.dtype)[1]
+        width = "short" if self.type_name(lanes_of(dtype)[0]) == "half" else "int"
+        if self.compares_half_vectors(cond):
+            text, natural = super().expr(cond), "short"
+        else:
+            text, natural = self.expr(cond), "int"
+        return text if natural == width else f"convert_{width}{lanes}({text})"
 
-    def for_header(self, var: str, start: str, end: str, step: int) -> str:
-        return f"for (int {var} = {start}; {var} < {end}; {var} += {step})"
-
-    def builtin(self, e: Builtin) -> str:
-        if e.kind not in _BUILTINS:
-            raise NotImplementedError(f"OpenCL C 1.2 has no {e.kind} (subgroups are not core)")
-        return f"((int){_BUILTINS[e.kind]}({e.axis}))"
+    def compares_half_vectors(self, e: TExpr) -> bool:
+        return (isinstance(e, Binary) and e.op in COMPARISONS and lanes_of(e.a.dtype)[1] > 1
+                and self.type_name(lanes_of(e.a.dtype)[0]) == "half")
 
     def type_name(self, dtype: str) -> str:
         scalar, lanes = lanes_of(dtype)
@@ -182,27 +161,26 @@ class OpenCLRenderer(CStyleRenderer):
 
     def literal(self, value, dtype: str) -> str:
         scalar, lanes = lanes_of(dtype)
-        if lanes > 1:
-            if scalar == "bool":
-                return f"(({self.type_name(dtype)})({-1 if value else 0}))"
-            return f"(({self.type_name(dtype)})({self.literal(value, scalar)}))"
-        if dtype == "bool":
-            return "true" if value else "false"
-        if dtype == "i32":
-            return f"((int){int(value)})" if value < 0 else str(int(value))
-        if dtype == "u32":
-            return f"{int(value)}u"
-        text = float_text(float(value))
-        if text is None:
-            text = "NAN" if value != value else ("INFINITY" if value > 0 else "(-INFINITY)")
-        else:
-            text = f"{text}f" if not text.startswith("-") else f"({text}f)"
+        if scalar == "bool" and lanes > 1:
+            return self.splat(str(-1 if value else 0), dtype)  # bool vectors are int vectors
+        return super().literal(value, dtype)
+
+    def float_literal(self, value: float, dtype: str) -> str:
+        text = super().float_literal(value, dtype)
         return f"((half){text})" if dtype == "f16" and self.native_half else text
+
+    def splat(self, scalar: str, dtype: str) -> str:
+        return f"(({self.type_name(dtype)})({scalar}))"
 
     def cast(self, x: str, dtype: str, source_dtype: str) -> str:
         scalar, lanes = lanes_of(dtype)
         source, _ = lanes_of(source_dtype)
         target = self.type_name(dtype)
+        if scalar == "bool" and lanes > 1 and source != "bool":
+            # Any nonzero lane is true, and true is -1 (select reads the sign bit): a comparison, even
+            # from an int4, which is a bool vector's own type.
+            test = f"({x} != {self.literal(0, source_dtype)})"
+            return f"convert_int{lanes}({test})" if self.type_name(source) == "half" else test
         if target == self.type_name(source_dtype):
             return x  # f16 <-> f32 where both compute as float
         if source == "bool" and lanes > 1:
@@ -225,19 +203,7 @@ class OpenCLRenderer(CStyleRenderer):
             return f"tsr_half_bits({args[0]})"
         if name == "sign_extend8":  # the low byte of a word, as a signed int
             return f"((int)(char)({args[0]}))"
-        if name == "floordiv":
-            self.helpers["tsr_floordiv"] = _FLOORDIV
-            return f"tsr_floordiv({args[0]}, {args[1]})"
-        if name.startswith("subgroup_"):
-            raise NotImplementedError(f"OpenCL C 1.2 has no {name} (subgroups are not core)")
         return super().call_intrinsic(name, args, dtype)
-
-
-def computes_in_half(func: PrimFunc, native_half: bool) -> bool:
-    """Whether the rendered kernel does arithmetic on ``half`` (and so needs cl_khr_fp16)."""
-    from tessera.tir.ir import walk_dtypes
-
-    return native_half and any(lanes_of(d)[0] == "f16" for d in walk_dtypes(func))
 
 
 def emit_opencl(func: PrimFunc, native_half: bool = False) -> str:

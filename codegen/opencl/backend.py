@@ -8,7 +8,6 @@ kind and its presets.
 from __future__ import annotations
 
 from tessera.target import SHADER_F16, TargetKind, register_kind, register_preset
-from tessera.tir.ir import lanes_of, walk_dtypes
 from tessera.tir.lower import lower_kernel
 
 from .. import (
@@ -20,8 +19,9 @@ from .. import (
     kernel_limits,
     register_backend,
     static_size,
+    uses_dtype,
 )
-from . import FP16_EXTENSION, LOWERING, computes_in_half, emit_opencl
+from . import FP16_EXTENSION, LOWERING, emit_opencl
 
 
 class OpenCLBackend(Backend):
@@ -42,10 +42,10 @@ class OpenCLBackend(Backend):
             first = len(func.params)
             scalars = [{"name": s, "passed": "argument", "position": first + i} for i, s in enumerate(func.scalars)]
             features = []
-            if any(lanes_of(d)[0] == "f16" for d in walk_dtypes(func)):
+            if uses_dtype(func, "f16"):
                 features.append(SHADER_F16)  # f16 tensors: core OpenCL 1.2 stores them with vstore_half
-            if computes_in_half(func, native_half):
-                features.append(FP16_EXTENSION)
+                if native_half:
+                    features.append(FP16_EXTENSION)  # and computes on them as half
             limits = kernel_limits(func)
             if not native_half:
                 limits["maxComputeWorkgroupStorageSize"] = _local_bytes_in_float(func)

@@ -13,25 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tessera.tir.ir import (
-    SCALAR_PREFIX,
-    Buffer,
-    Builtin,
-    Const,
-    Load,
-    Local,
-    PrimFunc,
-    Store,
-    lanes_of,
-    vector_of,
-    walk_dtypes,
-    walk_expr,
-    walk_stmts,
-)
+from tessera.tir.ir import SCALAR_PREFIX, Const, Local, PrimFunc, lanes_of, vector_of
 from tessera.tir.lower import LoweringNeeds
 
-from .. import entry_name, static_size, vector_accesses
-from ..cstyle import CStyleRenderer, float_text
+from .. import entry_name, static_size, uses_dtype, vector_accesses
+from ..cstyle import ERF_CONSTANTS, CStyleRenderer, float_text, helper_text
 
 # Storage buffers hold f32, f16, i32 and u32 (bool is not host-shareable; there is no 64-bit integer);
 # a workgroup's threads run in parallel, so barriers stay barriers.
@@ -55,17 +41,18 @@ this thread_local throw trait try typedef typeid typename typeof union unless un
 using varying virtual volatile wgsl where with writeonly yield
 """.split())  # WGSL's reserved words: not keywords yet, still not allowed as names
 
-# erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): WGSL has no erf. TYPE is f32 or vec4<f32>.
+# erf (cstyle.ERF_CONSTANTS): WGSL has none. TYPE is f32 or vec4<f32>.
 _ERF = """fn NAME(x: TYPE) -> TYPE {
-  let t = TYPE(1.0) / (TYPE(1.0) + TYPE(0.3275911) * abs(x));
-  let y = TYPE(1.0) - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
-                 + 0.254829592) * t * exp(-x * x);
+  let t = TYPE(1.0) / (TYPE(1.0) + TYPE(ERF_P) * abs(x));
+  let y = TYPE(1.0) - (((((ERF_A5 * t - ERF_A4) * t) + ERF_A3) * t - ERF_A2) * t
+                 + ERF_A1) * t * exp(-x * x);
   return select(-y, y, x >= TYPE(0.0));
 }"""
 # tanh saturates long before |x| = 15; clamping keeps exp-based tanh finite.
 _TANH = """fn NAME(x: TYPE) -> TYPE {
   return tanh(clamp(x, TYPE(-15.0), TYPE(15.0)));
 }"""
+# cstyle.FLOORDIV in WGSL's syntax.
 _FLOORDIV = """fn tsr_floordiv(a: i32, b: i32) -> i32 {
   let q = a / b;
   return select(q, q - 1, (a % b != 0) && ((a < 0) != (b < 0)));
@@ -86,6 +73,7 @@ class WGSLKernel:
 
 
 class WGSLRenderer(CStyleRenderer):
+    language = "WGSL"
     types = {"f32": "f32", "f16": "f16", "i32": "i32", "u32": "u32", "bool": "bool"}
     intrinsics = {
         "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "inverseSqrt", "sin": "sin", "cos": "cos",
@@ -93,6 +81,8 @@ class WGSLRenderer(CStyleRenderer):
         "clamp": "clamp", "fma": "fma",
         "subgroup_add": "subgroupAdd", "subgroup_max": "subgroupMax", "subgroup_min": "subgroupMin",
     }
+    builtins = {"local_id": "i32(lid.{xyz})", "workgroup_id": "i32(wid.{xyz})", "num_workgroups": "i32(nwg.{xyz})"} | {
+        kind: f"i32({name})" for kind, name in SUBGROUP_BUILTINS.items()}
     reserved = WGSL_KEYWORDS
     barrier = "workgroupBarrier();"
     storage_barrier = "storageBarrier();"
@@ -105,11 +95,11 @@ class WGSLRenderer(CStyleRenderer):
     def render(self) -> WGSLKernel:
         func = self.func
         entry = entry_name(func)
-        self.subgroup_builtins: set[str] = set()
         self.stmts(func.body, 1)
         body = self.lines
+        subgroup_builtins = sorted(self.used_builtins & set(SUBGROUP_BUILTINS))
         header: list[str] = []
-        if "f16" in walk_dtypes(func):
+        if uses_dtype(func, "f16"):
             header.append("enable f16;")
         header += [f"enable {name};" for name in self.enable]
         bindings = []
@@ -138,7 +128,7 @@ class WGSLRenderer(CStyleRenderer):
             f"@compute @workgroup_size({x}, {y}, {z})",
             f"fn {entry}(@builtin(local_invocation_id) lid: vec3<u32>, "
             "@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>"
-            + "".join(f", @builtin({kind}) {SUBGROUP_BUILTINS[kind]}: u32" for kind in sorted(self.subgroup_builtins))
+            + "".join(f", @builtin({kind}) {SUBGROUP_BUILTINS[kind]}: u32" for kind in subgroup_builtins)
             + ") {",
         ]
         lines += [f"  let {SCALAR_PREFIX}{s}: i32 = params.{self.name(s)};" for s in func.scalars]
@@ -154,20 +144,13 @@ class WGSLRenderer(CStyleRenderer):
     def for_header(self, var: str, start: str, end: str, step: int) -> str:
         return f"for (var {var}: i32 = {start}; {var} < {end}; {var} = {var} + {step})"
 
-    def builtin(self, e: Builtin) -> str:
-        if e.kind in SUBGROUP_BUILTINS:
-            self.subgroup_builtins.add(e.kind)
-            return f"i32({SUBGROUP_BUILTINS[e.kind]})"
-        source = {"local_id": "lid", "workgroup_id": "wid", "num_workgroups": "nwg"}[e.kind]
-        return f"i32({source}.{'xyz'[e.axis]})"
-
     def vector_type(self, scalar: str, lanes: int) -> str:
         return f"vec{lanes}<{scalar}>"
 
     def literal(self, value, dtype: str) -> str:
         scalar, lanes = lanes_of(dtype)
         if lanes > 1:
-            return f"{self.vector_type(self.types[scalar], lanes)}({self.literal(value, scalar)})"
+            return self.splat(self.literal(value, scalar), dtype)
         if dtype == "bool":
             return "true" if value else "false"
         if dtype == "i32":
@@ -180,7 +163,7 @@ class WGSLRenderer(CStyleRenderer):
             # WGSL has no literal for infinity and Chrome's compiler rejects building one in a
             # constant expression; the largest finite value stands in (max/min identities).
             if value != value:
-                raise ValueError("WGSL kernels cannot hold a NaN constant")
+                raise self.error("WGSL kernels cannot hold a NaN constant")
             largest = "65504.0h" if dtype == "f16" else "3.4028234663852886e38f"
             return largest if value > 0 else f"(-{largest})"
         suffix = "h" if dtype == "f16" else "f"
@@ -206,7 +189,7 @@ class WGSLRenderer(CStyleRenderer):
             scalar, lanes = lanes_of(dtype)
             wide = self.type_name(vector_of("f32", lanes))  # computed in f32, f16 included
             fn = f"tsr_{name}" + ("" if lanes == 1 else f"_v{lanes}")
-            self.helpers[fn] = helpers[name].replace("NAME", fn).replace("TYPE", wide)
+            self.helpers[fn] = helper_text(helpers[name], NAME=fn, TYPE=wide, **ERF_CONSTANTS)
             if scalar == "f16":
                 return f"{self.type_name(dtype)}({fn}({wide}({args[0]})))"
             return f"{fn}({args[0]})"
@@ -216,10 +199,10 @@ class WGSLRenderer(CStyleRenderer):
             return f"bitcast<u32>({args[0]})"
         if name == "sign_extend8":  # the low byte of a u32, as a signed i32
             return f"(bitcast<i32>({args[0]} << 24u) >> 24u)"
-        if name == "floordiv":
-            self.helpers["tsr_floordiv"] = _FLOORDIV
-            return f"tsr_floordiv({args[0]}, {args[1]})"
         return super().call_intrinsic(name, args, dtype)
+
+    def floordiv_helper(self) -> str:
+        return _FLOORDIV
 
 
 def emit_wgsl(func: PrimFunc, enable: tuple[str, ...] = ()) -> WGSLKernel:

@@ -6,10 +6,9 @@ Registers the ``webgpu`` target kind and the presets users pick with ``--target`
 from __future__ import annotations
 
 from tessera.target import SHADER_F16, TargetKind, register_kind, register_preset
-from tessera.tir.ir import walk_dtypes
 from tessera.tir.lower import lower_kernel
 
-from .. import Backend, CompiledKernel, CompiledKernels, kernel_abi, kernel_limits, register_backend
+from .. import Backend, CompiledKernel, CompiledKernels, kernel_abi, kernel_limits, register_backend, uses_dtype
 from . import LOWERING, emit_wgsl
 
 
@@ -32,7 +31,7 @@ class WGSLBackend(Backend):
             path = f"kernels/{index:03d}_{kernel.entry_point}.wgsl"
             out.modules[path] = kernel.source.encode()
             features = []
-            if "f16" in {d.split("x")[0] for d in walk_dtypes(func)}:
+            if uses_dtype(func, "f16"):
                 features.append(SHADER_F16)
             if uses_subgroups:
                 features.append(subgroups)

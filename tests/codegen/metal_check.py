@@ -3,9 +3,7 @@
 clang compiles the kernel as C++17 for an arm64 target against ``metal_shim/metal_stdlib`` (a
 small header modelling the part of MSL that codegen/metal emits) and nothing else (``-nostdinc``).
 clang does not know Metal's attributes (``[[buffer(0)]]``), so their names are checked here and
-clang is told to ignore them. The shared C-style walk parenthesizes every binary expression, so
-``if ((i == 0))`` is by design (Metal's compiler, a clang, only warns too); every other warning is
-an error.
+clang is told to ignore them; every warning is an error.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import subprocess
 
 SHIM = os.path.join(os.path.dirname(__file__), "metal_shim")
 CLANG = ["clang++", "-std=c++17", "-fsyntax-only", "--target=aarch64-linux-gnu", "-nostdinc", "-I", SHIM,
-         "-Werror", "-Wno-unknown-attributes", "-Wno-parentheses-equality", "-x", "c++", "-"]
+         "-Werror", "-Wno-unknown-attributes", "-x", "c++", "-"]
 
 # The attributes the renderer may write, with whether they take an integer argument.
 KNOWN_ATTRIBUTES = {"buffer": True, "max_total_threads_per_threadgroup": True, "thread_position_in_threadgroup": False,

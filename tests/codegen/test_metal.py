@@ -122,6 +122,25 @@ def test_wrong_vector_arity_is_rejected(statement, message):
         check_metal(source[:body_end] + "  " + statement + "\n" + source[body_end:])
 
 
+def test_what_msl_cannot_spell_is_a_codegen_error_naming_the_kernel():
+    """A TesseraError, so that `tessera compile` prints one line rather than a traceback."""
+    from tessera import arith
+    from tessera.codegen.metal import emit_metal
+    from tessera.ir.errors import TesseraError
+    from tessera.tir.ir import Binary, Buffer, Builtin, Const, Load, PrimFunc, Store
+
+    x, y = Buffer("x", "f32", (8,), storage_dtype="float32"), Buffer("y", "f32", (8,), storage_dtype="float32")
+    lane = Builtin("local_id", 0)
+
+    def kernel(value):
+        return PrimFunc("mixed", (x,), (y,), (), (Store(y, lane, value, 4),), (2, 1, 1), (arith.IntImm(1),) * 3)
+
+    with pytest.raises(TesseraError, match="kernel mixed: x are accessed with several vector widths"):
+        emit_metal(kernel(Binary("+", Load(x, lane, 4), Load(x, lane, 1), "f32x4")))
+    with pytest.raises(TesseraError, match="kernel mixed: Metal kernels cannot hold a NaN constant"):
+        emit_metal(kernel(Binary("+", Load(x, lane, 4), Const(float("nan"), "f32x4"), "f32x4")))
+
+
 # -- the executable folder ---------------------------------------------------------------------
 
 

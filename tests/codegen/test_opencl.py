@@ -69,6 +69,13 @@ F16_CASES = {
     "softmax": (op.nn.softmax, [Tensor(("n", 100), F16)]),
     "gemm": (op.matmul, [Tensor(("n", 40), F16), Tensor((40, 9), F16)]),
     "transpose": (lambda x: op.permute_dims(x, axes=[0, 2, 1]), [Tensor((3, "n", 33), F16)]),
+    # With cl_khr_fp16 a half4 comparison gives a short4 mask and select on half4 wants one.
+    "compare": (lambda a, b: op.logical_and(op.greater(a, b), op.less_equal(a, op.multiply(b, b))),
+                [Tensor(("n", 8), F16)] * 2),
+    "where_compare": (lambda a, b: op.where(op.greater(a, b), a, b), [Tensor(("n", 8), F16)] * 2),
+    "where_bool": (op.where, [Tensor(("n", 8), "bool"), Tensor(("n", 8), F16), Tensor(("n", 8), F16)]),
+    "bool_astype": (lambda c, a: op.add(op.astype(c, dtype=F16), op.astype(op.astype(a, dtype="bool"), dtype=F16)),
+                    [Tensor(("n", 8), "bool"), Tensor(("n", 8), F16)]),
 }
 
 
@@ -153,6 +160,51 @@ def test_half_arithmetic_kernels_compile_where_cl_khr_fp16_is(name, tmp_path):
                              "-finclude-default-header", "-fsyntax-only", "-Werror", str(path)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr + source
+
+
+def test_a_vector_cast_to_bool_is_true_in_every_nonzero_lane():
+    """No operator casts to bool (astype compares with zero), but a tir Cast may: a lane of 1 or
+    0.5 is true, and true is -1 in the mask that select reads by its sign bit."""
+    from tessera import arith
+    from tessera.codegen.opencl import emit_opencl
+    from tessera.tir.ir import Buffer, Builtin, Cast, Const, Load, PrimFunc, Select, Store
+    from tessera.vm.devices import View
+    from tessera.vm.devices.opencl import OpenCLDevice
+
+    x, y = Buffer("x", "i32", (8,), storage_dtype="int32"), Buffer("y", "f32", (8,), storage_dtype="float32")
+    outs = (Buffer("x_nonzero", "u32", (8,), storage_dtype="uint32"),
+            Buffer("y_nonzero", "u32", (8,), storage_dtype="uint32"))
+    lane = Builtin("local_id", 0)
+    body = tuple(Store(out, lane, Select(Cast(Load(src, lane, 4), "boolx4"), Const(1, "u32x4"), Const(0, "u32x4"),
+                                         "u32x4"), 4) for src, out in zip((x, y), outs))
+    func = PrimFunc("nonzero", (x, y), outs, (), body, (2, 1, 1), (arith.IntImm(1),) * 3)
+    source = emit_opencl(func)
+    assert "(vload4(lid_0, x) != ((int4)(0)))" in source.replace("((int)get_local_id(0))", "lid_0")
+
+    device = OpenCLDevice.shared()
+    xs = np.array([1, 2, 0, -1, 0, 1 << 30, 3, 0], np.int32)
+    ys = np.array([0.5, 0, -0.25, 1e-30, 0, 2, -0.0, 7], np.float32)
+    buffers = [device.allocate_with(xs.tobytes()), device.allocate_with(ys.tobytes()), device.allocate(32),
+               device.allocate(32)]
+    (kernel,) = device.load_kernels([{"name": "nonzero", "backend": "opencl", "module": "nonzero.cl",
+                                      "entry_point": "k_nonzero", "workgroup_size": [2, 1, 1]}],
+                                    {"nonzero.cl": source.encode()})
+    device.launch(device.bind(kernel, [View(b, 0, 32) for b in buffers]), [], [1, 1, 1])
+    for buffer, values in zip(buffers[2:], (xs, ys)):
+        np.testing.assert_array_equal(np.frombuffer(device.read_back(View(buffer, 0, 32)), np.uint32), values != 0)
+
+
+def test_subgroups_are_a_codegen_error_naming_the_kernel():
+    from tessera import arith
+    from tessera.codegen import CodegenError
+    from tessera.codegen.opencl import emit_opencl
+    from tessera.tir.ir import Buffer, Builtin, Cast, PrimFunc, Store
+
+    out = Buffer("out", "f32", (1,), storage_dtype="float32")
+    func = PrimFunc("lanes", (), (out,), (), (Store(out, Builtin("local_id", 0), Cast(Builtin("subgroup_size", 0), "f32")),),
+                    (1, 1, 1), (arith.IntImm(1),) * 3)
+    with pytest.raises(CodegenError, match="kernel lanes: OpenCL C 1.2 has no builtin subgroup_size"):
+        emit_opencl(func)
 
 
 def test_names_that_are_opencl_builtins_are_renamed():

@@ -15,8 +15,9 @@ void k_double(__global float* x, __global float* y, int n) {
 """
 
 
-def record(module="kernels/000_k_double.cl", backend="opencl", entry="k_double"):
-    return {"name": "double", "backend": backend, "module": module, "entry_point": entry, "workgroup_size": [4, 1, 1]}
+def record(module="kernels/000_k_double.cl", backend="opencl", entry="k_double", features=()):
+    return {"name": "double", "backend": backend, "module": module, "entry_point": entry, "workgroup_size": [4, 1, 1],
+            "requirements": {"features": list(features), "limits": {}}}
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,22 @@ def test_kernels_of_another_backend_are_refused(device):
     exe = tessera.build(_small_module(), "llvmpipe")
     with pytest.raises(DeviceError, match="the opencl device runs opencl kernels; this executable's are wgsl"):
         VirtualMachine(exe, device)
+
+
+def test_a_record_the_device_cannot_run_is_refused_before_building(device):
+    modules = {"kernels/000_k_double.cl": DOUBLE.encode()}
+    (kernel,) = device.load_kernels([record(entry="k_triple")], modules)
+    buffer = device.allocate(64)
+    with pytest.raises(DeviceError, match=r"kernel 'double': kernels/000_k_double\.cl has no entry point 'k_triple' "
+                                          r"\(it has k_double\)"):
+        device.bind(kernel, [View(buffer, 0, 32), View(buffer, 0, 32)])
+    with pytest.raises(DeviceError, match="kernel 'double' is of no backend"):
+        device.load_kernels([{k: v for k, v in record().items() if k != "backend"}], modules)
+    # PoCL has no cl_khr_fp16: a kernel computing in half says so rather than failing to build.
+    assert "cl_khr_fp16" not in device.features
+    halves = "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n" + DOUBLE.replace("float", "half").replace("2.0f", "2.0h")
+    with pytest.raises(DeviceError, match="kernel 'double' needs cl_khr_fp16, which the OpenCL device .* lacks"):
+        device.load_kernels([record(features=["shader-f16", "cl_khr_fp16"])], {"kernels/000_k_double.cl": halves.encode()})
 
 
 def test_an_unknown_device_name_says_which_devices_there_are(monkeypatch):

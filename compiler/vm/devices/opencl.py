@@ -184,11 +184,18 @@ class OpenCLDevice(Device):
 
     def load_kernels(self, kernels: list[dict], modules: dict[str, bytes]) -> list:
         for record in kernels:
-            if record["backend"] not in self.backends:
-                raise DeviceError(f"the OpenCL device runs OpenCL C kernels; kernel {record['name']!r} is "
-                                  f"{record['backend']}")
+            backend = record.get("backend")
+            if backend not in self.backends:
+                raise DeviceError(f"the OpenCL device runs OpenCL C kernels; kernel {record.get('name')!r} is "
+                                  f"{backend or 'of no backend (its record has none)'}")
+            # Before building: a cl_khr_fp16 kernel on a device without it fails to build with a
+            # compiler log that does not say why.
+            missing = sorted(set(record.get("requirements", {}).get("features", [])) - self.features)
+            if missing:
+                raise DeviceError(f"kernel {record['name']!r} needs {', '.join(missing)}, which the OpenCL device "
+                                  f"{self.name} lacks (it has {', '.join(sorted(self.features))})")
         return [(self.program(modules[k["module"]].decode(), k["module"]), k["entry_point"],
-                 tuple(int(w) for w in k["workgroup_size"])) for k in kernels]
+                 tuple(int(w) for w in k["workgroup_size"]), k["name"], k["module"]) for k in kernels]
 
     def program(self, source: str, path: str = "<kernel>"):
         """The built program of a module's source, cached; a DeviceError with the build log if it fails."""
@@ -203,8 +210,12 @@ class OpenCLDevice(Device):
         return program
 
     def bind(self, kernel, views: list[View]):
-        program, entry, workgroup_size = kernel
-        bound = self.cl.Kernel(program, entry)
+        program, entry, workgroup_size, name, path = kernel
+        try:
+            bound = self.cl.Kernel(program, entry)
+        except self.cl.Error:  # CL_INVALID_KERNEL_NAME: the record's entry point is not in the module
+            found = program.get_info(self.cl.program_info.KERNEL_NAMES).replace(";", ", ")
+            raise DeviceError(f"kernel {name!r}: {path} has no entry point {entry!r} (it has {found})") from None
         memory = [self._memory(view) for view in views]
         for index, buffer in enumerate(memory):
             bound.set_arg(index, buffer)
