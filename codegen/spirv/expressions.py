@@ -77,6 +77,9 @@ SUBGROUP_OPS = {
 # erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): the polynomial's coefficients, a5 first.
 ERF_P = 0.3275911
 ERF_A = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
+# The f32 values nearest each integer type's bounds from inside its range (2**31 - 128, 2**32 - 256):
+# where a float -> int conversion saturates, as WGSL specifies.
+F32_INT_BOUNDS = {"i32": (-2147483648.0, 2147483520.0), "u32": (0.0, 4294967040.0)}
 TANH_LIMIT = 15.0  # tanh is +-1 in f32 long before; clamping keeps exp-based tanh finite
 
 
@@ -212,9 +215,22 @@ class ExpressionEmitter:
         if want == "f":
             return self.op(Op.ConvertSToF if have == "i" else Op.ConvertUToF, target, x)
         if have == "f":
-            return self.op(Op.ConvertFToS if want == "i" else Op.ConvertFToU, target, x)
+            return self.float_to_int(x, source, target)
         assert lanes_of(source)[1] == lanes
         return self.op(Op.Bitcast, target, x)  # i32 <-> u32 keep their bits
+
+    def float_to_int(self, x: int, source: str, target: str) -> int:
+        """A saturating conversion, as WGSL's: NaN becomes 0 and a value out of range the nearest
+        bound. OpConvertFToS and OpConvertFToU alone are undefined outside the integer's range."""
+        lanes = lanes_of(target)[1]
+        wide = vector_of("f32", lanes)
+        if lanes_of(source)[0] == "f16":
+            x = self.op(Op.FConvert, wide, x)  # f16 bounds would round to infinity
+        low, high = F32_INT_BOUNDS[lanes_of(target)[0]]
+        c = self.types.constant
+        number = self.op(Op.Select, wide, self.op(Op.IsNan, vector_of("bool", lanes), x), c(0.0, wide), x)
+        clamped = self.glsl(GLSL.FClamp, wide, number, c(low, wide), c(high, wide))
+        return self.op(Op.ConvertFToS if kind_of(target) == "i" else Op.ConvertFToU, target, clamped)
 
     # -- control flow inside an expression --------------------------------------------------
 

@@ -259,6 +259,54 @@ def test_structured_control_flow_runs_on_vulkan():
             np.testing.assert_array_equal(g, e)
 
 
+def casts_kernel():
+    """Float to integer casts: as_i32[i] = i32(x[i]) and as_u32[i] = u32(x[i]), then the same from f16
+    (h) and from x read as 4-lane vectors (by the first n / 4 threads)."""
+    n = arith.Var("n")
+    lid, wid = Builtin("local_id", 0), Builtin("workgroup_id", 0)
+    x, h = Buffer("x", "f32", (n,), "global", "float32"), Buffer("h", "f16", (n,), "global", "float16")
+    outs = [Buffer(f"{source}_{dtype}", dtype, (n,), "global", {"i32": "int32", "u32": "uint32"}[dtype])
+            for source in ("f32", "f16", "f32x4") for dtype in ("i32", "u32")]
+    i = Local("i")
+    body = (
+        Declare(i, binary("+", binary("*", wid, Const(64)), lid)),
+        IfThen(binary("<", i, from_prim(n)), tuple(
+            Store(out, i, Cast(Load(source, i), out.dtype)) for source, out in zip((x, x, h, h), outs))),
+        IfThen(binary("<", i, binary("/", from_prim(n), Const(4))), tuple(
+            Store(out, i, Cast(Load(x, i, 4), f"{out.dtype}x4"), 4) for out in outs[4:])),
+    )
+    return PrimFunc("casts", (x, h), tuple(outs), ("n",), body, (64, 1, 1),
+                    (arith.simplify((n + 63) // 64), arith.IntImm(1), arith.IntImm(1)))
+
+
+def saturated(x: np.ndarray, dtype) -> np.ndarray:
+    """WGSL's float -> integer conversion: NaN is 0, and values beyond the integer's range go to the
+    nearest float inside it (2**31 - 128 for i32, 2**32 - 256 for u32), then toward zero."""
+    high = {np.int32: 2147483520.0, np.uint32: 4294967040.0}[dtype]
+    low = -2147483648.0 if dtype is np.int32 else 0.0
+    wide = np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=high, neginf=low)
+    return np.trunc(np.clip(wide, low, high)).astype(dtype)
+
+
+def test_float_to_integer_casts_saturate_on_vulkan():
+    """OpConvertFToS/FToU are undefined out of range (lavapipe gave i32(1e10) = -2**31, u32(-3.0) =
+    4294967293): the emitter clamps first and sends NaN to 0, so SPIR-V agrees with WGSL."""
+    from tessera.vm.vulkan_runner import VulkanKernelRunner
+
+    values = [1e10, -1e10, -3.0, 3.7, -3.7, np.nan, np.inf, -np.inf, 0.0, 2147483647.0, 4294967295.0, 65504.0]
+    x = np.array(values, np.float32)
+    with np.errstate(over="ignore"):
+        h = x.astype(np.float16)  # 1e10 and 2**31 become inf in f16
+    assert spirv_tool("spirv-val", emit_spirv(casts_kernel()).binary, "--target-env", "vulkan1.1").returncode == 0
+    got = VulkanKernelRunner().run(casts_kernel(), [x, h], {"n": len(values)})
+    want = [saturated(x, np.int32), saturated(x, np.uint32), saturated(h, np.int32), saturated(h, np.uint32),
+            saturated(x, np.int32), saturated(x, np.uint32)]
+    names = [f"{source}->{dtype}" for source in ("f32", "f16", "f32x4") for dtype in ("i32", "u32")]
+    for name, g, e in zip(names, got, want):
+        np.testing.assert_array_equal(g, e, err_msg=f"{name} of {values}")
+    assert got[0][:3].tolist() == [2147483520, -2147483648, -3] and got[1][2] == 0
+
+
 # -- the specification's numbers, against spirv-tools ------------------------------------------------
 
 
