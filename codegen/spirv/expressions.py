@@ -32,8 +32,10 @@ from tessera.tir.ir import (
     vector_of,
     walk_expr,
 )
+from tessera.tir.printer import print_texpr
 
 from .builder import FunctionBuilder, Module
+from .errors import SPIRVError
 from .spec import GLSL, GROUP_OPERATION_REDUCE, SELECTION_CONTROL_NONE, Capability, Op, Scope
 from .types import KernelTypes, kind_of
 
@@ -125,7 +127,7 @@ class ExpressionEmitter:
             return self.convert(self.value(e.x), e.x.dtype, e.dtype)
         if isinstance(e, Select):
             return self.select(e)
-        raise TypeError(f"SPIR-V: cannot emit {e!r}")
+        raise SPIRVError(f"no SPIR-V for the expression {type(e).__name__} {e!r}")
 
     def op(self, opcode: int, dtype: str, *operands: int) -> int:
         return self.fn.emit(opcode, self.types.of(dtype), *operands)
@@ -141,11 +143,11 @@ class ExpressionEmitter:
                 return self.conditional(a, lambda: self.value(e.b), lambda: self.types.constant(False, "bool"), "bool")
             return self.conditional(a, lambda: self.types.constant(True, "bool"), lambda: self.value(e.b), "bool")
         a, b = self.value(e.a), self.value(e.b)
-        if e.op in GLSL_BINARY:
-            return self.glsl(GLSL_BINARY[e.op][kind], e.dtype, a, b)
-        table = BINARY_OPS.get(e.op)
+        table = GLSL_BINARY.get(e.op) or BINARY_OPS.get(e.op)
         if table is None or kind not in table:
-            raise NotImplementedError(f"SPIR-V: no {e.op} for {e.a.dtype}")
+            raise SPIRVError(f"no SPIR-V instruction for {e.op} of {e.a.dtype} operands in {print_texpr(e)}")
+        if e.op in GLSL_BINARY:
+            return self.glsl(table[kind], e.dtype, a, b)
         # A comparison's result has the operands' lanes, whatever dtype the node was given.
         dtype = vector_of("bool", lanes_of(e.a.dtype)[1]) if e.op in COMPARISONS else e.dtype
         return self.op(table[kind], dtype, a, b)
@@ -172,7 +174,7 @@ class ExpressionEmitter:
             return self.per_lane(x, source, dtype, self.half_bits_to_f32)
         if name in SUBGROUP_OPS:
             return self.subgroup(name, x, dtype)
-        raise NotImplementedError(f"SPIR-V: no intrinsic {name!r}")
+        raise SPIRVError(f"no SPIR-V for the intrinsic {name}({source})")
 
     def call(self, e: Call) -> int:
         if len(e.args) == 1:
@@ -181,13 +183,13 @@ class ExpressionEmitter:
         kind = kind_of(e.args[0].dtype)
         if e.name in GLSL_BINARY and kind in GLSL_BINARY[e.name]:
             return self.glsl(GLSL_BINARY[e.name][kind], e.dtype, *args)
-        if e.name == "clamp":
+        if e.name == "clamp" and kind != "b":
             return self.glsl({"f": GLSL.FClamp, "i": GLSL.SClamp, "u": GLSL.UClamp}[kind], e.dtype, *args)
         if e.name == "fma":
             return self.glsl(GLSL.Fma, e.dtype, *args)
         if e.name == "floordiv":
             return self.floordiv(*args, e.dtype)
-        raise NotImplementedError(f"SPIR-V: no intrinsic {e.name!r} of {len(e.args)} operands")
+        raise SPIRVError(f"no SPIR-V for the intrinsic {e.name} of {len(e.args)} operands in {print_texpr(e)}")
 
     def select(self, e: Select) -> int:
         cond = self.value(e.cond)
@@ -302,7 +304,10 @@ class ExpressionEmitter:
         return self.op(Op.CompositeConstruct, dtype, *parts)
 
     def subgroup(self, name: str, x: int, dtype: str) -> int:
+        kind = kind_of(dtype)
+        if kind not in SUBGROUP_OPS[name]:
+            raise SPIRVError(f"no SPIR-V for {name} of {dtype}")
         self.module.capability(Capability.GroupNonUniform)
         self.module.capability(Capability.GroupNonUniformArithmetic)
         scope = self.module.constant_u32(Scope.Subgroup)
-        return self.op(SUBGROUP_OPS[name][kind_of(dtype)], dtype, scope, GROUP_OPERATION_REDUCE, x)
+        return self.op(SUBGROUP_OPS[name][kind], dtype, scope, GROUP_OPERATION_REDUCE, x)

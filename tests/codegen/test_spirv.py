@@ -14,9 +14,10 @@ from harness import build
 from kernel_cases import kernel_test_cases
 from tessera import arith, op
 from tessera.codegen import get_backend
-from tessera.codegen.spirv import emit_spirv
+from tessera.codegen.spirv import SPIRVError, emit_spirv
 from tessera.codegen.spirv.spec import GLSL, BuiltIn, Capability, Decoration, Op, StorageClass
 from tessera.ir import Function, Tensor
+from tessera.ir.errors import TesseraError
 from tessera.op.lowering import LegalizeError
 from tessera.target import SHADER_F16, Target
 from tessera.tir.ir import (
@@ -305,6 +306,30 @@ def test_float_to_integer_casts_saturate_on_vulkan():
     for name, g, e in zip(names, got, want):
         np.testing.assert_array_equal(g, e, err_msg=f"{name} of {values}")
     assert got[0][:3].tolist() == [2147483520, -2147483648, -3] and got[1][2] == 0
+
+
+def test_what_spirv_cannot_express_is_a_tessera_error_naming_the_kernel():
+    n = arith.Var("n")
+    x, y = Buffer("x", "f32", (n,), "global", "float32"), Buffer("y", "f32", (n,), "global", "float32")
+    i = Builtin("local_id", 0)
+
+    def kernel(*body, name="odd"):
+        return PrimFunc(name, (x,), (y,), ("n",), body, (64, 1, 1), (arith.IntImm(1),) * 3)
+
+    cases = [
+        (kernel(Store(y, i, Call("hypot", (Load(x, i), Load(x, i)), "f32"))),
+         r"kernel odd: no SPIR-V for the intrinsic hypot of 2 operands in hypot\(x\[local_id.x\], x\[local_id.x\]\)"),
+        (kernel(Store(y, i, binary("&", Load(x, i), Load(x, i)))), r"kernel odd: no SPIR-V instruction for & of f32"),
+        (kernel(Store(y, i, Load(x, i, 4), 4), Store(y, i, Load(x, i, 2), 2), name="lanes"),
+         r"kernel lanes: y is accessed with [24] and with [24] lanes"),
+        (kernel(Assign(Local("t", "f32"), Load(x, i))), r"kernel odd: t is assigned before it is declared"),
+    ]
+    for func, message in cases:
+        with pytest.raises(SPIRVError, match=message):
+            emit_spirv(func)
+    bytes_buffer = Buffer("b", "u32", (n,), "global", "int8")
+    with pytest.raises(TesseraError, match="kernel bytes: b holds int8 tensors"):
+        emit_spirv(PrimFunc("bytes", (bytes_buffer,), (y,), ("n",), (), (64, 1, 1), (arith.IntImm(1),) * 3))
 
 
 # -- the specification's numbers, against spirv-tools ------------------------------------------------
