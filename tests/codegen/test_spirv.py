@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tessera
 from harness import build
-from kernel_cases import kernel_test_cases
+from kernel_cases import kernel_test_cases, kernel_tests_without_cases
 from tessera import arith, op
 from tessera.codegen import get_backend
 from tessera.codegen.spirv import SPIRVError, emit_spirv
@@ -89,6 +89,13 @@ def assert_valid(kernels, compiled) -> None:
 def test_the_kernel_tests_cover_float16_and_many_operators():
     assert len(CASES) > 100
     assert any(p.dtype == F16 for _, _, params in CASES for p in params if hasattr(p, "dtype"))
+
+
+def test_every_kernel_test_gives_cases():
+    """A kernel test that stops before its first check_op or build (a new helper, say) would check no
+    language here: it is named, with what stopped it, unless kernel_cases lists why it cannot."""
+    silent = kernel_tests_without_cases(Target.preset("lavapipe"))
+    assert not silent, "kernel tests that give no case:\n" + "\n".join(f"{t}: {e}" for t, e in silent.items())
 
 
 @pytest.mark.parametrize("preset", PRESETS)
