@@ -533,10 +533,10 @@ def _broken_instruction(code: bytes) -> str | None:
     """Where the instruction stream of a SPIR-V module does not add up, or None. Drivers need not
     check (lavapipe creates a module from any bytes), and the validation layer aborts the process
     on an instruction whose word count runs past the end."""
-    words = np.frombuffer(code, "<u4")
+    words = np.frombuffer(code, "<u4").tolist()
     at = 5  # after the header
     while at < len(words):
-        count = int(words[at]) >> 16
+        count = words[at] >> 16
         if count == 0 or at + count > len(words):
             return f"the instruction at word {at} claims {count} words, {len(words) - at} remain"
         at += count
