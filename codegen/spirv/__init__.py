@@ -27,6 +27,7 @@ from tessera.tir.ir import PrimFunc
 from tessera.tir.lower import LoweringNeeds
 
 from .. import entry_name
+from .errors import SPIRVError
 from .kernel import KernelEmitter
 
 # Storage buffers hold f32, f16, i32 and u32 (Vulkan 1.1 devices need not have 8- or 64-bit
@@ -44,12 +45,17 @@ class SPIRVKernel:
 
 
 def emit_spirv(func: PrimFunc) -> SPIRVKernel:
-    """The SPIR-V module of ``func``, which must be lowered for ``LOWERING``."""
+    """The SPIR-V module of ``func``, which must be lowered for ``LOWERING`` (a SPIRVError if it
+    holds what SPIR-V cannot)."""
     for buf in func.params:
         if buf.storage_dtype not in LOWERING.storage_types:
-            raise ValueError(f"kernel {func.name}: {buf.name} holds {buf.storage_dtype} tensors, which SPIR-V "
+            raise SPIRVError(f"kernel {func.name}: {buf.name} holds {buf.storage_dtype} tensors, which SPIR-V "
                              "buffers cannot hold: lower the kernel first (tessera.tir.lower.lower_kernel)")
-    return SPIRVKernel(KernelEmitter(func).emit(), entry_name(func), func.workgroup_size)
+    try:
+        binary = KernelEmitter(func).emit()
+    except SPIRVError as error:  # raised where the problem is found, which does not know the kernel
+        raise SPIRVError(f"kernel {func.name}: {error}") from None
+    return SPIRVKernel(binary, entry_name(func), func.workgroup_size)
 
 
 from .backend import SPIRVBackend  # noqa: E402  (registers the backend and its targets)

@@ -32,8 +32,10 @@ from tessera.tir.ir import (
     vector_of,
     walk_expr,
 )
+from tessera.tir.printer import print_texpr
 
 from .builder import FunctionBuilder, Module
+from .errors import SPIRVError
 from .spec import GLSL, GROUP_OPERATION_REDUCE, SELECTION_CONTROL_NONE, Capability, Op, Scope
 from .types import KernelTypes, kind_of
 
@@ -77,6 +79,9 @@ SUBGROUP_OPS = {
 # erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): the polynomial's coefficients, a5 first.
 ERF_P = 0.3275911
 ERF_A = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
+# The f32 values nearest each integer type's bounds from inside its range (2**31 - 128, 2**32 - 256):
+# where a float -> int conversion saturates, as WGSL specifies.
+F32_INT_BOUNDS = {"i32": (-2147483648.0, 2147483520.0), "u32": (0.0, 4294967040.0)}
 TANH_LIMIT = 15.0  # tanh is +-1 in f32 long before; clamping keeps exp-based tanh finite
 
 
@@ -122,7 +127,7 @@ class ExpressionEmitter:
             return self.convert(self.value(e.x), e.x.dtype, e.dtype)
         if isinstance(e, Select):
             return self.select(e)
-        raise TypeError(f"SPIR-V: cannot emit {e!r}")
+        raise SPIRVError(f"no SPIR-V for the expression {type(e).__name__} {e!r}")
 
     def op(self, opcode: int, dtype: str, *operands: int) -> int:
         return self.fn.emit(opcode, self.types.of(dtype), *operands)
@@ -138,11 +143,11 @@ class ExpressionEmitter:
                 return self.conditional(a, lambda: self.value(e.b), lambda: self.types.constant(False, "bool"), "bool")
             return self.conditional(a, lambda: self.types.constant(True, "bool"), lambda: self.value(e.b), "bool")
         a, b = self.value(e.a), self.value(e.b)
-        if e.op in GLSL_BINARY:
-            return self.glsl(GLSL_BINARY[e.op][kind], e.dtype, a, b)
-        table = BINARY_OPS.get(e.op)
+        table = GLSL_BINARY.get(e.op) or BINARY_OPS.get(e.op)
         if table is None or kind not in table:
-            raise NotImplementedError(f"SPIR-V: no {e.op} for {e.a.dtype}")
+            raise SPIRVError(f"no SPIR-V instruction for {e.op} of {e.a.dtype} operands in {print_texpr(e)}")
+        if e.op in GLSL_BINARY:
+            return self.glsl(table[kind], e.dtype, a, b)
         # A comparison's result has the operands' lanes, whatever dtype the node was given.
         dtype = vector_of("bool", lanes_of(e.a.dtype)[1]) if e.op in COMPARISONS else e.dtype
         return self.op(table[kind], dtype, a, b)
@@ -169,7 +174,7 @@ class ExpressionEmitter:
             return self.per_lane(x, source, dtype, self.half_bits_to_f32)
         if name in SUBGROUP_OPS:
             return self.subgroup(name, x, dtype)
-        raise NotImplementedError(f"SPIR-V: no intrinsic {name!r}")
+        raise SPIRVError(f"no SPIR-V for the intrinsic {name}({source})")
 
     def call(self, e: Call) -> int:
         if len(e.args) == 1:
@@ -178,13 +183,13 @@ class ExpressionEmitter:
         kind = kind_of(e.args[0].dtype)
         if e.name in GLSL_BINARY and kind in GLSL_BINARY[e.name]:
             return self.glsl(GLSL_BINARY[e.name][kind], e.dtype, *args)
-        if e.name == "clamp":
+        if e.name == "clamp" and kind != "b":
             return self.glsl({"f": GLSL.FClamp, "i": GLSL.SClamp, "u": GLSL.UClamp}[kind], e.dtype, *args)
         if e.name == "fma":
             return self.glsl(GLSL.Fma, e.dtype, *args)
         if e.name == "floordiv":
             return self.floordiv(*args, e.dtype)
-        raise NotImplementedError(f"SPIR-V: no intrinsic {e.name!r} of {len(e.args)} operands")
+        raise SPIRVError(f"no SPIR-V for the intrinsic {e.name} of {len(e.args)} operands in {print_texpr(e)}")
 
     def select(self, e: Select) -> int:
         cond = self.value(e.cond)
@@ -212,9 +217,22 @@ class ExpressionEmitter:
         if want == "f":
             return self.op(Op.ConvertSToF if have == "i" else Op.ConvertUToF, target, x)
         if have == "f":
-            return self.op(Op.ConvertFToS if want == "i" else Op.ConvertFToU, target, x)
+            return self.float_to_int(x, source, target)
         assert lanes_of(source)[1] == lanes
         return self.op(Op.Bitcast, target, x)  # i32 <-> u32 keep their bits
+
+    def float_to_int(self, x: int, source: str, target: str) -> int:
+        """A saturating conversion, as WGSL's: NaN becomes 0 and a value out of range the nearest
+        bound. OpConvertFToS and OpConvertFToU alone are undefined outside the integer's range."""
+        lanes = lanes_of(target)[1]
+        wide = vector_of("f32", lanes)
+        if lanes_of(source)[0] == "f16":
+            x = self.op(Op.FConvert, wide, x)  # f16 bounds would round to infinity
+        low, high = F32_INT_BOUNDS[lanes_of(target)[0]]
+        c = self.types.constant
+        number = self.op(Op.Select, wide, self.op(Op.IsNan, vector_of("bool", lanes), x), c(0.0, wide), x)
+        clamped = self.glsl(GLSL.FClamp, wide, number, c(low, wide), c(high, wide))
+        return self.op(Op.ConvertFToS if kind_of(target) == "i" else Op.ConvertFToU, target, clamped)
 
     # -- control flow inside an expression --------------------------------------------------
 
@@ -286,7 +304,10 @@ class ExpressionEmitter:
         return self.op(Op.CompositeConstruct, dtype, *parts)
 
     def subgroup(self, name: str, x: int, dtype: str) -> int:
+        kind = kind_of(dtype)
+        if kind not in SUBGROUP_OPS[name]:
+            raise SPIRVError(f"no SPIR-V for {name} of {dtype}")
         self.module.capability(Capability.GroupNonUniform)
         self.module.capability(Capability.GroupNonUniformArithmetic)
         scope = self.module.constant_u32(Scope.Subgroup)
-        return self.op(SUBGROUP_OPS[name][kind_of(dtype)], dtype, scope, GROUP_OPERATION_REDUCE, x)
+        return self.op(SUBGROUP_OPS[name][kind], dtype, scope, GROUP_OPERATION_REDUCE, x)

@@ -41,6 +41,7 @@ from tessera.tir.ir import (
 
 from .. import entry_name, static_size, vector_accesses
 from .builder import FunctionBuilder, Module
+from .errors import SPIRVError
 from .expressions import ExpressionEmitter
 from .spec import (
     EXTENSION_16BIT_STORAGE,
@@ -158,7 +159,7 @@ class KernelEmitter(ExpressionEmitter):
         scalar = e.name[len(SCALAR_PREFIX):]
         if e.name.startswith(SCALAR_PREFIX) and scalar in self.func.scalars:
             return self.scalar_value(self.func.scalars.index(scalar))
-        raise ValueError(f"kernel {self.func.name}: {e.name} is read before it is declared")
+        raise SPIRVError(f"{e.name} is read before it is declared")
 
     def scalar_value(self, member: int) -> int:
         key = ("scalar", member)
@@ -173,6 +174,8 @@ class KernelEmitter(ExpressionEmitter):
         """A thread coordinate as i32, read once at the top of the kernel."""
         key = ("builtin", e.kind, e.axis)
         if key not in self.preamble_values:
+            if e.kind not in BUILTINS:
+                raise SPIRVError(f"no SPIR-V built-in for the thread coordinate {e.kind}")
             builtin, components = BUILTINS[e.kind]
             u32 = self.types.of("u32")
             value_type = u32 if components == 1 else self.module.type_vector(u32, components)
@@ -190,14 +193,16 @@ class KernelEmitter(ExpressionEmitter):
         return self.preamble_values[key]
 
     def element_pointer(self, buffer: Buffer, index: int, lanes: int) -> int:
+        if buffer.name not in self.arrays:
+            raise SPIRVError(f"{buffer.name} is neither a parameter nor a scratch buffer of the kernel")
         array = self.arrays[buffer.name]
         declared_lanes = lanes_of(array.element)[1]
         indices, element = [index], array.element
         if lanes != declared_lanes:
             # One lane of a buffer declared as vectors: the vector, then the lane within it.
             if lanes != 1:
-                raise NotImplementedError(f"kernel {self.func.name}: {buffer.name} is read with {lanes} and "
-                                          f"{declared_lanes} lanes")
+                raise SPIRVError(f"{buffer.name} is accessed with {lanes} and with {declared_lanes} lanes; "
+                                 "SPIR-V reads a vector buffer a vector or one lane at a time")
             count = self.types.constant(declared_lanes, "i32")
             indices = [self.op(Op.SDiv, "i32", index, count), self.op(Op.SRem, "i32", index, count)]
             element = lanes_of(array.element)[0]
@@ -238,13 +243,14 @@ class KernelEmitter(ExpressionEmitter):
             workgroup = self.module.constant_u32(Scope.Workgroup)
             fn.emit(Op.ControlBarrier, None, workgroup, workgroup, self.module.constant_u32(semantics))
         else:
-            raise TypeError(f"SPIR-V: cannot emit {s!r} (was the kernel lowered for SPIR-V?)")
+            raise SPIRVError(f"no SPIR-V for the statement {type(s).__name__} (was the kernel lowered for "
+                             "SPIR-V?)")
 
     def local_variable(self, var: Local) -> int:
         for scope in reversed(self.scopes):
             if var.name in scope:
                 return scope[var.name][0]
-        raise ValueError(f"kernel {self.func.name}: {var.name} is assigned before it is declared")
+        raise SPIRVError(f"{var.name} is assigned before it is declared")
 
     def if_then(self, s: IfThen) -> None:
         fn, fresh = self.fn, self.module.fresh

@@ -66,6 +66,7 @@ class Op:
     UMod = 137
     SRem = 138
     FRem = 140
+    IsNan = 156
     LogicalEqual = 164
     LogicalNotEqual = 165
     LogicalOr = 166

@@ -8,6 +8,7 @@ import numpy as np
 from tessera.tir.ir import lanes_of
 
 from .builder import Module
+from .errors import SPIRVError
 
 # Bytes of one scalar in a storage buffer (ArrayStride of a buffer's runtime array).
 SCALAR_BYTES = {"f32": 4, "f16": 2, "i32": 4, "u32": 4}
@@ -16,7 +17,10 @@ SCALAR_BYTES = {"f32": 4, "f16": 2, "i32": 4, "u32": 4}
 def kind_of(dtype: str) -> str:
     """What decides the instruction: "f" (f32, f16), "i" (signed i32), "u" (u32) or "b" (bool)."""
     scalar, _ = lanes_of(dtype)
-    return {"f32": "f", "f16": "f", "i32": "i", "u32": "u", "bool": "b"}[scalar]
+    kinds = {"f32": "f", "f16": "f", "i32": "i", "u32": "u", "bool": "b"}
+    if scalar not in kinds:
+        raise SPIRVError(f"SPIR-V kernels have no type for {dtype}")
+    return kinds[scalar]
 
 
 class KernelTypes:
@@ -38,7 +42,7 @@ class KernelTypes:
             return m.type_int(32, dtype == "i32")
         if dtype in ("f32", "f16"):
             return m.type_float(int(dtype[1:]))
-        raise TypeError(f"SPIR-V kernels have no type for {dtype!r}")
+        raise SPIRVError(f"SPIR-V kernels have no type for {dtype}")
 
     def constant(self, value, dtype: str) -> int:
         """``value`` as a constant of ``dtype``; a vector dtype splats it to every lane."""

@@ -4,21 +4,34 @@ language without touching tests/codegen.
 
 Each kernel test runs with a ``check_op`` that records its case and legalizes it for the given
 target as the real one does (without running it), so the test's own assertions on the returned
-kernels still hold as far as they can.
+kernels still hold as far as they can; a test that builds its module itself with the harness's
+``build(make, params)`` contributes that call as a case too. The test then fails once it needs a
+device (it has ``runner=None``), which is expected; a test that contributes no case at all is
+listed by ``kernel_tests_without_cases`` unless ``BUILDS_ITS_OWN_MODULE`` names it.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import itertools
 
+import harness
 from harness import build
 from tessera.ir import Function
 from tessera.transform import legalize_ops
 
 KERNEL_TEST_MODULES = ("test_elementwise_kernels", "test_layout_kernels", "test_quantized_kernels",
                        "test_reduction_kernels", "test_sampling_kernels")
+
+# Kernel tests whose module is no (make, params) case, so that they contribute none here; a test
+# is listed with the reason. (Tests without a ``runner`` argument check numpy references only and
+# are skipped, not listed.)
+BUILDS_ITS_OWN_MODULE = {
+    # BlockBuilder plus fuse_ops / fuse_tir: its fused kernels come from no single operator call.
+    "test_quantized_kernels::test_epilogues_fuse_into_the_quantized_kernel",
+}
 
 
 def _parametrizations(test) -> list[dict]:
@@ -42,13 +55,12 @@ class CaseError(Exception):
 
 
 @functools.cache
-def kernel_test_cases(target) -> tuple[tuple[str, object, list], ...]:
-    """(test id, make, params) of every check_op call in the kernel tests; ``target`` is what each
-    case is legalized for while its test runs (a CaseError if one does not legalize)."""
-    cases = []
+def _collect(target) -> tuple[tuple[tuple[str, object, list], ...], dict[str, str]]:
+    """(cases, {test function: the error it stopped on, for each test that gave no case})."""
+    cases, silent = [], {}
     for module_name in KERNEL_TEST_MODULES:
         module = importlib.import_module(module_name)
-        real_check_op = module.check_op
+        real_check_op, real_build = module.check_op, getattr(module, "build", None)
 
         def record(runner, make, params, *, _id=None, target=None, _default=target, **_):
             cases.append((_id[0], make, list(params)))
@@ -58,20 +70,45 @@ def kernel_test_cases(target) -> tuple[tuple[str, object, list], ...]:
                 raise CaseError(f"{_id[0]}: {error}") from error
             return lowered, [f for f in lowered.functions.values() if not isinstance(f, Function)]
 
+        def record_build(make, params, _id=None):
+            cases.append((_id[0], make, list(params)))
+            return build(make, params)
+
         for name in dir(module):
             test = getattr(module, name)
             if not name.startswith("test_") or not callable(test):
                 continue
+            if "runner" not in inspect.signature(test).parameters:
+                continue  # runs no kernel (a numpy reference against ggml's, say)
+            before, stopped = len(cases), None
             for args in _parametrizations(test):
                 shown = ",".join(f"{k}={getattr(v, 'name', v)}" for k, v in sorted(args.items()))
                 test_id = [f"{module_name}::{name}[{shown}]"]
                 module.check_op = lambda *a, _i=test_id, **k: record(*a, _id=_i, **k)
+                # Tests that legalize by hand call build (imported into the module, or from harness).
+                module.build = harness.build = lambda make, params, _i=test_id: record_build(make, params, _i)
                 try:
                     test(runner=None, **args)
                 except CaseError:
                     raise
-                except Exception:
-                    pass  # what the test does after check_op: runs kernels, asserts on WGSL, asks a fixture
+                except Exception as error:  # what the test does after check_op: runs kernels, asks a fixture
+                    stopped = stopped or f"{type(error).__name__}: {error}"
                 finally:
-                    module.check_op = real_check_op
-    return tuple(cases)
+                    module.check_op, harness.build = real_check_op, build
+                    if real_build is not None:
+                        module.build = real_build
+            if len(cases) == before and f"{module_name}::{name}" not in BUILDS_ITS_OWN_MODULE:
+                silent[f"{module_name}::{name}"] = stopped or "returned without a case"
+    return tuple(cases), silent
+
+
+def kernel_test_cases(target) -> tuple[tuple[str, object, list], ...]:
+    """(test id, make, params) of every check_op (or build) call in the kernel tests; ``target`` is
+    what each case is legalized for while its test runs (a CaseError if one does not legalize)."""
+    return _collect(target)[0]
+
+
+def kernel_tests_without_cases(target) -> dict[str, str]:
+    """The kernel tests that gave no case and are not in ``BUILDS_ITS_OWN_MODULE``, each with the
+    error it stopped on: a test the codegen checks silently drop, which should be empty."""
+    return _collect(target)[1]

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 import tessera
 from harness import build
-from kernel_cases import kernel_test_cases
+from kernel_cases import kernel_test_cases, kernel_tests_without_cases
 from tessera import arith, op
 from tessera.codegen import get_backend
-from tessera.codegen.spirv import emit_spirv
+from tessera.codegen.spirv import SPIRVError, emit_spirv
 from tessera.codegen.spirv.spec import GLSL, BuiltIn, Capability, Decoration, Op, StorageClass
 from tessera.ir import Function, Tensor
+from tessera.ir.errors import TesseraError
 from tessera.op.lowering import LegalizeError
 from tessera.target import SHADER_F16, Target
 from tessera.tir.ir import (
@@ -88,6 +89,13 @@ def assert_valid(kernels, compiled) -> None:
 def test_the_kernel_tests_cover_float16_and_many_operators():
     assert len(CASES) > 100
     assert any(p.dtype == F16 for _, _, params in CASES for p in params if hasattr(p, "dtype"))
+
+
+def test_every_kernel_test_gives_cases():
+    """A kernel test that stops before its first check_op or build (a new helper, say) would check no
+    language here: it is named, with what stopped it, unless kernel_cases lists why it cannot."""
+    silent = kernel_tests_without_cases(Target.preset("lavapipe"))
+    assert not silent, "kernel tests that give no case:\n" + "\n".join(f"{t}: {e}" for t, e in silent.items())
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -257,6 +265,78 @@ def test_structured_control_flow_runs_on_vulkan():
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
         for g, e in zip(got[1:], want[1:]):
             np.testing.assert_array_equal(g, e)
+
+
+def casts_kernel():
+    """Float to integer casts: as_i32[i] = i32(x[i]) and as_u32[i] = u32(x[i]), then the same from f16
+    (h) and from x read as 4-lane vectors (by the first n / 4 threads)."""
+    n = arith.Var("n")
+    lid, wid = Builtin("local_id", 0), Builtin("workgroup_id", 0)
+    x, h = Buffer("x", "f32", (n,), "global", "float32"), Buffer("h", "f16", (n,), "global", "float16")
+    outs = [Buffer(f"{source}_{dtype}", dtype, (n,), "global", {"i32": "int32", "u32": "uint32"}[dtype])
+            for source in ("f32", "f16", "f32x4") for dtype in ("i32", "u32")]
+    i = Local("i")
+    body = (
+        Declare(i, binary("+", binary("*", wid, Const(64)), lid)),
+        IfThen(binary("<", i, from_prim(n)), tuple(
+            Store(out, i, Cast(Load(source, i), out.dtype)) for source, out in zip((x, x, h, h), outs))),
+        IfThen(binary("<", i, binary("/", from_prim(n), Const(4))), tuple(
+            Store(out, i, Cast(Load(x, i, 4), f"{out.dtype}x4"), 4) for out in outs[4:])),
+    )
+    return PrimFunc("casts", (x, h), tuple(outs), ("n",), body, (64, 1, 1),
+                    (arith.simplify((n + 63) // 64), arith.IntImm(1), arith.IntImm(1)))
+
+
+def saturated(x: np.ndarray, dtype) -> np.ndarray:
+    """WGSL's float -> integer conversion: NaN is 0, and values beyond the integer's range go to the
+    nearest float inside it (2**31 - 128 for i32, 2**32 - 256 for u32), then toward zero."""
+    high = {np.int32: 2147483520.0, np.uint32: 4294967040.0}[dtype]
+    low = -2147483648.0 if dtype is np.int32 else 0.0
+    wide = np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=high, neginf=low)
+    return np.trunc(np.clip(wide, low, high)).astype(dtype)
+
+
+def test_float_to_integer_casts_saturate_on_vulkan():
+    """OpConvertFToS/FToU are undefined out of range (lavapipe gave i32(1e10) = -2**31, u32(-3.0) =
+    4294967293): the emitter clamps first and sends NaN to 0, so SPIR-V agrees with WGSL."""
+    from tessera.vm.vulkan_runner import VulkanKernelRunner
+
+    values = [1e10, -1e10, -3.0, 3.7, -3.7, np.nan, np.inf, -np.inf, 0.0, 2147483647.0, 4294967295.0, 65504.0]
+    x = np.array(values, np.float32)
+    with np.errstate(over="ignore"):
+        h = x.astype(np.float16)  # 1e10 and 2**31 become inf in f16
+    assert spirv_tool("spirv-val", emit_spirv(casts_kernel()).binary, "--target-env", "vulkan1.1").returncode == 0
+    got = VulkanKernelRunner().run(casts_kernel(), [x, h], {"n": len(values)})
+    want = [saturated(x, np.int32), saturated(x, np.uint32), saturated(h, np.int32), saturated(h, np.uint32),
+            saturated(x, np.int32), saturated(x, np.uint32)]
+    names = [f"{source}->{dtype}" for source in ("f32", "f16", "f32x4") for dtype in ("i32", "u32")]
+    for name, g, e in zip(names, got, want):
+        np.testing.assert_array_equal(g, e, err_msg=f"{name} of {values}")
+    assert got[0][:3].tolist() == [2147483520, -2147483648, -3] and got[1][2] == 0
+
+
+def test_what_spirv_cannot_express_is_a_tessera_error_naming_the_kernel():
+    n = arith.Var("n")
+    x, y = Buffer("x", "f32", (n,), "global", "float32"), Buffer("y", "f32", (n,), "global", "float32")
+    i = Builtin("local_id", 0)
+
+    def kernel(*body, name="odd"):
+        return PrimFunc(name, (x,), (y,), ("n",), body, (64, 1, 1), (arith.IntImm(1),) * 3)
+
+    cases = [
+        (kernel(Store(y, i, Call("hypot", (Load(x, i), Load(x, i)), "f32"))),
+         r"kernel odd: no SPIR-V for the intrinsic hypot of 2 operands in hypot\(x\[local_id.x\], x\[local_id.x\]\)"),
+        (kernel(Store(y, i, binary("&", Load(x, i), Load(x, i)))), r"kernel odd: no SPIR-V instruction for & of f32"),
+        (kernel(Store(y, i, Load(x, i, 4), 4), Store(y, i, Load(x, i, 2), 2), name="lanes"),
+         r"kernel lanes: y is accessed with [24] and with [24] lanes"),
+        (kernel(Assign(Local("t", "f32"), Load(x, i))), r"kernel odd: t is assigned before it is declared"),
+    ]
+    for func, message in cases:
+        with pytest.raises(SPIRVError, match=message):
+            emit_spirv(func)
+    bytes_buffer = Buffer("b", "u32", (n,), "global", "int8")
+    with pytest.raises(TesseraError, match="kernel bytes: b holds int8 tensors"):
+        emit_spirv(PrimFunc("bytes", (bytes_buffer,), (y,), ("n",), (), (64, 1, 1), (arith.IntImm(1),) * 3))
 
 
 # -- the specification's numbers, against spirv-tools ------------------------------------------------

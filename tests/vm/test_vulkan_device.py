@@ -133,9 +133,13 @@ def device(request):
 
 
 @pytest.fixture(scope="module")
-def axpy(device, tmp_path_factory):
-    code = assemble(AXPY, tmp_path_factory.mktemp("spirv"))
-    (kernel,) = device.load_kernels([axpy_record()], {"kernels/axpy.spv": code})
+def axpy_code(tmp_path_factory):
+    return assemble(AXPY, tmp_path_factory.mktemp("spirv"))
+
+
+@pytest.fixture(scope="module")
+def axpy(device, axpy_code):
+    (kernel,) = device.load_kernels([axpy_record()], {"kernels/axpy.spv": axpy_code})
     return kernel
 
 
@@ -259,6 +263,21 @@ def test_freed_and_dropped_objects_are_destroyed_once_unused(device, axpy):
     assert len(device._owned) == live
 
 
+def test_descriptor_pools_are_reused_and_released_when_empty(device, axpy):
+    """Sets freed from any pool are reused, and an empty pool other than the newest is destroyed:
+    rounds of 300 binds (more than a pool's 256 sets) then drops keep two pools at most."""
+    va = upload(device, np.ones(8))
+    gc.collect()
+    device.synchronize()
+    for _ in range(4):
+        bound = [device.bind(axpy, [va, va, va]) for _ in range(300)]
+        assert len(device._descriptor_pools) <= 2
+        del bound
+        gc.collect()
+        device.synchronize()
+        assert len(device._descriptor_pools) == 1 and device._descriptor_pools[0].live_sets == 0
+
+
 # -- errors ------------------------------------------------------------------------------------
 
 
@@ -282,6 +301,57 @@ def test_an_executable_of_another_backend_is_refused(device):
 def test_a_module_that_is_not_spirv_is_refused(device):
     with pytest.raises(DeviceError, match="not SPIR-V"):
         device.load_kernels([axpy_record()], {"kernels/axpy.spv": b"@compute fn main() {}"})
+
+
+def test_a_truncated_module_is_refused_before_the_driver_sees_it(device, axpy_code):
+    with pytest.raises(DeviceError, match="kernel axpy: the SPIR-V module .* is truncated or corrupt"):
+        device.load_kernels([axpy_record()], {"kernels/axpy.spv": axpy_code[:len(axpy_code) // 2 // 4 * 4]})
+
+
+def test_a_module_the_driver_refuses_is_a_device_error(device, monkeypatch):
+    vk = device.vk
+
+    def refuse(*_):
+        raise vk.VkErrorOutOfHostMemory()
+
+    monkeypatch.setattr(vk, "vkCreateShaderModule", refuse)  # lavapipe itself creates a module from any bytes
+    header_only = np.array([0x07230203, 0x00010300, 0, 1, 0], "<u4").tobytes()
+    with pytest.raises(DeviceError, match="kernel axpy: the Vulkan driver refused its SPIR-V module .*OutOfHostMemory"):
+        device.load_kernels([axpy_record()], {"kernels/axpy.spv": header_only})
+
+
+def layouts_left(device, monkeypatch) -> dict:
+    """Counts of descriptor-set and pipeline layouts created and not destroyed from now on."""
+    vk, left = device.vk, {"set": 0, "pipeline": 0}
+    for kind, create, destroy in (("set", "vkCreateDescriptorSetLayout", "vkDestroyDescriptorSetLayout"),
+                                  ("pipeline", "vkCreatePipelineLayout", "vkDestroyPipelineLayout")):
+        def counted(fn, step, kind=kind):
+            def call(*args):
+                left[kind] += step
+                return fn(*args)
+            return call
+        monkeypatch.setattr(vk, create, counted(getattr(vk, create), 1))
+        monkeypatch.setattr(vk, destroy, counted(getattr(vk, destroy), -1))
+    return left
+
+
+def test_a_refused_kernel_leaves_no_layouts_behind(device, axpy_code, monkeypatch):
+    vk = device.vk
+    left = layouts_left(device, monkeypatch)
+    record = axpy_record()
+    record["entry_point"] = "not_built_yet"  # a kernel the device has not cached
+    record["abi"]["scalars"] = [{"name": f"s{i}", "passed": "push_constant", "offset": 4 * i}
+                                for i in range(device.adapter.max_push_constant_bytes // 4 + 1)]
+    with pytest.raises(DeviceError, match="scalars; the device's push constants hold"):
+        device.load_kernels([record], {"kernels/axpy.spv": axpy_code})
+
+    def refuse(*_):
+        raise vk.VkErrorOutOfDeviceMemory()
+
+    monkeypatch.setattr(vk, "vkCreateComputePipelines", refuse)
+    with pytest.raises(DeviceError, match="could not build its pipeline"):
+        device.load_kernels([axpy_record() | {"entry_point": "not_built_yet"}], {"kernels/axpy.spv": axpy_code})
+    assert left == {"set": 0, "pipeline": 0}
 
 
 def test_an_unknown_device_name_says_what_exists(device, monkeypatch):

@@ -10,7 +10,8 @@ waiting. Otherwise buffers are device-local and bytes travel through host-visibl
 buffers copied in the command stream. A buffer is destroyed when it is freed or garbage
 collected (the kernel runner, like wgpu-py's users, just drops its buffers), a bound kernel's
 descriptor set when the bound kernel is collected; either waits until no pending command can
-still use it.
+still use it. Descriptor sets come from pools of 256, the one with room that was opened last; a
+pool left empty is destroyed unless it is the newest.
 
 Synchronization. Launches, copies and staged uploads are recorded, in call order, into one
 command buffer, each after a memory barrier that orders it after every earlier command
@@ -77,6 +78,14 @@ class VulkanKernel:
 
 
 @dataclass(eq=False)
+class DescriptorPool:
+    """A VkDescriptorPool and how many of its sets are live (allocated and not yet freed)."""
+
+    handle: object
+    live_sets: int = 0
+
+
+@dataclass(eq=False)
 class BoundVulkanKernel:
     kernel: VulkanKernel
     descriptor_set: object
@@ -128,7 +137,7 @@ class VulkanDevice(Device):
         self._keys = itertools.count()
         self._modules: dict[str, object] = {}  # sha256 -> VkShaderModule
         self._kernels: dict[tuple[str, str], VulkanKernel] = {}
-        self._descriptor_pools: list = []
+        self._descriptor_pools: list[DescriptorPool] = []  # the newest last
         self._timestamps = None
 
     # -- what the device has -------------------------------------------------------------------
@@ -301,9 +310,17 @@ class VulkanDevice(Device):
         if digest not in self._modules:
             if len(code) % 4 or len(code) < 20 or int.from_bytes(code[:4], "little") != SPIRV_MAGIC:
                 raise DeviceError(f"kernel {name}: the module is not SPIR-V ({len(code)} bytes, no magic number)")
+            broken = _broken_instruction(code)
+            if broken is not None:
+                raise DeviceError(f"kernel {name}: the SPIR-V module ({len(code)} bytes) is truncated or corrupt: "
+                                  f"{broken}")
             vk = self.vk
             info = vk.VkShaderModuleCreateInfo(codeSize=len(code), pCode=code)
-            self._modules[digest] = vk.vkCreateShaderModule(self.gpu, info, None)
+            try:
+                self._modules[digest] = vk.vkCreateShaderModule(self.gpu, info, None)
+            except vk.VkError as error:
+                raise DeviceError(f"kernel {name}: the Vulkan driver refused its SPIR-V module ({len(code)} bytes, "
+                                  f"{type(error).__name__})") from None
         return self._modules[digest]
 
     def _create_pipeline(self, name: str, record: dict, module) -> VulkanKernel:
@@ -313,15 +330,15 @@ class VulkanDevice(Device):
         if not_pushed:
             raise DeviceError(f"kernel {name}: the Vulkan device passes scalars as push constants, not "
                               f"{', '.join(not_pushed)}")
+        push_bytes = 4 * len(abi["scalars"])
+        if push_bytes > self.adapter.max_push_constant_bytes:
+            raise DeviceError(f"kernel {name} has {len(abi['scalars'])} scalars; the device's push constants hold "
+                              f"{self.adapter.max_push_constant_bytes // 4}")
         indices = [b["index"] for b in abi["bindings"]]
         compute = vk.VK_SHADER_STAGE_COMPUTE_BIT
         set_layout = vk.vkCreateDescriptorSetLayout(self.gpu, vk.VkDescriptorSetLayoutCreateInfo(pBindings=[
             vk.VkDescriptorSetLayoutBinding(binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                             descriptorCount=1, stageFlags=compute) for i in indices]), None)
-        push_bytes = 4 * len(abi["scalars"])
-        if push_bytes > self.adapter.max_push_constant_bytes:
-            raise DeviceError(f"kernel {name} has {len(abi['scalars'])} scalars; the device's push constants hold "
-                              f"{self.adapter.max_push_constant_bytes // 4}")
         ranges = [vk.VkPushConstantRange(stageFlags=compute, offset=0, size=push_bytes)] if push_bytes else None
         layout = vk.vkCreatePipelineLayout(self.gpu, vk.VkPipelineLayoutCreateInfo(
             pSetLayouts=[set_layout], pPushConstantRanges=ranges), None)
@@ -332,6 +349,8 @@ class VulkanDevice(Device):
         try:
             (pipeline,) = vk.vkCreateComputePipelines(self.gpu, vk.VK_NULL_HANDLE, 1, [info], None)
         except vk.VkError as error:
+            vk.vkDestroyPipelineLayout(self.gpu, layout, None)
+            vk.vkDestroyDescriptorSetLayout(self.gpu, set_layout, None)
             raise DeviceError(f"kernel {name}: the Vulkan driver could not build its pipeline "
                               f"({type(error).__name__})") from None
         del stage
@@ -367,28 +386,45 @@ class VulkanDevice(Device):
         self._own(bound, self._free_set, pool, descriptor_set)
         return bound
 
-    def _free_set(self, pool, descriptor_set) -> None:
-        self.vk.vkFreeDescriptorSets(self.gpu, pool, 1, [descriptor_set])
-
-    def _allocate_set(self, set_layout):
-        """(pool, a descriptor set from it): from the newest pool, opening a new pool when it is full.
-        The VM binds each (kernel, views) once and launches it many times, so sets are few."""
+    def _free_set(self, pool: DescriptorPool, descriptor_set) -> None:
+        """Frees a set (once no command can use it); a pool left empty is destroyed unless it is the
+        newest, so a long run of bind-and-drop (the kernel runner's) keeps one or two pools."""
         vk = self.vk
-        for attempt in range(2):
-            if attempt or not self._descriptor_pools:
-                sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                                 descriptorCount=SETS_PER_POOL * BUFFERS_PER_SET)]
-                self._descriptor_pools.append(vk.vkCreateDescriptorPool(self.gpu, vk.VkDescriptorPoolCreateInfo(
-                    flags=vk.VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT, maxSets=SETS_PER_POOL,
-                    pPoolSizes=sizes), None))
-            info = vk.VkDescriptorSetAllocateInfo(descriptorPool=self._descriptor_pools[-1], descriptorSetCount=1,
+        vk.vkFreeDescriptorSets(self.gpu, pool.handle, 1, [descriptor_set])
+        pool.live_sets -= 1
+        if pool.live_sets == 0 and pool is not self._descriptor_pools[-1]:
+            self._descriptor_pools.remove(pool)
+            vk.vkDestroyDescriptorPool(self.gpu, pool.handle, None)
+
+    def _allocate_set(self, set_layout) -> tuple[DescriptorPool, object]:
+        """(pool, a descriptor set from it): from a pool with room, the newest first, opening a new pool
+        when none has. The VM binds each (kernel, views) once and launches it many times, so sets are few."""
+        vk = self.vk
+
+        def allocate(pool: DescriptorPool):
+            info = vk.VkDescriptorSetAllocateInfo(descriptorPool=pool.handle, descriptorSetCount=1,
                                                   pSetLayouts=[set_layout])
-            try:
-                return self._descriptor_pools[-1], vk.vkAllocateDescriptorSets(self.gpu, info)[0]
-            except (vk.VkErrorOutOfPoolMemory, vk.VkErrorFragmentedPool):
-                if attempt:
-                    raise DeviceError("a kernel needs more storage buffers than a descriptor pool holds") from None
-        raise AssertionError("unreachable")
+            return vk.vkAllocateDescriptorSets(self.gpu, info)[0]
+
+        for pool in reversed(self._descriptor_pools):
+            if pool.live_sets < SETS_PER_POOL:
+                try:
+                    descriptor_set = allocate(pool)
+                except (vk.VkErrorOutOfPoolMemory, vk.VkErrorFragmentedPool):
+                    continue  # room for sets, not for this one's buffers
+                pool.live_sets += 1
+                return pool, descriptor_set
+        sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                         descriptorCount=SETS_PER_POOL * BUFFERS_PER_SET)]
+        pool = DescriptorPool(vk.vkCreateDescriptorPool(self.gpu, vk.VkDescriptorPoolCreateInfo(
+            flags=vk.VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT, maxSets=SETS_PER_POOL, pPoolSizes=sizes), None))
+        self._descriptor_pools.append(pool)
+        try:
+            descriptor_set = allocate(pool)
+        except (vk.VkErrorOutOfPoolMemory, vk.VkErrorFragmentedPool):
+            raise DeviceError("a kernel needs more storage buffers than a descriptor pool holds") from None
+        pool.live_sets += 1
+        return pool, descriptor_set
 
     def launch(self, bound: BoundVulkanKernel, scalars: list[int], grid: list[int]) -> None:
         kernel = bound.kernel
@@ -467,7 +503,8 @@ class VulkanDevice(Device):
         for module in self._modules.values():
             vk.vkDestroyShaderModule(gpu, module, None)
         for pool in self._descriptor_pools:
-            vk.vkDestroyDescriptorPool(gpu, pool, None)
+            vk.vkDestroyDescriptorPool(gpu, pool.handle, None)
+        self._descriptor_pools.clear()
         if self._timestamps is not None:
             vk.vkDestroyQueryPool(gpu, self._timestamps, None)
         vk.vkDestroyDevice(gpu, None)
@@ -490,6 +527,20 @@ def _push_constants(kernel: VulkanKernel, scalars: list[int]) -> np.ndarray:
     if bad:
         raise DeviceError(f"kernel {kernel.name}: scalar {bad[0]} does not fit the 32-bit push constant")
     return np.array([v & 0xFFFFFFFF for v in values], np.uint32)
+
+
+def _broken_instruction(code: bytes) -> str | None:
+    """Where the instruction stream of a SPIR-V module does not add up, or None. Drivers need not
+    check (lavapipe creates a module from any bytes), and the validation layer aborts the process
+    on an instruction whose word count runs past the end."""
+    words = np.frombuffer(code, "<u4").tolist()
+    at = 5  # after the header
+    while at < len(words):
+        count = words[at] >> 16
+        if count == 0 or at + count > len(words):
+            return f"the instruction at word {at} claims {count} words, {len(words) - at} remain"
+        at += count
+    return None
 
 
 def _memory_properties(vk, physical) -> tuple[list[tuple[int, int]], int]:
