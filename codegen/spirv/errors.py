@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from tessera.ir.errors import TesseraError
+from .. import CodegenError
 
 
-class SPIRVError(TesseraError):
+class SPIRVError(CodegenError):
     """A lowered kernel that has no SPIR-V form: a dtype, an operator or a construct the emitter
     does not write. Raised where the problem is found, without the kernel's name;
     ``emit_spirv`` adds it (``kernel <name>: ...``)."""

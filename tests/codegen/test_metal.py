@@ -14,7 +14,7 @@ import os
 import pytest
 import tessera
 from harness import build
-from kernel_cases import kernel_test_cases
+from kernel_cases import kernel_test_cases, kernel_tests_without_cases
 from metal_check import MetalCheckError, check_metal
 from tessera import nn, op
 from tessera.codegen import get_backend
@@ -65,6 +65,12 @@ def test_every_smollm2_kernel_compiles_as_msl(smollm2_metal):
 
 
 CASES = kernel_test_cases(METAL)
+
+
+def test_every_kernel_test_gives_cases():
+    """As for SPIR-V: no kernel test silently contributes nothing to the Metal check."""
+    silent = kernel_tests_without_cases(METAL)
+    assert not silent, "kernel tests that give no case:\n" + "\n".join(f"{t}: {e}" for t, e in silent.items())
 
 
 def test_the_kernel_tests_cover_float16_and_many_operators():
