@@ -70,6 +70,10 @@ def test_kernels_of_another_backend_are_refused(device):
     exe = tessera.build(_small_module(), "llvmpipe")
     with pytest.raises(DeviceError, match="the opencl device runs opencl kernels; this executable's are wgsl"):
         VirtualMachine(exe, device)
+    vulkan = tessera.build(_small_module(), "vulkan")  # a Vulkan build handed to the OpenCL VM by name
+    with pytest.raises(DeviceError, match="the opencl device runs opencl kernels; this executable's are spirv "
+                                          r"\(built for target 'vulkan'\)"):
+        VirtualMachine(vulkan, device="opencl")
 
 
 def test_a_record_the_device_cannot_run_is_refused_before_building(device):
