@@ -50,7 +50,8 @@ def test_targets_lists_every_registered_preset():
     result = run("targets")
     assert result.returncode == 0, result.stderr
     listed = {line.split()[0]: line for line in result.stdout.splitlines()}
-    assert set(listed) == set(presets())
+    # Every preset of the built-in backends (a test's plugin may have registered more in this process).
+    assert {"webgpu", "llvmpipe", "wasm", "vulkan", "lavapipe", "opencl", "pocl", "metal"} <= set(listed) <= set(presets())
     assert "webgpu: any WebGPU device" in listed["webgpu"]
 
 
