@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from tessera import arith
 from tessera.ir.errors import TesseraError
-from tessera.target import REQUIRED_LIMITS, Target
+from tessera.target import REQUIRED_LIMITS, SHADER_F16, Target
 from tessera.tir.ir import Buffer, Load, PrimFunc, Store, lanes_of, walk_dtypes, walk_expr, walk_stmts
 
 # Bytes of an element in workgroup memory (which holds compute types, not storage types).
@@ -80,6 +80,40 @@ class Backend:
 
     def __repr__(self) -> str:
         return f"<backend {self.name}: {self.language}, run by {', '.join(self.device_kinds)}>"
+
+
+class ModulePerKernelBackend(Backend):
+    """A backend that writes one module file per kernel, ``kernels/NNN_<entry point>.<extension>``
+    (WGSL, SPIR-V, OpenCL C, Metal). A subclass says how a kernel is spelled (``render``, given the
+    kernel as scheduled: it lowers it for its language) and how its scalars are passed
+    (``scalar_abi``); a kernel needs shader-f16 when it holds f16 values and the target's subgroup
+    feature when its schedule used subgroups, unless ``requirements`` says otherwise."""
+
+    extension: str = ""
+
+    def render(self, func: PrimFunc, target: Target) -> bytes:
+        raise NotImplementedError
+
+    def scalar_abi(self, func: PrimFunc) -> list[dict]:
+        raise NotImplementedError
+
+    def requirements(self, func: PrimFunc, target: Target) -> dict:
+        features = [SHADER_F16] if uses_dtype(func, "f16") else []
+        if func.attrs.get("subgroups"):
+            features.append(target.subgroup_feature)
+        return {"features": features, "limits": kernel_limits(func)}
+
+    def compile(self, kernels, target, progress=None) -> CompiledKernels:
+        out = CompiledKernels()
+        for index, func in enumerate(kernels):
+            if progress is not None:
+                progress("kernels", index, len(kernels))
+            entry = entry_name(func)
+            path = f"kernels/{index:03d}_{entry}.{self.extension}"
+            out.modules[path] = self.render(func, target)
+            out.kernels.append(CompiledKernel(func.name, self.name, path, entry, tuple(func.workgroup_size),
+                                              kernel_abi(func, self.scalar_abi(func)), self.requirements(func, target)))
+        return out
 
 
 _BACKENDS: dict[str, Backend] = {}

@@ -11,42 +11,24 @@ from __future__ import annotations
 from tessera.target import SHADER_F16, TargetKind, register_kind, register_preset
 from tessera.tir.lower import lower_kernel
 
-from .. import (
-    Backend,
-    CompiledKernel,
-    CompiledKernels,
-    entry_name,
-    kernel_abi,
-    kernel_limits,
-    register_backend,
-    uses_dtype,
-)
+from .. import ModulePerKernelBackend, register_backend
 from . import LOWERING, emit_metal
 
 
-class MetalBackend(Backend):
+class MetalBackend(ModulePerKernelBackend):
     name = "metal"
     language = "Metal Shading Language 2.x"
     binary = False
     device_kinds = ("metal",)
+    extension = "metal"
 
-    def compile(self, kernels, target, progress=None) -> CompiledKernels:
-        out = CompiledKernels()
-        for index, func in enumerate(kernels):
-            if progress is not None:
-                progress("kernels", index, len(kernels))
-            entry = entry_name(func)
-            path = f"kernels/{index:03d}_{entry}.metal"
-            out.modules[path] = emit_metal(lower_kernel(func, LOWERING)).encode()
-            features = [SHADER_F16] if uses_dtype(func, "f16") else []
-            if func.attrs.get("subgroups"):
-                features.append(target.subgroup_feature)
-            scalars = [{"name": s, "passed": "buffer", "binding": len(func.params), "offset": 4 * i}
-                       for i, s in enumerate(func.scalars)]
-            out.kernels.append(CompiledKernel(
-                func.name, self.name, path, entry, tuple(func.workgroup_size), kernel_abi(func, scalars),
-                {"features": features, "limits": kernel_limits(func)}))
-        return out
+    def render(self, func, target) -> bytes:
+        return emit_metal(lower_kernel(func, LOWERING)).encode()
+
+    def scalar_abi(self, func) -> list[dict]:
+        return [{"name": s, "passed": "buffer", "binding": len(func.params), "offset": 4 * i}
+                for i, s in enumerate(func.scalars)]
+
 
 
 register_backend(MetalBackend())

@@ -10,48 +10,32 @@ from __future__ import annotations
 from tessera.target import SHADER_F16, TargetKind, register_kind, register_preset
 from tessera.tir.lower import lower_kernel
 
-from .. import (
-    Backend,
-    CompiledKernel,
-    CompiledKernels,
-    entry_name,
-    kernel_abi,
-    kernel_limits,
-    register_backend,
-    static_size,
-    uses_dtype,
-)
+from .. import ModulePerKernelBackend, register_backend, static_size, uses_dtype
 from . import FP16_EXTENSION, LOWERING, emit_opencl
 
 
-class OpenCLBackend(Backend):
+class OpenCLBackend(ModulePerKernelBackend):
     name = "opencl"
     language = "OpenCL C 1.2"
     binary = False
     device_kinds = ("opencl",)
+    extension = "cl"
 
-    def compile(self, kernels, target, progress=None) -> CompiledKernels:
-        out = CompiledKernels()
+    def render(self, func, target) -> bytes:
+        return emit_opencl(lower_kernel(func, LOWERING), target.has(FP16_EXTENSION)).encode()
+
+    def scalar_abi(self, func) -> list[dict]:
+        first = len(func.params)
+        return [{"name": s, "passed": "argument", "position": first + i} for i, s in enumerate(func.scalars)]
+
+    def requirements(self, func, target) -> dict:
         native_half = target.has(FP16_EXTENSION)
-        for index, func in enumerate(kernels):
-            if progress is not None:
-                progress("kernels", index, len(kernels))
-            entry = entry_name(func)
-            path = f"kernels/{index:03d}_{entry}.cl"
-            out.modules[path] = emit_opencl(lower_kernel(func, LOWERING), native_half).encode()
-            first = len(func.params)
-            scalars = [{"name": s, "passed": "argument", "position": first + i} for i, s in enumerate(func.scalars)]
-            features = []
-            if uses_dtype(func, "f16"):
-                features.append(SHADER_F16)  # f16 tensors: core OpenCL 1.2 stores them with vstore_half
-                if native_half:
-                    features.append(FP16_EXTENSION)  # and computes on them as half
-            limits = kernel_limits(func)
-            if not native_half:
-                limits["maxComputeWorkgroupStorageSize"] = _local_bytes_in_float(func)
-            out.kernels.append(CompiledKernel(func.name, self.name, path, entry, tuple(func.workgroup_size),
-                                              kernel_abi(func, scalars), {"features": features, "limits": limits}))
-        return out
+        needs = super().requirements(func, target)  # f16 tensors: core OpenCL 1.2 stores them with vstore_half
+        if native_half and uses_dtype(func, "f16"):
+            needs["features"].append(FP16_EXTENSION)  # and computes on them as half
+        if not native_half:
+            needs["limits"]["maxComputeWorkgroupStorageSize"] = _local_bytes_in_float(func)
+        return needs
 
 
 def _local_bytes_in_float(func) -> int:

@@ -8,39 +8,26 @@ from __future__ import annotations
 from tessera.target import SHADER_F16, TargetKind, register_kind, register_preset
 from tessera.tir.lower import lower_kernel
 
-from .. import Backend, CompiledKernel, CompiledKernels, kernel_abi, kernel_limits, register_backend, uses_dtype
+from .. import ModulePerKernelBackend, register_backend
 from . import LOWERING, emit_wgsl
 
 
-class WGSLBackend(Backend):
+class WGSLBackend(ModulePerKernelBackend):
     name = "wgsl"
     language = "WGSL"
     binary = False
     device_kinds = ("webgpu",)
+    extension = "wgsl"
 
-    def compile(self, kernels, target, progress=None) -> CompiledKernels:
-        out = CompiledKernels()
+    def render(self, func, target) -> bytes:
         # Browsers want `enable subgroups;` before subgroup builtins; naga (wgpu-native) rejects it.
-        subgroups = target.subgroup_feature
-        for index, func in enumerate(kernels):
-            if progress is not None:
-                progress("kernels", index, len(kernels))
-            uses_subgroups = bool(func.attrs.get("subgroups"))
-            enable = ("subgroups",) if uses_subgroups and subgroups == "subgroups" else ()
-            kernel = emit_wgsl(lower_kernel(func, LOWERING), enable)
-            path = f"kernels/{index:03d}_{kernel.entry_point}.wgsl"
-            out.modules[path] = kernel.source.encode()
-            features = []
-            if uses_dtype(func, "f16"):
-                features.append(SHADER_F16)
-            if uses_subgroups:
-                features.append(subgroups)
-            scalars = [{"name": s, "passed": "uniform", "binding": len(func.params), "offset": 4 * i}
-                       for i, s in enumerate(func.scalars)]
-            out.kernels.append(CompiledKernel(
-                func.name, self.name, path, kernel.entry_point, tuple(kernel.workgroup_size),
-                kernel_abi(func, scalars), {"features": features, "limits": kernel_limits(func)}))
-        return out
+        wanted = func.attrs.get("subgroups") and target.subgroup_feature == "subgroups"
+        return emit_wgsl(lower_kernel(func, LOWERING), ("subgroups",) if wanted else ()).source.encode()
+
+    def scalar_abi(self, func) -> list[dict]:
+        return [{"name": s, "passed": "uniform", "binding": len(func.params), "offset": 4 * i}
+                for i, s in enumerate(func.scalars)]
+
 
 
 register_backend(WGSLBackend())
