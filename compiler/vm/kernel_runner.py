@@ -111,6 +111,5 @@ def default_runner() -> KernelRunner:
     global _RUNNER
     if _RUNNER is None:
         device = WebGPUDevice.shared()
-        limits = {name: device.limit(name) for name in dict(Target("webgpu").limits) if device.limit(name)}
-        _RUNNER = KernelRunner(device, Target("webgpu", device.features, limits, name=device.name))
+        _RUNNER = KernelRunner(device, device.target())
     return _RUNNER

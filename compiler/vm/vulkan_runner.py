@@ -8,21 +8,14 @@ Mesa's lavapipe, a CPU adapter.
 
 from __future__ import annotations
 
-from ..target import LIMIT_DEFAULTS, Target
 from .devices.vulkan import VulkanDevice, VulkanUnavailable
 from .kernel_runner import KernelRunner
 
-__all__ = ["VulkanKernelRunner", "VulkanUnavailable", "vulkan_target"]
-
-
-def vulkan_target(device: VulkanDevice) -> Target:
-    """The ``vulkan`` target with what ``device`` has (the spirv backend registers the kind)."""
-    limits = {name: device.limit(name) for name in LIMIT_DEFAULTS if device.limit(name)}
-    return Target("vulkan", device.features, limits, name=device.name, cpu_adapter=device.cpu_adapter)
+__all__ = ["VulkanKernelRunner", "VulkanUnavailable"]
 
 
 class VulkanKernelRunner(KernelRunner):
     def __init__(self, device: VulkanDevice | None = None):
         """``device``: the process's shared Vulkan device unless given (e.g. one under validation)."""
         device = device or VulkanDevice.shared()
-        super().__init__(device, vulkan_target(device))
+        super().__init__(device, device.target())

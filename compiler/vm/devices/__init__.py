@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...ir.errors import TesseraError
-from ...target import REQUIRED_LIMITS
+from ...target import LIMIT_DEFAULTS, REQUIRED_LIMITS, Target
 
 
 class DeviceError(TesseraError):
@@ -40,12 +40,19 @@ class Device:
     backends: tuple[str, ...] = ()  # codegen backends whose modules it runs
     name: str = ""  # the adapter or machine, for people
     features: frozenset[str] = frozenset()
+    cpu_adapter: bool = False  # a CPU standing in for a GPU (llvmpipe, lavapipe, PoCL)
 
     # -- what the executable needs -------------------------------------------------------------
 
     def limit(self, name: str) -> int | None:
         """The device's value of a limit (docs/format.md names), None when it has no such limit."""
         return None
+
+    def target(self) -> Target:
+        """The target whose kernels this device runs best: its kind with the device's own features
+        and limits (the kernel runners compile for it)."""
+        limits = {name: self.limit(name) for name in LIMIT_DEFAULTS if self.limit(name)}
+        return Target(self.kind, self.features, limits, name=self.name, cpu_adapter=self.cpu_adapter)
 
     def check(self, exe) -> None:
         """Raise DeviceError naming the first backend, feature or limit ``exe`` needs and this lacks."""

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from ...target import SHADER_F16, Target
+from ...target import SHADER_F16
 from . import Device, DeviceError, View
 
 FP16_EXTENSION = "cl_khr_fp16"
@@ -115,12 +115,6 @@ class OpenCLDevice(Device):
 
     def limit(self, name: str) -> int | None:
         return self._limits.get(name)
-
-    def target(self) -> Target:
-        """The target whose kernels this device runs: its own features and limits."""
-        names = dict(Target(self.kind).limits)
-        limits = {name: self.limit(name) for name in names if self.limit(name)}
-        return Target(self.kind, self.features, limits, name=self.name, cpu_adapter=self.cpu_adapter)
 
     # -- memory --------------------------------------------------------------------------------
 
