@@ -39,6 +39,7 @@ from tessera.tir.ir import (
     TExpr,
     Unary,
     lanes_of,
+    vector_of,
 )
 from tessera.tir.lower import LoweringNeeds
 
@@ -165,6 +166,17 @@ class CStyleRenderer:
 
     def store(self, buffer: Buffer, index: str, value: str, lanes: int = 1) -> str:
         return f"{self.name(buffer.name)}[{index}] = {value};"
+
+    def f32_helper_call(self, name: str, template: str, arg: str, dtype: str) -> str:
+        """A call of the helper function ``template`` (a language's erf or tanh) computed in f32: one
+        helper per lane count, named ``tsr_<name>[_v<lanes>]``; an f16 value is widened, then narrowed."""
+        scalar, lanes = lanes_of(dtype)
+        wide = self.type_name(vector_of("f32", lanes))
+        fn = f"tsr_{name}" + ("" if lanes == 1 else f"_v{lanes}")
+        self.helpers[fn] = helper_text(template, NAME=fn, TYPE=wide, **ERF_CONSTANTS)
+        if scalar == "f16":
+            return f"{self.type_name(dtype)}({fn}({wide}({arg})))"
+        return f"{fn}({arg})"
 
     def call_intrinsic(self, name: str, args: list[str], dtype: str) -> str:
         if name == "floordiv" and name not in self.intrinsics:

@@ -140,12 +140,7 @@ class MetalRenderer(CStyleRenderer):
     def call_intrinsic(self, name: str, args: list[str], dtype: str) -> str:
         scalar, lanes = lanes_of(dtype)
         if name == "erf":
-            wide = self.type_name(vector_of("f32", lanes))
-            fn = "tsr_erf" + ("" if lanes == 1 else f"_v{lanes}")
-            self.helpers[fn] = helper_text(_ERF, NAME=fn, TYPE=wide, **ERF_CONSTANTS)
-            if scalar == "f16":
-                return f"{self.type_name(dtype)}({fn}({wide}({args[0]})))"
-            return f"{fn}({args[0]})"
+            return self.f32_helper_call("erf", _ERF, args[0], dtype)
         if name == "f16_bits_to_f32":  # the low 16 bits of a u32, as an IEEE half
             return f"float(as_type<half>(ushort({args[0]})))"
         if name == "bitcast_u32":  # an f32's IEEE bits

@@ -186,13 +186,7 @@ class WGSLRenderer(CStyleRenderer):
     def call_intrinsic(self, name: str, args: list[str], dtype: str) -> str:
         helpers = {"erf": _ERF, "tanh": _TANH}
         if name in helpers:
-            scalar, lanes = lanes_of(dtype)
-            wide = self.type_name(vector_of("f32", lanes))  # computed in f32, f16 included
-            fn = f"tsr_{name}" + ("" if lanes == 1 else f"_v{lanes}")
-            self.helpers[fn] = helper_text(helpers[name], NAME=fn, TYPE=wide, **ERF_CONSTANTS)
-            if scalar == "f16":
-                return f"{self.type_name(dtype)}({fn}({wide}({args[0]})))"
-            return f"{fn}({args[0]})"
+            return self.f32_helper_call(name, helpers[name], args[0], dtype)
         if name == "f16_bits_to_f32":  # the low 16 bits of a u32, as an IEEE half
             return f"unpack2x16float({args[0]}).x"
         if name == "bitcast_u32":  # an f32's IEEE bits
