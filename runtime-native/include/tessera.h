@@ -1,0 +1,205 @@
+/* tessera.h: the C API of libtessera, the native Tessera runtime.
+ *
+ * A model is a folder that `tessera compile MODEL --target cpu -o DIR` wrote (docs/format.md,
+ * docs/native.md): executable.json, the kernels, tensor-cache.json with its shards, tokenizer.json
+ * and chat-config.json. Load it once, open sessions on it, chat.
+ *
+ *   tessera_model_params mp = tessera_model_default_params();
+ *   tessera_model *model = tessera_model_load("smollm2-cpu", &mp);
+ *   if (!model) { fprintf(stderr, "%s\n", tessera_last_error()); return 1; }
+ *   tessera_session *s = tessera_session_new(model);
+ *   tessera_message msgs[] = {{"user", "What is the capital of France?"}};
+ *   tessera_sampling_params sp = tessera_sampling_default_params();
+ *   tessera_chat_completion(s, msgs, 1, &sp, print_piece, NULL, NULL);
+ *   tessera_session_free(s);
+ *   tessera_model_free(model);
+ *
+ * Conventions: handles are opaque; there is no global state (two models in one process are
+ * independent; a model may be used by one thread at a time, and so may each session). Functions
+ * that return int return 0 (TESSERA_OK) on success and a negative tessera_status on failure;
+ * functions that return a pointer return NULL on failure. After any failure,
+ * tessera_last_error() gives a message that names the problem, valid until the calling thread's
+ * next call into the library.
+ */
+#ifndef TESSERA_H
+#define TESSERA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define TESSERA_API __declspec(dllexport)
+#else
+#define TESSERA_API __attribute__((visibility("default")))
+#endif
+
+#define TESSERA_VERSION_MAJOR 0
+#define TESSERA_VERSION_MINOR 1
+/* The executable format version this library reads (docs/format.md). */
+#define TESSERA_FORMAT_VERSION 3
+
+typedef enum tessera_status {
+    TESSERA_OK = 0,
+    TESSERA_ERROR_INVALID_ARGUMENT = -1, /* a NULL handle, a bad parameter value */
+    TESSERA_ERROR_IO = -2,               /* a file is missing, unreadable, or not a regular file */
+    TESSERA_ERROR_FORMAT = -3,           /* a file breaks its format: bad JSON, a field out of range, a bad path */
+    TESSERA_ERROR_VERSION = -4,          /* a format version this library does not read */
+    TESSERA_ERROR_CHECKSUM = -5,         /* a file's size or SHA-256 differs from what its index says */
+    TESSERA_ERROR_UNSUPPORTED = -6,      /* an executable for another device kind, an unknown instruction */
+    TESSERA_ERROR_OUT_OF_MEMORY = -7,
+    TESSERA_ERROR_RUNTIME_CHECK = -8,    /* a shape that violates a match, a bound exceeded */
+    TESSERA_ERROR_CONTEXT_FULL = -9,     /* the prompt (with room for one reply token) exceeds the context */
+    TESSERA_ERROR_LIBRARY = -10,         /* a registered library function failed, or one is missing */
+} tessera_status;
+
+/* The message of this thread's last failure ("" if none). */
+TESSERA_API const char *tessera_last_error(void);
+/* The name of a status code ("TESSERA_ERROR_FORMAT"). */
+TESSERA_API const char *tessera_status_name(int status);
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+/* Every byte the library allocates goes through this allocator (NULL members: malloc/free).
+ * alloc returns memory aligned to at least 64 bytes, or NULL. */
+typedef struct tessera_allocator {
+    void *(*alloc)(size_t size, void *user);
+    void (*free)(void *ptr, void *user);
+    void *user;
+} tessera_allocator;
+
+/* ---- libraries: host functions the executable calls (call_builtin) ----------------------- */
+
+typedef enum tessera_dtype {
+    TESSERA_FLOAT32 = 0, TESSERA_FLOAT16 = 1, TESSERA_INT32 = 2, TESSERA_UINT32 = 3,
+    TESSERA_INT64 = 4, TESSERA_BOOL = 5, TESSERA_INT8 = 6, TESSERA_UINT8 = 7,
+} tessera_dtype;
+
+#define TESSERA_MAX_NDIM 8
+
+/* A tensor as the host sees it: data in the runtime's storage layout (docs/format.md: bool is one
+ * uint32 word per element, int64 two int32 words, i.e. a plain int64). */
+typedef struct tessera_tensor {
+    void *data;
+    tessera_dtype dtype;
+    int32_t ndim;
+    int64_t shape[TESSERA_MAX_NDIM];
+} tessera_tensor;
+
+/* An argument of a library call: a tensor, or an integer (a prim value). */
+typedef struct tessera_value {
+    enum { TESSERA_VALUE_TENSOR = 0, TESSERA_VALUE_INT = 1 } kind;
+    tessera_tensor tensor;
+    int64_t value;
+} tessera_value;
+
+/* A library function in destination-passing style: the values of the call's args, then the
+ * tensors of its outs to fill, then its integer scalars. Return 0, or non-zero on failure (the
+ * runtime reports it with the function's name). *result may be set to an integer result. */
+typedef int (*tessera_library_fn)(const tessera_value *args, size_t n_args, tessera_tensor *outs,
+                                   size_t n_outs, const int64_t *scalars, size_t n_scalars,
+                                   int64_t *result, void *user);
+
+typedef struct tessera_library {
+    const char *name; /* as the executable calls it, e.g. "tessera.test.double" */
+    tessera_library_fn fn;
+    void *user;
+} tessera_library;
+
+/* ---- models ------------------------------------------------------------------------------ */
+
+typedef struct tessera_model tessera_model;
+typedef struct tessera_session tessera_session;
+
+typedef struct tessera_model_params {
+    int32_t n_threads;          /* 0: the number of online CPUs */
+    const char *device;         /* "auto" or "cpu" */
+    tessera_allocator allocator;
+    const tessera_library *libraries; /* registered before loading; the executable's names must all be here */
+    size_t n_libraries;
+} tessera_model_params;
+
+typedef struct tessera_memory {
+    uint64_t weights;  /* bytes of the tensor cache's weights */
+    uint64_t arena;    /* bytes of the functions' planned arenas */
+    uint64_t kv_cache; /* bytes of the state tensors (the KV cache) */
+    uint64_t total;
+} tessera_memory;
+
+TESSERA_API tessera_model_params tessera_model_default_params(void);
+/* Reads and checks every file of the folder, then allocates. NULL on error. */
+TESSERA_API tessera_model *tessera_model_load(const char *dir, const tessera_model_params *params);
+/* What the model holds; tessera_model_plan() gives the same without allocating. */
+TESSERA_API int tessera_model_memory(const tessera_model *m, tessera_memory *out);
+TESSERA_API int tessera_model_plan(const char *dir, tessera_memory *out);
+/* Context length (positions) and vocabulary size of a chat model; 0 for a plain executable. */
+TESSERA_API int32_t tessera_model_context_length(const tessera_model *m);
+TESSERA_API int32_t tessera_model_vocab_size(const tessera_model *m);
+/* Allocations made through the model's allocator so far (tests check that decode makes none). */
+TESSERA_API uint64_t tessera_model_allocation_count(const tessera_model *m);
+TESSERA_API void tessera_model_free(tessera_model *m);
+
+/* ---- calling functions of the executable directly (tests, conformance, custom programs) --- */
+
+/* Calls function `name` with the non-state parameters in args. On success *outputs points to an
+ * array of *n_outputs tensors (the result, tuples flattened depth-first) owned by the model and
+ * valid until the next call of any function; integer results come back as 0-d int64 tensors. */
+TESSERA_API int tessera_model_call(tessera_model *m, const char *name, const tessera_value *args,
+                                   size_t n_args, const tessera_tensor **outputs, size_t *n_outputs);
+/* Zero every state tensor (the KV cache). */
+TESSERA_API void tessera_model_reset_state(tessera_model *m);
+
+/* ---- tokenizer ----------------------------------------------------------------------------- */
+
+/* Writes up to max_tokens ids; returns the number of tokens the text has (which may be larger
+ * than max_tokens: call again with a larger buffer), or a negative status. Special tokens in the
+ * text (<|im_start|>) are recognized when parse_special is non-zero. */
+TESSERA_API int32_t tessera_tokenize(const tessera_model *m, const char *text, size_t text_len, int32_t *tokens,
+                                     int32_t max_tokens, int add_special, int parse_special);
+/* Writes the UTF-8 text of the ids (not NUL-terminated) into buf, up to buf_size bytes; returns
+ * its full length in bytes (larger than buf_size: call again), or a negative status. */
+TESSERA_API int32_t tessera_detokenize(const tessera_model *m, const int32_t *tokens, int32_t n_tokens, char *buf,
+                                       int32_t buf_size);
+
+/* ---- chat ---------------------------------------------------------------------------------- */
+
+typedef struct tessera_sampling_params {
+    float temperature;        /* 0: greedy */
+    float top_p;              /* 1: off */
+    int32_t top_k;            /* 0: off */
+    float repetition_penalty; /* 1: off */
+    uint64_t seed;
+    int32_t max_tokens;       /* at least 1 */
+} tessera_sampling_params;
+
+typedef struct { const char *role; const char *content; } tessera_message;
+
+/* Gets each piece of the reply as it is generated (whole UTF-8 characters); return non-zero to stop. */
+typedef int (*tessera_piece_callback)(const char *utf8_piece, void *user);
+
+typedef struct tessera_usage {
+    int32_t prompt_tokens;     /* tokens of the conversation */
+    int32_t prefilled_tokens;  /* of those, the ones computed (the rest were in the KV cache) */
+    int32_t completion_tokens;
+    double prefill_tokens_per_s;
+    double decode_tokens_per_s;
+} tessera_usage;
+
+TESSERA_API tessera_sampling_params tessera_sampling_default_params(void);
+TESSERA_API tessera_session *tessera_session_new(tessera_model *m);
+/* Runs one turn: the conversation msgs (all of it; the part already in the KV cache is not
+ * prefilled again) and the assistant's reply, streamed to cb. usage may be NULL. */
+TESSERA_API int tessera_chat_completion(tessera_session *s, const tessera_message *msgs, size_t n_msgs,
+                                        const tessera_sampling_params *sp, tessera_piece_callback cb, void *user,
+                                        tessera_usage *usage);
+/* Forget the conversation (the next turn prefills from the start). */
+TESSERA_API void tessera_session_reset(tessera_session *s);
+TESSERA_API void tessera_session_free(tessera_session *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TESSERA_H */
