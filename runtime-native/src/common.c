@@ -27,8 +27,12 @@ int tsr_error_context(int status, const char *fmt, ...) {
     va_start(args, fmt);
     int n = vsnprintf(last_error, sizeof last_error, fmt, args);
     va_end(args);
-    if (n >= 0 && (size_t)n < sizeof last_error)
-        snprintf(last_error + n, sizeof last_error - (size_t)n, ": %s", previous);
+    /* Appended by hand: a message cut at the buffer's end is fine, and snprintf would warn. */
+    size_t used = n < 0 ? 0 : (size_t)n;
+    const char *parts[2] = {": ", previous};
+    for (int p = 0; p < 2; p++)
+        for (const char *c = parts[p]; *c && used + 1 < sizeof last_error; c++) last_error[used++] = *c;
+    if (used < sizeof last_error) last_error[used] = '\0';
     return status;
 }
 
