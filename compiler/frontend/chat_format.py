@@ -55,7 +55,7 @@ class ChatFormat:
     def render(self, messages: list[dict]) -> str:
         """The conversation laid out as the template would, with the generation prompt."""
         parts = [self.begin]
-        if self.default_system is not None and (not messages or messages[0]["role"] != "system"):
+        if self.default_system is not None and messages and messages[0]["role"] != "system":
             parts.append(self.default_system)
         for message in messages:
             role = self.roles.get(message["role"])
