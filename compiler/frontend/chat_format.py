@@ -18,7 +18,7 @@ position (Llama 2 folds the system prompt into the first user turn) is refused, 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .tokenizer import render_chat
 
@@ -87,7 +87,6 @@ class Reduction:
     format: ChatFormat | None
     reason: str | None = None
     checked: int = 0  # conversations compared byte for byte
-    notes: list[str] = field(default_factory=list)
 
 
 def reduce_chat_template(template: str, bos_token: str = "", eos_token: str = "",
@@ -184,6 +183,8 @@ def _derive(r: _Renderer) -> ChatFormat:
     # suffix(last) + generation_prompt + end. The shortest `end` that explains both.
     no_prompt = r.segments(["user"], add_generation_prompt=False)
     with_prompt = r.segments(["user"])
+    if no_prompt is None or with_prompt is None:
+        raise _Irreducible("the template refuses a single user message with or without add_generation_prompt")
     tail, tail_gen = no_prompt[-1], with_prompt[-1]
     for k in range(len(tail) + 1):
         end, user_suffix = tail[len(tail) - k:], tail[:len(tail) - k]

@@ -133,6 +133,8 @@ def test_llama2_folds_the_system_prompt_into_the_first_user_turn_and_is_refused(
     ("{% for m in messages %}", "does not parse"),
     ("{{ raise_exception('never') }}", "refuses a conversation of one user message"),
     ("{{ messages[5]['content'] }}", "fails"),
+    ("{% if not add_generation_prompt %}{{ raise_exception('no') }}{% endif %}{{ messages[0]['content'] }}",
+     "with or without add_generation_prompt"),
 ])
 def test_irreducible_templates_give_a_reason(template, words):
     reduction = analyze_chat_template(template)
