@@ -14,12 +14,14 @@ import json
 import os
 import shutil
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import tessera
 from tessera import nn
 from tessera.frontend import load_gguf
+from tessera.frontend.chat_format import analyze_chat_template
 from tessera.frontend.tokenizer import build_tokenizer
 from tessera.ir import TesseraError
 from tessera.models.from_gguf import llama_from_gguf
@@ -82,10 +84,29 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
                    | ({spec.eos_token_id} if spec.eos_token_id is not None else set()))
     config = {"model": os.path.basename(gguf_path), "context_length": context_length,
               "stop_token_ids": stops, "chat_template": spec.chat_template, "bos_token_id": spec.bos_token_id,
-              "add_bos_token": spec.add_bos_token, "compiler_version": tessera.__version__}
+              "add_bos_token": spec.add_bos_token, "chat_format": chat_format_json(spec, os.path.basename(gguf_path)),
+              "compiler_version": tessera.__version__}
     with open(os.path.join(output, CHAT_CONFIG), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=1)
     return CompiledModel(output, exe, context_length, time.perf_counter() - start)
+
+
+def chat_format_json(spec, model_name: str) -> dict | None:
+    """The chat template reduced for runtimes without Jinja (tessera.frontend.chat_format), or None
+    with a warning: the native runtime cannot chat with a model whose template does not reduce."""
+    if not spec.chat_template:
+        reason = "the GGUF has no chat template"
+    else:
+        def token(index):
+            return spec.tokens[index] if index is not None and 0 <= index < len(spec.tokens) else ""
+
+        reduction = analyze_chat_template(spec.chat_template, token(spec.bos_token_id), token(spec.eos_token_id))
+        if reduction.format is not None:
+            return reduction.format.to_json()
+        reason = reduction.reason
+    warnings.warn(f"{model_name}: chat-config.json gets no chat_format, so the native runtime will not be able to "
+                  f"chat with this model: {reason}", stacklevel=2)
+    return None
 
 
 def compile_summary(compiled: CompiledModel) -> str:
