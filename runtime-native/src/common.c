@@ -27,8 +27,15 @@ int tsr_error_context(int status, const char *fmt, ...) {
     va_start(args, fmt);
     int n = vsnprintf(last_error, sizeof last_error, fmt, args);
     va_end(args);
-    if (n >= 0 && (size_t)n < sizeof last_error)
-        snprintf(last_error + n, sizeof last_error - (size_t)n, ": %s", previous);
+    /* A bounded copy, not snprintf("%s"): GCC's -Wformat-truncation (Debug + sanitizers) rejects
+     * the latter, although truncating the previous message is what is wanted here. */
+    size_t at = n >= 0 ? (size_t)n : sizeof last_error;
+    if (at + 3 <= sizeof last_error) {
+        size_t len = strnlen(previous, sizeof last_error - at - 3);
+        memcpy(last_error + at, ": ", 2);
+        memcpy(last_error + at + 2, previous, len);
+        last_error[at + 2 + len] = '\0';
+    }
     return status;
 }
 
