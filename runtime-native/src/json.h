@@ -8,10 +8,13 @@
 #include "common.h"
 
 /* Parses text (of `size` bytes; need not be NUL-terminated). `what` names the file in errors.
- * Nesting deeper than 256 levels is refused. NULL with the last error set on failure. */
+ * Nesting deeper than 256 levels (checked before cJSON recurses) and bytes other than whitespace
+ * after the value are refused. NULL with the last error set on failure; cJSON_Delete the result. */
 cJSON *tsr_json_parse(const char *text, size_t size, const char *what);
 
-/* Each returns 0 or TESSERA_ERROR_FORMAT ("<what>: field 'name' ..."). `what` describes the object. */
+/* Each returns 0 or TESSERA_ERROR_FORMAT ("<what>: field 'name' ..."). `what` describes the object.
+ * A member present twice is an error (cJSON would take the first, Python the last). Integers must
+ * be numbers without a fraction, within [lo, hi] and at most 2^53 - 1 in magnitude. */
 int tsr_json_object(const cJSON *obj, const char *key, const char *what, const cJSON **out);   /* object */
 int tsr_json_array(const cJSON *obj, const char *key, const char *what, const cJSON **out);    /* array */
 int tsr_json_string(const cJSON *obj, const char *key, const char *what, const char **out);    /* string */
