@@ -80,8 +80,7 @@ typedef enum tessera_dtype {
 
 #define TESSERA_MAX_NDIM 8
 
-/* A tensor as the host sees it: data in the runtime's storage layout (docs/format.md: bool is one
- * uint32 word per element, int64 two int32 words, i.e. a plain int64). */
+/* A tensor as the host sees it: row-major data in numpy's layout (bool is one byte per element). */
 typedef struct tessera_tensor {
     void *data;
     tessera_dtype dtype;
@@ -89,11 +88,14 @@ typedef struct tessera_tensor {
     int64_t shape[TESSERA_MAX_NDIM];
 } tessera_tensor;
 
-/* An argument of a library call: a tensor, or an integer (a prim value). */
+/* A value passed to a function or a library: a tensor, an integer (a prim value), or a tuple of
+ * values. Tensors are in numpy's layout (bool one byte per element). */
 typedef struct tessera_value {
-    enum { TESSERA_VALUE_TENSOR = 0, TESSERA_VALUE_INT = 1 } kind;
+    enum { TESSERA_VALUE_TENSOR = 0, TESSERA_VALUE_INT = 1, TESSERA_VALUE_TUPLE = 2 } kind;
     tessera_tensor tensor;
     int64_t value;
+    const struct tessera_value *items; /* TESSERA_VALUE_TUPLE */
+    size_t n_items;
 } tessera_value;
 
 /* A library function in destination-passing style: the values of the call's args, then the
@@ -102,6 +104,9 @@ typedef struct tessera_value {
 typedef int (*tessera_library_fn)(const tessera_value *args, size_t n_args, tessera_tensor *outs,
                                    size_t n_outs, const int64_t *scalars, size_t n_scalars,
                                    int64_t *result, void *user);
+
+/* A library function may call this before returning non-zero: the runtime's error then says why. */
+TESSERA_API void tessera_library_error(const char *message);
 
 typedef struct tessera_library {
     const char *name; /* as the executable calls it, e.g. "tessera.test.double" */

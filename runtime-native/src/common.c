@@ -108,3 +108,5 @@ char *tsr_strdup(tsr_alloc *a, const char *s) {
     if (copy) memcpy(copy, s, n);
     return copy;
 }
+
+void tessera_library_error(const char *message) { tsr_error(TESSERA_ERROR_LIBRARY, "%s", message ? message : ""); }

@@ -1,0 +1,21 @@
+"""`tessera.native`: the native runtime (runtime-native's libtessera) from Python, over its C API.
+
+    from tessera.native import NativeModel
+    model = NativeModel("smollm2-cpu", n_threads=2)     # a folder `tessera compile --target cpu` wrote
+    session = model.session()
+    result = session.chat([{"role": "user", "content": "Hi"}], on_piece=print)
+
+``NativeModel.call(name, *args)`` runs any function of the executable (numpy arrays and ints in,
+numpy arrays out), as ``tessera.vm.VirtualMachine`` does: the conformance suite drives the native
+runtime this way. Errors are ``NativeError``s carrying the library's own message.
+
+The library is found at ``$TESSERA_NATIVE_LIB``, else in this checkout's ``build/native/release``
+(``make native`` builds it).
+"""
+
+from __future__ import annotations
+
+from .binding import NativeError, library_path, load_library
+from .model import NativeModel, NativeSession
+
+__all__ = ["NativeError", "NativeModel", "NativeSession", "library_path", "load_library"]

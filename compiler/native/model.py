@@ -1,0 +1,219 @@
+"""NativeModel and NativeSession: Python objects over libtessera's handles."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from .binding import (DTYPES, LIBRARY_FN, MAX_NDIM, PIECE_FN, VALUE_INT, VALUE_TENSOR, VALUE_TUPLE, Library, Memory,
+                      Message, NativeError, SamplingParams, Tensor, Usage, Value, load_library, raise_last)
+
+
+def _numpy_view(tensor: Tensor) -> np.ndarray:
+    """The tensor's bytes as a numpy array (a view: valid as long as the library keeps them)."""
+    dtype = np.dtype(DTYPES[tensor.dtype])
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    count = int(np.prod(shape, dtype=np.int64))
+    if count == 0 or not tensor.data:
+        return np.zeros(shape, dtype)
+    raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(tensor.data)
+    return np.frombuffer(raw, dtype, count).reshape(shape)
+
+
+class NativeModel:
+    """An executable folder loaded by libtessera on its CPU device."""
+
+
+    def __init__(self, directory: str, n_threads: int = 0, device: str = "auto", libraries: dict | None = None,
+                 library_path: str | None = None):
+        self._lib = load_library(library_path)
+        lib = self._lib
+        params = lib.tessera_model_default_params()
+        params.n_threads = n_threads
+        params.device = device.encode()
+        # Library callbacks must outlive the model: keep them on it.
+        self._callbacks = [self._library(name, fn) for name, fn in (libraries or {}).items()]
+        if self._callbacks:
+            array = (Library * len(self._callbacks))(*[c[0] for c in self._callbacks])
+            self._library_array = array
+            params.libraries = array
+            params.n_libraries = len(self._callbacks)
+        self._handle = lib.tessera_model_load(directory.encode(), ctypes.byref(params))
+        if not self._handle:
+            raise_last(lib, -3)
+        self.directory = directory
+
+    def _library(self, name: str, fn):
+        lib = self._lib
+
+        def call(args, n_args, outs, n_outs, scalars, n_scalars, result, user):
+            try:
+                inputs = [_numpy_view(args[i].tensor) if args[i].kind == VALUE_TENSOR else int(args[i].value)
+                          for i in range(n_args)]
+                arrays = [_numpy_view(outs[i]) for i in range(n_outs)]
+                returned = fn(*inputs, *arrays, *[int(scalars[i]) for i in range(n_scalars)])
+                if returned is not None:
+                    result[0] = int(returned)
+                return 0
+            except Exception as error:  # reported by the runtime as the library's failure, with its name
+                lib.tessera_library_error(f"{type(error).__name__}: {error}".encode("utf-8", "replace"))
+                return 1
+
+        callback = LIBRARY_FN(call)
+        return Library(name.encode(), callback, None), callback
+
+    def close(self) -> None:
+        if getattr(self, "_handle", None):
+            self._lib.tessera_model_free(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- functions ---------------------------------------------------------------------------
+
+    def _value(self, arg, keep: list) -> Value:
+        value = Value()
+        if isinstance(arg, (tuple, list)):
+            items = (Value * max(len(arg), 1))(*[self._value(a, keep) for a in arg])
+            keep.append(items)
+            value.kind, value.items, value.n_items = VALUE_TUPLE, items, len(arg)
+        elif isinstance(arg, (int, np.integer)) and not isinstance(arg, (bool, np.bool_)):
+            value.kind, value.value = VALUE_INT, int(arg)
+        else:
+            array = np.asarray(arg)
+            if not array.flags.c_contiguous:  # (ascontiguousarray would make a 0-d array 1-d)
+                array = array.copy(order="C")
+            if str(array.dtype) not in DTYPES:
+                raise NativeError(-1, f"the native runtime takes no {array.dtype} tensors (dtypes: {', '.join(DTYPES)})")
+            if array.ndim > MAX_NDIM:
+                raise NativeError(-1, f"a tensor of {array.ndim} dimensions (at most {MAX_NDIM})")
+            keep.append(array)
+            value.kind = VALUE_TENSOR
+            value.tensor.data = array.ctypes.data
+            value.tensor.dtype = DTYPES.index(str(array.dtype))
+            value.tensor.ndim = array.ndim
+            for i, d in enumerate(array.shape):
+                value.tensor.shape[i] = d
+        return value
+
+    def call(self, name: str, *args) -> list[np.ndarray]:
+        """Runs function ``name``; its result's tensors (tuples flattened depth-first), copied out.
+        Integer results come back as 0-d int64 arrays."""
+        keep: list = []
+        values = (Value * max(len(args), 1))(*[self._value(a, keep) for a in args])
+        outputs = ctypes.POINTER(Tensor)()
+        count = ctypes.c_size_t()
+        status = self._lib.tessera_model_call(self._handle, name.encode(), values, len(args), ctypes.byref(outputs),
+                                              ctypes.byref(count))
+        if status != 0:
+            raise_last(self._lib, status)
+        return [_numpy_view(outputs[i]).copy() for i in range(count.value)]
+
+    def reset_state(self) -> None:
+        self._lib.tessera_model_reset_state(self._handle)
+
+    def memory(self) -> dict:
+        memory = Memory()
+        status = self._lib.tessera_model_memory(self._handle, ctypes.byref(memory))
+        if status != 0:
+            raise_last(self._lib, status)
+        return {"weights": memory.weights, "arena": memory.arena, "kv_cache": memory.kv_cache, "total": memory.total}
+
+    @property
+    def allocation_count(self) -> int:
+        return self._lib.tessera_model_allocation_count(self._handle)
+
+    @property
+    def context_length(self) -> int:
+        return self._lib.tessera_model_context_length(self._handle)
+
+    # -- tokenizer -----------------------------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 16
+        while True:
+            ids = (ctypes.c_int32 * capacity)()
+            n = self._lib.tessera_tokenize(self._handle, data, len(data), ids, capacity, int(add_special),
+                                           int(parse_special))
+            if n < 0:
+                raise_last(self._lib, n)
+            if n <= capacity:
+                return list(ids[:n])
+            capacity = n
+
+    def detokenize(self, ids: list[int]) -> str:
+        array = (ctypes.c_int32 * max(len(ids), 1))(*ids)
+        size = 64 + 16 * len(ids)
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = self._lib.tessera_detokenize(self._handle, array, len(ids), buf, size)
+            if n < 0:
+                raise_last(self._lib, n)
+            if n <= size:
+                return buf.raw[:n].decode("utf-8", "replace")
+            size = n
+
+    def session(self) -> NativeSession:
+        return NativeSession(self)
+
+
+class NativeSession:
+    """A conversation on a NativeModel: its KV cache holds the turns so far."""
+
+    def __init__(self, model: NativeModel):
+        self.model = model
+        self._lib = model._lib
+        self._handle = self._lib.tessera_session_new(model._handle)
+        if not self._handle:
+            raise_last(self._lib, -7)
+
+    def close(self) -> None:
+        if getattr(self, "_handle", None):
+            self._lib.tessera_session_free(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+    def reset(self) -> None:
+        self._lib.tessera_session_reset(self._handle)
+
+    def chat(self, messages: list[dict], max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
+             top_k: int = 0, repetition_penalty: float = 1.0, seed: int = 0, on_piece=None) -> dict:
+        """One turn: the assistant's reply to ``messages`` (the whole conversation), streamed to
+        ``on_piece(text)``; a dict with the reply and the usage, as tessera.app.chat reports it."""
+        sampling = self._lib.tessera_sampling_default_params()
+        sampling.temperature, sampling.top_p, sampling.top_k = temperature, top_p, top_k
+        sampling.repetition_penalty, sampling.seed, sampling.max_tokens = repetition_penalty, seed, max_tokens
+        encoded = [(m["role"].encode("utf-8"), m["content"].encode("utf-8")) for m in messages]
+        array = (Message * max(len(encoded), 1))(*[Message(r, c) for r, c in encoded])
+        pieces: list[bytes] = []
+
+        def piece(text, user):
+            pieces.append(text)
+            if on_piece is not None:
+                on_piece(text.decode("utf-8", "replace"))
+            return 0
+
+        callback = PIECE_FN(piece)
+        usage = Usage()
+        status = self._lib.tessera_chat_completion(self._handle, array, len(encoded), ctypes.byref(sampling),
+                                                   callback, None, ctypes.byref(usage))
+        if status != 0:
+            raise_last(self._lib, status)
+        return {"reply": b"".join(pieces).decode("utf-8", "replace"), "prompt_tokens": usage.prompt_tokens,
+                "prefilled_tokens": usage.prefilled_tokens, "completion_tokens": usage.completion_tokens,
+                "prefill_tokens_per_s": usage.prefill_tokens_per_s,
+                "decode_tokens_per_s": usage.decode_tokens_per_s}
+
+
+__all__ = ["NativeModel", "NativeSession", "SamplingParams"]

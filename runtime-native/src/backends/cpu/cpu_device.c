@@ -1,0 +1,173 @@
+/* The CPU device: the kernels of backend `c-native` (codegen/c), one shared object per
+ * executable, called through one uniform signature (docs/format.md), with each launch's
+ * workgroups split over a thread pool. Device memory is host memory. */
+#include <dlfcn.h>
+#include <string.h>
+
+#include "device.h"
+#include "files.h"
+#include "sha256.h"
+#include "thread_pool.h"
+
+typedef void (*cpu_kernel_fn)(void *const *buffers, const int32_t *scalars, int32_t nwg_x, int32_t nwg_y,
+                              int32_t nwg_z, int64_t wg_begin, int64_t wg_end);
+
+#define CPU_BACKEND "c-native"
+#define MAX_BINDINGS 256
+
+typedef struct cpu_device {
+    tsr_device base;
+    tsr_thread_pool *pool;
+    void **libraries; /* dlopen handles, one per module */
+    int32_t n_libraries;
+    cpu_kernel_fn *kernels;
+    int32_t n_kernels;
+} cpu_device;
+
+typedef struct launch_task {
+    cpu_kernel_fn fn;
+    void *const *buffers;
+    const int32_t *scalars;
+    const int32_t *grid;
+} launch_task;
+
+static void run_range(void *ctx, int64_t begin, int64_t end) {
+    const launch_task *t = ctx;
+    t->fn(t->buffers, t->scalars, t->grid[0], t->grid[1], t->grid[2], begin, end);
+}
+
+static int check_module(const tsr_module *m, const char *dir, tsr_alloc *a) {
+    char *data;
+    size_t size;
+    int rc = tsr_read_file(a, dir, m->path, (size_t)m->nbytes, &data, &size);
+    if (rc) return rc;
+    if (size != m->nbytes) {
+        tsr_free(a, data);
+        return tsr_error(TESSERA_ERROR_CHECKSUM, "module %s has %zu bytes; executable.json says %llu (truncated?)",
+                         m->path, size, (unsigned long long)m->nbytes);
+    }
+    char hex[65];
+    tsr_sha256_hex(data, size, hex);
+    tsr_free(a, data);
+    if (strcmp(hex, m->sha256) != 0)
+        return tsr_error(TESSERA_ERROR_CHECKSUM, "module %s does not match its SHA-256 in executable.json (corrupted "
+                         "or replaced)", m->path);
+    return 0;
+}
+
+static int cpu_load_kernels(tsr_device *d, const tsr_executable *exe, const char *dir) {
+    cpu_device *cpu = (cpu_device *)d;
+    for (int32_t k = 0; k < exe->n_kernels; k++) {
+        const char *backend = exe->kernels[k].backend;
+        if (strcmp(backend, CPU_BACKEND) != 0)
+            return tsr_error(TESSERA_ERROR_UNSUPPORTED, "kernel '%s' is for backend '%s' (target %s); this runtime's "
+                             "CPU device runs backend '%s': compile the model with --target cpu",
+                             exe->kernels[k].name, backend, exe->target_name, CPU_BACKEND);
+    }
+    cpu->libraries = tsr_calloc(d->alloc, (size_t)(exe->n_modules ? exe->n_modules : 1), sizeof(void *));
+    cpu->kernels = tsr_calloc(d->alloc, (size_t)(exe->n_kernels ? exe->n_kernels : 1), sizeof(cpu_kernel_fn));
+    if (!cpu->libraries || !cpu->kernels) return TESSERA_ERROR_OUT_OF_MEMORY;
+    cpu->n_libraries = exe->n_modules;
+    cpu->n_kernels = exe->n_kernels;
+    for (int32_t m = 0; m < exe->n_modules; m++) {
+        const tsr_module *module = &exe->modules[m];
+        int rc = check_module(module, dir, d->alloc);
+        if (rc) return rc;
+        char path[4096];
+        if ((rc = tsr_resolve_inside(dir, module->path, path, sizeof path))) return rc;
+        /* RTLD_LOCAL: two models' kernels never resolve to each other's symbols. */
+        cpu->libraries[m] = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!cpu->libraries[m]) {
+            const char *why = dlerror();
+            return tsr_error(TESSERA_ERROR_UNSUPPORTED, "cannot load the kernels %s: %s (built for another CPU? "
+                             "recompile with --target cpu on this machine, or --cpu for its ISA)",
+                             module->path, why ? why : "unknown error");
+        }
+    }
+    for (int32_t k = 0; k < exe->n_kernels; k++) {
+        const tsr_kernel *kernel = &exe->kernels[k];
+        if (kernel->n_bindings > MAX_BINDINGS) return tsr_error(TESSERA_ERROR_UNSUPPORTED, "kernel '%s' has too many bindings", kernel->name);
+        void *sym = dlsym(cpu->libraries[kernel->module], kernel->entry_point);
+        if (!sym)
+            return tsr_error(TESSERA_ERROR_FORMAT, "kernel '%s': module %s has no entry point '%s'", kernel->name,
+                             exe->modules[kernel->module].path, kernel->entry_point);
+        /* POSIX guarantees a data pointer from dlsym converts to a function pointer. */
+        memcpy(&cpu->kernels[k], &sym, sizeof sym);
+    }
+    return 0;
+}
+
+static void *cpu_allocate(tsr_device *d, size_t size) { return tsr_calloc(d->alloc, 1, size ? size : 4); }
+static void cpu_release(tsr_device *d, void *base) { tsr_free(d->alloc, base); }
+static void *cpu_adopt_host(tsr_device *d, const void *host, size_t size) {
+    (void)d, (void)size;
+    return (void *)host; /* kernels only read weights: the read-only mapping serves in place */
+}
+static int cpu_upload(tsr_device *d, void *base, size_t offset, const void *src, size_t size) {
+    (void)d;
+    if (size) memcpy((char *)base + offset, src, size);
+    return 0;
+}
+static int cpu_read_back(tsr_device *d, const void *base, size_t offset, void *dst, size_t size) {
+    (void)d;
+    if (size) memcpy(dst, (const char *)base + offset, size);
+    return 0;
+}
+static void *cpu_host_pointer(tsr_device *d, void *base, size_t offset) {
+    (void)d;
+    return (char *)base + offset;
+}
+
+static int cpu_launch(tsr_device *d, int32_t kernel, int32_t n_bindings, void *const *bases, const size_t *offsets, const int32_t *scalars,
+                      const int32_t grid[3]) {
+    cpu_device *cpu = (cpu_device *)d;
+    void *buffers[MAX_BINDINGS];
+    /* n_bindings was checked at load against the kernel's ABI (at most MAX_BINDINGS). */
+    for (int32_t i = 0; i < n_bindings; i++) buffers[i] = (char *)bases[i] + offsets[i];
+    launch_task task = {cpu->kernels[kernel], buffers, scalars, grid};
+    int64_t total = (int64_t)grid[0] * grid[1] * grid[2];
+    tsr_thread_pool_run(cpu->pool, total, run_range, &task);
+    return 0;
+}
+
+static int cpu_synchronize(tsr_device *d) {
+    (void)d;
+    return 0;
+}
+
+static void cpu_destroy(tsr_device *d) {
+    cpu_device *cpu = (cpu_device *)d;
+    tsr_thread_pool_free(cpu->pool);
+    for (int32_t m = 0; m < cpu->n_libraries; m++)
+        if (cpu->libraries[m]) dlclose(cpu->libraries[m]);
+    tsr_free(d->alloc, cpu->libraries);
+    tsr_free(d->alloc, cpu->kernels);
+    tsr_free(d->alloc, cpu);
+}
+
+static const tsr_device_ops CPU_OPS = {
+    .name = "cpu",
+    .load_kernels = cpu_load_kernels,
+    .allocate = cpu_allocate,
+    .release = cpu_release,
+    .adopt_host = cpu_adopt_host,
+    .upload = cpu_upload,
+    .read_back = cpu_read_back,
+    .host_pointer = cpu_host_pointer,
+    .launch = cpu_launch,
+    .synchronize = cpu_synchronize,
+    .destroy = cpu_destroy,
+};
+
+tsr_device *tsr_cpu_device_new(tsr_alloc *a, int32_t n_threads) {
+    cpu_device *cpu = tsr_calloc(a, 1, sizeof *cpu);
+    if (!cpu) return NULL;
+    cpu->base.ops = &CPU_OPS;
+    cpu->base.alloc = a;
+    cpu->pool = tsr_thread_pool_new(a, n_threads);
+    if (!cpu->pool) {
+        tsr_free(a, cpu);
+        return NULL;
+    }
+    return &cpu->base;
+}

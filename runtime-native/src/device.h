@@ -1,0 +1,41 @@
+/* A device runs kernels of the backends it supports (DESIGN.md: program, storage, devices).
+ * Memory is addressed as (base, offset): on the CPU a base is host memory; a GPU backend's base
+ * is its buffer handle, and the storage layer never touches bytes except through these calls. */
+#ifndef TSR_DEVICE_H
+#define TSR_DEVICE_H
+
+#include "common.h"
+#include "executable.h"
+
+typedef struct tsr_device tsr_device;
+
+typedef struct tsr_device_ops {
+    const char *name;
+    /* Loads the kernels of exe from its folder (checks each module's size and SHA-256), or says
+     * which backend it cannot run. */
+    int (*load_kernels)(tsr_device *d, const tsr_executable *exe, const char *dir);
+    /* Device memory of `size` bytes, zeroed; and its release. */
+    void *(*allocate)(tsr_device *d, size_t size);
+    void (*release)(tsr_device *d, void *base);
+    /* Memory the device may read in place (weights mapped from a shard), or a device copy of it. */
+    void *(*adopt_host)(tsr_device *d, const void *host, size_t size);
+    int (*upload)(tsr_device *d, void *base, size_t offset, const void *src, size_t size);
+    int (*read_back)(tsr_device *d, const void *base, size_t offset, void *dst, size_t size);
+    /* Host pointer to device memory when the device shares the host's memory (the CPU), else NULL. */
+    void *(*host_pointer)(tsr_device *d, void *base, size_t offset);
+    /* Runs kernel `kernel` over grid[0] x grid[1] x grid[2] workgroups. */
+    int (*launch)(tsr_device *d, int32_t kernel, int32_t n_bindings, void *const *bases, const size_t *offsets,
+                  const int32_t *scalars, const int32_t grid[3]);
+    int (*synchronize)(tsr_device *d);
+    void (*destroy)(tsr_device *d);
+} tsr_device_ops;
+
+struct tsr_device {
+    const tsr_device_ops *ops;
+    tsr_alloc *alloc;
+};
+
+/* The CPU device (backends/cpu): kernels from one shared object, workgroups over n_threads. */
+tsr_device *tsr_cpu_device_new(tsr_alloc *a, int32_t n_threads);
+
+#endif

@@ -1,0 +1,725 @@
+/* Reading executable.json. Everything is checked here, once: the VM trusts these structures. */
+#include "executable.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "files.h"
+#include "json.h"
+#include "tensor_cache.h"
+
+#define MAX_REGISTERS (1 << 20)
+#define MAX_CODE (1 << 22)
+#define MAX_ITEMS (1 << 22)
+
+/* The executable's own allocations all come from its bump; a tsr_alloc over it lets the shape
+ * expression compiler (which takes a tsr_alloc) allocate there too. */
+static void *bump_alloc_cb(size_t size, void *user) { return tsr_bump_alloc(user, size); }
+static void bump_free_cb(void *ptr, void *user) { (void)ptr, (void)user; }
+
+typedef struct parser {
+    tsr_executable *exe;
+    tsr_alloc mem; /* over exe->mem */
+    char what[256];
+} parser;
+
+static int fail(const char *where, const char *why) {
+    return tsr_error(TESSERA_ERROR_FORMAT, "executable.json: %s: %s", where, why);
+}
+
+static const char *dup_string(parser *p, const char *s) { return tsr_bump_strdup(p->exe->mem, s); }
+
+static int compile_expr(parser *p, const cJSON *item, tsr_symbols *symbols, const char *where, tsr_shape_expr *out) {
+    if (cJSON_IsNumber(item)) {
+        int64_t v;
+        int rc = tsr_json_int_item(item, where, INT64_MIN / 2, INT64_MAX / 2, &v);
+        if (rc) return rc;
+        out->code = NULL;
+        out->length = 0;
+        out->constant = v;
+        return 0;
+    }
+    if (!cJSON_IsString(item)) return fail(where, "a shape expression must be a string");
+    int rc = tsr_shape_expr_compile(&p->mem, item->valuestring, symbols, out);
+    return rc ? tsr_error_context(rc, "executable.json: %s", where) : 0;
+}
+
+/* ---- struct info --------------------------------------------------------------------------- */
+
+static int parse_dims(parser *p, const cJSON *array, tsr_symbols *symbols, const char *where, tsr_sinfo *s) {
+    int n = cJSON_GetArraySize(array);
+    if (n > TESSERA_MAX_NDIM) return fail(where, "more dimensions than the runtime supports (8)");
+    s->dims = tsr_bump_array(p->exe->mem, (size_t)(n ? n : 1), sizeof(tsr_dim));
+    if (!s->dims) return TESSERA_ERROR_OUT_OF_MEMORY;
+    s->n_dims = n;
+    int i = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, array) {
+        tsr_dim *d = &s->dims[i++];
+        if (!cJSON_IsString(item) && !cJSON_IsNumber(item)) return fail(where, "a dimension must be a string");
+        int rc = compile_expr(p, item, symbols, where, &d->expr);
+        if (rc) return rc;
+        d->text = cJSON_IsString(item) ? dup_string(p, item->valuestring) : dup_string(p, "?");
+        d->symbol = -1;
+        const char *t = d->text;
+        bool plain = (t[0] == '_' || (t[0] >= 'A' && t[0] <= 'Z') || (t[0] >= 'a' && t[0] <= 'z'));
+        for (const char *c = t; plain && *c; c++)
+            plain = *c == '_' || (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9');
+        if (plain) d->symbol = tsr_symbols_index(&p->mem, symbols, t);
+    }
+    return 0;
+}
+
+static int parse_sinfo(parser *p, const cJSON *doc, tsr_symbols *symbols, const char *where, int depth, tsr_sinfo *s) {
+    memset(s, 0, sizeof *s);
+    s->ndim = -1;
+    s->n_dims = -1;
+    if (depth > 32) return fail(where, "struct info nested deeper than 32");
+    if (!cJSON_IsObject(doc)) return fail(where, "struct info must be an object");
+    const char *kind;
+    int rc = tsr_json_string(doc, "kind", where, &kind);
+    if (rc) return rc;
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(doc, "dtype");
+    if (cJSON_IsString(dtype) && dtype->valuestring[0]) {
+        if (tsr_dtype_from_name(dtype->valuestring, &s->dtype) != 0)
+            return fail(where, "unknown dtype in struct info");
+        s->has_dtype = true;
+    }
+    const cJSON *ndim = cJSON_GetObjectItemCaseSensitive(doc, "ndim");
+    if (ndim && !cJSON_IsNull(ndim)) {
+        int64_t v;
+        if ((rc = tsr_json_int_item(ndim, where, -1, TESSERA_MAX_NDIM, &v))) return rc;
+        s->ndim = (int32_t)v;
+    }
+    if (strcmp(kind, "tensor") == 0) {
+        s->kind = TSR_SINFO_TENSOR;
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(doc, "shape");
+        if (cJSON_IsArray(shape)) {
+            if ((rc = parse_dims(p, shape, symbols, where, s))) return rc;
+            s->ndim = s->n_dims;
+        }
+    } else if (strcmp(kind, "shape") == 0) {
+        s->kind = TSR_SINFO_SHAPE;
+        const cJSON *values = cJSON_GetObjectItemCaseSensitive(doc, "values");
+        if (cJSON_IsArray(values)) {
+            if ((rc = parse_dims(p, values, symbols, where, s))) return rc;
+            s->ndim = s->n_dims;
+        }
+    } else if (strcmp(kind, "prim") == 0) {
+        s->kind = TSR_SINFO_PRIM;
+        const cJSON *value = cJSON_GetObjectItemCaseSensitive(doc, "value");
+        if (value && !cJSON_IsNull(value)) {
+            cJSON *one = cJSON_CreateArray();
+            if (!one) return tsr_error(TESSERA_ERROR_OUT_OF_MEMORY, "out of memory");
+            cJSON_AddItemReferenceToArray(one, (cJSON *)value);
+            rc = parse_dims(p, one, symbols, where, s);
+            cJSON_Delete(one);
+            if (rc) return rc;
+        }
+    } else if (strcmp(kind, "tuple") == 0) {
+        s->kind = TSR_SINFO_TUPLE;
+        const cJSON *fields;
+        if ((rc = tsr_json_array(doc, "fields", where, &fields))) return rc;
+        int n = cJSON_GetArraySize(fields);
+        s->fields = tsr_bump_array(p->exe->mem, (size_t)(n ? n : 1), sizeof(tsr_sinfo));
+        if (!s->fields) return TESSERA_ERROR_OUT_OF_MEMORY;
+        s->n_fields = n;
+        int i = 0;
+        const cJSON *f;
+        cJSON_ArrayForEach(f, fields) {
+            if ((rc = parse_sinfo(p, f, symbols, where, depth + 1, &s->fields[i++]))) return rc;
+        }
+    } else if (strcmp(kind, "object") == 0) {
+        s->kind = TSR_SINFO_OBJECT;
+    } else if (strcmp(kind, "callable") == 0 || strcmp(kind, "func") == 0) {
+        s->kind = TSR_SINFO_CALLABLE;
+    } else {
+        return fail(where, "unknown struct info kind");
+    }
+    return 0;
+}
+
+/* ---- instructions -------------------------------------------------------------------------- */
+
+static const struct { const char *name; tsr_opcode op; } OPCODES[] = {
+    {"match", TSR_OP_MATCH}, {"alloc_storage", TSR_OP_ALLOC_STORAGE}, {"alloc_tensor", TSR_OP_ALLOC_TENSOR},
+    {"launch", TSR_OP_LAUNCH}, {"call_builtin", TSR_OP_CALL_BUILTIN}, {"call", TSR_OP_CALL}, {"func", TSR_OP_FUNC},
+    {"if", TSR_OP_IF}, {"goto", TSR_OP_GOTO}, {"prim", TSR_OP_PRIM}, {"move", TSR_OP_MOVE}, {"tuple", TSR_OP_TUPLE},
+    {"get", TSR_OP_GET}, {"shape", TSR_OP_SHAPE}, {"ret", TSR_OP_RET},
+};
+
+typedef struct function_scope {
+    parser *p;
+    const cJSON *all_functions; /* to resolve call targets by name */
+    tsr_function *f;
+    const char *where;
+} function_scope;
+
+static int reg_field(function_scope *fs, const cJSON *op, const char *key, bool nullable, int32_t *out) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(op, key);
+    if (nullable && (!item || cJSON_IsNull(item))) {
+        *out = -1;
+        return 0;
+    }
+    int64_t v;
+    char where[300];
+    snprintf(where, sizeof where, "%s: field '%s'", fs->where, key);
+    if (!item) return fail(where, "missing");
+    int rc = tsr_json_int_item(item, where, 0, fs->f->n_registers - 1, &v);
+    if (rc) return fail(where, "not a register of the function");
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int reg_list(function_scope *fs, const cJSON *op, const char *key, int32_t *into, int32_t *count) {
+    const cJSON *array;
+    int rc = tsr_json_array(op, key, fs->where, &array);
+    if (rc) return rc;
+    int i = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, array) {
+        int64_t v;
+        if (tsr_json_int_item(item, fs->where, 0, fs->f->n_registers - 1, &v)) return fail(fs->where, "a register out of range");
+        if (into) into[i] = (int32_t)v;
+        i++;
+    }
+    *count = i;
+    return 0;
+}
+
+static int expr_list(function_scope *fs, const cJSON *op, const char *key, tsr_instr *in) {
+    const cJSON *array;
+    int rc = tsr_json_array(op, key, fs->where, &array);
+    if (rc) return rc;
+    int n = cJSON_GetArraySize(array);
+    in->exprs = tsr_bump_array(fs->p->exe->mem, (size_t)(n ? n : 1), sizeof(tsr_shape_expr));
+    if (!in->exprs) return TESSERA_ERROR_OUT_OF_MEMORY;
+    in->n_exprs = n;
+    int i = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, array) {
+        if ((rc = compile_expr(fs->p, item, &fs->f->symbols, fs->where, &in->exprs[i++]))) return rc;
+    }
+    return 0;
+}
+
+static int args_outs(function_scope *fs, const cJSON *op, tsr_instr *in, bool with_outs) {
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(op, "args");
+    const cJSON *outs = with_outs ? cJSON_GetObjectItemCaseSensitive(op, "outs") : NULL;
+    size_t n = (size_t)cJSON_GetArraySize(args) + (size_t)cJSON_GetArraySize(outs);
+    in->regs = tsr_bump_array(fs->p->exe->mem, n ? n : 1, sizeof(int32_t));
+    if (!in->regs) return TESSERA_ERROR_OUT_OF_MEMORY;
+    int rc = reg_list(fs, op, "args", in->regs, &in->n_args);
+    if (rc) return rc;
+    if (with_outs) return reg_list(fs, op, "outs", in->regs + in->n_args, &in->n_outs);
+    return 0;
+}
+
+static int function_index(const tsr_executable *exe, const cJSON *all, const char *name) {
+    int i = 0;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, all) {
+        if (strcmp(f->string, name) == 0) return i;
+        i++;
+    }
+    (void)exe;
+    return -1;
+}
+
+static int parse_instr(function_scope *fs, const cJSON *op, int32_t pc, tsr_instr *in) {
+    parser *p = fs->p;
+    tsr_executable *exe = p->exe;
+    tsr_function *f = fs->f;
+    char where[300];
+    snprintf(where, sizeof where, "function '%s', instruction %d", f->name, pc);
+    fs->where = where;
+    if (!cJSON_IsObject(op)) return fail(where, "not an object");
+    const char *name;
+    int rc = tsr_json_string(op, "op", where, &name);
+    if (rc) return rc;
+    size_t k = 0;
+    while (k < TSR_ARRAY_LEN(OPCODES) && strcmp(OPCODES[k].name, name) != 0) k++;
+    if (k == TSR_ARRAY_LEN(OPCODES))
+        return tsr_error(TESSERA_ERROR_UNSUPPORTED, "executable.json: %s: unknown instruction '%s' (an executable "
+                         "from a newer Tessera?)", where, name);
+    in->op = OPCODES[k].op;
+    in->dst = in->reg = in->target = in->callee = in->library = -1;
+    int64_t v;
+    switch (in->op) {
+    case TSR_OP_MATCH: {
+        if ((rc = reg_field(fs, op, "reg", false, &in->reg))) return rc;
+        const cJSON *sinfo = cJSON_GetObjectItemCaseSensitive(op, "sinfo");
+        if ((rc = parse_sinfo(p, sinfo, &f->symbols, where, 0, &in->sinfo))) return rc;
+        const char *text = "", *what = "a value";
+        if ((rc = tsr_json_opt_string(op, "text", where, &text))) return rc;
+        if ((rc = tsr_json_opt_string(op, "what", where, &what))) return rc;
+        in->text = dup_string(p, text);
+        in->what = dup_string(p, what);
+        return in->text && in->what ? 0 : TESSERA_ERROR_OUT_OF_MEMORY;
+    }
+    case TSR_OP_ALLOC_STORAGE:
+        if ((rc = reg_field(fs, op, "dst", false, &in->dst))) return rc;
+        in->exprs = tsr_bump_alloc(exe->mem, sizeof(tsr_shape_expr));
+        if (!in->exprs) return TESSERA_ERROR_OUT_OF_MEMORY;
+        in->n_exprs = 1;
+        return compile_expr(p, cJSON_GetObjectItemCaseSensitive(op, "size"), &f->symbols, where, in->exprs);
+    case TSR_OP_ALLOC_TENSOR: {
+        if ((rc = reg_field(fs, op, "dst", false, &in->dst))) return rc;
+        const char *dtype;
+        if ((rc = tsr_json_string(op, "dtype", where, &dtype))) return rc;
+        if (tsr_dtype_from_name(dtype, &in->dtype)) return fail(where, "unknown dtype");
+        if ((rc = expr_list(fs, op, "shape", in))) return rc;
+        if (in->n_exprs > TESSERA_MAX_NDIM) return fail(where, "more than 8 dimensions");
+        return 0;
+    }
+    case TSR_OP_LAUNCH:
+        if ((rc = tsr_json_int(op, "kernel", where, 0, exe->n_kernels - 1, &v))) return fail(where, "kernel index out of range");
+        in->target = (int32_t)v;
+        if ((rc = args_outs(fs, op, in, true))) return rc;
+        if ((rc = expr_list(fs, op, "scalars", in))) return rc;
+        {
+            const tsr_kernel *kernel = &exe->kernels[in->target];
+            if (in->n_args + in->n_outs != kernel->n_bindings)
+                return fail(where, "the launch binds a different number of tensors than the kernel's ABI lists");
+            if (in->n_exprs != kernel->n_scalars)
+                return fail(where, "the launch passes a different number of scalars than the kernel's ABI lists");
+        }
+        return 0;
+    case TSR_OP_CALL_BUILTIN: {
+        const char *lib;
+        if ((rc = tsr_json_string(op, "name", where, &lib))) return rc;
+        for (int32_t i = 0; i < exe->n_libraries; i++)
+            if (strcmp(exe->libraries[i], lib) == 0) in->library = i;
+        if (in->library < 0) return fail(where, "calls a library function that 'libraries' does not list");
+        if ((rc = reg_field(fs, op, "dst", true, &in->dst))) return rc;
+        if ((rc = args_outs(fs, op, in, true))) return rc;
+        return expr_list(fs, op, "scalars", in);
+    }
+    case TSR_OP_CALL: {
+        if ((rc = reg_field(fs, op, "dst", false, &in->dst))) return rc;
+        const char *callee_name = NULL;
+        if ((rc = tsr_json_opt_string(op, "func", where, &callee_name))) return rc;
+        if (callee_name) {
+            in->target = function_index(exe, fs->all_functions, callee_name);
+            if (in->target < 0) return fail(where, "calls a function the executable does not have");
+        } else if ((rc = reg_field(fs, op, "callee", false, &in->callee))) {
+            return rc;
+        }
+        return args_outs(fs, op, in, false);
+    }
+    case TSR_OP_FUNC: {
+        if ((rc = reg_field(fs, op, "dst", false, &in->dst))) return rc;
+        const char *fname;
+        if ((rc = tsr_json_string(op, "name", where, &fname))) return rc;
+        in->target = function_index(exe, fs->all_functions, fname);
+        return in->target < 0 ? fail(where, "names a function the executable does not have") : 0;
+    }
+    case TSR_OP_IF:
+        if ((rc = reg_field(fs, op, "cond", false, &in->reg))) return rc;
+        if ((rc = tsr_json_int(op, "else", where, 0, f->n_code - 1, &v))) return rc;
+        in->target = (int32_t)v;
+        return 0;
+    case TSR_OP_GOTO:
+        if ((rc = tsr_json_int(op, "target", where, 0, f->n_code - 1, &v))) return rc;
+        in->target = (int32_t)v;
+        return 0;
+    case TSR_OP_PRIM:
+        if ((rc = reg_field(fs, op, "dst", false, &in->dst))) return rc;
+        in->exprs = tsr_bump_alloc(exe->mem, sizeof(tsr_shape_expr));
+        if (!in->exprs) return TESSERA_ERROR_OUT_OF_MEMORY;
+        in->n_exprs = 1;
+        return compile_expr(p, cJSON_GetObjectItemCaseSensitive(op, "value"), &f->symbols, where, in->exprs);
+    case TSR_OP_MOVE:
+        if ((rc = reg_field(fs, op, "dst", false, &in->dst))) return rc;
+        return reg_field(fs, op, "src", false, &in->reg);
+    case TSR_OP_TUPLE: {
+        if ((rc = reg_field(fs, op, "dst", false, &in->dst))) return rc;
+        const cJSON *fields = cJSON_GetObjectItemCaseSensitive(op, "fields");
+        int n = cJSON_GetArraySize(fields);
+        in->regs = tsr_bump_array(exe->mem, (size_t)(n ? n : 1), sizeof(int32_t));
+        if (!in->regs) return TESSERA_ERROR_OUT_OF_MEMORY;
+        return reg_list(fs, op, "fields", in->regs, &in->n_args);
+    }
+    case TSR_OP_GET:
+        if ((rc = reg_field(fs, op, "dst", false, &in->dst))) return rc;
+        if ((rc = reg_field(fs, op, "src", false, &in->reg))) return rc;
+        if ((rc = tsr_json_int(op, "index", where, 0, 1 << 20, &v))) return rc;
+        in->target = (int32_t)v;
+        return 0;
+    case TSR_OP_SHAPE:
+        if ((rc = reg_field(fs, op, "dst", false, &in->dst))) return rc;
+        if ((rc = expr_list(fs, op, "values", in))) return rc;
+        return in->n_exprs > TESSERA_MAX_NDIM ? fail(where, "a shape of more than 8 dimensions") : 0;
+    case TSR_OP_RET:
+        return reg_field(fs, op, "src", false, &in->reg);
+    }
+    return fail(where, "unhandled instruction");
+}
+
+/* ---- functions ----------------------------------------------------------------------------- */
+
+static int parse_register_infos(parser *p, const cJSON *doc, tsr_function *f, const char *where) {
+    const cJSON *tensors, *locations;
+    int rc;
+    if ((rc = tsr_json_object(doc, "tensors", where, &tensors))) return rc;
+    if ((rc = tsr_json_object(doc, "locations", where, &locations))) return rc;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, tensors) {
+        int64_t r;
+        char *end;
+        r = strtoll(item->string, &end, 10);
+        if (*end || end == item->string || r < 0 || r >= f->n_registers) return fail(where, "'tensors' names a register out of range");
+        tsr_register_info *info = &f->regs[r];
+        const char *dtype;
+        const cJSON *shape;
+        if ((rc = tsr_json_string(item, "dtype", where, &dtype))) return rc;
+        if (tsr_dtype_from_name(dtype, &info->dtype)) return fail(where, "unknown dtype in 'tensors'");
+        if ((rc = tsr_json_array(item, "shape", where, &shape))) return rc;
+        int n = cJSON_GetArraySize(shape);
+        if (n > TESSERA_MAX_NDIM) return fail(where, "a tensor of more than 8 dimensions");
+        info->ndim = n;
+        int i = 0;
+        const cJSON *d;
+        cJSON_ArrayForEach(d, shape) {
+            if ((rc = compile_expr(p, d, &f->symbols, where, &info->shape[i++]))) return rc;
+        }
+        if ((rc = compile_expr(p, cJSON_GetObjectItemCaseSensitive(item, "bytes"), &f->symbols, where, &info->bytes))) return rc;
+        info->has_tensor = true;
+    }
+    cJSON_ArrayForEach(item, locations) {
+        int64_t r;
+        char *end;
+        r = strtoll(item->string, &end, 10);
+        if (*end || end == item->string || r < 0 || r >= f->n_registers) return fail(where, "'locations' names a register out of range");
+        tsr_register_info *info = &f->regs[r];
+        if (!info->has_tensor) return fail(where, "a register has a location but no entry in 'tensors'");
+        const char *kind;
+        int64_t v;
+        if ((rc = tsr_json_string(item, "kind", where, &kind))) return rc;
+        if (strcmp(kind, "param") == 0) {
+            if ((rc = tsr_json_int(item, "index", where, 0, f->n_params - 1, &v))) return rc;
+            info->location = TSR_LOC_PARAM;
+        } else if (strcmp(kind, "constant") == 0) {
+            const char *name;
+            if ((rc = tsr_json_string(item, "name", where, &name))) return rc;
+            v = -1;
+            for (int32_t i = 0; i < p->exe->n_constants; i++)
+                if (strcmp(p->exe->constants[i], name) == 0) v = i;
+            if (v < 0) return fail(where, "a location names a constant that 'constants' does not list");
+            info->location = TSR_LOC_CONSTANT;
+        } else if (strcmp(kind, "arena") == 0) {
+            if ((rc = tsr_json_int(item, "token", where, 0, f->max_token, &v))) return rc;
+            if (f->token_to_storage[v] < 0 || f->storages[f->token_to_storage[v]].buffer < 0)
+                return fail(where, "an arena location names a storage the plan does not place");
+            info->location = TSR_LOC_ARENA;
+        } else if (strcmp(kind, "storage") == 0) {
+            if ((rc = tsr_json_int(item, "register", where, 0, f->n_registers - 1, &v))) return rc;
+            info->location = TSR_LOC_STORAGE;
+        } else {
+            return fail(where, "unknown location kind");
+        }
+        info->index = (int32_t)v;
+    }
+    return 0;
+}
+
+static int parse_memory(parser *p, const cJSON *doc, tsr_function *f, const char *where) {
+    const cJSON *memory, *buffers, *storages;
+    int rc;
+    if ((rc = tsr_json_object(doc, "memory", where, &memory))) return rc;
+    f->static_memory = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(memory, "static"));
+    f->recursive = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(memory, "recursive"));
+    if ((rc = tsr_json_array(memory, "buffers", where, &buffers))) return rc;
+    if ((rc = tsr_json_array(memory, "storages", where, &storages))) return rc;
+    int nb = cJSON_GetArraySize(buffers), ns = cJSON_GetArraySize(storages);
+    f->arena_buffers = tsr_bump_array(p->exe->mem, (size_t)(nb ? nb : 1), sizeof(uint64_t));
+    f->storages = tsr_bump_array(p->exe->mem, (size_t)(ns ? ns : 1), sizeof(tsr_storage_plan));
+    if (!f->arena_buffers || !f->storages) return TESSERA_ERROR_OUT_OF_MEMORY;
+    f->n_arena_buffers = nb;
+    f->n_storages = ns;
+    int i = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, buffers) {
+        int64_t v;
+        /* An arena buffer larger than 1 TiB is not a plan any device can hold. */
+        if ((rc = tsr_json_int_item(item, where, 0, (int64_t)1 << 40, &v))) return rc;
+        f->arena_buffers[i++] = (uint64_t)v;
+    }
+    i = 0;
+    f->max_token = -1;
+    cJSON_ArrayForEach(item, storages) {
+        tsr_storage_plan *s = &f->storages[i++];
+        int64_t v;
+        if ((rc = tsr_json_int(item, "index", where, 0, MAX_REGISTERS, &v))) return rc;
+        s->index = (int32_t)v;
+        if (s->index > f->max_token) f->max_token = s->index;
+        const cJSON *buffer = cJSON_GetObjectItemCaseSensitive(item, "buffer");
+        if (!buffer || cJSON_IsNull(buffer)) {
+            s->buffer = -1;
+            continue;
+        }
+        if ((rc = tsr_json_int_item(buffer, where, 0, nb - 1, &v))) return fail(where, "a storage's buffer is out of range");
+        s->buffer = (int32_t)v;
+        int64_t offset, size;
+        if ((rc = tsr_json_int(item, "offset", where, 0, (int64_t)1 << 40, &offset))) return rc;
+        if ((rc = tsr_json_int(item, "static_size", where, 0, (int64_t)1 << 40, &size))) return rc;
+        if ((uint64_t)offset + (uint64_t)size > f->arena_buffers[s->buffer])
+            return fail(where, "a storage lies outside its arena buffer");
+        s->offset = (uint64_t)offset;
+        s->static_size = (uint64_t)size;
+    }
+    f->token_to_storage = tsr_bump_array(p->exe->mem, (size_t)(f->max_token + 2), sizeof(int32_t));
+    if (!f->token_to_storage) return TESSERA_ERROR_OUT_OF_MEMORY;
+    for (int32_t t = 0; t <= f->max_token; t++) f->token_to_storage[t] = -1;
+    for (int32_t s = 0; s < f->n_storages; s++) {
+        if (f->token_to_storage[f->storages[s].index] >= 0) return fail(where, "two storages share a token");
+        f->token_to_storage[f->storages[s].index] = s;
+    }
+    return 0;
+}
+
+static int parse_function(parser *p, const cJSON *all, const cJSON *doc, tsr_function *f) {
+    char where[300];
+    snprintf(where, sizeof where, "function '%s'", doc->string);
+    if (!cJSON_IsObject(doc)) return fail(where, "not an object");
+    f->name = dup_string(p, doc->string);
+    int rc;
+    int64_t v;
+    if ((rc = tsr_json_int(doc, "registers", where, 1, MAX_REGISTERS, &v))) return rc;
+    f->n_registers = (int32_t)v;
+    f->regs = tsr_bump_array(p->exe->mem, (size_t)f->n_registers, sizeof(tsr_register_info));
+    if (!f->regs) return TESSERA_ERROR_OUT_OF_MEMORY;
+    /* Symbols with bounds come first, in the file's order. */
+    const cJSON *symbols, *item;
+    if ((rc = tsr_json_object(doc, "symbols", where, &symbols))) return rc;
+    int n_sym = cJSON_GetArraySize(symbols);
+    cJSON_ArrayForEach(item, symbols) {
+        if (tsr_symbols_index(&p->mem, &f->symbols, item->string) < 0) return TESSERA_ERROR_OUT_OF_MEMORY;
+    }
+    /* Params. */
+    const cJSON *params;
+    if ((rc = tsr_json_array(doc, "params", where, &params))) return rc;
+    f->n_params = cJSON_GetArraySize(params);
+    f->params = tsr_bump_array(p->exe->mem, (size_t)(f->n_params ? f->n_params : 1), sizeof(tsr_param));
+    if (!f->params) return TESSERA_ERROR_OUT_OF_MEMORY;
+    int i = 0;
+    cJSON_ArrayForEach(item, params) {
+        tsr_param *param = &f->params[i++];
+        const char *name;
+        if ((rc = tsr_json_string(item, "name", where, &name))) return rc;
+        param->name = dup_string(p, name);
+        if ((rc = tsr_json_int(item, "register", where, 0, f->n_registers - 1, &v))) return rc;
+        param->reg = (int32_t)v;
+        param->state = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(item, "state"));
+        if ((rc = parse_sinfo(p, cJSON_GetObjectItemCaseSensitive(item, "sinfo"), &f->symbols, where, 0, &param->sinfo))) return rc;
+    }
+    if ((rc = parse_memory(p, doc, f, where))) return rc;
+    if ((rc = parse_register_infos(p, doc, f, where))) return rc;
+    for (int32_t k = 0; k < f->n_params; k++) {
+        if (f->params[k].state && !f->regs[f->params[k].reg].has_tensor)
+            return fail(where, "a state parameter without a planned tensor");
+    }
+    const cJSON *code;
+    if ((rc = tsr_json_array(doc, "code", where, &code))) return rc;
+    f->n_code = cJSON_GetArraySize(code);
+    if (f->n_code < 1 || f->n_code > MAX_CODE) return fail(where, "'code' is empty or too long");
+    f->code = tsr_bump_array(p->exe->mem, (size_t)f->n_code, sizeof(tsr_instr));
+    if (!f->code) return TESSERA_ERROR_OUT_OF_MEMORY;
+    function_scope fs = {p, all, f, where};
+    i = 0;
+    cJSON_ArrayForEach(item, code) {
+        if ((rc = parse_instr(&fs, item, i, &f->code[i]))) return rc;
+        i++;
+    }
+    if (f->code[f->n_code - 1].op != TSR_OP_RET && f->code[f->n_code - 1].op != TSR_OP_GOTO)
+        return fail(where, "the code does not end with ret");
+    /* Bounds, by symbol index (the expressions may have added symbols after the declared ones). */
+    f->upper_bounds = tsr_bump_array(p->exe->mem, (size_t)(f->symbols.count ? f->symbols.count : 1), sizeof(int64_t));
+    if (!f->upper_bounds) return TESSERA_ERROR_OUT_OF_MEMORY;
+    for (int32_t s = 0; s < f->symbols.count; s++) f->upper_bounds[s] = -1;
+    i = 0;
+    cJSON_ArrayForEach(item, symbols) {
+        const cJSON *bound = cJSON_GetObjectItemCaseSensitive(item, "upper_bound");
+        if (bound && !cJSON_IsNull(bound)) {
+            if ((rc = tsr_json_int_item(bound, where, 0, (int64_t)1 << 40, &v))) return rc;
+            f->upper_bounds[i] = v;
+        }
+        i++;
+    }
+    (void)n_sym;
+    return 0;
+}
+
+/* ---- kernels and modules ------------------------------------------------------------------- */
+
+static int parse_kernel(parser *p, const cJSON *doc, int32_t index, tsr_kernel *k) {
+    char where[300];
+    snprintf(where, sizeof where, "kernel %d", index);
+    const char *name, *backend, *module, *entry;
+    int rc;
+    if ((rc = tsr_json_string(doc, "name", where, &name))) return rc;
+    snprintf(where, sizeof where, "kernel %d (%s)", index, name);
+    if ((rc = tsr_json_string(doc, "backend", where, &backend))) return rc;
+    if ((rc = tsr_json_string(doc, "module", where, &module))) return rc;
+    if ((rc = tsr_json_string(doc, "entry_point", where, &entry))) return rc;
+    k->name = dup_string(p, name);
+    k->backend = dup_string(p, backend);
+    k->entry_point = dup_string(p, entry);
+    k->module = -1;
+    for (int32_t m = 0; m < p->exe->n_modules; m++)
+        if (strcmp(p->exe->modules[m].path, module) == 0) k->module = m;
+    if (k->module < 0) return fail(where, "its module is not listed in 'modules'");
+    const cJSON *wg, *abi, *bindings, *scalars, *grid, *item;
+    if ((rc = tsr_json_array(doc, "workgroup_size", where, &wg))) return rc;
+    if (cJSON_GetArraySize(wg) != 3) return fail(where, "workgroup_size must have 3 entries");
+    int i = 0;
+    cJSON_ArrayForEach(item, wg) {
+        int64_t v;
+        if ((rc = tsr_json_int_item(item, where, 1, 1 << 16, &v))) return rc;
+        k->workgroup_size[i++] = (int32_t)v;
+    }
+    if ((rc = tsr_json_object(doc, "abi", where, &abi))) return rc;
+    if ((rc = tsr_json_array(abi, "bindings", where, &bindings))) return rc;
+    if ((rc = tsr_json_array(abi, "scalars", where, &scalars))) return rc;
+    k->n_bindings = cJSON_GetArraySize(bindings);
+    k->n_scalars = cJSON_GetArraySize(scalars);
+    if (k->n_bindings > 256 || k->n_scalars > 256) return fail(where, "more than 256 bindings or scalars");
+    cJSON_ArrayForEach(item, scalars) {
+        const char *sname;
+        if ((rc = tsr_json_string(item, "name", where, &sname))) return rc;
+        if (tsr_symbols_index(&p->mem, &k->scalar_symbols, sname) < 0) return TESSERA_ERROR_OUT_OF_MEMORY;
+    }
+    if (k->scalar_symbols.count != k->n_scalars) return fail(where, "two scalars share a name");
+    if ((rc = tsr_json_array(doc, "grid", where, &grid))) return rc;
+    if (cJSON_GetArraySize(grid) != 3) return fail(where, "grid must have 3 expressions");
+    i = 0;
+    cJSON_ArrayForEach(item, grid) {
+        if ((rc = compile_expr(p, item, &k->scalar_symbols, where, &k->grid[i++]))) return rc;
+    }
+    if (k->scalar_symbols.count != k->n_scalars) return fail(where, "its grid uses a variable that is not one of its scalars");
+    return 0;
+}
+
+static int string_list(parser *p, const cJSON *root, const char *key, const char ***out, int32_t *count) {
+    const cJSON *array, *item;
+    int rc = tsr_json_array(root, key, "executable.json", &array);
+    if (rc) return rc;
+    int n = cJSON_GetArraySize(array);
+    *out = tsr_bump_array(p->exe->mem, (size_t)(n ? n : 1), sizeof(char *));
+    if (!*out) return TESSERA_ERROR_OUT_OF_MEMORY;
+    int i = 0;
+    cJSON_ArrayForEach(item, array) {
+        if (!cJSON_IsString(item)) return fail(key, "entries must be strings");
+        (*out)[i++] = dup_string(p, item->valuestring);
+    }
+    *count = n;
+    return 0;
+}
+
+static int parse_root(parser *p, const cJSON *root) {
+    tsr_executable *exe = p->exe;
+    const char *format;
+    int64_t version;
+    int rc;
+    if (!cJSON_IsObject(root)) return fail("top level", "not an object");
+    if ((rc = tsr_json_string(root, "format", "executable.json", &format))) return rc;
+    if (strcmp(format, "tessera-executable") != 0) return fail("format", "not \"tessera-executable\"");
+    if ((rc = tsr_json_int(root, "version", "executable.json", 0, INT32_MAX, &version))) return rc;
+    if (version != TESSERA_FORMAT_VERSION)
+        return tsr_error(TESSERA_ERROR_VERSION, "executable.json has format version %lld; this runtime reads version "
+                         "%d: rebuild it with a matching Tessera (tessera compile MODEL.gguf --target cpu -o DIR)",
+                         (long long)version, TESSERA_FORMAT_VERSION);
+    const cJSON *target = cJSON_GetObjectItemCaseSensitive(root, "target");
+    const char *kind = "?", *name = "?";
+    if (cJSON_IsObject(target)) {
+        tsr_json_opt_string(target, "kind", "target", &kind);
+        tsr_json_opt_string(target, "name", "target", &name);
+    }
+    exe->target_kind = dup_string(p, kind);
+    exe->target_name = dup_string(p, name);
+    if ((rc = string_list(p, root, "constants", &exe->constants, &exe->n_constants))) return rc;
+    if ((rc = string_list(p, root, "libraries", &exe->libraries, &exe->n_libraries))) return rc;
+    if ((rc = string_list(p, root, "required_features", &exe->required_features, &exe->n_required_features))) return rc;
+    const cJSON *limits = cJSON_GetObjectItemCaseSensitive(root, "required_limits");
+    exe->max_invocations = exe->max_storage_buffers = exe->max_workgroup_storage = -1;
+    exe->max_buffer_size = exe->max_binding_size = -1;
+    if (cJSON_IsObject(limits)) {
+        tsr_json_opt_int(limits, "maxComputeInvocationsPerWorkgroup", "required_limits", 0, INT64_MAX, &exe->max_invocations);
+        tsr_json_opt_int(limits, "maxStorageBuffersPerShaderStage", "required_limits", 0, INT64_MAX, &exe->max_storage_buffers);
+        tsr_json_opt_int(limits, "maxComputeWorkgroupStorageSize", "required_limits", 0, INT64_MAX, &exe->max_workgroup_storage);
+        tsr_json_opt_int(limits, "maxBufferSize", "required_limits", 0, INT64_MAX, &exe->max_buffer_size);
+        tsr_json_opt_int(limits, "maxStorageBufferBindingSize", "required_limits", 0, INT64_MAX, &exe->max_binding_size);
+    }
+    const cJSON *modules, *kernels, *functions, *item;
+    if ((rc = tsr_json_array(root, "modules", "executable.json", &modules))) return rc;
+    if ((rc = tsr_json_array(root, "kernels", "executable.json", &kernels))) return rc;
+    if ((rc = tsr_json_object(root, "functions", "executable.json", &functions))) return rc;
+    exe->n_modules = cJSON_GetArraySize(modules);
+    exe->modules = tsr_bump_array(exe->mem, (size_t)(exe->n_modules ? exe->n_modules : 1), sizeof(tsr_module));
+    if (!exe->modules) return TESSERA_ERROR_OUT_OF_MEMORY;
+    int i = 0;
+    cJSON_ArrayForEach(item, modules) {
+        tsr_module *m = &exe->modules[i++];
+        const char *path, *backend = "", *sha;
+        int64_t nbytes;
+        if ((rc = tsr_json_string(item, "path", "modules", &path))) return rc;
+        if ((rc = tsr_check_relative_path(path, "module"))) return rc;
+        /* null for a module no kernel uses */
+        if ((rc = tsr_json_opt_string(item, "backend", "modules", &backend))) return rc;
+        if ((rc = tsr_json_string(item, "sha256", "modules", &sha))) return rc;
+        if ((rc = tsr_json_int(item, "nbytes", "modules", 0, (int64_t)1 << 34, &nbytes))) return rc;
+        if (strlen(sha) != 64) return fail("modules", "a sha256 must be 64 hex digits");
+        m->path = dup_string(p, path);
+        m->backend = dup_string(p, backend);
+        m->sha256 = dup_string(p, sha);
+        m->nbytes = (uint64_t)nbytes;
+    }
+    exe->n_kernels = cJSON_GetArraySize(kernels);
+    exe->kernels = tsr_bump_array(exe->mem, (size_t)(exe->n_kernels ? exe->n_kernels : 1), sizeof(tsr_kernel));
+    if (!exe->kernels) return TESSERA_ERROR_OUT_OF_MEMORY;
+    i = 0;
+    cJSON_ArrayForEach(item, kernels) {
+        if ((rc = parse_kernel(p, item, i, &exe->kernels[i]))) return rc;
+        i++;
+    }
+    exe->n_functions = cJSON_GetArraySize(functions);
+    exe->functions = tsr_bump_array(exe->mem, (size_t)(exe->n_functions ? exe->n_functions : 1), sizeof(tsr_function));
+    if (!exe->functions) return TESSERA_ERROR_OUT_OF_MEMORY;
+    i = 0;
+    cJSON_ArrayForEach(item, functions) {
+        if ((rc = parse_function(p, functions, item, &exe->functions[i]))) return rc;
+        i++;
+    }
+    return 0;
+}
+
+int tsr_executable_parse(tsr_alloc *a, const char *json, size_t size, tsr_executable *out) {
+    memset(out, 0, sizeof *out);
+    out->mem = tsr_bump_new(a, 1 << 16);
+    if (!out->mem) return TESSERA_ERROR_OUT_OF_MEMORY;
+    parser p = {.exe = out};
+    p.mem.base.alloc = bump_alloc_cb;
+    p.mem.base.free = bump_free_cb;
+    p.mem.base.user = out->mem;
+    cJSON *root = tsr_json_parse(json, size, "executable.json");
+    if (!root) {
+        tsr_executable_free(out);
+        return TESSERA_ERROR_FORMAT;
+    }
+    int rc = parse_root(&p, root);
+    cJSON_Delete(root);
+    if (rc) tsr_executable_free(out);
+    return rc;
+}
+
+void tsr_executable_free(tsr_executable *exe) {
+    tsr_bump_free(exe->mem);
+    memset(exe, 0, sizeof *exe);
+}
+
+int32_t tsr_executable_function(const tsr_executable *exe, const char *name) {
+    for (int32_t i = 0; i < exe->n_functions; i++)
+        if (strcmp(exe->functions[i].name, name) == 0) return i;
+    return -1;
+}

@@ -1,0 +1,151 @@
+/* tessera_model_*: load a folder, check it, call its functions. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "files.h"
+#include "model.h"
+
+/* executable.json of a real model is a few MB; 256 MiB is far beyond any and keeps a hostile file
+ * from asking for more. */
+#define MAX_EXECUTABLE_JSON ((size_t)256 << 20)
+
+tessera_model_params tessera_model_default_params(void) {
+    tessera_model_params p;
+    memset(&p, 0, sizeof p);
+    p.n_threads = 0;
+    p.device = "auto";
+    return p;
+}
+
+static int32_t online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 && n < 1024 ? (int32_t)n : 1;
+}
+
+static int read_executable(tsr_alloc *a, const char *dir, tsr_executable *exe) {
+    char *json;
+    size_t size;
+    int rc = tsr_read_file(a, dir, "executable.json", MAX_EXECUTABLE_JSON, &json, &size);
+    if (rc) return rc;
+    rc = tsr_executable_parse(a, json, size, exe);
+    tsr_free(a, json);
+    return rc;
+}
+
+int tessera_model_plan(const char *dir, tessera_memory *out) {
+    if (!dir || !out) return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "tessera_model_plan: NULL argument");
+    tsr_alloc a;
+    tsr_alloc_init(&a, NULL);
+    tsr_executable exe;
+    int rc = read_executable(&a, dir, &exe);
+    if (rc) return tsr_error_context(rc, "%s", dir);
+    uint64_t arena, state;
+    rc = tsr_plan_bytes(&exe, &arena, &state);
+    tsr_executable_free(&exe);
+    if (rc) return rc;
+    char *json;
+    size_t size;
+    /* The weights' size from the index alone: the shards are not read. */
+    tsr_tensor_cache index;
+    if ((rc = tsr_read_file(&a, dir, "tensor-cache.json", MAX_EXECUTABLE_JSON, &json, &size))) return rc;
+    rc = tsr_tensor_cache_parse(&a, json, size, &index);
+    tsr_free(&a, json);
+    if (rc) return rc;
+    memset(out, 0, sizeof *out);
+    out->weights = index.total_bytes;
+    tsr_tensor_cache_free(&a, &index);
+    out->arena = arena;
+    out->kv_cache = state;
+    out->total = out->weights + arena + state;
+    return 0;
+}
+
+tessera_model *tessera_model_load(const char *dir, const tessera_model_params *params) {
+    tessera_model_params defaults = tessera_model_default_params();
+    if (!params) params = &defaults;
+    if (!dir) {
+        tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "tessera_model_load: dir is NULL");
+        return NULL;
+    }
+    const char *device = params->device ? params->device : "auto";
+    if (strcmp(device, "auto") != 0 && strcmp(device, "cpu") != 0) {
+        tsr_error(TESSERA_ERROR_UNSUPPORTED, "device '%s' is not available in this build of libtessera (devices: cpu)",
+                  device);
+        return NULL;
+    }
+    if (params->n_threads < 0 || params->n_threads > 1024) {
+        tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "n_threads %d is out of range (0 for all CPUs, up to 1024)",
+                  params->n_threads);
+        return NULL;
+    }
+    tsr_alloc a;
+    tsr_alloc_init(&a, &params->allocator);
+    tessera_model *m = tsr_calloc(&a, 1, sizeof *m);
+    if (!m) return NULL;
+    m->alloc = a;
+    m->n_threads = params->n_threads ? params->n_threads : online_cpus();
+    int rc = 0;
+    m->dir = tsr_strdup(&m->alloc, dir);
+    if (!m->dir) rc = TESSERA_ERROR_OUT_OF_MEMORY;
+    if (!rc && (rc = read_executable(&m->alloc, dir, &m->exe))) tsr_error_context(rc, "%s", dir);
+    if (!rc && (rc = tsr_tensor_cache_load(&m->alloc, dir, 1, &m->weights))) tsr_error_context(rc, "%s", dir);
+    if (!rc) {
+        m->device = tsr_cpu_device_new(&m->alloc, m->n_threads);
+        if (!m->device) rc = TESSERA_ERROR_OUT_OF_MEMORY;
+    }
+    if (!rc && (rc = m->device->ops->load_kernels(m->device, &m->exe, dir))) tsr_error_context(rc, "%s", dir);
+    if (!rc) {
+        rc = tsr_vm_init(&m->vm, &m->alloc, &m->exe, m->device, &m->weights, params->libraries, params->n_libraries);
+        m->vm_ready = true;
+        if (rc) tsr_error_context(rc, "%s", dir);
+    }
+    if (!rc) rc = tsr_chat_attach(m);
+    if (rc) {
+        tessera_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+int tessera_model_memory(const tessera_model *m, tessera_memory *out) {
+    if (!m || !out) return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "tessera_model_memory: NULL argument");
+    memset(out, 0, sizeof *out);
+    out->weights = m->weights.total_bytes;
+    uint64_t arena, state;
+    int rc = tsr_plan_bytes(&m->exe, &arena, &state);
+    if (rc) return rc;
+    out->arena = arena;
+    out->kv_cache = state;
+    out->total = out->weights + arena + state;
+    return 0;
+}
+
+uint64_t tessera_model_allocation_count(const tessera_model *m) { return m ? m->alloc.count : 0; }
+
+int tessera_model_call(tessera_model *m, const char *name, const tessera_value *args, size_t n_args,
+                       const tessera_tensor **outputs, size_t *n_outputs) {
+    if (!m || !name || (n_args && !args) || !outputs || !n_outputs)
+        return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "tessera_model_call: NULL argument");
+    int rc = tsr_vm_call(&m->vm, name, args, n_args);
+    if (rc) return rc;
+    *outputs = m->vm.outputs;
+    *n_outputs = (size_t)m->vm.n_outputs;
+    return 0;
+}
+
+void tessera_model_reset_state(tessera_model *m) {
+    if (m && m->vm_ready) tsr_vm_reset_state(&m->vm);
+}
+
+void tessera_model_free(tessera_model *m) {
+    if (!m) return;
+    tsr_alloc a = m->alloc;
+    tsr_chat_detach(m);
+    if (m->vm_ready) tsr_vm_free(&m->vm);
+    if (m->device) m->device->ops->destroy(m->device);
+    tsr_tensor_cache_free(&m->alloc, &m->weights);
+    if (m->exe.mem) tsr_executable_free(&m->exe);
+    tsr_free(&m->alloc, m->dir);
+    tsr_free(&a, m);
+}

@@ -1,0 +1,272 @@
+/* The storage layer: what the memory plan places is allocated once, here, at load (one arena for
+ * every function, and the state tensors such as the KV cache at their upper bounds); what it
+ * cannot place comes from a pool of power-of-two blocks that later calls reuse. */
+#include <string.h>
+
+#include "vm.h"
+
+#define ALIGN 64
+
+static size_t align_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+
+size_t tsr_storage_bytes(tessera_dtype dtype, int64_t count) {
+    size_t element = tsr_dtype_storage_bytes(dtype), bytes;
+    if (count < 0 || !tsr_mul_size((size_t)count, element, &bytes)) return SIZE_MAX;
+    bytes = (bytes + 3) & ~(size_t)3;
+    return bytes < 4 ? 4 : bytes;
+}
+
+/* A state parameter's bytes at the function's upper bounds. */
+static int state_bytes(const tsr_function *f, const tsr_param *param, int64_t *out) {
+    const tsr_register_info *info = &f->regs[param->reg];
+    int32_t n = f->symbols.count;
+    int64_t values[TSR_MAX_SYMBOLS];
+    uint8_t bound[TSR_MAX_SYMBOLS];
+    if (n > TSR_MAX_SYMBOLS)
+        return tsr_error(TESSERA_ERROR_UNSUPPORTED, "function '%s' has more than %d symbolic variables", f->name, TSR_MAX_SYMBOLS);
+    for (int32_t s = 0; s < n; s++) {
+        values[s] = f->upper_bounds[s];
+        bound[s] = f->upper_bounds[s] >= 0;
+    }
+    int rc = tsr_shape_expr_eval(&info->bytes, &f->symbols, values, bound, out);
+    if (rc) return tsr_error_context(rc, "the state '%s' of function '%s' has no size at the upper bounds", param->name, f->name);
+    return 0;
+}
+
+int tsr_plan_bytes(const tsr_executable *exe, uint64_t *arena, uint64_t *state) {
+    *arena = 0;
+    *state = 0;
+    for (int32_t i = 0; i < exe->n_functions; i++) {
+        const tsr_function *f = &exe->functions[i];
+        for (int32_t b = 0; b < f->n_arena_buffers; b++) *arena += align_up(f->arena_buffers[b]);
+    }
+    /* State is shared by name: count each name once, at its largest. */
+    for (int32_t i = 0; i < exe->n_functions; i++) {
+        const tsr_function *f = &exe->functions[i];
+        for (int32_t p = 0; p < f->n_params; p++) {
+            if (!f->params[p].state) continue;
+            bool seen = false;
+            for (int32_t j = 0; j < i && !seen; j++)
+                for (int32_t q = 0; q < exe->functions[j].n_params; q++)
+                    if (exe->functions[j].params[q].state && strcmp(exe->functions[j].params[q].name, f->params[p].name) == 0)
+                        seen = true;
+            if (seen) continue;
+            int64_t bytes;
+            int rc = state_bytes(f, &f->params[p], &bytes);
+            if (rc) return rc;
+            *state += align_up((size_t)bytes);
+        }
+    }
+    return 0;
+}
+
+int tsr_state_index(const tsr_vm *vm, const char *name) {
+    for (int32_t i = 0; i < vm->n_state; i++)
+        if (strcmp(vm->state_names[i], name) == 0) return i;
+    return -1;
+}
+
+static int init_state(tsr_vm *vm) {
+    const tsr_executable *exe = vm->exe;
+    int32_t capacity = 0;
+    for (int32_t i = 0; i < exe->n_functions; i++)
+        for (int32_t p = 0; p < exe->functions[i].n_params; p++) capacity += exe->functions[i].params[p].state;
+    vm->state = tsr_calloc(vm->alloc, (size_t)capacity + 1, sizeof(void *));
+    vm->state_names = tsr_calloc(vm->alloc, (size_t)capacity + 1, sizeof(char *));
+    vm->state_bytes = tsr_calloc(vm->alloc, (size_t)capacity + 1, sizeof(size_t));
+    if (!vm->state || !vm->state_names || !vm->state_bytes) return TESSERA_ERROR_OUT_OF_MEMORY;
+    for (int32_t i = 0; i < exe->n_functions; i++) {
+        const tsr_function *f = &exe->functions[i];
+        for (int32_t p = 0; p < f->n_params; p++) {
+            const tsr_param *param = &f->params[p];
+            if (!param->state) continue;
+            int64_t bytes;
+            int rc = state_bytes(f, param, &bytes);
+            if (rc) return rc;
+            int k = tsr_state_index(vm, param->name);
+            if (k >= 0) {
+                if ((size_t)bytes > vm->state_bytes[k])
+                    return tsr_error(TESSERA_ERROR_FORMAT, "state '%s' is declared with different sizes by different "
+                                     "functions", param->name);
+                continue;
+            }
+            k = vm->n_state++;
+            vm->state_names[k] = param->name;
+            vm->state_bytes[k] = (size_t)bytes;
+            vm->state[k] = vm->device->ops->allocate(vm->device, (size_t)bytes);
+            if (!vm->state[k]) return TESSERA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    return 0;
+}
+
+static int init_arena(tsr_vm *vm) {
+    const tsr_executable *exe = vm->exe;
+    uint64_t arena, state;
+    int rc = tsr_plan_bytes(exe, &arena, &state);
+    if (rc) return rc;
+    if (arena > SIZE_MAX / 2) return tsr_error(TESSERA_ERROR_OUT_OF_MEMORY, "the planned arena does not fit in memory");
+    vm->arena_bytes = (size_t)arena;
+    vm->arena = vm->device->ops->allocate(vm->device, vm->arena_bytes);
+    vm->buffer_offsets = tsr_calloc(vm->alloc, (size_t)(exe->n_functions ? exe->n_functions : 1), sizeof(size_t *));
+    if (!vm->arena || !vm->buffer_offsets) return TESSERA_ERROR_OUT_OF_MEMORY;
+    size_t offset = 0;
+    for (int32_t i = 0; i < exe->n_functions; i++) {
+        const tsr_function *f = &exe->functions[i];
+        vm->buffer_offsets[i] = tsr_calloc(vm->alloc, (size_t)(f->n_arena_buffers ? f->n_arena_buffers : 1), sizeof(size_t));
+        if (!vm->buffer_offsets[i]) return TESSERA_ERROR_OUT_OF_MEMORY;
+        for (int32_t b = 0; b < f->n_arena_buffers; b++) {
+            vm->buffer_offsets[i][b] = offset;
+            offset += align_up(f->arena_buffers[b]);
+        }
+    }
+    return 0;
+}
+
+static int init_constants(tsr_vm *vm, const tsr_tensor_cache *weights) {
+    const tsr_executable *exe = vm->exe;
+    int32_t n = exe->n_constants ? exe->n_constants : 1;
+    vm->constants = tsr_calloc(vm->alloc, (size_t)n, sizeof(void *));
+    vm->constant_bytes = tsr_calloc(vm->alloc, (size_t)n, sizeof(size_t));
+    vm->owned_constants = tsr_calloc(vm->alloc, (size_t)n, sizeof(void *));
+    if (!vm->constants || !vm->constant_bytes || !vm->owned_constants) return TESSERA_ERROR_OUT_OF_MEMORY;
+    for (int32_t c = 0; c < exe->n_constants; c++) {
+        const tsr_weight *w = weights ? tsr_tensor_cache_find(weights, exe->constants[c]) : NULL;
+        if (!w)
+            return tsr_error(TESSERA_ERROR_FORMAT, "the weight '%s' that the executable uses is not in tensor-cache.json",
+                             exe->constants[c]);
+        int64_t count = 1;
+        for (int32_t d = 0; d < w->ndim; d++) count *= w->shape[d];
+        size_t bytes = tsr_storage_bytes(w->dtype, count);
+        vm->constant_bytes[c] = bytes;
+        if (bytes == w->nbytes) {
+            vm->constants[c] = vm->device->ops->adopt_host(vm->device, w->data, w->nbytes);
+            continue;
+        }
+        /* Widen to the device layout (bool: one uint32 word each) or pad to whole words. */
+        void *copy = vm->device->ops->allocate(vm->device, bytes);
+        if (!copy) return TESSERA_ERROR_OUT_OF_MEMORY;
+        vm->owned_constants[c] = copy;
+        vm->constants[c] = copy;
+        if (w->dtype == TESSERA_BOOL) {
+            uint32_t *words = vm->device->ops->host_pointer(vm->device, copy, 0);
+            const uint8_t *bytes_in = w->data;
+            for (int64_t i = 0; i < count; i++) words[i] = bytes_in[i] != 0;
+        } else {
+            vm->device->ops->upload(vm->device, copy, 0, w->data, w->nbytes);
+        }
+    }
+    return 0;
+}
+
+int tsr_vm_init(tsr_vm *vm, tsr_alloc *a, const tsr_executable *exe, tsr_device *device,
+                const tsr_tensor_cache *weights, const tessera_library *libraries, size_t n_libraries) {
+    memset(vm, 0, sizeof *vm);
+    vm->alloc = a;
+    vm->exe = exe;
+    vm->device = device;
+    vm->libraries = tsr_calloc(a, (size_t)(exe->n_libraries ? exe->n_libraries : 1), sizeof(tessera_library));
+    if (!vm->libraries) return TESSERA_ERROR_OUT_OF_MEMORY;
+    for (int32_t l = 0; l < exe->n_libraries; l++) {
+        const char *name = exe->libraries[l];
+        const tessera_library *found = tsr_builtin_library(name);
+        for (size_t u = 0; u < n_libraries; u++) {
+            if (!libraries[u].name || strcmp(libraries[u].name, name) != 0) continue;
+            if (found)
+                return tsr_error(TESSERA_ERROR_LIBRARY, "the library '%s' is a builtin of the runtime and cannot be "
+                                 "replaced", name);
+            found = &libraries[u];
+        }
+        if (!found || !found->fn)
+            return tsr_error(TESSERA_ERROR_LIBRARY, "the executable calls the library function '%s', which is not "
+                             "registered: pass it in tessera_model_params.libraries", name);
+        tessera_library *bound = (tessera_library *)&vm->libraries[l];
+        *bound = *found;
+        if (found == tsr_builtin_library(name)) bound->user = a; /* builtins allocate through the model */
+    }
+    int rc;
+    if ((rc = init_constants(vm, weights))) return rc;
+    if ((rc = init_arena(vm))) return rc;
+    if ((rc = init_state(vm))) return rc;
+    vm->scratch = tsr_bump_new(a, 1 << 16);
+    vm->output_scratch = tsr_bump_new(a, 1 << 12);
+    if (!vm->scratch || !vm->output_scratch) return TESSERA_ERROR_OUT_OF_MEMORY;
+    return 0;
+}
+
+void tsr_vm_reset_state(tsr_vm *vm) {
+    for (int32_t i = 0; i < vm->n_state; i++) {
+        void *p = vm->device->ops->host_pointer(vm->device, vm->state[i], 0);
+        if (p) memset(p, 0, vm->state_bytes[i]);
+    }
+}
+
+tsr_block *tsr_pool_take(tsr_vm *vm, size_t nbytes) {
+    int32_t size_class = 8; /* 256 bytes, the smallest block */
+    while (size_class < TSR_POOL_CLASSES - 1 && ((size_t)1 << size_class) < nbytes) size_class++;
+    if (((size_t)1 << size_class) < nbytes) {
+        tsr_error(TESSERA_ERROR_OUT_OF_MEMORY, "a run-time allocation of %zu bytes is too large", nbytes);
+        return NULL;
+    }
+    tsr_block *block = vm->free_blocks[size_class];
+    if (block) {
+        vm->free_blocks[size_class] = block->next_free;
+    } else {
+        block = tsr_calloc(vm->alloc, 1, sizeof *block);
+        if (!block) return NULL;
+        block->size = (size_t)1 << size_class;
+        block->size_class = size_class;
+        block->base = vm->device->ops->allocate(vm->device, block->size);
+        if (!block->base) {
+            tsr_free(vm->alloc, block);
+            return NULL;
+        }
+        vm->pool_device_allocations++;
+    }
+    block->next_free = NULL;
+    block->next_owned = NULL;
+    block->kept = false;
+    return block;
+}
+
+void tsr_pool_give(tsr_vm *vm, tsr_block *block) {
+    block->next_free = vm->free_blocks[block->size_class];
+    vm->free_blocks[block->size_class] = block;
+}
+
+void tsr_vm_free(tsr_vm *vm) {
+    if (!vm->exe) return;
+    tsr_device *d = vm->device;
+    for (tsr_block *b = vm->held; b;) {
+        tsr_block *next = b->next_owned;
+        tsr_pool_give(vm, b);
+        b = next;
+    }
+    for (int32_t c = 0; c < TSR_POOL_CLASSES; c++) {
+        for (tsr_block *b = vm->free_blocks[c]; b;) {
+            tsr_block *next = b->next_free;
+            d->ops->release(d, b->base);
+            tsr_free(vm->alloc, b);
+            b = next;
+        }
+    }
+    if (vm->owned_constants)
+        for (int32_t c = 0; c < vm->exe->n_constants; c++)
+            if (vm->owned_constants[c]) d->ops->release(d, vm->owned_constants[c]);
+    for (int32_t i = 0; i < vm->n_state; i++) d->ops->release(d, vm->state[i]);
+    if (vm->arena) d->ops->release(d, vm->arena);
+    if (vm->buffer_offsets)
+        for (int32_t i = 0; i < vm->exe->n_functions; i++) tsr_free(vm->alloc, vm->buffer_offsets[i]);
+    tsr_free(vm->alloc, vm->buffer_offsets);
+    tsr_free(vm->alloc, vm->constants);
+    tsr_free(vm->alloc, vm->constant_bytes);
+    tsr_free(vm->alloc, vm->owned_constants);
+    tsr_free(vm->alloc, vm->state);
+    tsr_free(vm->alloc, (void *)vm->state_names);
+    tsr_free(vm->alloc, vm->state_bytes);
+    tsr_free(vm->alloc, (void *)vm->libraries);
+    tsr_free(vm->alloc, vm->outputs);
+    tsr_bump_free(vm->scratch);
+    tsr_bump_free(vm->output_scratch);
+    memset(vm, 0, sizeof *vm);
+}

@@ -1,0 +1,104 @@
+/* The VM: the program layer (frames, registers, the shape heap, the instruction set of
+ * docs/format.md) over the storage layer (arenas of the memory plan, weights, state, a pool for
+ * run-time allocations) and a device. The same three layers as the Python VM and runtime-js. */
+#ifndef TSR_VM_H
+#define TSR_VM_H
+
+#include "bump.h"
+#include "device.h"
+#include "executable.h"
+#include "tensor_cache.h"
+
+typedef struct tsr_block tsr_block;
+
+typedef enum tsr_value_kind {
+    TSR_V_NONE, TSR_V_TENSOR, TSR_V_INT, TSR_V_TUPLE, TSR_V_SHAPE, TSR_V_FUNC, TSR_V_STORAGE,
+} tsr_value_kind;
+
+typedef struct tsr_vtensor {
+    void *base;    /* device memory */
+    size_t offset; /* bytes into it */
+    size_t nbytes; /* storage bytes (whole words) */
+    tessera_dtype dtype;
+    int32_t ndim;
+    int64_t shape[TESSERA_MAX_NDIM];
+    tsr_block *block; /* the pool block holding it, if any */
+} tsr_vtensor;
+
+typedef struct tsr_val tsr_val;
+struct tsr_val {
+    tsr_value_kind kind;
+    union {
+        tsr_vtensor tensor;
+        int64_t i;
+        struct { tsr_val *items; int32_t n; } tuple;
+        struct { int64_t *dims; int32_t n; } shape;
+        int32_t func;
+        tsr_block *storage;
+    } as;
+};
+
+/* A block of the run-time pool: power-of-two size classes, reused by later allocations. */
+struct tsr_block {
+    void *base;
+    size_t size;
+    int32_t size_class;
+    bool kept;              /* marked while a frame returns: the result reaches it */
+    tsr_block *next_free;
+    tsr_block *next_owned;  /* the frame (or the held list) that owns it */
+};
+
+#define TSR_POOL_CLASSES 48
+/* Symbolic variables per function (the shape heap of a frame is this big). */
+#define TSR_MAX_SYMBOLS 256
+
+typedef struct tsr_vm {
+    tsr_alloc *alloc;
+    const tsr_executable *exe;
+    tsr_device *device;
+    /* storage */
+    void **constants;            /* device memory of each constant, by the executable's index */
+    size_t *constant_bytes;
+    void **owned_constants;      /* copies the device made (bool weights widened), freed at the end */
+    void *arena;                 /* every function's planned buffers, allocated once at load */
+    size_t arena_bytes;
+    size_t **buffer_offsets;     /* per function: where each of its arena buffers starts in `arena` */
+    void **state;                /* per state name: its memory; shared by every function naming it */
+    const char **state_names;
+    size_t *state_bytes;
+    int32_t n_state;
+    tsr_block *free_blocks[TSR_POOL_CLASSES];
+    uint64_t pool_device_allocations;
+    /* program */
+    const tessera_library *libraries; /* by the executable's library index */
+    tsr_bump *scratch;           /* frames, tuples and host copies of one top-level call */
+    tsr_block *held;             /* the last call's result blocks */
+    tessera_tensor *outputs;     /* the last call's flattened result */
+    int32_t n_outputs, outputs_capacity;
+    tsr_bump *output_scratch;    /* host copies of outputs that need conversion (bool) */
+} tsr_vm;
+
+/* Storage: allocates arenas and state from the memory plan, binds the weights. */
+int tsr_vm_init(tsr_vm *vm, tsr_alloc *a, const tsr_executable *exe, tsr_device *device,
+                const tsr_tensor_cache *weights, const tessera_library *libraries, size_t n_libraries);
+void tsr_vm_free(tsr_vm *vm);
+/* Bytes of the planned arenas and of the state (the KV cache), from the executable alone. */
+int tsr_plan_bytes(const tsr_executable *exe, uint64_t *arena, uint64_t *state);
+void tsr_vm_reset_state(tsr_vm *vm);
+
+/* Runs function `name` (docs/format.md "Instructions"); the result is vm->outputs. */
+int tsr_vm_call(tsr_vm *vm, const char *name, const tessera_value *args, size_t n_args);
+
+/* storage helpers shared by the program layer */
+tsr_block *tsr_pool_take(tsr_vm *vm, size_t nbytes);
+void tsr_pool_give(tsr_vm *vm, tsr_block *block);
+size_t tsr_storage_bytes(tessera_dtype dtype, int64_t count);
+int tsr_state_index(const tsr_vm *vm, const char *name);
+
+/* match: bind plain symbolic dims not yet bound, then check (messages as tessera.ir.check words them). */
+int tsr_match(const tsr_function *f, const tsr_instr *in, const tsr_val *value, int64_t *heap, uint8_t *bound);
+
+/* tessera.builtin.*: the data-dependent operators every runtime supplies (docs/format.md). */
+const tessera_library *tsr_builtin_library(const char *name);
+
+#endif
