@@ -6,8 +6,25 @@ import ctypes
 
 import numpy as np
 
-from .binding import (DTYPES, LIBRARY_FN, MAX_NDIM, PIECE_FN, VALUE_INT, VALUE_TENSOR, VALUE_TUPLE, Library, Memory,
-                      Message, NativeError, SamplingParams, Tensor, Usage, Value, load_library, raise_last)
+from .binding import (
+    DTYPES,
+    LIBRARY_FN,
+    MAX_NDIM,
+    PIECE_FN,
+    VALUE_INT,
+    VALUE_TENSOR,
+    VALUE_TUPLE,
+    Library,
+    Memory,
+    Message,
+    NativeError,
+    SamplingParams,
+    Tensor,
+    Usage,
+    Value,
+    load_library,
+    raise_last,
+)
 
 
 def _numpy_view(tensor: Tensor) -> np.ndarray:
@@ -92,7 +109,8 @@ class NativeModel:
             if not array.flags.c_contiguous:  # (ascontiguousarray would make a 0-d array 1-d)
                 array = array.copy(order="C")
             if str(array.dtype) not in DTYPES:
-                raise NativeError(-1, f"the native runtime takes no {array.dtype} tensors (dtypes: {', '.join(DTYPES)})")
+                raise NativeError(-1, f"the native runtime takes no {array.dtype} tensors "
+                                      f"(dtypes: {', '.join(DTYPES)})")
             if array.ndim > MAX_NDIM:
                 raise NativeError(-1, f"a tensor of {array.ndim} dimensions (at most {MAX_NDIM})")
             keep.append(array)

@@ -5,6 +5,7 @@ device runs (backend c-native), from the folders generate.py wrote, on two threa
 import os
 
 import pytest
+from native.build import ensure_native_build
 from tessera.native import NativeModel
 from tessera.target import Target
 
@@ -13,7 +14,6 @@ from conformance.cases import CASES
 from conformance.conftest import NOT_RUN, REPORTS
 from conformance.generate import DEFAULT_ROOT, TARGETS
 from conformance.programs import TEST_LIBRARIES
-from native.build import ensure_native_build
 
 NATIVE_BACKENDS = {"c-native"}
 RUNNABLE = sorted(t for t in TARGETS if Target.preset(TARGETS[t]).backend in NATIVE_BACKENDS)
