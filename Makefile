@@ -8,9 +8,13 @@ PY := $(VENV)/bin/python
 # The edge backends are checked on real implementations: SPIR-V with spirv-tools and lavapipe (from
 # mesa-vulkan-drivers) under the Khronos validation layer, OpenCL C on PoCL and under oclgrind.
 APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium clang lld wasi-libc libclang-rt-14-dev-wasm32 \
-	spirv-tools vulkan-validationlayers pocl-opencl-icd ocl-icd-libopencl1 oclgrind
+	spirv-tools vulkan-validationlayers pocl-opencl-icd ocl-icd-libopencl1 oclgrind \
+	cmake pkg-config libcjson-dev libpcre2-dev libclang-rt-14-dev \
+	gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcjson-dev:arm64 libpcre2-dev:arm64
+# runtime-native (C11, CMake): cJSON and PCRE2 from the system; libFuzzer from clang's runtime; the
+# AArch64 cross build (the arm64 -dev packages through multiarch) runs its tests under qemu-user.
 
-.PHONY: setup system-deps python-deps node-deps test lint test-python test-conformance-js test-js test-browser demo bench wheel clean
+.PHONY: setup system-deps python-deps node-deps native test lint test-native test-python test-conformance-js test-js test-browser demo bench wheel clean
 
 setup: system-deps python-deps node-deps
 
@@ -40,15 +44,40 @@ $(RUNTIME_VENDOR): node_modules/.package-lock.json runtime-js/scripts/vendor.mjs
 
 node-deps: node_modules/.package-lock.json $(RUNTIME_VENDOR)
 
-test: setup lint test-python test-conformance-js test-js test-browser
+test: setup lint test-native test-python test-conformance-js test-js test-browser
+
+# runtime-native: the release build (libtessera.so, tessera-run) that tessera.native and the tests load.
+NATIVE := build/native
+native: system-deps
+	cmake -S runtime-native -B $(NATIVE)/release -DCMAKE_BUILD_TYPE=Release > /dev/null
+	cmake --build $(NATIVE)/release -j2
+
+# ctest in the release build and again under AddressSanitizer + UndefinedBehaviorSanitizer; the
+# loader's fuzzer for 60 s from its committed corpus (new inputs go to a scratch folder); and the
+# AArch64 cross build with its ctest suite under qemu-user, the path a phone's CPU takes.
+FUZZ_SECONDS ?= 60
+test-native: native
+	ctest --test-dir $(NATIVE)/release --output-on-failure
+	cmake -S runtime-native -B $(NATIVE)/asan -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON > /dev/null
+	cmake --build $(NATIVE)/asan -j2
+	ctest --test-dir $(NATIVE)/asan --output-on-failure
+	CC=clang cmake -S runtime-native -B $(NATIVE)/fuzz -DTESSERA_FUZZ=ON -DTESSERA_SANITIZE=ON -DTESSERA_TESTS=OFF > /dev/null
+	cmake --build $(NATIVE)/fuzz -j2
+	rm -rf $(NATIVE)/fuzz/scratch && mkdir -p $(NATIVE)/fuzz/scratch
+	$(NATIVE)/fuzz/fuzz_loader -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(NATIVE)/fuzz/scratch \
+	  runtime-native/fuzz/corpus/loader
+	cmake -S runtime-native -B $(NATIVE)/aarch64 -DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/runtime-native/cmake/aarch64-linux-gnu.cmake > /dev/null
+	cmake --build $(NATIVE)/aarch64 -j2
+	ctest --test-dir $(NATIVE)/aarch64 --output-on-failure
 
 # Python with ruff; the browser runtime's JSDoc types with TypeScript's checker (no build step).
 lint:
 	$(VENV)/bin/ruff check compiler codegen tests bench
 	node_modules/.bin/tsc -p runtime-js/jsconfig.json
 
-# Includes tests/conformance/test_python_vm.py, which first builds the conformance cases (build/conformance/).
-test-python:
+# Includes tests/conformance/test_python_vm.py, which first builds the conformance cases (build/conformance/),
+# and test_native.py, which runs them on runtime-native (hence native first).
+test-python: native
 	$(PY) -m pytest
 
 # runtime-js against the conformance cases: its WASM VM in Node, its WebGPU VM in Chromium (SwiftShader).

@@ -27,5 +27,12 @@ if [ "$(id -u)" -ne 0 ]; then
   fi
 fi
 export DEBIAN_FRONTEND=noninteractive
+# Packages of another architecture (libcjson-dev:arm64 for the AArch64 cross build) need multiarch.
+for pkg in "${missing[@]}"; do
+  arch=${pkg##*:}
+  if [ "$arch" != "$pkg" ] && ! { [ "$arch" = "$(dpkg --print-architecture)" ] || dpkg --print-foreign-architectures | grep -qx "$arch"; }; then
+    "${sudo[@]}" dpkg --add-architecture "$arch"
+  fi
+done
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
