@@ -46,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--seed", type=int)
     chat.add_argument("--context", type=int, default=1024)
     chat.add_argument("--json", action="store_true", help="with --prompt: print the reply and speeds as JSON")
+    chat.add_argument("--runtime", choices=("python", "native"), default="python",
+                      help="python: the Python VM on WebGPU (default); native: runtime-native's C runtime on the CPU "
+                           "(a GGUF is compiled for --target cpu)")
+    chat.add_argument("--threads", type=int, default=0, help="--runtime native: CPU threads (default: all)")
 
     bundle = commands.add_parser("bundle", help="write a static web site that chats with a model")
     bundle.add_argument("model", nargs="?", help="a .gguf file (default: the bundled SmolLM2)")
@@ -103,7 +107,7 @@ def _compile(args) -> int:
 
 
 def _chat(args) -> int:
-    from .app.chat import ChatSession, Sampling, chat_interactive, chat_once
+    from .app.chat import ChatSession, NativeChatSession, Sampling, chat_interactive, chat_once
     from .app.compile import cached_compile
     from .app.progress import ProgressBar
     from .frontend import bundled_smollm2_path
@@ -115,8 +119,9 @@ def _chat(args) -> int:
         if not args.json:
             print(f"compiling {os.path.basename(source)} (cached after the first time) ...", file=sys.stderr)
         with ProgressBar("quiet" if args.json else None) as progress:
-            directory = cached_compile(source, "llvmpipe", args.context, progress)
-    session = ChatSession(directory)
+            target = "cpu" if args.runtime == "native" else "llvmpipe"
+            directory = cached_compile(source, target, args.context, progress)
+    session = NativeChatSession(directory, args.threads) if args.runtime == "native" else ChatSession(directory)
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
     if args.prompt is not None:
         chat_once(session, args.prompt, args.max_tokens, sampling, as_json=args.json)

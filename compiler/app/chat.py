@@ -31,6 +31,32 @@ class Sampling:
     seed: int | None = None
 
 
+class NativeChatSession:
+    """The same chat on runtime-native (tessera.native over libtessera's C API): the C runtime renders
+    the conversation with the chat format of chat-config.json, tokenizes, prefills what its KV cache
+    lacks, samples and streams."""
+
+    def __init__(self, directory: str, n_threads: int = 0):
+        from tessera.native import NativeModel
+
+        self.model = NativeModel(directory, n_threads=n_threads)
+        self.session = self.model.session()
+
+    def reset(self) -> None:
+        self.session.reset()
+
+    def reply(self, messages: list[dict], max_tokens: int, sampling: Sampling, on_text=None) -> dict:
+        from tessera.native import NativeError
+
+        try:
+            return self.session.chat(messages, max_tokens=max_tokens, temperature=sampling.temperature,
+                                     top_p=sampling.top_p, top_k=sampling.top_k,
+                                     repetition_penalty=sampling.repetition_penalty, seed=sampling.seed or 0,
+                                     on_piece=on_text)
+        except NativeError as error:
+            raise ChatError(str(error)) from None
+
+
 class ChatSession:
     def __init__(self, directory: str):
         from tessera.vm import Executable, VirtualMachine
@@ -98,6 +124,10 @@ class ChatSession:
                 "prefill_tokens_per_s": len(new) / prefill_seconds if prefill_seconds else 0.0,
                 "decode_tokens_per_s": max(len(generated) - 1, 0) / decode_seconds if decode_seconds else 0.0}
 
+    def reply(self, messages: list[dict], max_tokens: int, sampling: Sampling, on_text=None) -> dict:
+        """One turn: the reply to the conversation ``messages`` (the whole of it so far)."""
+        return self.generate(self.encode_chat(messages), max_tokens, sampling, on_text)
+
     def next_token(self, logits, history: list[int], sampling: Sampling, rng) -> int:
         """The next id, chosen on the device by the executable's ``sample`` functions: only the id
         comes back. ``history`` is what the repetition penalty applies to; ``rng`` draws the uniform
@@ -111,8 +141,8 @@ class ChatSession:
 
 def chat_once(session: ChatSession, prompt: str, max_tokens: int, sampling: Sampling, as_json: bool = False) -> None:
     """One turn: the reply streams to stdout, then its speeds to stderr; or everything as JSON."""
-    ids = session.encode_chat([{"role": "user", "content": prompt}])
-    result = session.generate(ids, max_tokens, sampling, on_text=None if as_json else _stream)
+    result = session.reply([{"role": "user", "content": prompt}], max_tokens, sampling,
+                           on_text=None if as_json else _stream)
     if as_json:
         print(json.dumps(result))
     else:
@@ -133,7 +163,7 @@ def chat_interactive(session: ChatSession, max_tokens: int, sampling: Sampling) 
             return
         messages.append({"role": "user", "content": line})
         try:
-            result = session.generate(session.encode_chat(messages), max_tokens, sampling, on_text=_stream)
+            result = session.reply(messages, max_tokens, sampling, on_text=_stream)
         except ChatError as error:
             messages.pop()
             print(f"error: {error}", file=sys.stderr)
