@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     compile_cmd.add_argument("-o", "--output", required=True, help="the directory to write")
     compile_cmd.add_argument("--target", default="webgpu",
                              help="a target preset, as `tessera targets` lists them (webgpu, wasm, vulkan ...)")
+    compile_cmd.add_argument("--cpu", help="with --target cpu: the instruction set to build for (native, the default: "
+                             "this machine; x86-64-v2, x86-64-v3, x86-64-v4; armv8.2-a)")
     compile_cmd.add_argument("--context", type=int, default=1024, help="KV cache positions (default 1024)")
     compile_cmd.add_argument("-q", "--quiet", action="store_true",
                              help="print only the directory: no progress, no summary")
@@ -99,7 +101,7 @@ def _compile(args) -> int:
     from .app.progress import ProgressBar
 
     with ProgressBar("quiet" if args.quiet else None) as progress:
-        compiled = compile_model(args.model, args.output, args.target, args.context, progress)
+        compiled = compile_model(args.model, args.output, args.target, args.context, progress, args.cpu)
     if not args.quiet:
         sys.stderr.write(compile_summary(compiled))
     print(compiled.directory)

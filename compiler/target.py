@@ -5,6 +5,7 @@
     Target.preset("llvmpipe")                    # Mesa's CPU Vulkan driver behind wgpu-py
     Target.preset("swiftshader")                 # Chromium's CPU WebGPU adapter
     Target.preset("wasm")                        # C kernels compiled to WebAssembly (codegen/c)
+    Target.preset("cpu-x86-64-v3")               # C kernels compiled for x86-64 with AVX2 (codegen/c)
 
 A target is asked by capability, never by name: schedule rules size workgroups and workgroup
 memory from ``limit(...)``, use vector types when ``vector_lanes`` says the language has them,
@@ -76,6 +77,7 @@ class _Preset:
     limits: tuple[tuple[str, int], ...]
     cpu_adapter: bool
     description: str
+    cpu: str
 
 
 _KINDS: dict[str, TargetKind] = {}
@@ -87,15 +89,16 @@ def register_kind(kind: TargetKind) -> None:
 
 
 def register_preset(name: str, kind: str, features=(), limits: dict[str, int] | None = None,
-                    cpu_adapter: bool = False, description: str = "") -> None:
-    """A named target users pick with ``--target NAME``: a kind with its features and limits."""
+                    cpu_adapter: bool = False, description: str = "", cpu: str = "") -> None:
+    """A named target users pick with ``--target NAME``: a kind with its features and limits (and,
+    for kinds whose code is machine code, the ``cpu`` it is built for)."""
     if kind not in _KINDS:
         raise ValueError(f"preset {name!r} names the unknown target kind {kind!r}")
     unknown = set(limits or {}) - set(LIMIT_DEFAULTS)
     if unknown:
         raise ValueError(f"preset {name!r} sets unknown limits {', '.join(sorted(unknown))}")
     _PRESETS[name] = _Preset(kind, frozenset(features), tuple(sorted((limits or {}).items())), cpu_adapter,
-                             description)
+                             description, cpu)
 
 
 def presets() -> dict[str, str]:
@@ -110,10 +113,14 @@ class Target:
     limits: tuple[tuple[str, int], ...] = ()
     name: str = ""
     cpu_adapter: bool = False
+    cpu: str = ""
 
-    def __init__(self, kind: str, features=(), limits=None, name: str = "", cpu_adapter: bool = False):
+    def __init__(self, kind: str, features=(), limits=None, name: str = "", cpu_adapter: bool = False,
+                 cpu: str = ""):
         """``cpu_adapter``: the device is a CPU emulating a GPU (llvmpipe, SwiftShader, WASM), where
-        workgroup memory and barriers cost more than they save and per-thread work should be wide."""
+        workgroup memory and barriers cost more than they save and per-thread work should be wide.
+        ``cpu``: the instruction set machine code is built for (a compiler's ``-march`` value such as
+        ``x86-64-v3``, or ``native``: this machine's); empty for kinds whose modules a driver compiles."""
         if kind not in _KINDS:
             raise ValueError(f"unknown target kind {kind!r}; known: {', '.join(sorted(_KINDS))}")
         merged = dict(LIMIT_DEFAULTS)
@@ -124,13 +131,14 @@ class Target:
         object.__setattr__(self, "limits", tuple(sorted(merged.items())))
         object.__setattr__(self, "name", name or kind)
         object.__setattr__(self, "cpu_adapter", cpu_adapter)
+        object.__setattr__(self, "cpu", cpu)
 
     @staticmethod
     def preset(name: str) -> Target:
         if name not in _PRESETS:
             raise ValueError(f"unknown target preset {name!r}; known: {', '.join(sorted(_PRESETS))}")
         p = _PRESETS[name]
-        return Target(p.kind, p.features, dict(p.limits), name, p.cpu_adapter)
+        return Target(p.kind, p.features, dict(p.limits), name, p.cpu_adapter, p.cpu)
 
     # -- capabilities --------------------------------------------------------------------------
 

@@ -196,11 +196,11 @@ def test_inspect_counts_the_kv_cache_of_a_compiled_model(compiled_tiny):
 
 def test_chat_runs_every_build_as_it_runs_a_webgpu_one(compiled_tiny, tiny_gguf, tmp_path):
     """`tessera chat DIR` does not insist on a WebGPU build: the VM picks the device for the build's
-    target (wasmtime, Vulkan, OpenCL). The tiny model's logits are far apart, so greedy replies agree
+    target (wasmtime, Vulkan, OpenCL, this CPU). The tiny model's logits are far apart, so greedy replies agree
     across devices. A Metal build, which no device here runs, stops with one line that says so."""
     _, webgpu = compiled_tiny
     folders = [webgpu]
-    for target in ("wasm", "vulkan", "opencl", "metal"):
+    for target in ("wasm", "vulkan", "opencl", "cpu", "metal"):
         folder = str(tmp_path / target)
         result = run("compile", tiny_gguf, "-o", folder, "--context", "64", "--target", target, "-q")
         assert result.returncode == 0, result.stderr

@@ -4,13 +4,18 @@ A GPU kernel describes one thread of a workgroup. In C a kernel is a function th
 grid's workgroups; kernels come lowered for ``LOWERING``, whose ``split_workgroups`` has already
 turned the body into per-workgroup code and ``ThreadLoop``s over the workgroup's threads, with the
 state that lives across barriers in workgroup memory (see ``tessera.tir.lower.workgroup``). Here
-a thread loop is a C loop and workgroup memory a static array; kernels are not re-entrant, which a
-single-threaded WASM module never needs.
+a thread loop is a C loop and workgroup memory an array.
 
-``emit_c_module(kernels)`` gives one C file exporting ``k_<name>(buffers..., scalars..., nwg_x,
-nwg_y, nwg_z)`` per kernel; ``compile_wasm`` builds it with Debian's clang for wasm32 with SIMD128
-(clang vectorizes the thread loops), linking only libm from wasi-libc: the module imports its
-memory and nothing else.
+Two spellings of the kernel function share everything else (``CRenderer`` is the WASM one):
+
+- ``c-wasm`` (backend.py): ``k_<name>(buffers..., scalars..., nwg_x, nwg_y, nwg_z)`` runs the whole
+  grid; workgroup memory is a static array, so kernels are not re-entrant, which a single-threaded
+  WASM module never needs. ``compile_wasm`` builds the file with Debian's clang for wasm32 with
+  SIMD128 (clang vectorizes the thread loops), linking only libm from wasi-libc: the module imports
+  its memory and nothing else.
+- ``c-native`` (native.py): one uniform signature over arrays of buffers and scalars and a range
+  of workgroups, re-entrant (workgroup memory on the stack), built by the system C compiler into
+  a shared object for a thread pool to call.
 """
 
 from __future__ import annotations
@@ -76,27 +81,45 @@ class CRenderer(CStyleRenderer):
     # local_id is gone after split_workgroups: thread loops have their own variable.
     builtins = {"workgroup_id": "wg_{xyz}", "num_workgroups": "nwg_{xyz}"}
     lowering = LOWERING
+    scratch_storage = "static "  # how workgroup memory is declared: one array for the whole grid
 
     def __init__(self, func: PrimFunc):
         super().__init__(func)
-        _reject_unsupported(func)
+        for dtype in walk_dtypes(func):
+            scalar, lanes = lanes_of(dtype)
+            if scalar not in self.types or lanes > 1:
+                raise CodegenError(f"kernel {func.name} uses {dtype}; {self.language} kernels are scalar "
+                                   f"{'/'.join(t for t in self.types if t != 'bool')}")
 
     def render(self) -> str:
         func = self.func
-        entry = entry_name(func)
-        params = [f"{self.type_name(b.dtype)}* {self.name(b.name)}" for b in func.params]
-        params += [f"int32_t {self.name('sym_' + s)}" for s in func.scalars]
-        params += ["int32_t nwg_x", "int32_t nwg_y", "int32_t nwg_z"]
-        lines = [f'__attribute__((export_name("{entry}")))', f"void {entry}({', '.join(params)}) {{"]
+        lines = self.signature(entry_name(func))
         for buf in func.scratch:
             if buf.scope != "workgroup":
                 raise ValueError(f"kernel {func.name}: {buf.scope} buffer {buf.name}: {NOT_SPLIT}")
-            lines.append(f"  static {self.type_name(buf.dtype)} {self.name(buf.name)}[{static_size(buf)}];")
-        lines += ["  for (int32_t wg_z = 0; wg_z < nwg_z; wg_z++)", "  for (int32_t wg_y = 0; wg_y < nwg_y; wg_y++)",
-                  "  for (int32_t wg_x = 0; wg_x < nwg_x; wg_x++) {"]
+            lines.append(f"  {self.scratch_storage}{self.type_name(buf.dtype)} {self.name(buf.name)}"
+                         f"[{static_size(buf)}];")
+        lines += self.workgroup_loop()
         self.stmts(func.body, 2)
         lines += self.lines + ["  }", "}"]
         return "\n".join(lines) + "\n"
+
+    def signature(self, entry: str) -> list[str]:
+        """The function's first lines, to its opening brace (and what it unpacks from its arguments)."""
+        func = self.func
+        params = [f"{self.element_type(b)}* {self.name(b.name)}" for b in func.params]
+        params += [f"int32_t {self.name('sym_' + s)}" for s in func.scalars]
+        params += ["int32_t nwg_x", "int32_t nwg_y", "int32_t nwg_z"]
+        return [f'__attribute__((export_name("{entry}")))', f"void {entry}({', '.join(params)}) {{"]
+
+    def element_type(self, buf) -> str:
+        """The C type of a global buffer's elements."""
+        return self.type_name(buf.dtype)
+
+    def workgroup_loop(self) -> list[str]:
+        """The loop over workgroups, opened (the body follows at depth 2): ``wg_x``, ``wg_y``, ``wg_z``."""
+        return ["  for (int32_t wg_z = 0; wg_z < nwg_z; wg_z++)", "  for (int32_t wg_y = 0; wg_y < nwg_y; wg_y++)",
+                "  for (int32_t wg_x = 0; wg_x < nwg_x; wg_x++) {"]
 
     # -- dialect hooks ---------------------------------------------------------------------
 
@@ -127,13 +150,13 @@ class CRenderer(CStyleRenderer):
         return super().call_intrinsic(name, args, dtype)
 
 
-def emit_c(func: PrimFunc) -> str:
-    return CRenderer(func).render()
+def emit_c(func: PrimFunc, renderer: type[CRenderer] = CRenderer) -> str:
+    return renderer(func).render()
 
 
-def emit_c_module(kernels: list[PrimFunc]) -> str:
+def emit_c_module(kernels: list[PrimFunc], renderer: type[CRenderer] = CRenderer) -> str:
     """One C file of lowered kernels (tessera.tir.lower), each exported under ``codegen.entry_name``."""
-    return PRELUDE + "\n" + "\n".join(emit_c(k) for k in kernels)
+    return PRELUDE + "\n" + "\n".join(emit_c(k, renderer) for k in kernels)
 
 
 class WasmBuildError(RuntimeError):
@@ -162,11 +185,5 @@ def compile_wasm(source: str) -> bytes:
             return f.read()
 
 
-def _reject_unsupported(func: PrimFunc) -> None:
-    for dtype in walk_dtypes(func):
-        scalar, lanes = lanes_of(dtype)
-        if scalar == "f16" or lanes > 1:
-            raise CodegenError(f"kernel {func.name} uses {dtype}; C kernels are scalar f32/i32/u32")
-
-
 from .backend import CWasmBackend  # noqa: E402  (registers the backend and its target)
+from .native import CNativeBackend  # noqa: E402  (registers the backend and its targets)

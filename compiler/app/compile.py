@@ -26,7 +26,7 @@ from tessera.frontend.tokenizer import build_tokenizer
 from tessera.ir import TesseraError
 from tessera.models.from_gguf import llama_from_gguf
 from tessera.models.llama import export_llm
-from tessera.target import Target
+from tessera.target import Target, presets
 from tessera.vm import Executable
 
 from .inspect import describe_target
@@ -51,21 +51,35 @@ class CompiledModel:
     seconds: float
 
 
-def resolve_target(target: Target | str) -> Target:
-    if isinstance(target, Target):
+def resolve_target(target: Target | str, cpu: str | None = None) -> Target:
+    """The target a preset names; ``cpu`` picks the instruction set of a target built to machine
+    code (``--target cpu --cpu x86-64-v3`` is the preset ``cpu-x86-64-v3``)."""
+    if not isinstance(target, Target):
+        try:
+            target = Target.preset(target)
+        except ValueError as error:
+            raise CompileError(str(error)) from None
+    if cpu is None or cpu == target.cpu:
         return target
-    try:
-        return Target.preset(target)
-    except ValueError as error:
-        raise CompileError(str(error)) from None
+    if not target.cpu:
+        raise CompileError(f"--cpu applies to targets built to machine code (such as cpu); {target.name} is not")
+    choices = {}  # instruction set -> the preset of this kind built for it
+    for name in presets():
+        preset = Target.preset(name)
+        if preset.kind == target.kind and preset.cpu:
+            choices.setdefault(preset.cpu, name)
+    if cpu not in choices:
+        raise CompileError(f"unknown --cpu {cpu!r} for {target.kind} targets; known: {', '.join(sorted(choices))}")
+    return Target.preset(choices[cpu])
 
 
 def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe", context_length: int = 1024,
-                  progress: Progress | None = None) -> CompiledModel:
-    """Compile the Llama-family model in ``gguf_path`` into the directory ``output``.
+                  progress: Progress | None = None, cpu: str | None = None) -> CompiledModel:
+    """Compile the Llama-family model in ``gguf_path`` into the directory ``output`` (``cpu``: see
+    ``resolve_target``).
 
     ``progress(stage, done, total)`` is told each stage as it starts (tessera.build's contract)."""
-    target = resolve_target(target)
+    target = resolve_target(target, cpu)
     progress = progress or _silent
     start = time.perf_counter()
     progress(f"read {os.path.basename(gguf_path)}", 0, 1)

@@ -97,8 +97,11 @@ def compile_vm(mod: IRModule, target: Target, compiled, upper_bounds: dict[str, 
         functions[name] = _FunctionCompiler(name, func, kernel_index, kernels, constants, target,
                                             upper_bounds, graph, libraries).run()
     features = sorted({f for k in kernels for f in k["requirements"]["features"]})
-    return Executable({"kind": target.kind, "name": target.name, "backend": target.backend,
-                       "features": sorted(target.features)},
+    described = {"kind": target.kind, "name": target.name, "backend": target.backend,
+                 "features": sorted(target.features)}
+    if target.cpu:  # machine code: the instruction set it was built for
+        described["cpu"] = target.cpu
+    return Executable(described,
                       functions, kernels, features, _required_limits(kernels, functions), constants,
                       dict(compiled.modules), sorted(libraries))
 

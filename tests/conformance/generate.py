@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import json
 import os
+import platform
 import shutil
 import sys
 import time
@@ -35,7 +36,10 @@ DEFAULT_ROOT = os.path.join(REPO, "build", "conformance")
 # Target folder -> preset. The GPU builds use their kind's portable preset (WebGPU's spec defaults,
 # no optional feature), so the webgpu folder runs on wgpu-py (llvmpipe), in Chromium (SwiftShader)
 # and on any other adapter, and the vulkan (opencl) folder on lavapipe (PoCL) and on a phone's GPU alike.
-TARGETS = {"webgpu": "webgpu", "wasm": "wasm", "vulkan": "vulkan", "opencl": "opencl"}
+# The cpu folder is machine code: built for a portable instruction set of this machine's architecture,
+# never -march=native, since its digest does not name the CPU and the folder may be run elsewhere.
+TARGETS = {"webgpu": "webgpu", "wasm": "wasm", "vulkan": "vulkan", "opencl": "opencl",
+           "cpu": "cpu-armv8.2-a" if platform.machine().lower() in ("aarch64", "arm64") else "cpu-x86-64-v2"}
 SOURCES = [os.path.join(HERE, name) for name in ("cases.py", "caseio.py", "generate.py", "programs.py")] + \
     [os.path.join(REPO, "tests", name) for name in ("tiny_llama.py", "modules.py")]
 

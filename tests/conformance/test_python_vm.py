@@ -1,6 +1,6 @@
 """The conformance adapter of the Python VM: every case of every target it has a device for (WGSL
-on wgpu-py's WebGPU, c-wasm on wasmtime), each from the folder generate.py wrote, as any runtime
-loads it."""
+on wgpu-py's WebGPU, c-wasm on wasmtime, c-native's kernels.so on this CPU through ctypes ...),
+each from the folder generate.py wrote, as any runtime loads it."""
 
 import os
 

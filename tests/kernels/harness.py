@@ -1,8 +1,8 @@
 """Run one operator as legalized, scheduled kernels on a device and compare with numpy.
 
 Every kernel test runs on each device of ``KERNEL_DEVICES`` (the ``runner`` fixture of conftest.py
-is parametrized over them): WGSL on WebGPU (llvmpipe through wgpu-py), and each further backend on
-a real implementation of its API. ``TESSERA_KERNEL_DEVICES=webgpu,vulkan`` picks some of them.
+is parametrized over them): WGSL on WebGPU (llvmpipe through wgpu-py), each further backend on
+a real implementation of its API, and c-native kernels on this machine's CPU. ``TESSERA_KERNEL_DEVICES=webgpu,vulkan`` picks some of them.
 Tests name WebGPU targets (``TARGET``, or a target with chosen features to reach a schedule rule);
 ``target_for`` states the same target for the runner's device kind.
 """
@@ -29,6 +29,7 @@ KERNEL_DEVICES = {
     "webgpu": ("tessera.vm.kernel_runner:default_runner", "llvmpipe"),
     "vulkan": ("tessera.vm.vulkan_runner:VulkanKernelRunner", "lavapipe"),
     "opencl": ("tessera.vm.opencl_runner:OpenCLKernelRunner", "pocl"),
+    "cpu": ("tessera.vm.cpu_runner:CPUKernelRunner", "cpu"),
 }
 
 

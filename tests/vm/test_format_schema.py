@@ -23,12 +23,12 @@ def small_executable(target):
     return tessera.build(bb.get(), target).to_json()
 
 
-@pytest.mark.parametrize("target", ["llvmpipe", "wasm"])
-def test_what_the_compiler_writes_matches_the_schema(target):
+@pytest.mark.parametrize("target,backend", [("llvmpipe", "wgsl"), ("wasm", "c-wasm"), ("cpu", "c-native")])
+def test_what_the_compiler_writes_matches_the_schema(target, backend):
     doc = small_executable(target)
     jsonschema.validate(doc, SCHEMA)
     backends = {k["backend"] for k in doc["kernels"]}
-    assert backends == {"wgsl" if target == "llvmpipe" else "c-wasm"}
+    assert backends == {backend}
     assert {k["module"] for k in doc["kernels"]} <= {m["path"] for m in doc["modules"]}
 
 

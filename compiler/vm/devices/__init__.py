@@ -157,7 +157,8 @@ def device_for(exe, kind: str | None = None) -> Device:
 
 
 def _register_builtin() -> None:
-    # Opened lazily: wgpu, wasmtime, libvulkan and pyopencl load only when a device of their kind is asked for.
+    # Opened lazily: wgpu, wasmtime, libvulkan, pyopencl and kernel libraries load only when a device of
+    # their kind is asked for.
     def webgpu():
         from .webgpu import WebGPUDevice
 
@@ -178,10 +179,16 @@ def _register_builtin() -> None:
 
         return OpenCLDevice.shared()
 
+    def cpu():
+        from .cpu import CPUDevice
+
+        return CPUDevice()
+
     register_device("webgpu", webgpu, ("wgsl",))
     register_device("wasm", wasm, ("c-wasm",))
     register_device("vulkan", vulkan, ("spirv",))
     register_device("opencl", opencl, ("opencl",))
+    register_device("cpu", cpu, ("c-native",))
 
 
 _register_builtin()

@@ -1,0 +1,202 @@
+"""The C backend for this CPU (or another): every kernel in one C file, built into ``kernels.so``.
+
+A native runtime calls kernels from C without libffi, so every kernel has one signature
+(docs/format.md, "c-native"):
+
+    void k_<name>(void *const *buffers, const int32_t *scalars, int32_t nwg_x, int32_t nwg_y,
+                  int32_t nwg_z, int64_t wg_begin, int64_t wg_end)
+
+``buffers`` holds one address per binding (ABI order), ``scalars`` the symbolic sizes in order; the
+call runs the flattened workgroups ``[wg_begin, wg_end)`` of the grid (x fastest, then y, then z),
+so a runtime's thread pool splits one launch across threads. Kernels are re-entrant: workgroup
+memory is a local array of each call and nothing global is written. Only the kernel entries are
+exported (``-fvisibility=hidden``).
+
+Registers the ``cpu`` target kind with a preset per instruction set: ``cpu`` is this machine
+(``-march=native``), ``cpu-<isa>`` a portable one (``cpu-x86-64-v3``, ``cpu-armv8.2-a`` ...).
+Machine code for another architecture is built by that architecture's Debian cross compiler.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tempfile
+
+from tessera.target import SHADER_F16, TargetKind, register_kind, register_preset
+from tessera.tir.ir import Buffer
+from tessera.tir.lower import LoweringNeeds, lower_kernel
+
+from .. import (
+    Backend,
+    CodegenError,
+    CompiledKernel,
+    CompiledKernels,
+    entry_name,
+    kernel_abi,
+    kernel_limits,
+    register_backend,
+    uses_dtype,
+)
+from . import C_RESERVED, LOWERING, CRenderer, emit_c_module
+
+MODULE = "kernels.so"
+# Global buffers hold f16 as well (a host has no trouble addressing 2-byte elements).
+NATIVE_LOWERING = LoweringNeeds(storage_types=LOWERING.storage_types | {"float16"}, unroll=True, split_workgroups=True)
+HALF = "_Float16"
+NATIVE = "native"
+# Instruction sets a `cpu-<isa>` preset builds for (the -march value), with the architecture that runs them.
+ISAS = {"x86-64-v2": "x86_64", "x86-64-v3": "x86_64", "x86-64-v4": "x86_64", "armv8.2-a": "aarch64"}
+# -ffp-contract stays off (ISO C mode): no fused multiply-add the interpreter does not do either, and
+# no -ffast-math, so results match the reference within the tests' 1e-4.
+FLAGS = ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-fno-semantic-interposition", "-std=c11",
+         "-fvisibility=hidden", "-s")
+
+# abs() for int32 lives in stdlib.h (an implicit declaration is an error in ISO C); the WASM build
+# compiles the prelude without it.
+NATIVE_INCLUDES = "#include <stdlib.h>\n"
+
+
+class NativeBuildError(CodegenError):
+    """The C compiler is missing or could not build the kernels."""
+
+
+class NativeCRenderer(CRenderer):
+    """C kernels behind the uniform signature: the arguments unpacked into the names the body uses,
+    workgroup memory per call (on the stack: each thread has its own).
+
+    float16 tensors are ``_Float16`` arrays whose values compute as ``float`` (as OpenCL without
+    cl_khr_fp16 does): a load widens, a store and a cast to f16 round to half precision."""
+
+    language = "C (native)"
+    types = {**CRenderer.types, "f16": "float"}
+    lowering = NATIVE_LOWERING
+    reserved = C_RESERVED | {"tsr_buffers", "tsr_scalars", "tsr_wg", "wg_begin", "wg_end"}
+    scratch_storage = ""
+
+    def element_type(self, buf: Buffer) -> str:
+        return HALF if buf.dtype == "f16" else self.type_name(buf.dtype)
+
+    def load(self, buffer: Buffer, index: str, lanes: int = 1) -> str:
+        text = super().load(buffer, index, lanes)
+        return f"((float){text})" if buffer.dtype == "f16" and buffer.scope == "global" else text
+
+    def store(self, buffer: Buffer, index: str, value: str, lanes: int = 1) -> str:
+        if buffer.dtype == "f16" and buffer.scope == "global":
+            value = f"(({HALF})({value}))"
+        return super().store(buffer, index, value, lanes)
+
+    def cast(self, x: str, dtype: str, source_dtype: str) -> str:
+        if dtype == "f16":  # rounded to half precision, as a GPU's f16 value would be
+            return f"((float)({HALF})({x}))"
+        return super().cast(x, dtype, source_dtype)
+
+    def signature(self, entry: str) -> list[str]:
+        func = self.func
+        lines = ['__attribute__((visibility("default")))',
+                 f"void {entry}(void *const *tsr_buffers, const int32_t *tsr_scalars, int32_t nwg_x, int32_t nwg_y, "
+                 "int32_t nwg_z, int64_t wg_begin, int64_t wg_end) {"]
+        # restrict: the tensors of one launch never overlap and none is bound twice (docs/format.md),
+        # which lets the compiler vectorize without run-time alias checks.
+        for index, buf in enumerate(func.params):
+            c_type = self.element_type(buf)
+            lines.append(f"  {c_type} *restrict {self.name(buf.name)} = ({c_type} *)tsr_buffers[{index}];")
+        for index, scalar in enumerate(func.scalars):
+            lines.append(f"  const int32_t {self.name('sym_' + scalar)} = tsr_scalars[{index}];")
+        return lines
+
+    def workgroup_loop(self) -> list[str]:
+        return ["  for (int64_t tsr_wg = wg_begin; tsr_wg < wg_end; tsr_wg++) {",
+                "    const int32_t wg_x = (int32_t)(tsr_wg % nwg_x);",
+                "    const int32_t wg_y = (int32_t)(tsr_wg / nwg_x % nwg_y);",
+                "    const int32_t wg_z = (int32_t)(tsr_wg / nwg_x / nwg_y);"]
+
+
+def emit_native_module(kernels) -> str:
+    """One C file of lowered kernels behind the uniform signature."""
+    return NATIVE_INCLUDES + emit_c_module(kernels, NativeCRenderer)
+
+
+def host_machine() -> str:
+    """This machine's architecture as toolchains name it: x86_64, aarch64."""
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+def compiler_for(cpu: str) -> list[str]:
+    """The command that builds for ``cpu``: $CC (default cc) on its own architecture, else Debian's
+    cross compiler for the other one."""
+    machine = host_machine() if cpu == NATIVE else ISAS.get(cpu)
+    if machine is None:
+        raise NativeBuildError(f"unknown CPU {cpu!r}; known: {NATIVE}, {', '.join(ISAS)}")
+    if machine == host_machine():
+        return shlex.split(os.environ.get("CC") or "cc")
+    cross = f"{machine}-linux-gnu-gcc"
+    if shutil.which(cross) is None:
+        raise NativeBuildError(f"building for {cpu} ({machine}) on this {host_machine()} machine needs the cross "
+                               f"compiler {cross}: install gcc-{machine.replace('_', '-')}-linux-gnu")
+    return [cross]
+
+
+def compile_native(source: str, cpu: str) -> bytes:
+    """The shared object of a C file from ``emit_native_module``, for ``cpu`` (a -march value)."""
+    command = compiler_for(cpu) + [*FLAGS, f"-march={cpu}", "-o", MODULE, "kernels.c", "-lm"]
+    # Relative names in a private folder: nothing of the folder's path ends up in the module's bytes.
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "kernels.c"), "w") as f:
+            f.write(source)
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, cwd=folder)
+        except FileNotFoundError:
+            raise NativeBuildError(f"the C compiler {command[0]!r} is not installed (set CC, or install gcc)") \
+                from None
+        if result.returncode != 0:
+            raise NativeBuildError(f"{shlex.join(command)} failed to build the CPU kernels:\n"
+                                   f"{result.stderr[-4000:]}\n--- kernels.c ---\n{_numbered(source)}")
+        with open(os.path.join(folder, MODULE), "rb") as f:
+            return f.read()
+
+
+def _numbered(source: str) -> str:
+    return "\n".join(f"{i:5d}  {line}" for i, line in enumerate(source.splitlines(), 1))
+
+
+class CNativeBackend(Backend):
+    name = "c-native"
+    language = "C (native shared object)"
+    binary = True
+    device_kinds = ("cpu",)
+
+    def compile(self, kernels, target, progress=None) -> CompiledKernels:
+        cpu = target.cpu or NATIVE
+        compiler_for(cpu)  # an unknown CPU or a missing cross compiler fails before the kernels are lowered
+        out = CompiledKernels()
+        lowered = []
+        for index, func in enumerate(kernels):
+            if progress is not None:
+                progress("kernels", index, len(kernels))
+            lowered.append(lower_kernel(func, NATIVE_LOWERING))
+            scalars = [{"name": s, "passed": "array", "position": i} for i, s in enumerate(func.scalars)]
+            features = [SHADER_F16] if uses_dtype(func, "f16") else []
+            out.kernels.append(CompiledKernel(func.name, self.name, MODULE, entry_name(func),
+                                              tuple(func.workgroup_size), kernel_abi(func, scalars) | {"grid": "range"},
+                                              {"features": features, "limits": kernel_limits(func)}))
+        if progress is not None:
+            progress("cc", 0, 1)
+        out.modules[MODULE] = compile_native(emit_native_module(lowered), cpu)
+        return out
+
+
+register_backend(CNativeBackend())
+# Host memory: no binding limits worth the name; workgroup memory is a stack array of each call.
+register_kind(TargetKind("cpu", backend="c-native", vector_lanes=False, limits=(
+    ("maxBufferSize", 1 << 31), ("maxComputeWorkgroupStorageSize", 65536), ("maxStorageBufferBindingSize", 1 << 31),
+    ("maxStorageBuffersPerShaderStage", 64))))
+register_preset("cpu", "cpu", {SHADER_F16}, cpu_adapter=True, cpu=NATIVE,
+                description="C kernels in a shared object for this machine's CPU (-march=native)")
+for _isa, _machine in ISAS.items():
+    register_preset(f"cpu-{_isa}", "cpu", {SHADER_F16}, cpu_adapter=True, cpu=_isa,
+                    description=f"C kernels in a shared object for {_machine} CPUs with {_isa}")
