@@ -151,7 +151,8 @@ TESSERA_API void tessera_model_free(tessera_model *m);
 
 /* Calls function `name` with the non-state parameters in args. On success *outputs points to an
  * array of *n_outputs tensors (the result, tuples flattened depth-first) owned by the model and
- * valid until the next call of any function; integer results come back as 0-d int64 tensors. */
+ * valid until the next call of any function; integer results come back as 0-d int64 tensors, and a
+ * shape value as one such tensor per dimension. */
 TESSERA_API int tessera_model_call(tessera_model *m, const char *name, const tessera_value *args,
                                    size_t n_args, const tessera_tensor **outputs, size_t *n_outputs);
 /* Zero every state tensor (the KV cache). */

@@ -6,7 +6,7 @@ from conformance.generate import DEFAULT_ROOT, generate
 
 # Every case report of the session, in order: test_python_vm.py appends, the summary prints them.
 REPORTS = []
-# Targets the Python VM has no device for, with the reason (none today).
+# Targets an adapter has no device for, with the reason.
 NOT_RUN: dict[str, str] = {}
 
 
@@ -20,7 +20,7 @@ def pytest_terminal_summary(terminalreporter):
     if not REPORTS:
         return
     passed = sum(r.passed for r in REPORTS)
-    terminalreporter.write_sep("-", f"conformance, Python VM: {passed} of {len(REPORTS)} (target, case) pairs pass")
+    terminalreporter.write_sep("-", f"conformance: {passed} of {len(REPORTS)} (target, case) pairs pass")
     for target, reason in NOT_RUN.items():
         terminalreporter.write_line(f"not run: target {target}: {reason}")
     for report in REPORTS:

@@ -575,16 +575,13 @@ static int flatten(tsr_vm *vm, const tsr_val *v) {
         out.dtype = TESSERA_INT64;
         return push_output(vm, &out);
     }
-    case TSR_V_SHAPE: {
-        int64_t *dims = tsr_bump_array(vm->output_scratch, (size_t)v->as.shape.n + 1, sizeof(int64_t));
-        if (!dims) return TESSERA_ERROR_OUT_OF_MEMORY;
-        memcpy(dims, v->as.shape.dims, (size_t)v->as.shape.n * sizeof(int64_t));
-        out.data = dims;
-        out.dtype = TESSERA_INT64;
-        out.ndim = 1;
-        out.shape[0] = v->as.shape.n;
-        return push_output(vm, &out);
-    }
+    case TSR_V_SHAPE: /* one integer per dimension, as a tuple of prims flattens */
+        for (int32_t i = 0; i < v->as.shape.n; i++) {
+            tsr_val dim = {.kind = TSR_V_INT, .as.i = v->as.shape.dims[i]};
+            int rc = flatten(vm, &dim);
+            if (rc) return rc;
+        }
+        return 0;
     case TSR_V_TUPLE:
         for (int32_t i = 0; i < v->as.tuple.n; i++) {
             int rc = flatten(vm, &v->as.tuple.items[i]);
