@@ -1,0 +1,260 @@
+"""runtime-native through its C API (tessera.native) and tessera-run, on a tiny random-weight Llama
+compiled for the cpu target: chat with KV-cache reuse, the same replies as the Python VM, no
+allocation while decoding, memory known before loading, and a clear error (never a crash) for
+every kind of bad folder or request."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from tessera.app.chat import ChatSession, Sampling
+from tessera.native import NativeError, NativeModel
+
+from native.build import ensure_native_build
+
+GREEDY = Sampling(temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def build():
+    return ensure_native_build()
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    from fixtures.tiny_gguf import write_tiny_gguf
+
+    return write_tiny_gguf(str(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
+
+
+def compile_tiny(gguf_path: str, folder: str, target: str = "cpu", context: int = 64) -> str:
+    from tessera.app.compile import compile_model
+
+    compile_model(gguf_path, folder, target, context)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_cpu(tiny_gguf, tmp_path_factory):
+    return compile_tiny(tiny_gguf, str(tmp_path_factory.mktemp("tiny") / "cpu"))
+
+
+@pytest.fixture()
+def copy_of(tiny_cpu, tmp_path):
+    """A fresh copy of the compiled folder, for tests that damage it."""
+    folder = str(tmp_path / "copy")
+    shutil.copytree(tiny_cpu, folder)
+    return folder
+
+
+def test_a_second_turn_prefills_only_what_the_cache_lacks(build, tiny_cpu):
+    model = NativeModel(tiny_cpu, n_threads=2)
+    session = model.session()
+    first = [{"role": "user", "content": "Hi"}]
+    one = session.chat(first, max_tokens=6)
+    assert one["prefilled_tokens"] == one["prompt_tokens"] > 0 and one["completion_tokens"] > 0
+    second = first + [{"role": "assistant", "content": one["reply"]}, {"role": "user", "content": "And then?"}]
+    two = session.chat(second, max_tokens=6)
+    assert two["prefilled_tokens"] < two["prompt_tokens"] - one["prompt_tokens"] + 8
+    # The reused cache gives the reply a fresh session gives for the whole conversation.
+    fresh = NativeModel(tiny_cpu, n_threads=1).session().chat(second, max_tokens=6)
+    assert fresh["prefilled_tokens"] == fresh["prompt_tokens"]
+    assert fresh["reply"] == two["reply"]
+
+
+def test_replies_equal_the_python_vms_on_the_same_build(build, tiny_cpu):
+    native = NativeModel(tiny_cpu, n_threads=2).session()
+    python = ChatSession(tiny_cpu)
+    for prompt in ("Hi", "What is the capital of France?", "Write a haiku 🌊"):
+        messages = [{"role": "user", "content": prompt}]
+        assert native.chat(messages, max_tokens=8)["reply"] == python.reply(messages, 8, GREEDY)["reply"], prompt
+        native.reset()
+        python.reset()
+
+
+def test_the_tokenizer_equals_the_python_one(build, tiny_cpu):
+    from tokenizers import Tokenizer
+
+    model = NativeModel(tiny_cpu)
+    reference = Tokenizer.from_file(os.path.join(tiny_cpu, "tokenizer.json"))
+    for text in ("Hello, world!", "<|im_start|>user\nHi<|im_end|>\n", "naïve café 12345 😀", "  a\n\n\tb  "):
+        ids = model.tokenize(text)
+        assert ids == reference.encode(text).ids, text
+        assert model.detokenize(ids) == reference.decode(ids, skip_special_tokens=True), text
+
+
+def test_decode_allocates_nothing(build, tiny_cpu):
+    """The memory plan is allocated at load; after one warm-up, prefill and decode reuse it."""
+    model = NativeModel(tiny_cpu, n_threads=2)
+    ids = np.array([1, 2, 3, 4, 5], np.int32)
+    for _ in range(2):  # the second round sees the pool and the outputs as the first left them
+        model.reset_state()
+        logits = model.call("prefill", ids, len(ids))[0]
+        token = int(logits[0].argmax())
+        before = model.allocation_count
+        for step in range(16):
+            logits = model.call("decode", np.array([token], np.int32), len(ids) + step + 1)[0]
+            token = int(logits[0].argmax())
+    assert model.allocation_count == before
+    session = model.session()
+    turn = [{"role": "user", "content": "Hi"}]
+    session.chat(turn, max_tokens=8)
+    session.reset()
+    before = model.allocation_count
+    session.chat(turn, max_tokens=8)
+    assert model.allocation_count == before
+
+
+def test_memory_is_known_before_loading(build, tiny_cpu):
+    from tessera.app.memory import device_memory
+    from tessera.vm import Executable
+
+    model = NativeModel(tiny_cpu)
+    memory = model.memory()
+    planned = device_memory(Executable.load(tiny_cpu))
+    assert memory["kv_cache"] == planned.kv_cache
+    assert memory["weights"] >= planned.weights
+    assert memory["total"] == memory["weights"] + memory["arena"] + memory["kv_cache"]
+
+
+def tessera_run(build, *args, stdin=None):
+    return subprocess.run([os.path.join(build, "tessera-run"), *args], input=stdin, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_tessera_run_answers_once_with_json_and_chats_interactively(build, tiny_cpu):
+    once = tessera_run(build, tiny_cpu, "--prompt", "Hi", "--max-tokens", "4", "--json", "--threads", "2")
+    assert once.returncode == 0, once.stderr
+    result = json.loads(once.stdout)
+    assert result["completion_tokens"] >= 1 and result["prompt_tokens"] == result["prefilled_tokens"]
+    python = ChatSession(tiny_cpu).reply([{"role": "user", "content": "Hi"}], 4, GREEDY)["reply"]
+    assert result["reply"] == python
+    chat = tessera_run(build, tiny_cpu, "--max-tokens", "4", stdin="Hi\nMore?\n\n")
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stderr.count("[prompt ") == 2  # two turns, each with its speeds
+    assert chat.stdout.startswith(python)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--max-tokens", "0"], "--max-tokens expects a number"),
+    (["--temperature", "-1"], "--temperature expects a number"),
+    (["--bogus", "1"], "unknown option --bogus"),
+])
+def test_tessera_run_refuses_bad_options(build, tiny_cpu, args, message):
+    result = tessera_run(build, tiny_cpu, "--prompt", "Hi", *args)
+    assert result.returncode == 2 and message in result.stderr
+
+
+def test_a_prompt_longer_than_the_context_is_refused_by_name(build, tiny_cpu):
+    session = NativeModel(tiny_cpu).session()
+    with pytest.raises(NativeError, match="context window is 64") as error:
+        session.chat([{"role": "user", "content": "word " * 200}], max_tokens=4)
+    assert "TESSERA_ERROR_CONTEXT_FULL" in str(error.value)
+    # The session goes on after a refused turn.
+    assert session.chat([{"role": "user", "content": "Hi"}], max_tokens=2)["completion_tokens"] >= 1
+
+
+def _rewrite_json(path, change):
+    with open(path) as f:
+        doc = json.load(f)
+    change(doc)
+    with open(path, "w") as f:
+        json.dump(doc, f)
+
+
+def _shard(folder):
+    return os.path.join(folder, "params_shard_0.bin")
+
+
+def _truncate(folder):
+    with open(_shard(folder), "r+b") as f:
+        f.truncate(os.path.getsize(_shard(folder)) - 10)
+
+
+def _corrupt(folder):
+    with open(_shard(folder), "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def _escape_path(folder):
+    _rewrite_json(os.path.join(folder, "tensor-cache.json"),
+                  lambda d: d["records"][0].__setitem__("dataPath", "../params_shard_0.bin"))
+
+
+def _symlink_out(folder):
+    outside = os.path.join(os.path.dirname(folder), "outside.bin")
+    shutil.copy(_shard(folder), outside)
+    os.remove(_shard(folder))
+    os.symlink(outside, _shard(folder))
+
+
+def _fifo_shard(folder):
+    os.remove(_shard(folder))
+    os.mkfifo(_shard(folder))
+
+
+def _wrong_version(folder):
+    _rewrite_json(os.path.join(folder, "executable.json"), lambda d: d.__setitem__("version", 2))
+
+
+def _unknown_instruction(folder):
+    def change(doc):
+        doc["functions"]["decode"]["code"].insert(0, {"op": "teleport"})
+    _rewrite_json(os.path.join(folder, "executable.json"), change)
+
+
+def _corrupt_kernels(folder):
+    with open(os.path.join(folder, "kernels.so"), "r+b") as f:
+        f.seek(200)
+        f.write(b"\0\0\0\0")
+
+
+def _garbage_json(folder):
+    with open(os.path.join(folder, "executable.json"), "w") as f:
+        f.write('{"format": "tessera-executable", "version": 3, "functions": [')
+
+
+def _kernel_out_of_range(folder):
+    def change(doc):
+        next(op for op in doc["functions"]["decode"]["code"] if op["op"] == "launch")["kernel"] = 10 ** 6
+    _rewrite_json(os.path.join(folder, "executable.json"), change)
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda folder: os.remove(_shard(folder)), "params_shard_0.bin"),
+    (_truncate, "truncated"),
+    (_corrupt, "corrupted"),
+    (_escape_path, "../params_shard_0.bin"),
+    (_symlink_out, "leaves the folder"),
+    (_fifo_shard, "not a regular file"),
+    (_wrong_version, "format version 2"),
+    (_unknown_instruction, "unknown instruction 'teleport'"),
+    (_corrupt_kernels, "kernels.so"),
+    (_garbage_json, "executable.json"),
+    (_kernel_out_of_range, "kernel index out of range"),
+], ids=["missing-shard", "truncated-shard", "corrupt-shard", "path-escape", "symlink-out", "fifo", "version",
+        "unknown-op", "corrupt-kernels", "bad-json", "kernel-index"])
+def test_a_damaged_folder_is_refused_with_a_message_naming_the_problem(build, copy_of, damage, message):
+    damage(copy_of)
+    with pytest.raises(NativeError) as error:
+        NativeModel(copy_of)
+    assert message in str(error.value)
+    run = tessera_run(build, copy_of, "--prompt", "Hi")
+    assert run.returncode == 1 and run.stderr.startswith("error: ") and message in run.stderr
+
+
+def test_an_executable_for_another_device_is_refused_by_name(build, tiny_gguf, tmp_path):
+    folder = compile_tiny(tiny_gguf, str(tmp_path / "webgpu"), "webgpu")
+    with pytest.raises(NativeError, match="backend 'wgsl'.*--target cpu"):
+        NativeModel(folder)
+
+
+def test_a_folder_that_is_not_a_model_is_refused(build, tmp_path):
+    with pytest.raises(NativeError, match="executable.json"):
+        NativeModel(str(tmp_path))
