@@ -57,3 +57,46 @@ def test_greedy_replies_equal_the_webgpu_build(smollm2, prompts, webgpu_replies,
     got = replies(smollm2, prompts, target, device_kind)
     for prompt, want, have in zip(PROMPTS, webgpu_replies, got):
         assert have == want, f"{target} on {prompt!r}"
+
+
+@pytest.fixture(scope="module")
+def smollm2_cpu_folder(smollm2, tmp_path_factory):
+    """SmolLM2 built for the cpu target (kernels in one shared object), saved as a folder."""
+    model, weights = smollm2
+    folder = str(tmp_path_factory.mktemp("smollm2") / "cpu")
+    tessera.build(nn.bind_weights(export_llm(model, CONTEXT), weights), "cpu").save(folder)
+    return folder
+
+
+def native_greedy(model, ids: np.ndarray, steps: int) -> list[int]:
+    model.reset_state()
+    logits = model.call("prefill", ids, len(ids))[0]
+    tokens = [int(logits[0].argmax())]
+    while len(tokens) < steps:
+        logits = model.call("decode", np.array([tokens[-1]], np.int32), len(ids) + len(tokens))[0]
+        tokens.append(int(logits[0].argmax()))
+    return tokens
+
+
+def test_the_native_runtime_answers_like_the_webgpu_build(smollm2_cpu_folder, prompts, webgpu_replies):
+    """runtime-native (the C runtime, on two threads) runs the cpu build: the same greedy tokens."""
+    from native.build import ensure_native_build
+    from tessera.native import NativeModel
+
+    ensure_native_build()
+    model = NativeModel(smollm2_cpu_folder, n_threads=2)
+    for prompt, ids, want in zip(PROMPTS, prompts, webgpu_replies):
+        assert native_greedy(model, ids, STEPS) == want, prompt
+
+
+def test_native_and_python_vm_logits_agree_on_the_cpu_build(smollm2_cpu_folder, prompts):
+    """The same kernels through two runtimes: the C runtime and the Python VM's cpu device."""
+    from tessera.native import NativeModel
+    from tessera.vm import Executable
+
+    native = NativeModel(smollm2_cpu_folder, n_threads=2)
+    python = VirtualMachine(Executable.load(smollm2_cpu_folder))
+    ids = prompts[0]
+    a = native.call("prefill", ids, len(ids))[0]
+    b = python["prefill"](ids, len(ids))
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
