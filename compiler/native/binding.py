@@ -74,6 +74,10 @@ class Usage(ctypes.Structure):
                 ("decode_tokens_per_s", ctypes.c_double)]
 
 
+class KernelProfile(ctypes.Structure):
+    _fields_ = [("kernel", ctypes.c_char_p), ("launches", ctypes.c_uint64), ("seconds", ctypes.c_double)]
+
+
 PIECE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 
 _SIGNATURES = {
@@ -91,6 +95,8 @@ _SIGNATURES = {
     "tessera_model_call": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(Value), ctypes.c_size_t,
                                           ctypes.POINTER(ctypes.POINTER(Tensor)), ctypes.POINTER(ctypes.c_size_t)]),
     "tessera_model_reset_state": (None, [ctypes.c_void_p]),
+    "tessera_model_set_profiling": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "tessera_model_kernel_profile": (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32]),
     "tessera_tokenize": (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
                                           ctypes.POINTER(ctypes.c_int32), ctypes.c_int32, ctypes.c_int, ctypes.c_int]),
     "tessera_detokenize": (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32,

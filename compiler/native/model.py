@@ -14,6 +14,7 @@ from .binding import (
     VALUE_INT,
     VALUE_TENSOR,
     VALUE_TUPLE,
+    KernelProfile,
     Library,
     Memory,
     Message,
@@ -137,6 +138,17 @@ class NativeModel:
 
     def reset_state(self) -> None:
         self._lib.tessera_model_reset_state(self._handle)
+
+    def profile(self, enable: bool = True) -> None:
+        """Time every kernel launch from now on (clearing the totals), or stop timing."""
+        self._lib.tessera_model_set_profiling(self._handle, int(enable))
+
+    def kernel_profile(self) -> list[tuple[str, int, float]]:
+        """(kernel, launches, seconds) per kernel of the executable since profiling was enabled."""
+        count = self._lib.tessera_model_kernel_profile(self._handle, None, 0)
+        rows = (KernelProfile * max(count, 1))()
+        self._lib.tessera_model_kernel_profile(self._handle, rows, count)
+        return [(r.kernel.decode(), r.launches, r.seconds) for r in rows[:count]]
 
     def memory(self) -> dict:
         memory = Memory()

@@ -158,6 +158,17 @@ TESSERA_API int tessera_model_call(tessera_model *m, const char *name, const tes
 /* Zero every state tensor (the KV cache). */
 TESSERA_API void tessera_model_reset_state(tessera_model *m);
 
+/* Per-kernel timing (bench/native.py's profile): while enabled, each launch is timed on the host
+ * (devices that run asynchronously are synchronized after each). Enabling clears the totals. */
+typedef struct tessera_kernel_profile {
+    const char *kernel; /* its name in the executable */
+    uint64_t launches;
+    double seconds;
+} tessera_kernel_profile;
+TESSERA_API int tessera_model_set_profiling(tessera_model *m, int enable);
+/* Writes up to max entries, one per kernel of the executable in its order; returns how many kernels there are. */
+TESSERA_API int32_t tessera_model_kernel_profile(const tessera_model *m, tessera_kernel_profile *out, int32_t max);
+
 /* ---- tokenizer ----------------------------------------------------------------------------- */
 
 /* Writes up to max_tokens ids; returns the number of tokens the text has (which may be larger

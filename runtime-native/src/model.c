@@ -149,3 +149,24 @@ void tessera_model_free(tessera_model *m) {
     tsr_free(&m->alloc, m->dir);
     tsr_free(&a, m);
 }
+
+int tessera_model_set_profiling(tessera_model *m, int enable) {
+    if (!m) return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "tessera_model_set_profiling: the model is NULL");
+    m->vm.profiling = enable != 0;
+    if (enable) {
+        memset(m->vm.kernel_launches, 0, (size_t)m->exe.n_kernels * sizeof(uint64_t));
+        memset(m->vm.kernel_seconds, 0, (size_t)m->exe.n_kernels * sizeof(double));
+    }
+    return 0;
+}
+
+int32_t tessera_model_kernel_profile(const tessera_model *m, tessera_kernel_profile *out, int32_t max) {
+    if (!m || (max > 0 && !out))
+        return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "tessera_model_kernel_profile: NULL argument");
+    for (int32_t k = 0; k < m->exe.n_kernels && k < max; k++) {
+        out[k].kernel = m->exe.kernels[k].name;
+        out[k].launches = m->vm.kernel_launches[k];
+        out[k].seconds = m->vm.kernel_seconds[k];
+    }
+    return m->exe.n_kernels;
+}

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "vm.h"
 
@@ -227,7 +228,15 @@ static int launch(tsr_vm *vm, frame *fr, const tsr_instr *in) {
         if (g > INT32_MAX) return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: kernel %s's grid is too large", fr->f->name, k->name);
         grid[d] = (int32_t)g;
     }
-    return vm->device->ops->launch(vm->device, in->target, n, bases, offsets, scalars, grid);
+    if (!vm->profiling) return vm->device->ops->launch(vm->device, in->target, n, bases, offsets, scalars, grid);
+    struct timespec start, end;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    int rc = vm->device->ops->launch(vm->device, in->target, n, bases, offsets, scalars, grid);
+    if (rc == 0) rc = vm->device->ops->synchronize(vm->device);
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    vm->kernel_launches[in->target]++;
+    vm->kernel_seconds[in->target] += (double)(end.tv_sec - start.tv_sec) + 1e-9 * (double)(end.tv_nsec - start.tv_nsec);
+    return rc;
 }
 
 /* A tensor's bytes as the host sees them (numpy's layout), for a library: in place when the

@@ -188,6 +188,9 @@ int tsr_vm_init(tsr_vm *vm, tsr_alloc *a, const tsr_executable *exe, tsr_device 
     if ((rc = init_constants(vm, weights))) return rc;
     if ((rc = init_arena(vm))) return rc;
     if ((rc = init_state(vm))) return rc;
+    vm->kernel_launches = tsr_calloc(a, (size_t)exe->n_kernels + 1, sizeof(uint64_t));
+    vm->kernel_seconds = tsr_calloc(a, (size_t)exe->n_kernels + 1, sizeof(double));
+    if (!vm->kernel_launches || !vm->kernel_seconds) return TESSERA_ERROR_OUT_OF_MEMORY;
     vm->scratch = tsr_bump_new(a, 1 << 16);
     vm->output_scratch = tsr_bump_new(a, 1 << 12);
     if (!vm->scratch || !vm->output_scratch) return TESSERA_ERROR_OUT_OF_MEMORY;
@@ -266,6 +269,8 @@ void tsr_vm_free(tsr_vm *vm) {
     tsr_free(vm->alloc, vm->state_bytes);
     tsr_free(vm->alloc, (void *)vm->libraries);
     tsr_free(vm->alloc, vm->outputs);
+    tsr_free(vm->alloc, vm->kernel_launches);
+    tsr_free(vm->alloc, vm->kernel_seconds);
     tsr_bump_free(vm->scratch);
     tsr_bump_free(vm->output_scratch);
     memset(vm, 0, sizeof *vm);

@@ -76,6 +76,10 @@ typedef struct tsr_vm {
     tessera_tensor *outputs;     /* the last call's flattened result */
     int32_t n_outputs, outputs_capacity;
     tsr_bump *output_scratch;    /* host copies of outputs that need conversion (bool) */
+    /* profiling (tessera_model_set_profiling) */
+    bool profiling;
+    uint64_t *kernel_launches;
+    double *kernel_seconds;
 } tsr_vm;
 
 /* Storage: allocates arenas and state from the memory plan, binds the weights. */
