@@ -14,7 +14,7 @@ APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium clang lld wasi-libc libc
 # runtime-native (C11, CMake): cJSON and PCRE2 from the system; libFuzzer from clang's runtime; the
 # AArch64 cross build (the arm64 -dev packages through multiarch) runs its tests under qemu-user.
 
-.PHONY: setup system-deps python-deps node-deps native test lint test-native test-python test-conformance-js test-js test-browser demo bench wheel clean
+.PHONY: setup system-deps python-deps node-deps native test lint test-native test-native-builds test-python test-conformance-js test-js test-browser demo bench wheel clean
 
 setup: system-deps python-deps node-deps
 
@@ -44,19 +44,31 @@ $(RUNTIME_VENDOR): node_modules/.package-lock.json runtime-js/scripts/vendor.mjs
 
 node-deps: node_modules/.package-lock.json $(RUNTIME_VENDOR)
 
-test: setup lint test-native test-python test-conformance-js test-js test-browser
+# test-native (sanitizer and cross builds, 60 s of fuzzing: mostly one core) runs beside test-python
+# to keep CI within its time; its log is printed when both are done, and either failing fails the run.
+test: setup lint native
+	@mkdir -p build
+	@( $(MAKE) --no-print-directory test-native-builds > build/test-native.log 2>&1; echo $$? > build/test-native.status ) & \
+	  $(MAKE) --no-print-directory test-python; python_status=$$?; wait; \
+	  echo "== test-native (ran beside test-python)"; cat build/test-native.log; \
+	  native_status=$$(cat build/test-native.status); \
+	  [ $$python_status -eq 0 ] && [ $$native_status -eq 0 ]
+	$(MAKE) --no-print-directory test-conformance-js test-js test-browser
 
 # runtime-native: the release build (libtessera.so, tessera-run) that tessera.native and the tests load.
 NATIVE := build/native
 native: system-deps
-	cmake -S runtime-native -B $(NATIVE)/release -DCMAKE_BUILD_TYPE=Release > /dev/null
+	@[ -f $(NATIVE)/release/CMakeCache.txt ] || cmake -S runtime-native -B $(NATIVE)/release -DCMAKE_BUILD_TYPE=Release > /dev/null
 	cmake --build $(NATIVE)/release -j2
 
 # ctest in the release build and again under AddressSanitizer + UndefinedBehaviorSanitizer; the
 # loader's fuzzer for 60 s from its committed corpus (new inputs go to a scratch folder); and the
 # AArch64 cross build with its ctest suite under qemu-user, the path a phone's CPU takes.
 FUZZ_SECONDS ?= 60
-test-native: native
+test-native: native test-native-builds
+
+# What test-native runs once the release build exists (make test runs it beside test-python).
+test-native-builds:
 	ctest --test-dir $(NATIVE)/release --output-on-failure
 	cmake -S runtime-native -B $(NATIVE)/asan -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON > /dev/null
 	cmake --build $(NATIVE)/asan -j2
