@@ -95,6 +95,7 @@ static void test_bytelevel(tsr_alloc *a) {
     static const int32_t e4[] = {220, 258};
     CHECK(encodes_to(t, "  the", 0, e4, N(e4)));
     CHECK_EQ_INT(tsr_tokenizer_encode(t, "", 0, 0, ids, 64), 0);
+    CHECK(decodes_to(t, ids, 0, 1, "")); /* nothing to copy into a non-empty buffer */
     /* The count is returned even when the array is too small. */
     CHECK_EQ_INT(tsr_tokenizer_encode(t, "the and world", 13, 0, ids, 1), 4);
     CHECK_EQ_INT(ids[0], 83);

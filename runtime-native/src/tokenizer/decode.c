@@ -229,7 +229,7 @@ static int32_t decode(const tsr_tokenizer *t, const int32_t *ids, int32_t n, int
         len = text->len;
         if (mode == MODE_STREAM) len = tsr_utf8_complete_prefix(text->p, len);
         if (len > INT32_MAX) rc = tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "tsr_tokenizer_decode: the text is too long");
-        else if (size) memcpy(buf, text->p, len < (size_t)size ? len : (size_t)size);
+        else if (size && len) memcpy(buf, text->p, len < (size_t)size ? len : (size_t)size);
     }
     list_free(&lists[0]);
     list_free(&lists[1]);

@@ -463,7 +463,7 @@ static const tsr_added *added_by_id(const tsr_tokenizer *t, int32_t id) {
 
 const char *tsr_tokenizer_token_str(const tsr_tokenizer *t, int32_t id) {
     const tsr_added *at = added_by_id(t, id);
-    if (at) return at->content;
+    if (at) return at->match; /* as HF's id_to_token: a normalized token in its normalized form */
     return id >= 0 && id < t->n_ids ? t->tok[id] : NULL;
 }
 

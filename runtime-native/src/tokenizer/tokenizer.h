@@ -56,7 +56,8 @@ int32_t tsr_tokenizer_decode_stream(const tsr_tokenizer *t, const int32_t *ids, 
  * negative status for an unknown id. */
 int32_t tsr_tokenizer_token_to_piece(const tsr_tokenizer *t, int32_t id, char *buf, int32_t size);
 
-/* The token's string as the vocabulary spells it ("Ġthe", "<|im_end|>"), or NULL for an unknown id. */
+/* The token's string as the vocabulary spells it ("Ġthe", "<|im_end|>"; an added token with
+ * normalized=true in its normalized form, as HF's id_to_token), or NULL for an unknown id. */
 const char *tsr_tokenizer_token_str(const tsr_tokenizer *t, int32_t id);
 /* The id of a token string (added tokens first, then the model's vocabulary), or -1. */
 int32_t tsr_tokenizer_token_to_id(const tsr_tokenizer *t, const char *token, size_t len);
