@@ -110,3 +110,52 @@ char *tsr_strdup(tsr_alloc *a, const char *s) {
 }
 
 void tessera_library_error(const char *message) { tsr_error(TESSERA_ERROR_LIBRARY, "%s", message ? message : ""); }
+
+/* A recycled block: a 64-byte header holding its size class (and, while free, the next free
+ * block), then the caller's bytes, 64-byte aligned as the parent's are. */
+#define RECYCLER_HEADER 64
+
+static void *recycler_alloc(size_t size, void *user) {
+    tsr_recycler *r = user;
+    int c = 6;
+    while (c < TSR_RECYCLER_CLASSES - 1 && ((size_t)1 << c) < size) c++;
+    if (((size_t)1 << c) < size) return NULL;
+    unsigned char *block = r->free_blocks[c];
+    if (block) {
+        memcpy(&r->free_blocks[c], block + sizeof(int), sizeof(void *));
+    } else {
+        block = tsr_malloc(r->parent, RECYCLER_HEADER + ((size_t)1 << c));
+        if (!block) return NULL;
+        memcpy(block, &c, sizeof c);
+    }
+    return block + RECYCLER_HEADER;
+}
+
+static void recycler_free(void *ptr, void *user) {
+    tsr_recycler *r = user;
+    unsigned char *block = (unsigned char *)ptr - RECYCLER_HEADER;
+    int c;
+    memcpy(&c, block, sizeof c);
+    memcpy(block + sizeof(int), &r->free_blocks[c], sizeof(void *));
+    r->free_blocks[c] = block;
+}
+
+void tsr_recycler_init(tsr_recycler *r, tsr_alloc *parent) {
+    memset(r, 0, sizeof *r);
+    r->parent = parent;
+    tessera_allocator base = {recycler_alloc, recycler_free, r};
+    tsr_alloc_init(&r->alloc, &base);
+}
+
+void tsr_recycler_release(tsr_recycler *r) {
+    for (int c = 0; c < TSR_RECYCLER_CLASSES; c++) {
+        unsigned char *block = r->free_blocks[c];
+        while (block) {
+            unsigned char *next;
+            memcpy(&next, block + sizeof(int), sizeof next);
+            tsr_free(r->parent, block);
+            block = next;
+        }
+        r->free_blocks[c] = NULL;
+    }
+}

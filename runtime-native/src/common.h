@@ -23,6 +23,20 @@ void *tsr_calloc(tsr_alloc *a, size_t count, size_t size);
 void tsr_free(tsr_alloc *a, void *ptr);
 char *tsr_strdup(tsr_alloc *a, const char *s);
 
+/* An allocator that keeps what is freed for reuse: freed blocks go to a free list per power-of-two
+ * size class and the next allocation of that class takes one back, so a component that allocates
+ * and frees the same sizes on every call (the tokenizer's work buffers) asks `parent` only the first
+ * time. `alloc` is what the component is given; tsr_recycler_release returns everything cached. */
+#define TSR_RECYCLER_CLASSES 48
+typedef struct tsr_recycler {
+    tsr_alloc alloc;
+    tsr_alloc *parent;
+    void *free_blocks[TSR_RECYCLER_CLASSES];
+} tsr_recycler;
+
+void tsr_recycler_init(tsr_recycler *r, tsr_alloc *parent);
+void tsr_recycler_release(tsr_recycler *r);
+
 /* Sets this thread's last error and returns status (so: `return tsr_error(TESSERA_ERROR_IO, ...)`). */
 int tsr_error(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefixes the current last error with context: "loading x: <previous message>". */

@@ -29,6 +29,8 @@ typedef struct tsr_chat_config {
     bool has_format;
     tsr_chat_format format;
     char format_error[512]; /* why the model cannot chat, when has_format is false */
+    /* The tokenizer allocates work buffers on every call: through this, only on the first. */
+    tsr_recycler tokenizer_memory;
 } tsr_chat_config;
 
 struct tessera_session {
@@ -80,6 +82,7 @@ int tsr_chat_attach(tessera_model *m) {
         return TESSERA_ERROR_OUT_OF_MEMORY;
     }
     m->chat = c;
+    tsr_recycler_init(&c->tokenizer_memory, &m->alloc);
     int64_t v;
     const cJSON *stops, *item;
     if ((rc = tsr_json_int(root, "context_length", "chat-config.json", 1, 1 << 24, &v))) goto done;
@@ -117,7 +120,7 @@ int tsr_chat_attach(tessera_model *m) {
             }
     }
     if ((rc = tsr_read_file(&m->alloc, m->dir, "tokenizer.json", MAX_TOKENIZER_BYTES, &json, &size))) goto done;
-    rc = tsr_tokenizer_load(&m->alloc, json, size, &m->tokenizer);
+    rc = tsr_tokenizer_load(&c->tokenizer_memory.alloc, json, size, &m->tokenizer);
     tsr_free(&m->alloc, json);
     if (rc) tsr_error_context(rc, "tokenizer.json");
 done:
@@ -130,6 +133,7 @@ void tsr_chat_detach(tessera_model *m) {
     if (m->tokenizer) tsr_tokenizer_free(m->tokenizer);
     m->tokenizer = NULL;
     if (m->chat) {
+        tsr_recycler_release(&m->chat->tokenizer_memory);
         if (m->chat->has_format) tsr_chat_format_free(&m->chat->format);
         tsr_free(&m->alloc, m->chat);
         m->chat = NULL;
