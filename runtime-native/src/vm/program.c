@@ -36,6 +36,31 @@ static int64_t element_count(const int64_t *shape, int32_t ndim) {
     return n;
 }
 
+/* The element count of a shape: false for a negative dimension or a count beyond int64. */
+static bool checked_count(const int64_t *shape, int32_t ndim, int64_t *out) {
+    int64_t n = 1;
+    for (int32_t i = 0; i < ndim; i++)
+        if (shape[i] < 0 || __builtin_mul_overflow(n, shape[i], &n)) return false;
+    *out = n;
+    return true;
+}
+
+/* A planned tensor must fit where it is placed: executable.json states a register's shape apart
+ * from its 'bytes' and its storage (and a weight's size comes from the tensor cache), while
+ * kernels, libraries and the host index a tensor by its shape. `have`: the bytes of the place. */
+static int check_fits(const frame *fr, int32_t reg, const tsr_vtensor *t, size_t have) {
+    int64_t count;
+    size_t need;
+    if (!checked_count(t->shape, t->ndim, &count) ||
+        !tsr_mul_size((size_t)count, tsr_dtype_storage_bytes(t->dtype), &need))
+        return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: register %d has a negative or too large shape", fr->f->name, reg);
+    if (need > have)
+        return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: register %d is a tensor of %zu bytes (by its shape) placed in "
+                         "%zu bytes (executable.json's 'bytes' or the weight disagrees with the shape)", fr->f->name,
+                         reg, need, have);
+    return 0;
+}
+
 static int eval(const frame *fr, const tsr_shape_expr *e, int64_t *out) {
     int rc = tsr_shape_expr_eval(e, &fr->f->symbols, fr->heap, fr->bound, out);
     return rc ? tsr_error_context(rc, "%s", fr->f->name) : 0;
@@ -58,10 +83,11 @@ static int materialize(tsr_vm *vm, frame *fr, int32_t reg, tsr_val **out) {
     int64_t nbytes;
     if ((rc = eval(fr, &info->bytes, &nbytes))) return rc;
     t->nbytes = (size_t)nbytes;
+    size_t have = 0;
     switch (info->location) {
     case TSR_LOC_CONSTANT:
         t->base = vm->constants[info->index];
-        t->nbytes = vm->constant_bytes[info->index];
+        t->nbytes = have = vm->constant_bytes[info->index];
         break;
     case TSR_LOC_ARENA: {
         const tsr_storage_plan *s = &fr->f->storages[fr->f->token_to_storage[info->index]];
@@ -70,6 +96,7 @@ static int materialize(tsr_vm *vm, frame *fr, int32_t reg, tsr_val **out) {
                              fr->f->name, (long long)nbytes, (unsigned long long)s->static_size);
         t->base = vm->arena;
         t->offset = vm->buffer_offsets[fr->index][s->buffer] + s->offset;
+        have = (size_t)s->static_size;
         break;
     }
     case TSR_LOC_STORAGE: {
@@ -81,11 +108,13 @@ static int materialize(tsr_vm *vm, frame *fr, int32_t reg, tsr_val **out) {
                              (long long)nbytes, storage->as.storage->size);
         t->base = storage->as.storage->base;
         t->block = storage->as.storage;
+        have = storage->as.storage->size;
         break;
     }
     default:
         break;
     }
+    if ((rc = check_fits(fr, reg, t, have))) return rc;
     v->kind = TSR_V_TENSOR;
     return 0;
 }
@@ -157,6 +186,8 @@ static int enter(tsr_vm *vm, int32_t index, const tsr_val *args, int32_t n_args,
             int rc = tsr_shape_expr_eval(&info->shape[d], &f->symbols, values, bound, &t->shape[d]);
             if (rc) return rc;
         }
+        int rc = check_fits(fr, param->reg, t, t->nbytes);
+        if (rc) return rc;
     }
     *out = fr;
     return 0;
@@ -389,7 +420,10 @@ static int run(tsr_vm *vm, frame **top, tsr_val *result) {
                 if ((rc = eval(fr, &in->exprs[d], &t->shape[d]))) return rc;
                 if (t->shape[d] < 0) return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: a tensor of negative size", fr->f->name);
             }
-            t->nbytes = tsr_storage_bytes(in->dtype, element_count(t->shape, t->ndim));
+            int64_t count;
+            if (!checked_count(t->shape, t->ndim, &count))
+                return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: a tensor with more elements than int64 holds", fr->f->name);
+            t->nbytes = tsr_storage_bytes(in->dtype, count);
             tsr_block *b = tsr_pool_take(vm, t->nbytes);
             if ((rc = own(fr, b))) return rc;
             t->base = b->base;
