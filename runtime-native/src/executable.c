@@ -20,6 +20,7 @@ static void bump_free_cb(void *ptr, void *user) { (void)ptr, (void)user; }
 
 typedef struct parser {
     tsr_executable *exe;
+    size_t text_size; /* counts read from the file are checked against it before allocating */
     tsr_alloc mem; /* over exe->mem */
     char what[256];
 } parser;
@@ -487,6 +488,8 @@ static int parse_function(parser *p, const cJSON *all, const cJSON *doc, tsr_fun
     int rc;
     int64_t v;
     if ((rc = tsr_json_int(doc, "registers", where, 1, MAX_REGISTERS, &v))) return rc;
+    /* A valid file names each register at least once, in more than one byte. */
+    if ((size_t)v > p->text_size) return fail(where, "more registers than the file could use");
     f->n_registers = (int32_t)v;
     f->regs = tsr_bump_array(p->exe->mem, (size_t)f->n_registers, sizeof(tsr_register_info));
     if (!f->regs) return TESSERA_ERROR_OUT_OF_MEMORY;
@@ -698,7 +701,7 @@ int tsr_executable_parse(tsr_alloc *a, const char *json, size_t size, tsr_execut
     memset(out, 0, sizeof *out);
     out->mem = tsr_bump_new(a, 1 << 16);
     if (!out->mem) return TESSERA_ERROR_OUT_OF_MEMORY;
-    parser p = {.exe = out};
+    parser p = {.exe = out, .text_size = size};
     p.mem.base.alloc = bump_alloc_cb;
     p.mem.base.free = bump_free_cb;
     p.mem.base.user = out->mem;
