@@ -1,10 +1,14 @@
 #include "thread_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
-/* Spins of a waiting worker before it sleeps on the condition variable. */
+/* Spins of a waiting worker before it sleeps on the condition variable; and spins of any waiting
+ * thread before it starts yielding its core (with more threads than free cores, a thread that
+ * only spins would hold the core the thread it waits for needs). */
 #define SPIN_ITERATIONS 200000
+#define SPINS_BEFORE_YIELD 2000
 
 typedef struct worker {
     tsr_thread_pool *pool;
@@ -42,7 +46,10 @@ static void *worker_main(void *arg) {
         int spins = 0;
         while ((now = atomic_load_explicit(&pool->generation, memory_order_acquire)) == seen &&
                !atomic_load_explicit(&pool->stop, memory_order_acquire)) {
-            if (++spins < SPIN_ITERATIONS) continue;
+            if (++spins < SPIN_ITERATIONS) {
+                if (spins > SPINS_BEFORE_YIELD) sched_yield();
+                continue;
+            }
             pthread_mutex_lock(&pool->mutex);
             while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->stop))
                 pthread_cond_wait(&pool->wake, &pool->mutex);
@@ -103,8 +110,8 @@ void tsr_thread_pool_run(tsr_thread_pool *pool, int64_t n, tsr_range_fn fn, void
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mutex);
     run_chunk(pool, 0);
-    while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0) {
-    }
+    for (int spins = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++)
+        if (spins > SPINS_BEFORE_YIELD) sched_yield();
 }
 
 void tsr_thread_pool_free(tsr_thread_pool *pool) {
