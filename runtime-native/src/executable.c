@@ -634,11 +634,13 @@ static int parse_root(parser *p, const cJSON *root) {
                          "%d: rebuild it with a matching Tessera (tessera compile MODEL.gguf --target cpu -o DIR)",
                          (long long)version, TESSERA_FORMAT_VERSION);
     const cJSON *target = cJSON_GetObjectItemCaseSensitive(root, "target");
-    const char *kind = "?", *name = "?";
+    const char *kind = "?", *name = "?", *cpu = "";
     if (cJSON_IsObject(target)) {
         tsr_json_opt_string(target, "kind", "target", &kind);
         tsr_json_opt_string(target, "name", "target", &name);
+        tsr_json_opt_string(target, "cpu", "target", &cpu);
     }
+    exe->target_cpu = dup_string(p, cpu);
     exe->target_kind = dup_string(p, kind);
     exe->target_name = dup_string(p, name);
     if ((rc = string_list(p, root, "constants", &exe->constants, &exe->n_constants))) return rc;

@@ -118,6 +118,7 @@ typedef struct tsr_module {
 typedef struct tsr_executable {
     tsr_bump *mem;            /* everything below lives here, freed at once */
     const char *target_kind, *target_name;
+    const char *target_cpu; /* the instruction set a cpu build's kernels use ("native", "x86-64-v3"), or "" */
     tsr_module *modules;
     int32_t n_modules;
     tsr_kernel *kernels;

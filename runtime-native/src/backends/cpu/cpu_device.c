@@ -55,8 +55,38 @@ static int check_module(const tsr_module *m, const char *dir, tsr_alloc *a) {
     return 0;
 }
 
+/* A build for an instruction set this CPU lacks would die of SIGILL in its first kernel: refuse it
+ * at load, naming what is missing. ("native" is the build machine's: only its architecture is known.) */
+static int check_instruction_set(const char *isa) {
+    bool x86 = strncmp(isa, "x86-64", 6) == 0, arm = strncmp(isa, "armv", 4) == 0;
+#if defined(__x86_64__)
+    if (arm) return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the kernels were built for %s (AArch64); this CPU is x86-64: "
+                              "recompile with --target cpu", isa);
+    __builtin_cpu_init();
+    const char *missing = NULL;
+    if ((strcmp(isa, "x86-64-v3") == 0 || strcmp(isa, "x86-64-v4") == 0) &&
+        !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2")))
+        missing = "AVX2, FMA and BMI2";
+    else if (strcmp(isa, "x86-64-v4") == 0 &&
+             !(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl")))
+        missing = "AVX-512 (F, BW, VL)";
+    if (missing)
+        return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the kernels were built for %s, which needs %s; this CPU lacks them: "
+                         "recompile with --cpu for an older instruction set (or --target cpu for this machine)", isa,
+                         missing);
+#elif defined(__aarch64__)
+    if (x86) return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the kernels were built for %s (x86-64); this CPU is AArch64: "
+                              "recompile with --target cpu --cpu armv8.2-a", isa);
+#endif
+    (void)x86, (void)arm;
+    return 0;
+}
+
 static int cpu_load_kernels(tsr_device *d, const tsr_executable *exe, const char *dir) {
     cpu_device *cpu = (cpu_device *)d;
+    int isa_rc = check_instruction_set(exe->target_cpu);
+    if (isa_rc) return isa_rc;
     for (int32_t k = 0; k < exe->n_kernels; k++) {
         const char *backend = exe->kernels[k].backend;
         if (strcmp(backend, CPU_BACKEND) != 0)
