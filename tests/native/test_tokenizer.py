@@ -292,7 +292,6 @@ def read_vectors(inp: str, out: str):
 def test_llama_cpp_vocabularies(binary, tmp_path, llama_cpp_vocabs):
     from tessera.frontend.gguf_reader import GGUFError
     from tessera.frontend.tokenizer import build_tokenizer
-
     from tokenizers import Tokenizer
 
     summary, compared = [], 0
