@@ -10,3 +10,6 @@ set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/usr/aarch64-linux-gnu)
 # pkg-config need only read the arm64 .pc files (and gives their -L there).
 set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)
 set(ENV{PKG_CONFIG_SYSROOT_DIR} /)
+# ARMv8.2-A, the phones' baseline (and `tessera compile --cpu armv8.2-a`'s): its LSE atomics are
+# single instructions, where ARMv8.0's load/store-exclusive loops crawl under qemu-user's emulation.
+set(CMAKE_C_FLAGS_INIT "-march=armv8.2-a")

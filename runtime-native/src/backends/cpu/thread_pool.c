@@ -7,7 +7,7 @@
 /* Spins of a waiting worker before it sleeps on the condition variable; and spins of any waiting
  * thread before it starts yielding its core (with more threads than free cores, a thread that
  * only spins would hold the core the thread it waits for needs). */
-#define SPIN_ITERATIONS 200000
+#define SPIN_ITERATIONS 50000
 #define SPINS_BEFORE_YIELD 2000
 
 typedef struct worker {
