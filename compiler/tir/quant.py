@@ -117,9 +117,9 @@ def group_block_value(fmt: str, word_at, base: TExpr, index: int, j: int, d: TEx
 # -- lanes: one block read by a loop over 8 consecutive bytes at a time -------------------------
 # A loop whose iteration ``lane`` handles byte ``start + lane`` of a block: ``start`` is a constant
 # offset from a word-aligned group, so the bytes span two or three whole words, loaded once before
-# the loop; each lane picks its word with selects and its byte with a shift by a multiple of 8.
-# Every operand is then either the same for all lanes or a lane-wise shift, select or mask, which
-# a C compiler turns into vector instructions (broadcast, blend, vpsrlvd, vpand) across the lanes.
+# the loop; each lane picks its word with masks and moves its byte to the top by a multiply.
+# Every operand is then either the same for all lanes or a lane-wise mask or multiply, which a
+# C compiler turns into vector instructions (broadcast, and, xor, multiply) across the lanes.
 
 DATA_OFFSET = {"q4_0": 2, "q4_1": 4, "q8_0": 2}  # where a block's quantized values start (bytes)
 DATA_BYTES = {"q4_0": 16, "q4_1": 16, "q8_0": 32}
@@ -148,9 +148,17 @@ def lane_word(words: list[TExpr], masks: list[TExpr]) -> TExpr:
     return picked
 
 
-def lane_shift(start: int, lane: TExpr) -> TExpr:
-    """The shift that brings byte ``start + lane`` to the bottom of its word."""
-    return cast(binary("*", binary("&", binary("+", lane, Const(start % 4)), Const(3)), Const(8)), "u32")
+def lane_multiplier(start: int, lane: TExpr) -> TExpr:
+    """2 ** (24 - 8 * b), b the place of byte ``start + lane`` in its word: a word times it has
+    that byte in its top 8 bits, from where a shift by a constant takes the byte or a nibble.
+    A multiply instead of a shift by a lane's own amount, which WASM SIMD128 and SSE lack; built
+    as a product of (1 or 256) factors, without a shift or a select."""
+    place = binary("&", binary("+", lane, Const(start % 4)), Const(3))
+    multiplier = None
+    for t in (1, 2, 3):  # 256 for each t above the byte's place
+        factor = binary("+", Const(1, "u32"), binary("*", Const(255, "u32"), cast(binary("<", place, Const(t)), "u32")))
+        multiplier = factor if multiplier is None else binary("*", multiplier, factor)
+    return multiplier
 
 
 def lane_values(fmt: str, block_start: int, lanes: int) -> list[tuple[int, int, bool]]:
@@ -168,16 +176,16 @@ def lane_values(fmt: str, block_start: int, lanes: int) -> list[tuple[int, int, 
     return steps
 
 
-def lane_value(fmt: str, word: TExpr, shift: TExpr, high: bool) -> TExpr:
-    """The quantized integer (before the block's scale) of the byte or nibble at ``shift`` of
-    ``word``, as f32: Q4_0 centred on 8, Q8_0 sign-extended."""
+def lane_value(fmt: str, top: TExpr, high: bool) -> TExpr:
+    """The quantized integer (before the block's scale) of the byte or nibble in the top 8 bits of
+    ``top`` (a word times its ``lane_multiplier``), as f32: Q4_0 centred on 8, Q8_0 sign-extended."""
     # Through i32 (a signed conversion is one instruction, an unsigned one is not), and no 8-bit
     # type: a C compiler would size its vectors by the narrowest type and find 8 lanes too few.
     if fmt == "q8_0":  # (byte ^ 128) - 128 sign-extends the byte
-        byte = binary("&", binary(">>", word, shift), Const(255, "u32"))
+        byte = binary(">>", top, Const(24, "u32"))
         q = cast(cast(binary("^", byte, Const(128, "u32")), "i32"), "f32")
         return binary("-", q, Const(128.0, "f32"))
-    if high:
-        shift = binary("+", shift, Const(4, "u32"))
-    q = cast(cast(binary("&", binary(">>", word, shift), Const(15, "u32")), "i32"), "f32")
+    nibble = binary(">>", top, Const(28, "u32")) if high else \
+        binary("&", binary(">>", top, Const(24, "u32")), Const(15, "u32"))
+    q = cast(cast(nibble, "i32"), "f32")
     return binary("-", q, Const(8.0, "f32")) if fmt == "q4_0" else q

@@ -44,7 +44,7 @@ from ..quant import (
     group_block_scale,
     group_words,
     lane_masks,
-    lane_shift,
+    lane_multiplier,
     lane_value,
     lane_values,
     lane_word,
@@ -112,16 +112,20 @@ def _block(info: QuantizedMatmulInfo, word_at, base, group, index: int, lane, ac
                 words[offset] = Local(f"w{index}_{offset}", "u32")
                 stmts.append(Declare(words[offset], word_at(binary("+", base, Const(offset)))))
     first = binary("+", binary("*", group, Const(BLOCK_VALUES * GROUP_BLOCKS[fmt])), Const(index * BLOCK_VALUES))
-    # Every step starts at the same byte of a word: one shift and one set of masks for all.
-    shift = Local("shift", "u32")
-    inner = [Declare(shift, lane_shift(steps[0][0], lane))]
+    # Every step starts at the same byte of a word: one multiplier and one set of masks for all.
+    multiplier = Local("multiplier", "u32")
+    inner = [Declare(multiplier, lane_multiplier(steps[0][0], lane))]
     masks = [Local(f"after{j}", "u32") for j in range(len(lane_masks(steps[0][0], LANES, lane)))]
     inner += [Declare(var, value) for var, value in zip(masks, lane_masks(steps[0][0], LANES, lane))]
+    tops: dict[int, Local] = {}  # a step's byte moved to the top of its word (shared by both nibbles)
     dot, xsum = None, None
     for start, value_index, high in steps:
-        span = [words[o] for o in span_words(start, LANES)]
+        if start not in tops:
+            tops[start] = Local(f"top{len(tops)}", "u32")
+            span = [words[o] for o in span_words(start, LANES)]
+            inner.append(Declare(tops[start], binary("*", lane_word(span, masks), multiplier)))
         x = cast(Load(info.x, binary("+", first, binary("+", lane, Const(value_index)))), "f32")
-        product = binary("*", x, lane_value(fmt, lane_word(span, masks), shift, high))
+        product = binary("*", x, lane_value(fmt, tops[start], high))
         dot = product if dot is None else binary("+", dot, product)
         xsum = x if xsum is None else binary("+", xsum, x)
     update = binary("*", scale, dot)
