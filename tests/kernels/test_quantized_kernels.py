@@ -55,7 +55,7 @@ def test_decode_gemv_kernels(runner, fmt):
     lowered, kernels = check_op(runner, lambda a, w: op.quantized_matmul(a, w, format=fmt, k=k),
                                 [Tensor((1, k), "float32"), Tensor((n, words.shape[1]), "uint32")],
                                 inputs=lambda env, rng: [x, words], rtol=1e-4, atol=1e-4)
-    lanes = target_for(runner).serial_threads
+    lanes = target_for(runner).serial_threads and target_for(runner).cpu_adapter
     assert [kern.attrs["rule"] for kern in kernels] == ["quantized-gemv" if lanes else "quantized-matmul"]
     got = interpret(lowered, "main", x, words, kernel_runner=runner)
     np.testing.assert_allclose(got, x @ reference.T, rtol=1e-4, atol=1e-4)  # against ggml's own floats

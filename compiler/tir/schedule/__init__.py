@@ -16,7 +16,14 @@ from ..ir import SCALAR_PREFIX, Local, PrimFunc, walk_expr, walk_stmts
 from ..pattern import Pattern, analyze_pattern
 from .injective import schedule_injective, vectorize_elementwise
 from .kv_cache import schedule_kv_cache_write
-from .matmul import is_gemv, schedule_gemm, schedule_gemm_registers, schedule_gemv, schedule_gemv_columns
+from .matmul import (
+    is_gemv,
+    schedule_gemm,
+    schedule_gemm_registers,
+    schedule_gemv,
+    schedule_gemv_columns,
+    schedule_gemv_lanes,
+)
 from .quantized import schedule_quantized_matmul
 from .quantized_gemv import applies as quantized_gemv_applies
 from .quantized_gemv import schedule_quantized_gemv
@@ -49,7 +56,9 @@ def schedule(defn: ComputeDef | RowDef | OpaqueDef, target, name: str) -> PrimFu
         func = schedule_transpose(defn, defn.attrs["transpose"], target, name)
     elif "matmul" in defn.attrs:
         info = defn.attrs["matmul"]
-        if target.cpu_adapter:
+        if target.cpu_adapter and target.serial_threads and is_gemv(info):
+            rule = schedule_gemv_lanes
+        elif target.cpu_adapter:
             rule = schedule_gemv_columns if is_gemv(info) else schedule_gemm_registers
         else:
             rule = schedule_gemv if is_gemv(info) else schedule_gemm

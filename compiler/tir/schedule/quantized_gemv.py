@@ -59,9 +59,10 @@ LID = Builtin("local_id", 0)
 
 
 def applies(info: QuantizedMatmulInfo, m_total, target) -> bool:
-    """Decode (M = 1) on a target with serial threads, K a whole number of word-aligned groups."""
+    """Decode (M = 1) on a CPU whose threads run serially (a target that asks for GPU-shaped rules
+    with cpu_adapter off gets those), K a whole number of word-aligned groups."""
     group_values = BLOCK_VALUES * GROUP_BLOCKS[info.format]
-    return (target.serial_threads and arith.Analyzer().as_int(arith.simplify(m_total)) == 1
+    return (target.cpu_adapter and target.serial_threads and arith.Analyzer().as_int(arith.simplify(m_total)) == 1
             and info.k % group_values == 0)
 
 
