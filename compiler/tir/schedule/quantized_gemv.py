@@ -1,14 +1,16 @@
-"""Quantized GEMV (M = 1, decode) for targets whose workgroup threads run one after another on a
-CPU thread (``target.serial_threads``: C kernels), where the GPU-shaped rule (quantized.py) leaves
-the C compiler nothing to vectorize: its adjacent threads read weights a row apart.
+"""Quantized GEMV (M = 1, decode) for CPU targets whose workgroup threads run one after another
+on a CPU thread (``target.serial_threads`` and ``cpu_adapter``: C kernels), where the GPU-shaped
+rule (quantized.py) leaves the C compiler nothing to vectorize: its adjacent threads read weights
+a row apart.
 
 Here each thread owns one output column and walks its weight row from start to end. Within a
 block, a loop over ``LANES`` lanes reads 8 consecutive bytes (tir/quant.py: the words are loaded
-once, each lane selects and shifts its byte), the 8 matching activations (contiguous) and adds
-into ``LANES`` separate partial sums: lane ``l`` only ever adds to ``acc[l]``, so the compiler
-vectorizes the lane loop without reassociating anything (no -ffast-math), and the result does not
-depend on the vector width. The partial sums are added in a fixed order at the end. The scale is
-applied once per block and lane, (d * sum x q + m * sum x) rather than per value.
+once, each lane picks its word with masks and its byte with a multiply), the 8 matching
+activations (contiguous) and adds into ``LANES`` separate partial sums: lane ``l`` only ever adds
+to ``acc[l]``, so the compiler vectorizes the lane loop without reassociating anything (no
+-ffast-math), and the result does not depend on the vector width. The partial sums are added in
+a fixed order at the end. The scale is applied once per block and lane, (d * sum x q + m * sum x)
+rather than per value.
 
 A workgroup holds ``COLUMNS`` threads, so that decode's small outputs (576 columns) still give a
 thread pool dozens of workgroups to share. The last workgroup's columns past N read the last row
