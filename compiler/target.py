@@ -61,12 +61,15 @@ class TargetKind:
     ``backend``: the codegen backend that writes its kernels; ``dtypes``: tensor dtypes its kernels
     hold (float16 additionally needs the shader-f16 feature); ``vector_lanes``: whether kernels may
     use vector types (C kernels are scalar: the C compiler vectorizes their thread loops itself);
+    ``serial_threads``: a workgroup's threads run one after another, as a loop on one CPU thread
+    (C kernels), so a thread's own inner loops are what the compiler vectorizes;
     ``limits``: raised limits every device of the kind has."""
 
     name: str
     backend: str
     dtypes: frozenset[str] = frozenset({"float32", "int32", "uint32", "bool", "int64"})
     vector_lanes: bool = True
+    serial_threads: bool = False
     limits: tuple[tuple[str, int], ...] = ()
 
 
@@ -162,6 +165,12 @@ class Target:
     def vector_lanes(self) -> bool:
         """Kernels may read and write vectors (vec4) of a buffer."""
         return _KINDS[self.kind].vector_lanes
+
+    @property
+    def serial_threads(self) -> bool:
+        """A workgroup's threads run one after another on one CPU thread: adjacent threads are not
+        SIMD lanes, and a rule gets vector code from contiguous loops within one thread instead."""
+        return _KINDS[self.kind].serial_threads
 
     @property
     def subgroup_feature(self) -> str | None:

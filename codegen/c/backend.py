@@ -43,7 +43,7 @@ class CWasmBackend(Backend):
 
 register_backend(CWasmBackend())
 # WebAssembly: one 4 GiB memory, no binding limits worth the name; workgroups run a thread at a time.
-register_kind(TargetKind("wasm", backend="c-wasm", vector_lanes=False, limits=(
+register_kind(TargetKind("wasm", backend="c-wasm", vector_lanes=False, serial_threads=True, limits=(
     ("maxBufferSize", 1 << 31), ("maxComputeWorkgroupStorageSize", 65536), ("maxStorageBufferBindingSize", 1 << 31),
     ("maxStorageBuffersPerShaderStage", 64))))
 register_preset("wasm", "wasm", cpu_adapter=True, description="C kernels compiled to WebAssembly (any CPU)")

@@ -19,6 +19,7 @@ Machine code for another architecture is built by that architecture's Debian cro
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import shlex
@@ -54,10 +55,24 @@ ISAS = {"x86-64-v2": "x86_64", "x86-64-v3": "x86_64", "x86-64-v4": "x86_64", "ar
 # no -ffast-math, so results match the reference within the tests' 1e-4.
 FLAGS = ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-fno-semantic-interposition", "-std=c11",
          "-fvisibility=hidden", "-s")
+# gcc's -O3 fuses two iterations of a loop around an inner lane loop (the quantized GEMV of
+# tir/schedule/quantized_gemv.py) into one, which it then no longer vectorizes (measured 5x slower).
+# clang has no such pass by default and rejects the flag.
+GCC_FLAGS = ("-fno-loop-unroll-and-jam",)
 
 # abs() for int32 lives in stdlib.h (an implicit declaration is an error in ISO C); the WASM build
-# compiles the prelude without it.
-NATIVE_INCLUDES = "#include <stdlib.h>\n"
+# compiles the prelude without it. f16 bits become a float through _Float16: one instruction with
+# F16C (x86-64-v3) or on AArch64, where the prelude's portable helper branches (quantized weights
+# read a scale per block, in the hot loop).
+NATIVE_INCLUDES = """\
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline float tsr_half_bits_to_float(uint32_t h) {
+  uint16_t bits = (uint16_t)h; _Float16 f; memcpy(&f, &bits, 2); return (float)f;
+}
+"""
 
 
 class NativeBuildError(CodegenError):
@@ -73,6 +88,7 @@ class NativeCRenderer(CRenderer):
 
     language = "C (native)"
     types = {**CRenderer.types, "f16": "float"}
+    intrinsics = {**CRenderer.intrinsics, "f16_bits_to_f32": "tsr_half_bits_to_float"}
     lowering = NATIVE_LOWERING
     reserved = C_RESERVED | {"tsr_buffers", "tsr_scalars", "tsr_wg", "wg_begin", "wg_end"}
     scratch_storage = ""
@@ -141,9 +157,21 @@ def compiler_for(cpu: str) -> list[str]:
     return [cross]
 
 
+@functools.cache
+def is_gcc(compiler: tuple[str, ...]) -> bool:
+    """Whether the C compiler is gcc (clang defines __GNUC__ too, and __clang__)."""
+    try:
+        result = subprocess.run([*compiler, "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True)
+    except FileNotFoundError:
+        return False
+    return "#define __GNUC__" in result.stdout and "__clang__" not in result.stdout
+
+
 def compile_native(source: str, cpu: str) -> bytes:
     """The shared object of a C file from ``emit_native_module``, for ``cpu`` (a -march value)."""
-    command = compiler_for(cpu) + [*FLAGS, f"-march={cpu}", "-o", MODULE, "kernels.c", "-lm"]
+    compiler = compiler_for(cpu)
+    flags = FLAGS + (GCC_FLAGS if is_gcc(tuple(compiler)) else ())
+    command = compiler + [*flags, f"-march={cpu}", "-o", MODULE, "kernels.c", "-lm"]
     # Relative names in a private folder: nothing of the folder's path ends up in the module's bytes.
     with tempfile.TemporaryDirectory() as folder:
         with open(os.path.join(folder, "kernels.c"), "w") as f:
@@ -192,7 +220,7 @@ class CNativeBackend(Backend):
 
 register_backend(CNativeBackend())
 # Host memory: no binding limits worth the name; workgroup memory is a stack array of each call.
-register_kind(TargetKind("cpu", backend="c-native", vector_lanes=False, limits=(
+register_kind(TargetKind("cpu", backend="c-native", vector_lanes=False, serial_threads=True, limits=(
     ("maxBufferSize", 1 << 31), ("maxComputeWorkgroupStorageSize", 65536), ("maxStorageBufferBindingSize", 1 << 31),
     ("maxStorageBuffersPerShaderStage", 64))))
 register_preset("cpu", "cpu", {SHADER_F16}, cpu_adapter=True, cpu=NATIVE,

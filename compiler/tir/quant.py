@@ -112,3 +112,80 @@ def group_block_value(fmt: str, word_at, base: TExpr, index: int, j: int, d: TEx
     if fmt == "q4_0":
         return binary("*", d, binary("-", q, Const(8.0, "f32")))
     return binary("+", binary("*", d, q), m)
+
+
+# -- lanes: one block read by a loop over 8 consecutive bytes at a time -------------------------
+# A loop whose iteration ``lane`` handles byte ``start + lane`` of a block: ``start`` is a constant
+# offset from a word-aligned group, so the bytes span two or three whole words, loaded once before
+# the loop; each lane picks its word with masks and moves its byte to the top by a multiply.
+# Every operand is then either the same for all lanes or a lane-wise mask or multiply, which a
+# C compiler turns into vector instructions (broadcast, and, xor, multiply) across the lanes.
+
+DATA_OFFSET = {"q4_0": 2, "q4_1": 4, "q8_0": 2}  # where a block's quantized values start (bytes)
+DATA_BYTES = {"q4_0": 16, "q4_1": 16, "q8_0": 32}
+
+
+def span_words(start: int, lanes: int) -> range:
+    """Word offsets (from the group's first word) of bytes ``start`` .. ``start + lanes - 1``."""
+    return range(start // 4, (start + lanes - 1) // 4 + 1)
+
+
+def lane_masks(start: int, lanes: int, lane: TExpr) -> list[TExpr]:
+    """For each word after the first of the span of bytes ``start`` .. ``start + lanes - 1``: all
+    ones from the first lane whose byte lies in it on, else zero (the same for every step of a
+    block, so a kernel computes them once per lane)."""
+    boundaries = range(4 - start % 4, lanes, 4)
+    return [binary("-", Const(0, "u32"), cast(binary(">=", lane, Const(b)), "u32")) for b in boundaries]
+
+
+def lane_word(words: list[TExpr], masks: list[TExpr]) -> TExpr:
+    """The word (of ``words``, a span of ``span_words``) holding a lane's byte: picked ^ ((picked ^
+    next) & mask) word by word. Arithmetic rather than selects: gcc 12 leaves a few selects in a
+    loop as branches and then vectorizes nothing."""
+    picked = words[0]
+    for word, mask in zip(words[1:], masks):
+        picked = binary("^", picked, binary("&", binary("^", picked, word), mask))
+    return picked
+
+
+def lane_multiplier(start: int, lane: TExpr) -> TExpr:
+    """2 ** (24 - 8 * b), b the place of byte ``start + lane`` in its word: a word times it has
+    that byte in its top 8 bits, from where a shift by a constant takes the byte or a nibble.
+    A multiply instead of a shift by a lane's own amount, which WASM SIMD128 and SSE lack; built
+    as a product of (1 or 256) factors, without a shift or a select."""
+    place = binary("&", binary("+", lane, Const(start % 4)), Const(3))
+    multiplier = None
+    for t in (1, 2, 3):  # 256 for each t above the byte's place
+        factor = binary("+", Const(1, "u32"), binary("*", Const(255, "u32"), cast(binary("<", place, Const(t)), "u32")))
+        multiplier = factor if multiplier is None else binary("*", multiplier, factor)
+    return multiplier
+
+
+def lane_values(fmt: str, block_start: int, lanes: int) -> list[tuple[int, int, bool]]:
+    """How a loop over ``lanes`` lanes reads one block at byte ``block_start`` of its group: one
+    (byte start, value index of lane 0, high nibble) per step; lane ``l`` of a step reads the byte
+    at ``start + l`` and is value ``index + l`` of the block."""
+    data = block_start + DATA_OFFSET[fmt]
+    steps = []
+    for step in range(DATA_BYTES[fmt] // lanes):
+        start, first = data + step * lanes, step * lanes
+        if fmt == "q8_0":
+            steps.append((start, first, False))
+        else:  # byte j holds value j in its low nibble and value j + 16 in its high one
+            steps += [(start, first, False), (start, first + 16, True)]
+    return steps
+
+
+def lane_value(fmt: str, top: TExpr, high: bool) -> TExpr:
+    """The quantized integer (before the block's scale) of the byte or nibble in the top 8 bits of
+    ``top`` (a word times its ``lane_multiplier``), as f32: Q4_0 centred on 8, Q8_0 sign-extended."""
+    # Through i32 (a signed conversion is one instruction, an unsigned one is not), and no 8-bit
+    # type: a C compiler would size its vectors by the narrowest type and find 8 lanes too few.
+    if fmt == "q8_0":  # (byte ^ 128) - 128 sign-extends the byte
+        byte = binary(">>", top, Const(24, "u32"))
+        q = cast(cast(binary("^", byte, Const(128, "u32")), "i32"), "f32")
+        return binary("-", q, Const(128.0, "f32"))
+    nibble = binary(">>", top, Const(28, "u32")) if high else \
+        binary("&", binary(">>", top, Const(24, "u32")), Const(15, "u32"))
+    q = cast(cast(nibble, "i32"), "f32")
+    return binary("-", q, Const(8.0, "f32")) if fmt == "q4_0" else q

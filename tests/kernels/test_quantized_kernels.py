@@ -3,7 +3,7 @@
 import gguf
 import numpy as np
 import pytest
-from harness import check_op, target_for
+from harness import build, check_op, target_for
 from tessera import op
 from tessera.frontend import bundled_smollm2_path, load_gguf
 from tessera.ir import BlockBuilder, Function, Tensor, Var, interpret
@@ -44,6 +44,32 @@ def test_quantized_matmul_kernels(runner, fmt):
     np.testing.assert_allclose(got, x @ reference.T, rtol=1e-4, atol=1e-4)  # against ggml's own floats
 
 
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_decode_gemv_kernels(runner, fmt):
+    """M = 1 (decode): where threads run serially (C kernels), the lane rule of
+    tir/schedule/quantized_gemv.py. 42 outputs: a partial last workgroup."""
+    n, k = 42, 192
+    words, reference = quantized(fmt, n, k, seed=7)
+    x = np.random.default_rng(8).standard_normal((1, k)).astype(np.float32)
+
+    lowered, kernels = check_op(runner, lambda a, w: op.quantized_matmul(a, w, format=fmt, k=k),
+                                [Tensor((1, k), "float32"), Tensor((n, words.shape[1]), "uint32")],
+                                inputs=lambda env, rng: [x, words], rtol=1e-4, atol=1e-4)
+    lanes = target_for(runner).serial_threads and target_for(runner).cpu_adapter
+    assert [kern.attrs["rule"] for kern in kernels] == ["quantized-gemv" if lanes else "quantized-matmul"]
+    got = interpret(lowered, "main", x, words, kernel_runner=runner)
+    np.testing.assert_allclose(got, x @ reference.T, rtol=1e-4, atol=1e-4)  # against ggml's own floats
+    # A fused epilogue (silu) reads the output's row and column.
+    mod = build(lambda a, w: op.nn.silu(op.quantized_matmul(a, w, format=fmt, k=k)),
+                [Tensor((1, k), "float32"), Tensor((n, words.shape[1]), "uint32")])
+    target = target_for(runner)
+    fused = legalize_ops(fuse_tir(fuse_ops(mod, target), target), target)
+    assert len([f for f in fused.functions.values() if not isinstance(f, Function)]) == 1
+    want = x @ reference.T
+    np.testing.assert_allclose(interpret(fused, "main", x, words, kernel_runner=runner), want / (1 + np.exp(-want)),
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_smollm2_weights_through_the_decode_kernel(runner):
     model = load_gguf(bundled_smollm2_path())
     weight = model.tensors["blk.0.attn_q.weight"]
@@ -54,8 +80,6 @@ def test_smollm2_weights_through_the_decode_kernel(runner):
     _, kernels = check_op(runner, lambda a, w: op.quantized_matmul(a, w, format="q4_1", k=576),
                           [Tensor((1, 576), "float32"), Tensor((576, 90), "uint32")],
                           inputs=lambda env, rng: [x, weight.words], rtol=1e-4, atol=1e-4)
-    from harness import build
-
     lowered = legalize_ops(build(lambda a, w: op.quantized_matmul(a, w, format="q4_1", k=576),
                                  [Tensor((1, 576), "float32"), Tensor((576, 90), "uint32")]), target_for(runner))
     got = interpret(lowered, "main", x, weight.words, kernel_runner=runner)

@@ -59,6 +59,12 @@ def test_the_llm_kernels_as_wasm(wasm):
     check_op(wasm, lambda x, w: op.quantized_matmul(x, w, format="q4_1", k=128),
              [Tensor(("m", 128), F32), Tensor((42, words.shape[1]), "uint32")], target=WASM, rtol=1e-4, atol=1e-4,
              inputs=lambda env, rng: [rng.standard_normal((env["m"], 128)).astype(np.float32), words])
+    for fmt in ("q4_1", "q8_0"):  # decode: the lane rule (tir/schedule/quantized_gemv.py)
+        words, _ = quantized(fmt, 42, 128)
+        _, kernels = check_op(wasm, lambda x, w, f=fmt: op.quantized_matmul(x, w, format=f, k=128),
+                              [Tensor((1, 128), F32), Tensor((42, words.shape[1]), "uint32")], target=WASM, rtol=1e-4,
+                              atol=1e-4, inputs=lambda env, rng, w=words: [rng.standard_normal((1, 128)).astype(np.float32), w])
+        assert [k.attrs["rule"] for k in kernels] == ["quantized-gemv"]
     table, _ = quantized("q8_0", 30, 64)
     check_op(wasm, lambda w, i: op.quantized_take(w, i, format="q8_0", k=64),
              [Tensor((30, table.shape[1]), "uint32"), Tensor(("n",), "int32")], target=WASM, rtol=1e-5, atol=1e-5,

@@ -16,8 +16,17 @@ from ..ir import SCALAR_PREFIX, Local, PrimFunc, walk_expr, walk_stmts
 from ..pattern import Pattern, analyze_pattern
 from .injective import schedule_injective, vectorize_elementwise
 from .kv_cache import schedule_kv_cache_write
-from .matmul import is_gemv, schedule_gemm, schedule_gemm_registers, schedule_gemv, schedule_gemv_columns
+from .matmul import (
+    is_gemv,
+    schedule_gemm,
+    schedule_gemm_registers,
+    schedule_gemv,
+    schedule_gemv_columns,
+    schedule_gemv_lanes,
+)
 from .quantized import schedule_quantized_matmul
+from .quantized_gemv import applies as quantized_gemv_applies
+from .quantized_gemv import schedule_quantized_gemv
 from .reduction import schedule_reduction, schedule_rows
 from .sampling import schedule_sample_token
 from .transpose import schedule_transpose
@@ -39,12 +48,17 @@ def schedule(defn: ComputeDef | RowDef | OpaqueDef, target, name: str) -> PrimFu
     if isinstance(defn, RowDef):
         func = schedule_rows(defn, target, name)
     elif "quantized_matmul" in defn.attrs:
-        func = schedule_quantized_matmul(defn, defn.attrs["quantized_matmul"], target, name)
+        info = defn.attrs["quantized_matmul"]
+        m_total = _product(defn.output.shape[:-1])
+        rule = schedule_quantized_gemv if quantized_gemv_applies(info, m_total, target) else schedule_quantized_matmul
+        func = rule(defn, info, target, name)
     elif "transpose" in defn.attrs:
         func = schedule_transpose(defn, defn.attrs["transpose"], target, name)
     elif "matmul" in defn.attrs:
         info = defn.attrs["matmul"]
-        if target.cpu_adapter:
+        if target.cpu_adapter and target.serial_threads and is_gemv(info):
+            rule = schedule_gemv_lanes
+        elif target.cpu_adapter:
             rule = schedule_gemv_columns if is_gemv(info) else schedule_gemm_registers
         else:
             rule = schedule_gemv if is_gemv(info) else schedule_gemm

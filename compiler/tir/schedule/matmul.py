@@ -263,3 +263,45 @@ def schedule_gemm_registers(defn: ComputeDef, info: MatmulInfo, target, name: st
     _check_grid(grid, target, name)
     return PrimFunc(name, defn.inputs, (defn.output,), scalars_of(*defn.inputs, defn.output), tuple(body),
                     (threads, 1, 1), grid, attrs={"rule": "gemm"})
+
+
+# -- Serial threads (C kernels: a workgroup's threads are a loop on one CPU thread) ----------------
+
+
+def schedule_gemv_lanes(defn: ComputeDef, info: MatmulInfo, target, name: str, lanes: int = 16,
+                        threads: int = 4) -> PrimFunc:
+    """Each thread sums all of K for ``lanes`` consecutive outputs, kept in a lane loop over one
+    contiguous stretch of a row of B, which the C compiler vectorizes without reassociating (lane
+    ``l`` only adds to ``acc[l]``). A thread whose columns run past N takes the clamped copy of
+    the loop, so the hot loop of every other thread has no min() in its addresses."""
+    acc_dtype = accumulate_type(defn.output.dtype)
+    n, k = from_prim(info.n), from_prim(info.k)
+    batch_id, a_base, b_base, first, kk, x, lane = (Local("batch"), Local("a_base"), Local("b_base"),
+                                                    Local("first"), Local("kk"), Local("x", acc_dtype), Local("lane"))
+    acc = Buffer("acc", acc_dtype, (arith.IntImm(lanes),), "private")
+    body = [Declare(batch_id, Builtin("workgroup_id", 1))]
+    _, a_off, b_off = _batch(info, batch_id)
+    body += [Declare(a_base, a_off), Declare(b_base, b_off),
+             Declare(first, binary("*", binary("+", binary("*", Builtin("workgroup_id", 0), Const(threads)), LID),
+                                   Const(lanes))),
+             For(lane, Const(0), Const(lanes), (Store(acc, lane, const(0, acc_dtype)),))]
+
+    def k_loop(column: TExpr) -> For:
+        b_val = cast(Load(info.b, binary("+", binary("+", b_base, binary("*", kk, n)), column)), acc_dtype)
+        step = For(lane, Const(0), Const(lanes), (Store(acc, lane, binary("+", Load(acc, lane),
+                                                                          binary("*", x, b_val))),))
+        return For(kk, Const(0), k, (Declare(x, cast(Load(info.a, binary("+", a_base, kk)), acc_dtype)), step))
+
+    column = binary("+", first, lane)
+    # first <= n - lanes (not first + lanes <= n): the verifier narrows a local by a condition on it.
+    body.append(IfThen(binary("<=", first, binary("-", n, Const(lanes))), (k_loop(column),),
+                       (k_loop(minimum(column, binary("-", n, Const(1)))),)))
+    col = Local("col")
+    value = cast(epilogue(defn, info, Load(acc, lane), batch_id, Const(0), col), defn.output.dtype)
+    store = IfThen(binary("<", col, n), (Store(defn.output, binary("+", binary("*", batch_id, n), col), value),))
+    body.append(For(lane, Const(0), Const(lanes), (Declare(col, column), store)))
+    batches = arith.simplify(_prod(info.batch_shape))
+    grid = (arith.simplify((info.n + threads * lanes - 1) // (threads * lanes)), batches, arith.IntImm(1))
+    _check_grid(grid, target, name)
+    return PrimFunc(name, defn.inputs, (defn.output,), scalars_of(*defn.inputs, defn.output), tuple(body),
+                    (threads, 1, 1), grid, scratch=(acc,), attrs={"rule": "gemv"})

@@ -1,0 +1,109 @@
+"""Quantized and float GEMV kernels (M = 1, LLM decode) on the cpu target: time, GFLOP/s and GB/s of
+weight traffic, at SmolLM2-135M's shapes. Each kernel is built through the normal path (legalize_ops
+for the target, then the c-native backend) and run by the CPU kernel runner; times are the median of
+many launches with the data resident (and the best), single thread unless --threads says otherwise.
+
+    .venv/bin/python bench/cpu_gemv.py [--threads 2] [--target cpu] [--dump DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+# (name, format, N outputs, K): out = x (1 x K) @ W^T, W of N x K.
+SHAPES = [("q4_1 ffn-up 1536x576", "q4_1", 1536, 576), ("q4_1 ffn-down 576x1536", "q4_1", 576, 1536),
+          ("q4_1 attn 576x576", "q4_1", 576, 576), ("q8_0 lm-head 49152x576", "q8_0", 49152, 576),
+          ("q4_0 1536x576", "q4_0", 1536, 576), ("f32 1536x576", "float32", 1536, 576)]
+BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}
+
+
+def kernel_for(fmt: str, n: int, k: int, target):
+    from tessera import op
+    from tessera.ir import BlockBuilder, Function, Tensor, Var
+    from tessera.transform import legalize_ops
+
+    x = Var("x", Tensor((1, k), "float32"))
+    if fmt == "float32":
+        w = Var("w", Tensor((k, n), "float32"))
+        value = op.matmul(x, w)
+    else:
+        w = Var("w", Tensor((n, k // 32 * BLOCK_BYTES[fmt] // 4), "uint32"))
+        value = op.quantized_matmul(x, w, format=fmt, k=k)
+    bb = BlockBuilder()
+    with bb.function("main", [x, w]):
+        bb.emit_func_output(bb.emit(value))
+    mod = legalize_ops(bb.get(), target)
+    (kernel,) = [f for f in mod.functions.values() if not isinstance(f, Function)]
+    return kernel
+
+
+def weights(fmt: str, n: int, k: int, rng):
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    if fmt == "float32":
+        return np.ascontiguousarray(w.T), w
+    import gguf
+
+    kind = getattr(gguf.GGMLQuantizationType, fmt.upper())
+    blocks = gguf.quants.quantize(w, kind)
+    return np.ascontiguousarray(blocks).view("<u4"), gguf.quants.dequantize(blocks, kind)
+
+
+def times(fn, runs: int) -> tuple[float, float]:
+    """(median, best) of ``runs`` calls: other processes share the cores, the best is the kernel's."""
+    fn()
+    spent = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        spent.append(time.perf_counter() - start)
+    return float(np.median(spent)), min(spent)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--target", default="cpu")
+    parser.add_argument("--only", default="", help="substring of the shapes to run")
+    parser.add_argument("--dump", default="", help="write each kernel's C here")
+    args = parser.parse_args()
+    os.environ["TESSERA_CPU_THREADS"] = str(args.threads)
+    from tessera.target import Target
+    from tessera.vm.cpu_runner import CPUKernelRunner
+
+    target = Target.preset(args.target)
+    runner = CPUKernelRunner()
+    runner.target = target
+    rng = np.random.default_rng(0)
+    print(f"{'kernel':26} {'median us':>9} {'best us':>9} {'GFLOP/s':>8} {'GB/s':>7}  (of the best) rule, max rel err")
+    for name, fmt, n, k in SHAPES:
+        if args.only and args.only not in name:
+            continue
+        kernel = kernel_for(fmt, n, k, target)
+        if args.dump:
+            from tessera.codegen.c.native import NATIVE_LOWERING, emit_native_module
+            from tessera.tir.lower import lower_kernel
+
+            os.makedirs(args.dump, exist_ok=True)
+            with open(os.path.join(args.dump, name.split()[0] + f"_{n}x{k}.c"), "w") as f:
+                f.write(emit_native_module([lower_kernel(kernel, NATIVE_LOWERING)]))
+        w, dense = weights(fmt, n, k, rng)
+        x = rng.standard_normal((1, k)).astype(np.float32)
+        bound = runner.bind(kernel, [x, w], {})
+        bound.dispatch()
+        got = bound.read_outputs()[0]
+        want = x @ (dense if fmt == "float32" else dense.T) if fmt != "float32" else x @ w
+        err = float(np.max(np.abs(got - want)) / (np.max(np.abs(want)) + 1e-30))
+        runs = 30 if n > 10000 else 300
+        median, seconds = times(bound.dispatch, runs)
+        print(f"{name:26} {median * 1e6:9.1f} {seconds * 1e6:9.1f} {2 * n * k / seconds / 1e9:8.2f} "
+              f"{w.nbytes / seconds / 1e9:7.2f}  "
+              f"{kernel.attrs.get('rule')} grid={[str(g) for g in kernel.grid]} wg={kernel.workgroup_size[0]} "
+              f"err={err:.1e}")
+
+
+if __name__ == "__main__":
+    main()
