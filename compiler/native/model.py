@@ -206,10 +206,13 @@ class NativeSession:
         if not self._handle:
             raise_last(self._lib, -7)
 
+
     def close(self) -> None:
-        if getattr(self, "_handle", None):
+        # tessera_model_free frees the sessions still open: the garbage collector may finalize the
+        # model first, and then this session's handle is gone already.
+        if getattr(self, "_handle", None) and self.model._handle:
             self._lib.tessera_session_free(self._handle)
-            self._handle = None
+        self._handle = None
 
     def __del__(self):
         self.close()

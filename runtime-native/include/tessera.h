@@ -145,6 +145,7 @@ TESSERA_API int32_t tessera_model_context_length(const tessera_model *m);
 TESSERA_API int32_t tessera_model_vocab_size(const tessera_model *m);
 /* Allocations made through the model's allocator so far (tests check that decode makes none). */
 TESSERA_API uint64_t tessera_model_allocation_count(const tessera_model *m);
+/* Frees the model and the sessions still open on it (do not use them afterwards). */
 TESSERA_API void tessera_model_free(tessera_model *m);
 
 /* ---- calling functions of the executable directly (tests, conformance, custom programs) --- */

@@ -141,6 +141,7 @@ void tessera_model_reset_state(tessera_model *m) {
 void tessera_model_free(tessera_model *m) {
     if (!m) return;
     tsr_alloc a = m->alloc;
+    tsr_free_sessions(m);
     tsr_chat_detach(m);
     if (m->vm_ready) tsr_vm_free(&m->vm);
     if (m->device) m->device->ops->destroy(m->device);

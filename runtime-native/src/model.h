@@ -23,10 +23,13 @@ struct tessera_model {
     /* chat models only (NULL otherwise) */
     struct tsr_tokenizer *tokenizer;
     struct tsr_chat_config *chat;
+    tessera_session *sessions; /* open sessions, freed with the model */
 };
 
 /* session.c: reads chat-config.json and tokenizer.json when the folder has them. */
 int tsr_chat_attach(tessera_model *m);
 void tsr_chat_detach(tessera_model *m);
+/* Frees the sessions still open on m. */
+void tsr_free_sessions(tessera_model *m);
 
 #endif

@@ -35,6 +35,7 @@ typedef struct tsr_chat_config {
 
 struct tessera_session {
     tessera_model *model;
+    tessera_session *next, *prev; /* the model's open sessions */
     int32_t *tokens; /* what the KV cache holds */
     int32_t n_tokens;
     int32_t *prompt; /* this turn's tokens, then the reply's */
@@ -129,6 +130,10 @@ done:
     return rc;
 }
 
+void tsr_free_sessions(tessera_model *m) {
+    while (m->sessions) tessera_session_free(m->sessions);
+}
+
 void tsr_chat_detach(tessera_model *m) {
     if (m->tokenizer) tsr_tokenizer_free(m->tokenizer);
     m->tokenizer = NULL;
@@ -178,6 +183,9 @@ tessera_session *tessera_session_new(tessera_model *m) {
     tessera_session *s = tsr_calloc(a, 1, sizeof *s);
     if (!s) return NULL;
     s->model = m;
+    s->next = m->sessions;
+    if (m->sessions) m->sessions->prev = s;
+    m->sessions = s;
     int32_t context = m->chat->context_length;
     s->tokens = tsr_calloc(a, (size_t)context + 1, sizeof(int32_t));
     s->prompt = tsr_calloc(a, (size_t)context + 1, sizeof(int32_t));
@@ -201,6 +209,9 @@ void tessera_session_reset(tessera_session *s) {
 
 void tessera_session_free(tessera_session *s) {
     if (!s) return;
+    if (s->prev) s->prev->next = s->next;
+    else s->model->sessions = s->next;
+    if (s->next) s->next->prev = s->prev;
     tsr_alloc *a = &s->model->alloc;
     tsr_free(a, s->tokens);
     tsr_free(a, s->prompt);
