@@ -70,6 +70,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("transform", ("tessera.transform",)),
     ("codegen", ("tessera.codegen",)),
     ("vm", ("tessera.vm",)),
+    ("native", ("tessera.native",)),  # runtime-native's C API from Python: a runtime beside the VM
     ("model", ("tessera.frontend", "tessera.nn", "tessera.models")),
     ("driver", ("tessera", "tessera.driver")),
     ("app", ("tessera.app",)),
