@@ -53,7 +53,7 @@ test: setup lint native
 	  echo "== test-native (ran beside test-python)"; cat build/test-native.log; \
 	  native_status=$$(cat build/test-native.status); \
 	  [ $$python_status -eq 0 ] && [ $$native_status -eq 0 ]
-	$(MAKE) --no-print-directory test-conformance-js test-js test-browser
+	$(MAKE) --no-print-directory test-conformance-js test-browser
 
 # runtime-native: the release build (libtessera.so, tessera-run) that tessera.native and the tests load.
 NATIVE := build/native
@@ -88,9 +88,21 @@ lint:
 	node_modules/.bin/tsc -p runtime-js/jsconfig.json
 
 # Includes tests/conformance/test_python_vm.py, which first builds the conformance cases (build/conformance/),
-# and test_native.py, which runs them on runtime-native (hence native first).
-test-python: native
-	$(PY) -m pytest
+# and test_native.py, which runs them on runtime-native (hence native first). The kernel suite (every
+# operator on every device; it writes build/test-shaders.json for test-browser) and the runtime's Node
+# tests need nothing of the rest, so they run beside it in processes of their own, to keep CI within its
+# time on 2 cores; their logs are printed when all are done, and any failing fails the target.
+KERNEL_TESTS ?= tests/kernels
+PYTEST_ARGS ?=
+test-python: native node-deps
+	@mkdir -p build
+	@( $(PY) -m pytest -p no:cacheprovider $(KERNEL_TESTS) > build/test-kernels.log 2>&1; \
+	   echo $$? > build/test-kernels.status ) & \
+	 ( node --test tests/js/ > build/test-js.log 2>&1; echo $$? > build/test-js.status ) & \
+	 $(PY) -m pytest -p no:cacheprovider --ignore=tests/kernels $(PYTEST_ARGS); status=$$?; wait; \
+	 echo "== $(KERNEL_TESTS) (ran beside the rest)"; cat build/test-kernels.log; \
+	 echo "== tests/js (ran beside the rest)"; tail -n 9 build/test-js.log; \
+	 [ $$status -eq 0 ] && [ "$$(cat build/test-kernels.status)" = 0 ] && [ "$$(cat build/test-js.status)" = 0 ]
 
 # runtime-js against the conformance cases: its WASM VM in Node, its WebGPU VM in Chromium (SwiftShader).
 # The cases are test-python's; generate.py only checks their digests here, so an edit to the compiler
