@@ -5,6 +5,8 @@
 
 #include <stdio.h>
 
+#include "tessera.h"
+
 int tsr_test_failures(void);
 void tsr_test_fail(const char *file, int line, const char *what);
 
@@ -18,5 +20,14 @@ void tsr_test_fail(const char *file, int line, const char *what);
             tsr_test_fail(__FILE__, __LINE__, _m);                                                      \
         }                                                                                               \
     } while (0)
+
+/* Allocations made and not yet freed through an allocator from tsr_test_counting_allocator. */
+typedef struct tsr_test_counts {
+    long live, total;
+} tsr_test_counts;
+
+/* An allocator (64-byte aligned, as the library's default) counting into *counts: tests check that
+ * every allocation is returned, or that a steady loop makes none. */
+tessera_allocator tsr_test_counting_allocator(tsr_test_counts *counts);
 
 #endif

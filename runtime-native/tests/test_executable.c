@@ -8,22 +8,7 @@
 #include "executable.h"
 #include "harness.h"
 
-/* ---- a counting allocator: live allocations must return to zero after every parse --------- */
-
-static long live, total;
-static void *count_alloc(size_t size, void *user) {
-    (void)user;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, size ? size : 1) != 0) return NULL;
-    live++;
-    total++;
-    return p;
-}
-static void count_free(void *p, void *user) {
-    (void)user;
-    if (p) live--;
-    free(p);
-}
+static tsr_test_counts counts;
 static tsr_alloc a;
 
 static int has(const char *needle) {
@@ -97,14 +82,14 @@ static const char *variant(const char *from, const char *to) {
 static void refused(const char *label, const char *json, size_t size, int status, const char *needle) {
     tsr_executable exe;
     memset(&exe, 0xab, sizeof exe);
-    live = 0;
+    counts.live = 0;
     int s = tsr_executable_parse(&a, json, size, &exe);
     if (s != status) fprintf(stderr, "%s: status %s, want %s (%s)\n", label, tessera_status_name(s),
                              tessera_status_name(status), tessera_last_error());
     CHECK(s == status);
     if (needle) CHECK(has(needle));
     if (s == 0) tsr_executable_free(&exe);
-    CHECK_EQ_INT(live, 0); /* a refusal frees everything */
+    CHECK_EQ_INT(counts.live, 0); /* a refusal frees everything */
     CHECK(exe.mem == NULL && exe.n_functions == 0 && exe.functions == NULL);
 }
 
@@ -119,9 +104,9 @@ static const tsr_instr *instr(const tsr_function *f, int32_t pc) { return &f->co
 
 static void valid(void) {
     tsr_executable exe;
-    live = 0;
+    counts.live = 0;
     CHECK_EQ_INT(tsr_executable_parse(&a, VALID, strlen(VALID), &exe), 0);
-    CHECK(live > 0);
+    CHECK(counts.live > 0);
     CHECK(strcmp(exe.target_kind, "cpu") == 0 && strcmp(exe.target_name, "test-cpu") == 0);
     CHECK_EQ_INT(exe.n_constants, 1);
     CHECK_EQ_INT(exe.n_libraries, 1);
@@ -212,7 +197,7 @@ static void valid(void) {
     CHECK_EQ_INT(instr(m, 6)->op, TSR_OP_RET);
     CHECK_EQ_INT(instr(m, 6)->reg, 2);
     tsr_executable_free(&exe);
-    CHECK_EQ_INT(live, 0); /* a parsed executable is freed at once */
+    CHECK_EQ_INT(counts.live, 0); /* a parsed executable is freed at once */
     CHECK(exe.mem == NULL);
 }
 
@@ -230,13 +215,13 @@ static void real_files(void) {
         size_t size = fread(text, 1, sizeof text, f);
         fclose(f);
         tsr_executable exe;
-        live = 0;
+        counts.live = 0;
         int s = tsr_executable_parse(&a, text, size, &exe);
         if (s) fprintf(stderr, "%s: %s\n", path, tessera_last_error());
         CHECK_EQ_INT(s, 0);
         CHECK(exe.n_functions >= 1);
         tsr_executable_free(&exe);
-        CHECK_EQ_INT(live, 0);
+        CHECK_EQ_INT(counts.live, 0);
     }
 }
 
@@ -369,25 +354,25 @@ static void truncations(void) {
         char *copy = malloc(len ? len : 1); /* exactly len bytes: ASan sees any read past the end */
         memcpy(copy, VALID, len);
         tsr_executable exe;
-        live = 0;
+        counts.live = 0;
         int s = tsr_executable_parse(&a, copy, len, &exe);
         if (s == 0) {
             accepted++;
             tsr_executable_free(&exe);
         }
-        CHECK_EQ_INT(live, 0);
+        CHECK_EQ_INT(counts.live, 0);
         free(copy);
     }
     CHECK_EQ_INT(accepted, 2); /* the whole text, and the text less its final newline */
 }
 
 int main(void) {
-    tessera_allocator counting = {count_alloc, count_free, NULL};
+    tessera_allocator counting = tsr_test_counting_allocator(&counts);
     tsr_alloc_init(&a, &counting);
     valid();
     real_files();
     malformed();
     truncations();
-    CHECK(total > 0);
+    CHECK(counts.total > 0);
     return tsr_test_failures();
 }

@@ -6,17 +6,7 @@
 #include "harness.h"
 #include "shape_expr.h"
 
-static long live; /* allocations not yet freed: the test's own allocator counts them */
-static void *count_alloc(size_t size, void *user) {
-    (void)user;
-    live++;
-    return malloc(size);
-}
-static void count_free(void *p, void *user) {
-    (void)user;
-    live--;
-    free(p);
-}
+static tsr_test_counts counts;
 
 static tsr_alloc a;
 static tsr_symbols symbols;
@@ -68,7 +58,7 @@ static void expect_constant(const char *text, int64_t want) {
 }
 
 int main(void) {
-    tessera_allocator counting = {count_alloc, count_free, NULL};
+    tessera_allocator counting = tsr_test_counting_allocator(&counts);
     tsr_alloc_init(&a, &counting);
     bind("n", 10);
     bind("m", 3);
@@ -201,6 +191,6 @@ int main(void) {
     CHECK_EQ_INT(tsr_symbols_index(&a, &symbols, "n"), 0);
     CHECK_EQ_INT(symbols.count, count);
     tsr_symbols_free(&a, &symbols);
-    CHECK_EQ_INT(live, 0);
+    CHECK_EQ_INT(counts.live, 0);
     return tsr_test_failures();
 }

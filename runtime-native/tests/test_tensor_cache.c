@@ -9,17 +9,7 @@
 #include "sha256.h"
 #include "tensor_cache.h"
 
-static long live;
-static void *count_alloc(size_t size, void *user) {
-    (void)user;
-    live++;
-    return malloc(size);
-}
-static void count_free(void *p, void *user) {
-    (void)user;
-    live--;
-    free(p);
-}
+static tsr_test_counts counts;
 static tsr_alloc a;
 
 static int has(const char *needle) {
@@ -94,7 +84,7 @@ static void real_cache(void) {
 }
 
 int main(void) {
-    tessera_allocator counting = {count_alloc, count_free, NULL};
+    tessera_allocator counting = tsr_test_counting_allocator(&counts);
     tsr_alloc_init(&a, &counting);
 
     /* dtype helpers */
@@ -255,6 +245,6 @@ int main(void) {
     CHECK_EQ_INT(tsr_tensor_cache_parse(&a, empty, strlen(empty), &c), 0);
     CHECK(tsr_tensor_cache_find(&c, "x") == NULL);
     tsr_tensor_cache_free(&a, &c);
-    CHECK_EQ_INT(live, 0);
+    CHECK_EQ_INT(counts.live, 0);
     return tsr_test_failures();
 }

@@ -14,22 +14,7 @@
 #include "tensor_cache.h"
 #include "vm/vm.h"
 
-/* ---- a counting allocator ------------------------------------------------------------------- */
-
-static long live, total;
-static void *count_alloc(size_t size, void *user) {
-    (void)user;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, size ? size : 1) != 0) return NULL;
-    live++;
-    total++;
-    return p;
-}
-static void count_free(void *p, void *user) {
-    (void)user;
-    if (p) live--;
-    free(p);
-}
+static tsr_test_counts counts;
 
 /* ---- the test device: host memory, kernels as C functions by index ------------------------- */
 
@@ -454,13 +439,13 @@ static void state(void) {
  * the function's builtins may take and free host scratch memory per call, but nothing stays). */
 static void steady_calls(const char *name, const tessera_value *args, size_t n_args, bool scratch) {
     CHECK_EQ_INT(tsr_vm_call(&vm, name, args, n_args), 0);
-    long before = total, live_before = live;
+    long before = counts.total, live_before = counts.live;
     uint64_t counted = a.count;
     for (int k = 0; k < 100; k++) CHECK_EQ_INT(tsr_vm_call(&vm, name, args, n_args), 0);
-    CHECK_EQ_INT(live, live_before);
+    CHECK_EQ_INT(counts.live, live_before);
     if (scratch) return;
-    if (total != before) fprintf(stderr, "%s: %ld allocations in 100 steady calls\n", name, total - before);
-    CHECK_EQ_INT(total - before, 0);
+    if (counts.total != before) fprintf(stderr, "%s: %ld allocations in 100 steady calls\n", name, counts.total - before);
+    CHECK_EQ_INT(counts.total - before, 0);
     CHECK_EQ_INT(a.count - counted, 0);
 }
 static void steady(const char *name, const tessera_value *args, size_t n_args) { steady_calls(name, args, n_args, false); }
@@ -548,7 +533,7 @@ static void oversized(void) {
 }
 
 int main(void) {
-    tessera_allocator counting = {count_alloc, count_free, NULL};
+    tessera_allocator counting = tsr_test_counting_allocator(&counts);
     tsr_alloc_init(&a, &counting);
     device.base.ops = &TEST_OPS;
     device.base.alloc = &a;
@@ -599,6 +584,6 @@ int main(void) {
     oversized();
     tsr_vm_free(&vm);
     tsr_executable_free(&exe);
-    CHECK_EQ_INT(live, 0); /* the VM and the executable return every allocation */
+    CHECK_EQ_INT(counts.live, 0); /* the VM and the executable return every allocation */
     return tsr_test_failures();
 }
