@@ -28,12 +28,15 @@ from tessera.tir.ir import (
     Cast,
     Const,
     Declare,
+    Evaluate,
+    Extern,
     For,
     IfThen,
     Load,
     Local,
     PrimFunc,
     Select,
+    Span,
     Stmt,
     Store,
     TExpr,
@@ -219,7 +222,15 @@ class CStyleRenderer:
             return self.cast(self.expr(e.x), e.dtype, e.x.dtype)
         if isinstance(e, Select):
             return self.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
+        if isinstance(e, Extern):
+            return self.extern_call(e.name, [self.expr(a) for a in e.args])
+        if isinstance(e, Span):
+            return f"(&{self.load(e.buffer, self.expr(e.start), 1)})"
         raise TypeError(f"cannot render {e!r}")
+
+    def extern_call(self, name: str, args: list[str]) -> str:
+        """A micro-kernel of the backend's library; a language without one refuses the kernel by name."""
+        raise self.error(f"{self.language} has no micro-kernel {name!r} (a rule for another target chose it)")
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append(self.indent * depth + text)
@@ -235,6 +246,8 @@ class CStyleRenderer:
             self.emit(depth, f"{self.name(s.var.name)} = {self.expr(s.value)};")
         elif isinstance(s, Store):
             self.emit(depth, self.store(s.buffer, self.expr(s.index), self.expr(s.value), s.lanes))
+        elif isinstance(s, Evaluate):
+            self.emit(depth, f"(void){self.expr(s.value)};")
         elif isinstance(s, IfThen):
             self.emit(depth, f"if ({self.condition(s.cond)}) {{")
             self.stmts(s.then, depth + 1)

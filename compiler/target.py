@@ -63,7 +63,10 @@ class TargetKind:
     use vector types (C kernels are scalar: the C compiler vectorizes their thread loops itself);
     ``serial_threads``: a workgroup's threads run one after another, as a loop on one CPU thread
     (C kernels), so a thread's own inner loops are what the compiler vectorizes;
-    ``limits``: raised limits every device of the kind has."""
+    ``limits``: raised limits every device of the kind has; ``externs``: the micro-kernels of the
+    backend's library its kernels may call (tir ``Extern``); ``quantized_activations``: how a
+    model's quantized GEMVs read their activations when compiled for it ("q8": rounded to 8 bits,
+    for integer SIMD dot products; op/quantized.py)."""
 
     name: str
     backend: str
@@ -71,6 +74,8 @@ class TargetKind:
     vector_lanes: bool = True
     serial_threads: bool = False
     limits: tuple[tuple[str, int], ...] = ()
+    externs: frozenset[str] = frozenset()
+    quantized_activations: str = ""
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,15 @@ class Target:
         """A workgroup's threads run one after another on one CPU thread: adjacent threads are not
         SIMD lanes, and a rule gets vector code from contiguous loops within one thread instead."""
         return _KINDS[self.kind].serial_threads
+
+    def has_extern(self, name: str) -> bool:
+        """Whether kernels for this target may call the micro-kernel ``name``."""
+        return name in _KINDS[self.kind].externs
+
+    @property
+    def quantized_activations(self) -> str:
+        """How a model's quantized GEMVs read activations on this target ("" or "q8")."""
+        return _KINDS[self.kind].quantized_activations
 
     @property
     def subgroup_feature(self) -> str | None:

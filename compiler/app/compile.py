@@ -27,6 +27,7 @@ from tessera.ir import TesseraError
 from tessera.models.from_gguf import llama_from_gguf
 from tessera.models.llama import export_llm
 from tessera.target import Target, presets
+from tessera.transform import quantize_activations
 from tessera.vm import Executable
 
 from .inspect import describe_target
@@ -88,6 +89,8 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     context_length = min(context_length, model_file.config.context_length)
     progress("export the graph", 0, 1)
     mod = nn.bind_weights(export_llm(model, context_length), weights)
+    if target.quantized_activations:  # a CPU's integer SIMD GEMVs (transform/quantize_activations.py)
+        mod = quantize_activations(mod, target.quantized_activations)
     exe = tessera.build(mod, target, progress=progress)
     progress(f"write {output}", 0, 1)
     os.makedirs(output, exist_ok=True)
@@ -162,8 +165,9 @@ def cache_root() -> str:
 
 
 def compiler_fingerprint() -> str:
-    """A digest of the compiler's own source: a compile cached by an older (or edited) compiler
-    is not reused, even when the version number did not change."""
+    """A digest of the compiler's own source (Python, and the C the CPU backend builds kernels
+    with): a compile cached by an older (or edited) compiler is not reused, even when the version
+    number did not change."""
     from tessera import codegen
 
     digest = hashlib.sha256()
@@ -171,7 +175,7 @@ def compiler_fingerprint() -> str:
         root = os.path.dirname(package.__file__)
         for folder, dirs, files in sorted(os.walk(root)):
             dirs.sort()
-            for name in sorted(f for f in files if f.endswith(".py")):
+            for name in sorted(f for f in files if f.endswith((".py", ".c"))):
                 path = os.path.join(folder, name)
                 digest.update(os.path.relpath(path, root).encode())
                 with open(path, "rb") as f:

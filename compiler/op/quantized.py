@@ -11,6 +11,13 @@ it. Block layouts (ggml):
 
 In a 4-bit block the first 16 values are the low nibbles of the 16 bytes and
 the last 16 their high nibbles.
+
+``activations="q8"`` rounds x first, in blocks of 32 along K, to 8-bit integers with a float
+scale, as llama.cpp's CPU kernels do, so that a CPU computes the dot products in integer SIMD:
+d = max|x| / 127, q = round-half-even(x * (1 / d)) (0 where d is 0), and x is read as q * d.
+Each step is one f32 operation, so every kernel and this reference round x identically. The
+default (``""``) reads x as it is. ``transform.quantize_activations`` sets it for targets whose
+kind asks for it (docs/format.md).
 """
 
 from __future__ import annotations
@@ -20,11 +27,14 @@ import numpy as np
 from .. import arith
 from ..ir.errors import DeductionError
 from ..tir.compute import ComputeDef, Reduction, read
-from ..tir.ir import Const, binary, cast
+from ..tir.ir import Const, binary, cast, intrinsic, maximum, select
 from ..tir.quant import BLOCK_BYTES, BLOCK_VALUES, QuantizedMatmulInfo, block_scale, block_value
 from .common import FLOAT_DTYPES, result_tensor, tensor_input
 from .lowering import clamp_index
 from .registry import register_op
+
+# How x is read: as it is, or rounded to 8 bits in blocks (the module's docstring).
+ACTIVATIONS = ("", "q8")
 
 
 def row_words(format: str, k) -> arith.PrimExpr:
@@ -45,6 +55,9 @@ def _deduce(call, ctx):
                              f"{ctx.show(call.args[1])} is {w.dtype}")
     if not isinstance(k, int) or k % (2 * BLOCK_VALUES):
         raise DeductionError("invalid attribute", f"quantized_matmul needs K as a multiple of 64, got {k}")
+    if call.attr("activations") not in ACTIVATIONS:
+        raise DeductionError("invalid attribute", f"quantized_matmul activations {call.attr('activations')!r} is "
+                             f"not one of {', '.join(repr(a) for a in ACTIVATIONS)}")
     if w.shape is not None:
         words = ctx.analyzer.as_int(w.shape[1])
         if words is not None and words != k // BLOCK_VALUES * BLOCK_BYTES[fmt] // 4:
@@ -81,9 +94,18 @@ def dequantize(words: np.ndarray, fmt: str, k: int) -> np.ndarray:
     return values.reshape(words.shape[0], k)
 
 
-def _reference(x, weight, format, k, out_dtype):
+def round_activations_q8(x: np.ndarray) -> np.ndarray:
+    """x as ``activations="q8"`` reads it: rounded in blocks of 32 along the last axis, in f32."""
+    blocks = np.asarray(x, np.float32).reshape(*x.shape[:-1], -1, BLOCK_VALUES)
+    scale = np.max(np.abs(blocks), axis=-1, keepdims=True) / np.float32(127)
+    inverse = np.divide(np.float32(1), scale, out=np.zeros_like(scale), where=scale != 0)
+    return (np.rint(blocks * inverse) * scale).astype(np.float32).reshape(x.shape)
+
+
+def _reference(x, weight, format, k, out_dtype, activations=""):
     w = dequantize(weight, format, k).astype(np.float64)
-    return (x.astype(np.float64) @ w.T).astype(out_dtype or x.dtype)
+    read = round_activations_q8(x) if activations == "q8" else x
+    return (read.astype(np.float64) @ w.T).astype(out_dtype or x.dtype)
 
 
 # -- kernels -------------------------------------------------------------------------------
@@ -92,8 +114,23 @@ def _reference(x, weight, format, k, out_dtype):
 def _legalize(call, ctx):
     x, w = ctx.inputs
     out = ctx.output
-    fmt, k = call.attr("format"), call.attr("k")
+    fmt, k, activations = call.attr("format"), call.attr("k"), call.attr("activations")
     acc = "f32"
+
+    def read_x(rows, kk):
+        value = cast(read(x, *rows, kk), acc)
+        if activations != "q8":
+            return value
+        # The rounding of x's block, computed where it is read: 32 reads per value, so rules that
+        # matter (quantized_gemv) take x whole instead; this body serves every other one.
+        start = binary("*", binary("/", kk, Const(BLOCK_VALUES)), Const(BLOCK_VALUES))
+        amax = None
+        for j in range(BLOCK_VALUES):
+            magnitude = intrinsic("abs", cast(read(x, *rows, binary("+", start, Const(j))), acc))
+            amax = magnitude if amax is None else maximum(amax, magnitude)
+        scale = binary("/", amax, Const(127.0, acc))
+        inverse = select(binary("!=", scale, Const(0.0, acc)), binary("/", Const(1.0, acc), scale), Const(0.0, acc))
+        return binary("*", intrinsic("round", binary("*", value, inverse)), scale)
 
     def body(idx, ridx):
         (kk,) = ridx
@@ -105,14 +142,15 @@ def _legalize(call, ctx):
         block = binary("/", kk, Const(BLOCK_VALUES))
         d, m = block_scale(fmt, word_at, block)
         value = block_value(fmt, word_at, block, binary("%", kk, Const(BLOCK_VALUES)), d, m)
-        return binary("*", cast(read(x, *idx[:-1], kk), acc), value)
+        return binary("*", read_x(idx[:-1], kk), value)
 
-    info = QuantizedMatmulInfo(x, w, fmt, k)
+    info = QuantizedMatmulInfo(x, w, fmt, k, activations)
     return ComputeDef(ctx.kernel_name, (x, w), out, body, Reduction((arith.IntImm(k),), "sum", 0.0),
                       accumulate_dtype=acc, attrs={"quantized_matmul": info})
 
 
-register_op("quantized_matmul", inputs=("x", "weight"), attrs={"format": "q4_1", "k": 0, "out_dtype": ""},
+register_op("quantized_matmul", inputs=("x", "weight"),
+            attrs={"format": "q4_1", "k": 0, "out_dtype": "", "activations": ""},
             deduce=_deduce, reference=_reference, legalize=_legalize)
 
 

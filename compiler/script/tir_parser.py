@@ -24,6 +24,8 @@ from ..tir.ir import (
     Buffer,
     Builtin,
     Call,
+    Evaluate,
+    Extern,
     Cast,
     Const,
     Declare,
@@ -33,6 +35,7 @@ from ..tir.ir import (
     Local,
     PrimFunc,
     Select,
+    Span,
     Stmt,
     Store,
     TExpr,
@@ -225,6 +228,9 @@ class _KernelParser:
                 if call.keywords or len(call.args) > 1:
                     raise self.fail(call, 'T.barrier takes at most a scope: T.barrier("storage")')
                 return Barrier(self._string(call.args[0])) if call.args else Barrier()
+            if name == "T.evaluate":
+                self._arity(call, 1)
+                return Evaluate(self._expr(call.args[0]))
             if name == "T.assign":
                 self._arity(call, 2)
                 var = self._expr(call.args[0])
@@ -371,6 +377,19 @@ class _KernelParser:
         if name == "builtin":
             self._arity(node, 3)
             return Builtin(self._string(args[0]), self._int(args[1]), self._dtype(args[2]))
+        if name == "call_extern":
+            if len(args) < 2:
+                raise self.fail(node, 'T.call_extern names the dtype and the function first: '
+                                'T.call_extern("f32", "name", args...)')
+            operands = tuple(self._expr(a, INDEX) for a in args[2:])
+            return Extern(self._string(args[1]), operands, self._dtype(args[0]) if self._string(args[0]) != "void"
+                          else "void")
+        if name == "address_of":
+            self._arity(node, 3)
+            buffer, lanes = self._view(args[0])
+            if lanes != 1:
+                raise self.fail(node, "T.address_of takes a buffer, not a vector view of one")
+            return Span(buffer, self._expr(args[1], INDEX), self._expr(args[2], INDEX))
         if name == "call":
             if not args:
                 raise self.fail(node, 'T.call names the intrinsic first: T.call("name", args...)')

@@ -153,6 +153,30 @@ class Call(TExpr):
     dtype: str = INDEX
 
 
+@dataclass(frozen=True, eq=False)
+class Span(TExpr):
+    """The address of ``buffer[start]``, through which an ``Extern`` reads (or, for private scratch,
+    writes) the ``extent`` elements ``buffer[start : start + extent]``; the verifier checks that
+    whole range. Only an argument of an ``Extern`` (TVM's ``address_of``)."""
+
+    buffer: Buffer
+    start: TExpr
+    extent: TExpr
+    dtype: str = "handle"
+
+
+@dataclass(frozen=True, eq=False)
+class Extern(TExpr):
+    """A call of a micro-kernel of the backend's kernel library (TVM's ``call_extern``): integer SIMD
+    dot products no portable C loop turns into the instructions they need. A rule emits one only
+    for targets whose kind lists ``name`` in ``TargetKind.externs``; a language without it refuses
+    the kernel by name. Its ``Span`` arguments are the only memory it touches."""
+
+    name: str
+    args: tuple[TExpr, ...]
+    dtype: str = "f32"
+
+
 COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 LOGICAL = ("&&", "||")
 
@@ -302,6 +326,13 @@ class Store(Stmt):
 
 
 @dataclass(frozen=True, eq=False)
+class Evaluate(Stmt):
+    """``value`` for its effect: an ``Extern`` that fills private scratch through a ``Span``."""
+
+    value: TExpr
+
+
+@dataclass(frozen=True, eq=False)
 class IfThen(Stmt):
     cond: TExpr
     then: tuple[Stmt, ...]
@@ -409,8 +440,10 @@ def child_exprs(e: TExpr) -> tuple[TExpr, ...]:
         return (e.x,)
     if isinstance(e, Select):
         return (e.cond, e.a, e.b)
-    if isinstance(e, Call):
+    if isinstance(e, (Call, Extern)):
         return e.args
+    if isinstance(e, Span):
+        return (e.start, e.extent)
     return ()
 
 
@@ -429,6 +462,10 @@ def map_children(e: TExpr, fn) -> TExpr:
         return Select(fn(e.cond), fn(e.a), fn(e.b), e.dtype)
     if isinstance(e, Call):
         return Call(e.name, tuple(fn(a) for a in e.args), e.dtype)
+    if isinstance(e, Extern):
+        return Extern(e.name, tuple(fn(a) for a in e.args), e.dtype)
+    if isinstance(e, Span):
+        return Span(e.buffer, fn(e.start), fn(e.extent))
     return e
 
 
@@ -442,7 +479,7 @@ def walk_expr(e: TExpr):
 def walk_stmts(body):
     """Every statement, depth first, with the expressions it holds directly."""
     for s in body:
-        if isinstance(s, (Declare, Assign)):
+        if isinstance(s, (Declare, Assign, Evaluate)):
             yield s, (s.value,)
         elif isinstance(s, Store):
             yield s, (s.index, s.value)
@@ -464,6 +501,6 @@ def walk_dtypes(func: PrimFunc) -> set[str]:
     """Every scalar dtype the kernel computes with (buffers, locals, expressions)."""
     found = {b.dtype for b in func.params + func.scratch}
     for _, exprs in walk_stmts(func.body):
-        for root in exprs:
-            found.update(e.dtype for e in walk_expr(root))
+        for root in exprs:  # (a Span is an address, a void Extern no value: neither is a computed type)
+            found.update(e.dtype for e in walk_expr(root) if not isinstance(e, Span) and e.dtype != "void")
     return found

@@ -12,12 +12,15 @@ from .ir import (
     Cast,
     Const,
     Declare,
+    Evaluate,
+    Extern,
     For,
     IfThen,
     Load,
     Local,
     PrimFunc,
     Select,
+    Span,
     Store,
     TExpr,
     ThreadLoop,
@@ -42,6 +45,10 @@ def print_texpr(e: TExpr) -> str:
         return f"{e.op}({print_texpr(e.x)})"
     if isinstance(e, Call):
         return f"{e.name}({', '.join(print_texpr(a) for a in e.args)})"
+    if isinstance(e, Extern):
+        return f"extern {e.name}({', '.join(print_texpr(a) for a in e.args)}) -> {e.dtype}"
+    if isinstance(e, Span):
+        return f"&{e.buffer.name}[{print_texpr(e.start)} : +{print_texpr(e.extent)}]"
     if isinstance(e, Cast):
         return f"{e.dtype}({print_texpr(e.x)})"
     if isinstance(e, Select):
@@ -63,6 +70,8 @@ def print_kernel(func: PrimFunc) -> str:
                 emit(depth, f"{s.var.name} = {print_texpr(s.value)}")
             elif isinstance(s, Store):
                 emit(depth, f"{s.buffer.name}[{print_texpr(s.index)}] = {print_texpr(s.value)}")
+            elif isinstance(s, Evaluate):
+                emit(depth, print_texpr(s.value))
             elif isinstance(s, IfThen):
                 emit(depth, f"if {print_texpr(s.cond)}:")
                 stmts(s.then, depth + 1)

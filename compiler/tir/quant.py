@@ -17,12 +17,14 @@ BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}
 
 @dataclass(frozen=True, eq=False)
 class QuantizedMatmulInfo:
-    """What the quantized matmul rule needs: the activation and block buffers, the format and K."""
+    """What the quantized matmul rule needs: the activation and block buffers, the format, K and
+    how x is read (``activations``: "" as it is, "q8" rounded to 8 bits in blocks, op/quantized.py)."""
 
     x: Buffer
     w: Buffer
     format: str
     k: int
+    activations: str = ""
 
 
 def _byte(word_at, offset: TExpr) -> TExpr:

@@ -43,12 +43,15 @@ from .ir import (
     Cast,
     Const,
     Declare,
+    Evaluate,
+    Extern,
     For,
     IfThen,
     Load,
     Local,
     PrimFunc,
     Select,
+    Span,
     Stmt,
     Store,
     TExpr,
@@ -69,7 +72,8 @@ DEFAULT_STORAGE = {"f32": "float32", "f16": "float16", "i32": "int32", "u32": "u
 # Names the format gives a meaning under T.; an intrinsic with one of them is written T.unary / T.call.
 RESERVED = {"prim_func", "Input", "Output", "launch", "func_attr", "alloc_buffer", "serial", "unroll",
             "barrier", "assign", "declare", "var", "const", "builtin", "unary", "binary", "call", "cast",
-            "select", "neg", "min", "max", "prim_expr", *THREAD_BUILTINS, *SUBGROUP_BUILTINS}
+            "select", "neg", "min", "max", "prim_expr", "call_extern", "address_of", "evaluate",
+            *THREAD_BUILTINS, *SUBGROUP_BUILTINS}
 
 
 def is_dtype(name: str) -> bool:
@@ -238,6 +242,8 @@ class _KernelPrinter:
             self.block(s.body, depth + 1)
         elif isinstance(s, Barrier):
             self.emit(depth, "T.barrier()" if s.scope == "workgroup" else f"T.barrier({json.dumps(s.scope)})")
+        elif isinstance(s, Evaluate):
+            self.emit(depth, f"T.evaluate({self.expr(s.value, top=True)})")
         else:
             raise TypeError(f"tir script cannot print the statement {s!r}")
 
@@ -275,6 +281,12 @@ class _KernelPrinter:
             return f"T.call({', '.join([json.dumps(e.name)] + args + extra)})"
         if isinstance(e, Cast):
             return f"T.cast({self.expr(e.x, top=True)}, {json.dumps(e.dtype)})"
+        if isinstance(e, Extern):  # TVM's spelling: the result's dtype, the function, its arguments
+            args = [self.expr(a, INDEX, top=True) for a in e.args]
+            return f"T.call_extern({', '.join([json.dumps(e.dtype), json.dumps(e.name)] + args)})"
+        if isinstance(e, Span):
+            return (f"T.address_of({e.buffer.name}, {self.expr(e.start, INDEX, top=True)}, "
+                    f"{self.expr(e.extent, INDEX, top=True)})")
         if isinstance(e, Select):
             args = [self.expr(e.cond, "bool", top=True)] + self.operands((e.a, e.b))
             return f"T.select({', '.join(args + self.dtype_keyword(e.dtype, e.a.dtype))})"

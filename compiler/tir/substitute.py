@@ -9,10 +9,12 @@ from .ir import (
     Binary,
     Buffer,
     Declare,
+    Evaluate,
     For,
     IfThen,
     Load,
     Local,
+    Span,
     Store,
     TExpr,
     ThreadLoop,
@@ -35,6 +37,8 @@ def rewrite_body(body: tuple, expr, var=None, buffer=None) -> tuple:
             return Assign(var(s.var), expr(s.value))
         if isinstance(s, Store):
             return Store(buffer(s.buffer), expr(s.index), expr(s.value), s.lanes)
+        if isinstance(s, Evaluate):
+            return Evaluate(expr(s.value))
         if isinstance(s, IfThen):
             return IfThen(expr(s.cond), tuple(stmt(x) for x in s.then), tuple(stmt(x) for x in s.otherwise))
         if isinstance(s, For):
@@ -52,6 +56,8 @@ def substitute_buffers(body: tuple, mapping: dict[Buffer, Buffer]) -> tuple:
     def expr(e: TExpr) -> TExpr:
         if isinstance(e, Load):
             return Load(mapping.get(e.buffer, e.buffer), expr(e.index), e.lanes)
+        if isinstance(e, Span):
+            return Span(mapping.get(e.buffer, e.buffer), expr(e.start), expr(e.extent))
         return map_children(e, expr)
 
     return rewrite_body(body, expr, buffer=lambda b: mapping.get(b, b))

@@ -27,15 +27,19 @@ from .ir import (
     Cast,
     Const,
     Declare,
+    Evaluate,
+    Extern,
     For,
     IfThen,
     Load,
     Local,
     PrimFunc,
     Select,
+    Span,
     Store,
     TExpr,
     ThreadLoop,
+    binary,
     walk_expr,
 )
 
@@ -84,7 +88,7 @@ def _check_barriers(func: PrimFunc) -> None:
 
     def thread_dependent(e: TExpr) -> bool:
         return any(isinstance(x, Builtin) and x.kind == "local_id" or isinstance(x, Local) and x.name in varying
-                   or isinstance(x, Load) for x in walk_expr(e))
+                   or isinstance(x, (Load, Extern)) for x in walk_expr(e))
 
     def walk(body, divergent: str | None):
         for s in body:
@@ -150,6 +154,8 @@ class _BoundsChecker:
                 self.check_reads(s.index, env)
                 self.check_reads(s.value, env)
                 self.check_access(s.buffer, s.index, env, "write", s.lanes)
+            elif isinstance(s, Evaluate):
+                self.check_reads(s.value, env)
             elif isinstance(s, IfThen):
                 self.check_reads(s.cond, env)
                 self.stmts(s.then, self.narrow(s.cond, dict(env)))
@@ -192,6 +198,16 @@ class _BoundsChecker:
         for x in walk_expr(e):
             if isinstance(x, Load):
                 self.check_access(x.buffer, x.index, env, "read", x.lanes)
+            elif isinstance(x, Span):  # a micro-kernel's whole range: its first and its last element
+                if x.buffer.scope == "global" and x.buffer in self.func.outputs:
+                    raise KernelVerifyError(f"kernel {self.func.name}: a micro-kernel writes the output "
+                                            f"{x.buffer.name}; kernels store their outputs themselves")
+                extent = self.interval(x.extent, env)
+                if extent.lo is None or extent.lo < 1:
+                    raise KernelVerifyError(f"kernel {self.func.name}: the span of {x.buffer.name} at "
+                                            f"[{_text(x.start)}] may be empty or negative")
+                self.check_access(x.buffer, x.start, env, "span")
+                self.check_access(x.buffer, binary("-", binary("+", x.start, x.extent), Const(1)), env, "span")
 
     def check_access(self, buf: Buffer, index: TExpr, env, kind: str, lanes: int = 1) -> None:
         size = self.size_of(buf) // lanes  # a vector access indexes groups of ``lanes`` elements

@@ -9,9 +9,10 @@ from .legalize import legalize_ops
 from .lower_vm import explicit_allocation, to_non_dataflow, vm_shape_lowering
 from .pipeline import Pipeline
 from .plan_memory import plan_memory
+from .quantize_activations import quantize_activations
 from .simplify import dead_code_elimination, fold_constants, normalize
 from .unalias import unalias_kernel_args
 
 __all__ = ["FusionPattern", "Pipeline", "dead_code_elimination", "explicit_allocation", "find_matches",
            "fold_constants", "fuse_ops", "fuse_ops_by_pattern", "fuse_tir", "inline_functions", "lambda_lift",
-           "legalize_ops", "normalize", "plan_memory", "to_non_dataflow", "vm_shape_lowering"]
+           "legalize_ops", "normalize", "quantize_activations", "plan_memory", "to_non_dataflow", "vm_shape_lowering"]

@@ -315,6 +315,43 @@ case("quantized-q4_1")(lambda: _quantized("q4_1"))
 case("quantized-q8_0")(lambda: _quantized("q8_0"))
 
 
+def round_to_q8(x: np.ndarray) -> np.ndarray:
+    """x rounded as activations="q8" reads it (blocks of 32: d = max|x| / 127, q = round-half-even
+    of x * (1 / d), x = q * d, each step one f32 operation), written out independently of tessera."""
+    blocks = x.astype(np.float32).reshape(*x.shape[:-1], -1, 32)
+    d = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)
+    inverse = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+    return (np.rint(blocks * inverse) * d).astype(np.float32).reshape(x.shape)
+
+
+@case("quantized-q8-activations")
+def _quantized_q8_activations() -> Case:
+    """Decode GEMVs with activations="q8" (x rounded to 8-bit blocks first) over Q4_0, Q4_1 and Q8_0
+    weights: the cpu target's integer SIMD micro-kernels, every other target's generic reduction.
+    x holds multiples of 1/64 with 127/64 in every block, so each rounding is exact on any device."""
+    rng = np.random.default_rng(13)
+    weights = {fmt: quantize(fmt, 70, 192, rng) for fmt in ("q4_0", "q4_1", "q8_0")}
+
+    def make(x):
+        return tuple(op.quantized_matmul(x, Constant(words), format=fmt, k=192, activations="q8")
+                     for fmt, (words, _) in weights.items())
+
+    def reference(call):
+        (x,) = call.args
+        return [round_to_q8(x) @ floats.T for _, floats in weights.values()]
+
+    def x_row():
+        # A scale d of exactly 1/64 per block: x / d is an integer, so no device's division or
+        # reciprocal can round it differently; the GEMV's sums still test the rest.
+        x = rng.integers(-127, 128, (1, 192)).astype(np.float32) / 64
+        x[0, ::32] = 127 / 64
+        return (x,)
+
+    calls = tuple(Call("main", x_row()) for _ in range(3))
+    module = one_function(make, [Tensor((1, 192), F32)], {})
+    return Case("quantized", _quantized_q8_activations.__doc__, module, calls, 1e-4, 1e-4, numpy=reference)
+
+
 @case("kv-cache")
 def _kv_cache() -> Case:
     """kv_cache_write into a state tensor that persists across calls: appends of 7, 1 and 25 rows,

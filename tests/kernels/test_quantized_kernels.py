@@ -70,6 +70,52 @@ def test_decode_gemv_kernels(runner, fmt):
                                rtol=1e-4, atol=1e-4)
 
 
+def rounded_to_q8(x: np.ndarray) -> np.ndarray:
+    """x as activations="q8" reads it, written out here step by step in f32 (blocks of 32 along K:
+    d = max|x| / 127, q = round half to even of x * (1 / d), x = q * d)."""
+    blocks = x.astype(np.float32).reshape(x.shape[0], -1, 32)
+    d = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)
+    inverse = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+    q = np.rint(blocks * inverse)
+    assert np.abs(q).max() <= 127
+    return (q * d).astype(np.float32).reshape(x.shape)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_decode_gemv_with_q8_activations(runner, fmt):
+    """activations="q8": on the cpu runner the integer SIMD micro-kernels (tir/schedule/
+    quantized_gemv_q8.py, codegen/c/microkernels.c), elsewhere the generic reduction reading x
+    through the op's rounding. Both equal x rounded to 8 bits (computed here) times ggml's floats,
+    to float rounding: far closer than to the unrounded product."""
+    n, k = 70, 256  # 70 outputs: a partial last workgroup; a block of zeros: d = 0
+    words, reference = quantized(fmt, n, k, seed=11)
+    x = np.random.default_rng(12).standard_normal((1, k)).astype(np.float32)
+    x[0, 64:96] = 0
+    gemv = lambda a, w: op.quantized_matmul(a, w, format=fmt, k=k, activations="q8")  # noqa: E731
+    lowered, kernels = check_op(runner, gemv, [Tensor((1, k), "float32"), Tensor((n, words.shape[1]), "uint32")],
+                                inputs=lambda env, rng: [x, words], rtol=1e-4, atol=1e-4)
+    integer = target_for(runner).has_extern("tsr_quantize_q8")
+    (rule,) = [kern.attrs["rule"] for kern in kernels]
+    assert rule == "quantized-gemv-q8" if integer else rule.endswith("reduction")
+    got = interpret(lowered, "main", x, words, kernel_runner=runner)
+    want, unrounded = rounded_to_q8(x) @ reference.T, x @ reference.T
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert np.abs(got - unrounded).max() > 10 * np.abs(got - want).max()
+    # A fused epilogue (silu) is applied to each output of the micro-kernel.
+    mod = build(lambda a, w: op.nn.silu(gemv(a, w)), [Tensor((1, k), "float32"), Tensor((n, words.shape[1]), "uint32")])
+    target = target_for(runner)
+    fused = legalize_ops(fuse_tir(fuse_ops(mod, target), target), target)
+    assert len([f for f in fused.functions.values() if not isinstance(f, Function)]) == 1
+    np.testing.assert_allclose(interpret(fused, "main", x, words, kernel_runner=runner), want / (1 + np.exp(-want)),
+                               rtol=1e-5, atol=1e-4)
+
+
+def test_q8_activations_are_checked():
+    x, w = Var("x", Tensor((1, 64), "float32")), Var("w", Tensor((4, 10), "uint32"))
+    with pytest.raises(Exception, match="activations 'q4' is not one of"):
+        BlockBuilder().normalize(op.quantized_matmul(x, w, format="q4_1", k=64, activations="q4"))
+
+
 def test_smollm2_weights_through_the_decode_kernel(runner):
     model = load_gguf(bundled_smollm2_path())
     weight = model.tensors["blk.0.attn_q.weight"]

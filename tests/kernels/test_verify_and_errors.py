@@ -97,3 +97,25 @@ def test_no_kernel_needs_more_storage_buffers_than_the_target_allows(runner):
                                           op.add(op.add(xs[4], xs[5]), op.add(xs[6], xs[7])))), parts[:8])
     fused = legalize_ops(fuse_tir(fuse_ops(wide, Target("webgpu")), Target("webgpu")), Target("webgpu"))
     assert all(len(f.params) <= 8 for f in fused.functions.values() if not isinstance(f, Function))
+
+
+def test_a_micro_kernel_span_is_checked_whole_and_other_languages_refuse_it():
+    """An Extern reads through Span(buffer, start, extent): the verifier checks the first and the
+    last element of the range; a language without the micro-kernel names it instead of guessing."""
+    from tessera.codegen import CodegenError
+    from tessera.codegen.wgsl import emit_wgsl
+    from tessera.tir.ir import Declare, Extern, Span
+
+    def reading(start, extent):
+        value = Local("v", "f32")
+        call = Extern("tsr_dot_q4_1_q8", (Span(SRC, start, extent),), "f32")
+        guard = binary("<", LID, Const(1))
+        return kernel([IfThen(guard, (Declare(value, call), Store(DST, Const(0), value)))])
+
+    verify_kernel(reading(Const(0), Local("sym_n")), {"n": 7})
+    with pytest.raises(KernelVerifyError, match=r"span of src\[\(\(1 \+ sym_n\) - 1\)\] may fall outside \[0, 7\) \(index in \[7, 7\]"):
+        verify_kernel(reading(Const(1), Local("sym_n")), {"n": 7})
+    with pytest.raises(KernelVerifyError, match="may be empty"):
+        verify_kernel(reading(Const(0), Const(0)), {"n": 7})
+    with pytest.raises(CodegenError, match="no micro-kernel 'tsr_dot_q4_1_q8'"):
+        emit_wgsl(reading(Const(0), Local("sym_n")))

@@ -354,3 +354,23 @@ def test_a_kernel_must_launch_first():
     text = kernel_text().replace("        T.launch(grid=(1, 1, 1), workgroup_size=(64, 1, 1))\n", "        pass\n")
     with pytest.raises(ScriptError, match=r"^line 5, column 9: a kernel starts with T.launch"):
         from_source(text)
+
+
+def test_a_kernel_that_calls_micro_kernels_round_trips():
+    """The cpu target's q8 GEMV: T.evaluate(T.call_extern(...)) with T.address_of spans."""
+    from tessera.target import Target
+    from tessera.transform import legalize_ops
+
+    mod = legalize_ops(build_module(lambda x, w: op.quantized_matmul(x, w, format="q4_1", k=64, activations="q8"),
+                                    [Tensor((1, 64), "float32"), Tensor((40, 10), "uint32")]), Target.preset("cpu"))
+    text = round_trip(mod).script()
+    assert 'T.evaluate(T.call_extern("void", "tsr_quantize_q8", T.address_of(in0, 0, 64), 64,' in text
+    assert 'T.call_extern("f32", "tsr_dot_q4_1_q8", T.address_of(in1, col * 10, 10),' in text
+
+
+def build_module(fn, params) -> IRModule:
+    vars_ = [Var(name, p) for name, p in zip("xw", params)]
+    bb = BlockBuilder()
+    with bb.function("main", vars_):
+        bb.emit_func_output(bb.emit(fn(*vars_)))
+    return bb.get()

@@ -30,12 +30,14 @@ from ..ir import (
     Buffer,
     Const,
     Declare,
+    Evaluate,
     For,
     IfThen,
     Load,
     Local,
     PrimFunc,
     Select,
+    Span,
     Stmt,
     Store,
     TExpr,
@@ -136,6 +138,9 @@ def legalize_storage(func: PrimFunc, storage_types: Collection[str]) -> PrimFunc
         if isinstance(e, Load) and e.buffer in words:
             buf, rule = words[e.buffer]
             return rule.read(Load(buf, word_index(expr(e.index), rule, e.lanes), e.lanes), e.lanes)
+        if isinstance(e, Span) and e.buffer in words:
+            raise NotImplementedError(f"kernel {func.name}: a micro-kernel reads {e.buffer.name}, which the target "
+                                      f"stores in words")
         return map_children(e, expr)
 
     def store(s: Store) -> list[Stmt]:
@@ -158,7 +163,7 @@ def legalize_storage(func: PrimFunc, storage_types: Collection[str]) -> PrimFunc
             return store(s)
         if isinstance(s, Store):
             return [Store(s.buffer, expr(s.index), expr(s.value), s.lanes)]
-        if isinstance(s, (Declare, Assign)):
+        if isinstance(s, (Declare, Assign, Evaluate)):
             return [replace(s, value=expr(s.value))]
         if isinstance(s, IfThen):
             return [IfThen(expr(s.cond), stmts(s.then), stmts(s.otherwise))]

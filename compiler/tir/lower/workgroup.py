@@ -28,11 +28,13 @@ from ..ir import (
     Builtin,
     Const,
     Declare,
+    Evaluate,
     For,
     IfThen,
     Load,
     Local,
     PrimFunc,
+    Span,
     Stmt,
     Store,
     TExpr,
@@ -82,6 +84,8 @@ def split_workgroups(func: PrimFunc) -> PrimFunc:
             return thread_index(e)
         if isinstance(e, Load) and e.buffer in copies:
             return Load(*copy_of(e.buffer, expr(e.index, thread), thread, e.lanes), e.lanes)
+        if isinstance(e, Span) and e.buffer in copies:
+            return Span(*copy_of(e.buffer, expr(e.start, thread), thread, 1), expr(e.extent, thread))
         return map_children(e, lambda child: expr(child, thread))
 
     def copy_of(buf: Buffer, index: TExpr, thread: TExpr, lanes: int) -> tuple[Buffer, TExpr]:
@@ -93,7 +97,7 @@ def split_workgroups(func: PrimFunc) -> PrimFunc:
     def in_thread(s: Stmt) -> Stmt:
         if isinstance(s, (Declare, Assign)) and s.var.name in slots:
             return Store(slots[s.var.name], lid, expr(s.value, lid))
-        if isinstance(s, (Declare, Assign)):
+        if isinstance(s, (Declare, Assign, Evaluate)):
             return replace(s, value=expr(s.value, lid))
         if isinstance(s, Store):
             buf, index = s.buffer, expr(s.index, lid)

@@ -27,6 +27,8 @@ from .matmul import (
 from .quantized import schedule_quantized_matmul
 from .quantized_gemv import applies as quantized_gemv_applies
 from .quantized_gemv import schedule_quantized_gemv
+from .quantized_gemv_q8 import applies as quantized_gemv_q8_applies
+from .quantized_gemv_q8 import schedule_quantized_gemv_q8
 from .reduction import schedule_reduction, schedule_rows
 from .sampling import schedule_sample_token
 from .transpose import schedule_transpose
@@ -50,8 +52,16 @@ def schedule(defn: ComputeDef | RowDef | OpaqueDef, target, name: str) -> PrimFu
     elif "quantized_matmul" in defn.attrs:
         info = defn.attrs["quantized_matmul"]
         m_total = _product(defn.output.shape[:-1])
-        rule = schedule_quantized_gemv if quantized_gemv_applies(info, m_total, target) else schedule_quantized_matmul
-        func = rule(defn, info, target, name)
+        if quantized_gemv_q8_applies(info, m_total, target):
+            func = schedule_quantized_gemv_q8(defn, info, target, name)
+        elif info.activations:
+            # Rules below read x as it is; the generic reduction reads it through the op's body,
+            # which rounds it (op/quantized.py).
+            func = schedule_reduction(defn, target, name)
+        elif quantized_gemv_applies(info, m_total, target):
+            func = schedule_quantized_gemv(defn, info, target, name)
+        else:
+            func = schedule_quantized_matmul(defn, info, target, name)
     elif "transpose" in defn.attrs:
         func = schedule_transpose(defn, defn.attrs["transpose"], target, name)
     elif "matmul" in defn.attrs:

@@ -1,0 +1,76 @@
+"""Quantized GEMV (M = 1, decode) with 8-bit activations (``activations="q8"``) on targets whose
+backend has the integer SIMD micro-kernels (codegen/c/microkernels.c; ``TargetKind.externs``).
+
+A float loop over 4-bit weights spends its time unpacking nibbles into floats; llama.cpp's CPU
+kernels instead round x to int8 once and multiply bytes by bytes (``pmaddubsw``, ``sdot``), 32
+products per instruction. This rule does the same through two micro-kernels (TVM's tensorize
+with ``call_extern``): each workgroup (one CPU thread's unit of work) rounds x into private
+scratch, then takes ``COLUMNS`` outputs (more for an LM head), each one dot product of a weight row with the rounded x.
+The fused epilogue, if any, is applied to each output in tir as usual.
+
+Rounding x once per workgroup rather than once per launch costs K / 32 blocks of work against
+COLUMNS rows of K / 32 blocks, about a tenth; a launch has no per-thread prologue to put it in.
+"""
+
+from __future__ import annotations
+
+from ... import arith
+from ..compute import ComputeDef
+from ..ir import (
+    Buffer,
+    Const,
+    Declare,
+    Evaluate,
+    Extern,
+    For,
+    IfThen,
+    Local,
+    PrimFunc,
+    Span,
+    Store,
+    binary,
+    cast,
+    from_prim,
+)
+from ..quant import BLOCK_VALUES, QuantizedMatmulInfo
+from .common import ceil_div, grid_for, lower_reads, scalars_of, workgroup_linear_id
+
+QUANTIZE = "tsr_quantize_q8"
+DOT = {"q4_0": "tsr_dot_q4_0_q8", "q4_1": "tsr_dot_q4_1_q8", "q8_0": "tsr_dot_q8_0_q8"}
+# Outputs per workgroup: enough that rounding x is a small share of the work, few enough that
+# decode's narrow projections (576 outputs) still give a thread pool dozens of workgroups.
+COLUMNS, WIDE_COLUMNS, WIDE = 32, 64, 16384
+
+
+def applies(info: QuantizedMatmulInfo, m_total, target) -> bool:
+    """M = 1, x in f32 rounded to q8, and the target's backend has both micro-kernels."""
+    return (info.activations == "q8" and info.x.dtype == "f32" and info.format in DOT
+            and target.has_extern(QUANTIZE) and target.has_extern(DOT[info.format])
+            and arith.Analyzer().as_int(arith.simplify(m_total)) == 1 and info.k % BLOCK_VALUES == 0)
+
+
+def schedule_quantized_gemv_q8(defn: ComputeDef, info: QuantizedMatmulInfo, target, name: str) -> PrimFunc:
+    out = defn.output
+    n_dim, m_dims = out.shape[-1], out.shape[:-1]
+    n, k, blocks = from_prim(n_dim), info.k, info.k // BLOCK_VALUES
+    static_n = arith.Analyzer().as_int(n_dim)
+    columns = WIDE_COLUMNS if static_n is not None and static_n >= WIDE else COLUMNS
+    row_words = from_prim(info.w.shape[1])
+    x_bytes = Buffer("x_q", "u32", (arith.IntImm(k // 4),), "private")  # int8 values, four to a word
+    x_scale = Buffer("x_d", "f32", (arith.IntImm(blocks),), "private")
+    x_sum = Buffer("x_s", "f32", (arith.IntImm(blocks),), "private")  # d * sum(q) of each block
+    rounded = (Span(x_bytes, Const(0), Const(k // 4)), Span(x_scale, Const(0), Const(blocks)),
+               Span(x_sum, Const(0), Const(blocks)))
+    body = [Evaluate(Extern(QUANTIZE, (Span(info.x, Const(0), Const(k)), Const(k)) + rounded, "void"))]
+
+    column, col, dot = Local("column"), Local("col"), Local("dot", "f32")
+    row = Span(info.w, binary("*", col, row_words), row_words)
+    value = dot if defn.finalize is None else lower_reads(defn.finalize(dot, [Const(0)] * len(m_dims) + [col]))
+    store = (Declare(dot, Extern(DOT[info.format], (row,) + rounded + (Const(blocks),), "f32")),
+             Store(out, col, cast(value, out.dtype)))
+    body.append(For(column, Const(0), Const(columns), (
+        Declare(col, binary("+", binary("*", workgroup_linear_id(), Const(columns)), column)),
+        IfThen(binary("<", col, n), store))))
+    grid = grid_for(ceil_div(n_dim, columns), target)
+    return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), tuple(body), (1, 1, 1), grid,
+                    scratch=(x_bytes, x_scale, x_sum), attrs={"rule": "quantized-gemv-q8"})

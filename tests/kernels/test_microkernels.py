@@ -1,0 +1,130 @@
+"""The c-native micro-kernels (codegen/c/microkernels.c) on every instruction set they have a path
+for: plain C, SSSE3 (x86-64-v2), AVX2 (x86-64-v3, where this CPU has it) and NEON (AArch64, built
+by Debian's cross compiler and run under qemu-user), against numpy. The rounding of x must be the
+same bit for bit on every path; the dot products equal the rounded x times ggml's floats."""
+
+import os
+import platform
+import shutil
+import subprocess
+
+import gguf
+import numpy as np
+import pytest
+from tessera.codegen.c.native import MICROKERNELS
+
+FORMATS = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
+           "q8_0": gguf.GGMLQuantizationType.Q8_0}
+BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}
+N, K = 37, 320
+
+HARNESS = r"""
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "MICROKERNELS"
+
+/* argv: input file (K floats, then the three formats' rows), output file. */
+int main(int argc, char **argv) {
+  enum { n = NROWS, k = KVALUES, blocks = KVALUES / 32 };
+  static float x[k], d[blocks], s[blocks], out[3][n];
+  static uint32_t q[k / 4];
+  static uint8_t rows[3][n * blocks * 34];
+  const int block_bytes[3] = {18, 20, 34};
+  if (argc != 3) return 1;
+  FILE *in = fopen(argv[1], "rb");
+  if (!in || fread(x, sizeof x, 1, in) != 1) return 2;
+  for (int f = 0; f < 3; f++)
+    if (fread(rows[f], (size_t)n * blocks * block_bytes[f], 1, in) != 1) return 2;
+  fclose(in);
+  tsr_quantize_q8(x, k, q, d, s);
+  for (int r = 0; r < n; r++) {
+    out[0][r] = tsr_dot_q4_0_q8(rows[0] + (size_t)r * blocks * 18, q, d, s, blocks);
+    out[1][r] = tsr_dot_q4_1_q8(rows[1] + (size_t)r * blocks * 20, q, d, s, blocks);
+    out[2][r] = tsr_dot_q8_0_q8(rows[2] + (size_t)r * blocks * 34, q, d, s, blocks);
+  }
+  FILE *o = fopen(argv[2], "wb");
+  if (!o) return 3;
+  fwrite(q, sizeof q, 1, o);
+  fwrite(d, sizeof d, 1, o);
+  fwrite(s, sizeof s, 1, o);
+  fwrite(out, sizeof out, 1, o);
+  return fclose(o) != 0;
+}
+"""
+
+
+def _x86_has_avx2() -> bool:
+    with open("/proc/cpuinfo") as f:
+        return " avx2" in f.read()
+
+
+def paths():
+    """(name, compile command prefix, run prefix) of every path this machine can build and run."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return [("native", ["cc", "-march=native"], [])]
+    found = [("plain C", ["cc", "-march=x86-64"], []), ("SSSE3", ["cc", "-march=x86-64-v2"], [])]
+    if _x86_has_avx2():
+        found.append(("AVX2", ["cc", "-march=x86-64-v3"], []))
+    # make setup installs the cross compiler and qemu-user: their absence is a broken setup, not a skip.
+    found.append(("NEON", ["aarch64-linux-gnu-gcc", "-march=armv8.2-a", "-static"], ["qemu-aarch64"]))
+    found.append(("NEON dotprod", ["aarch64-linux-gnu-gcc", "-march=armv8.2-a+dotprod", "-static"], ["qemu-aarch64"]))
+    return found
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(K).astype(np.float32)
+    x[64:96] = 0  # a block of zeros: d = 0
+    x[100] = 40.0  # one large value: its block's other values round coarsely
+    words, dense = {}, {}
+    for fmt, kind in FORMATS.items():
+        w = rng.standard_normal((N, K)).astype(np.float32)
+        blocks = gguf.quants.quantize(w, kind)
+        words[fmt], dense[fmt] = np.ascontiguousarray(blocks), gguf.quants.dequantize(blocks, kind)
+    folder = tmp_path_factory.mktemp("microkernels")
+    with open(folder / "input.bin", "wb") as f:
+        f.write(x.tobytes() + b"".join(words[fmt].tobytes() for fmt in FORMATS))
+    source = HARNESS.replace("MICROKERNELS", MICROKERNELS).replace("NROWS", str(N)).replace("KVALUES", str(K))
+    (folder / "harness.c").write_text(source)
+    return folder, x, dense
+
+
+def rounded(x):
+    blocks = x.reshape(-1, 32)
+    d = np.abs(blocks).max(axis=1, keepdims=True) / np.float32(127)
+    inverse = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+    q = np.rint(blocks * inverse).astype(np.int8)
+    return q.reshape(-1), d.reshape(-1), (d.reshape(-1) * q.astype(np.int32).sum(axis=1).astype(np.float32))
+
+
+@pytest.mark.parametrize("name,compiler,runner", paths(), ids=[p[0] for p in paths()])
+def test_every_simd_path_rounds_and_multiplies_alike(data, name, compiler, runner):
+    folder, x, dense = data
+    for tool in (compiler[0], *runner):
+        assert shutil.which(tool), f"{tool} is missing: make setup installs it"
+    binary = folder / f"harness-{name.replace(' ', '-')}"
+    subprocess.run([*compiler, "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", str(binary),
+                    str(folder / "harness.c"), "-lm"], check=True, capture_output=True, text=True)
+    output = folder / f"output-{name.replace(' ', '-')}.bin"
+    subprocess.run([*runner, str(binary), str(folder / "input.bin"), str(output)], check=True, timeout=60)
+    raw = np.fromfile(output, np.uint8)
+    blocks = K // 32
+    q = raw[:K].view(np.int8)
+    d, s = raw[K:K + 4 * blocks].view(np.float32), raw[K + 4 * blocks:K + 8 * blocks].view(np.float32)
+    dots = raw[K + 8 * blocks:].view(np.float32).reshape(3, N)
+    want_q, want_d, want_s = rounded(x)
+    np.testing.assert_array_equal(q, want_q)
+    np.testing.assert_array_equal(d, want_d)
+    np.testing.assert_allclose(s, want_s, rtol=1e-6)
+    x_read = (want_q.reshape(-1, 32).astype(np.float32) * want_d[:, None]).reshape(-1).astype(np.float64)
+    for row, fmt in zip(dots, FORMATS):
+        np.testing.assert_allclose(row, dense[fmt].astype(np.float64) @ x_read, rtol=1e-5, atol=1e-4,
+                                   err_msg=f"{name}: {fmt}")
+
+
+def test_the_backend_builds_with_the_file_it_documents():
+    assert os.path.isfile(MICROKERNELS)
