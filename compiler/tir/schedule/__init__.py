@@ -18,11 +18,12 @@ from .injective import schedule_injective, vectorize_elementwise
 from .kv_cache import schedule_kv_cache_write
 from .matmul import (
     is_gemv,
+    is_lane_rows,
     schedule_gemm,
     schedule_gemm_registers,
     schedule_gemv,
     schedule_gemv_columns,
-    schedule_gemv_lanes,
+    schedule_matmul_lanes,
 )
 from .quantized import schedule_quantized_matmul
 from .quantized_gemv import applies as quantized_gemv_applies
@@ -56,8 +57,8 @@ def schedule(defn: ComputeDef | RowDef | OpaqueDef, target, name: str) -> PrimFu
         func = schedule_transpose(defn, defn.attrs["transpose"], target, name)
     elif "matmul" in defn.attrs:
         info = defn.attrs["matmul"]
-        if target.cpu_adapter and target.serial_threads and is_gemv(info):
-            rule = schedule_gemv_lanes
+        if target.cpu_adapter and target.serial_threads and is_lane_rows(info):
+            rule = schedule_matmul_lanes
         elif target.cpu_adapter:
             rule = schedule_gemv_columns if is_gemv(info) else schedule_gemm_registers
         else:
