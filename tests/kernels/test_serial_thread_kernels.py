@@ -55,3 +55,20 @@ def test_small_m_matmul_lanes_epilogue_and_ints(serial):
     np.testing.assert_allclose(interpret(fused, "main", q, k, kernel_runner=runner), (q @ k) * 0.125,
                                rtol=1e-4, atol=1e-4)
     check_op(runner, op.matmul, [Tensor((3, "n"), "int32"), Tensor(("n", 19), "int32")], sizes=SIZES, target=target)
+
+
+@pytest.mark.parametrize("make,shapes,rule", [
+    # Decode's K^T: the KV cache's (n, heads, 64) slice as (heads, 64, n); rows longer than a chunk.
+    (lambda x: op.permute_dims(x, axes=[1, 2, 0]), [("n", 3, 64)], "injective-rows"),
+    (lambda x, y: op.add(op.exp(x), y), [("n",), (1,)], "injective-rows"),   # one row, split in chunks
+    (lambda x: op.sum(x, axis=[1]), [(3, "n")], "injective-rows"),          # a long reduction, serially
+    (lambda x: op.nn.softmax(x, axis=-1), [(9, "n")], "serial-rows"),       # decode's attention softmax
+    (lambda x: op.argmax(x, axis=1), [(4, "n")], "serial-rows"),
+], ids=["kv-transpose", "chunked-row", "sum", "softmax", "argmax"])
+def test_rows_one_thread_each(serial, make, shapes, rule):
+    """A thread writes (up to 256 elements of) a row of the last axis, or walks a whole row of a
+    row operator: no per-element index division, no workgroup tree."""
+    runner, target = serial
+    params = [Tensor(s, F32) for s in shapes]
+    _, kernels = check_op(runner, make, params, rtol=1e-4, atol=1e-4, sizes=(1, 255, 300), target=target)
+    assert set(rules(kernels)) == {rule}

@@ -14,7 +14,7 @@ from ... import arith
 from ..compute import ComputeDef, OpaqueDef, RowDef
 from ..ir import SCALAR_PREFIX, Local, PrimFunc, walk_expr, walk_stmts
 from ..pattern import Pattern, analyze_pattern
-from .injective import schedule_injective, vectorize_elementwise
+from .injective import schedule_injective, schedule_injective_rows, vectorize_elementwise
 from .kv_cache import schedule_kv_cache_write
 from .matmul import (
     is_gemv,
@@ -64,6 +64,10 @@ def schedule(defn: ComputeDef | RowDef | OpaqueDef, target, name: str) -> PrimFu
         else:
             rule = schedule_gemv if is_gemv(info) else schedule_gemm
         func = rule(defn, info, target, name)
+    elif target.serial_threads:
+        # Threads that run one after another gain nothing from a workgroup tree: every reduction,
+        # long or short, runs serially per output element, inside loops over rows.
+        func = schedule_injective_rows(defn, target, name)
     elif defn.reduction is not None:
         extent = arith.Analyzer().as_int(arith.simplify(_product(defn.reduction.extents)))
         if extent is not None and extent <= SERIAL_REDUCTION_LIMIT:
