@@ -64,9 +64,10 @@ def schedule(defn: ComputeDef | RowDef | OpaqueDef, target, name: str) -> PrimFu
         else:
             rule = schedule_gemv if is_gemv(info) else schedule_gemm
         func = rule(defn, info, target, name)
-    elif target.serial_threads:
+    elif target.cpu_adapter and target.serial_threads:
         # Threads that run one after another gain nothing from a workgroup tree: every reduction,
-        # long or short, runs serially per output element, inside loops over rows.
+        # long or short, runs serially per output element, inside loops over rows. (A serial target
+        # with cpu_adapter off asks for the GPU-shaped rules below.)
         func = schedule_injective_rows(defn, target, name)
     elif defn.reduction is not None:
         extent = arith.Analyzer().as_int(arith.simplify(_product(defn.reduction.extents)))

@@ -41,7 +41,8 @@ ROW_THREADS = 4
 
 
 def schedule_injective_rows(defn: ComputeDef, target, name: str) -> PrimFunc:
-    """For targets whose threads run one after another (``target.serial_threads``: C kernels).
+    """For CPU targets whose threads run one after another (``target.serial_threads`` and
+    ``cpu_adapter``: C kernels).
 
     One element per thread decodes the output index into the axes at every element, a division
     by each dimension (symbolic ones included: the C compiler cannot make them shifts), which

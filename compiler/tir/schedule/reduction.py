@@ -6,8 +6,8 @@ operators (softmax, log_softmax, rms_norm, layer_norm, argmax, argmin).
 Barriers stay in workgroup-uniform control flow: every thread of a workgroup
 runs every barrier, and only the final store is guarded.
 
-Where a workgroup's threads run one after another (``target.serial_threads``: C
-kernels) a tree is a loop per step over all threads, for a handful of live
+Where a workgroup's threads run one after another on a CPU (``target.serial_threads``
+and ``cpu_adapter``: C kernels) a tree is a loop per step over all threads, for a handful of live
 values: there ``schedule_rows`` gives each row one thread that walks it in plain
 loops, and long reductions take the injective rows rule (injective.py).
 """
@@ -124,7 +124,7 @@ def schedule_reduction(defn: ComputeDef, target, name: str) -> PrimFunc:
 def schedule_rows(defn: RowDef, target, name: str) -> PrimFunc:
     x = defn.inputs[0]
     out = defn.output
-    serial = target.serial_threads
+    serial = target.cpu_adapter and target.serial_threads  # cpu_adapter off asks for the GPU rule
     threads = 1 if serial else _threads(target, defn.row)
     acc_dtype = accumulate_type(x.dtype)
     shared = Buffer("red", acc_dtype, (arith.IntImm(threads),), "workgroup")
