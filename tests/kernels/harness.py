@@ -65,6 +65,18 @@ def target_for(runner, target: Target | None = None) -> Target:
                   name=f"{target.name} as {kind}", cpu_adapter=target.cpu_adapter)
 
 
+# CPU targets whose workgroup threads run one after another (C kernels) replace the rules that spread
+# one element, or one reduction, over threads (tir/schedule/injective.py, reduction.py).
+SERIAL_RULES = {"injective": "injective-rows", "vectorized-elementwise": "injective-rows",
+                "workgroup-reduction": "injective-rows", "row-reduction": "serial-rows"}
+
+
+def rule_on(runner, rule: str) -> str:
+    """The rule a kernel that gets ``rule`` on GPUs gets on the runner's device."""
+    serial = runner.target.serial_threads and runner.target.cpu_adapter
+    return SERIAL_RULES.get(rule, rule) if serial else rule
+
+
 def build(make, params):
     vars_ = [Var(f"x{i}", s) for i, s in enumerate(params)]
     bb = BlockBuilder()

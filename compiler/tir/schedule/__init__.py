@@ -14,15 +14,16 @@ from ... import arith
 from ..compute import ComputeDef, OpaqueDef, RowDef
 from ..ir import SCALAR_PREFIX, Local, PrimFunc, walk_expr, walk_stmts
 from ..pattern import Pattern, analyze_pattern
-from .injective import schedule_injective, vectorize_elementwise
+from .injective import schedule_injective, schedule_injective_rows, vectorize_elementwise
 from .kv_cache import schedule_kv_cache_write
 from .matmul import (
     is_gemv,
+    is_lane_rows,
     schedule_gemm,
     schedule_gemm_registers,
     schedule_gemv,
     schedule_gemv_columns,
-    schedule_gemv_lanes,
+    schedule_matmul_lanes,
 )
 from .quantized import schedule_quantized_matmul
 from .quantized_gemv import applies as quantized_gemv_applies
@@ -66,13 +67,18 @@ def schedule(defn: ComputeDef | RowDef | OpaqueDef, target, name: str) -> PrimFu
         func = schedule_transpose(defn, defn.attrs["transpose"], target, name)
     elif "matmul" in defn.attrs:
         info = defn.attrs["matmul"]
-        if target.cpu_adapter and target.serial_threads and is_gemv(info):
-            rule = schedule_gemv_lanes
+        if target.cpu_adapter and target.serial_threads and is_lane_rows(info):
+            rule = schedule_matmul_lanes
         elif target.cpu_adapter:
             rule = schedule_gemv_columns if is_gemv(info) else schedule_gemm_registers
         else:
             rule = schedule_gemv if is_gemv(info) else schedule_gemm
         func = rule(defn, info, target, name)
+    elif target.cpu_adapter and target.serial_threads:
+        # Threads that run one after another gain nothing from a workgroup tree: every reduction,
+        # long or short, runs serially per output element, inside loops over rows. (A serial target
+        # with cpu_adapter off asks for the GPU-shaped rules below.)
+        func = schedule_injective_rows(defn, target, name)
     elif defn.reduction is not None:
         extent = arith.Analyzer().as_int(arith.simplify(_product(defn.reduction.extents)))
         if extent is not None and extent <= SERIAL_REDUCTION_LIMIT:

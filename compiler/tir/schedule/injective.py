@@ -1,14 +1,16 @@
 """Injective rule: one thread per output element, on a flat 2-D grid of workgroups.
 
 Covers elementwise, broadcast and other one-to-one operators, and small
-reductions (each thread runs its reduction serially).
+reductions (each thread runs its reduction serially). Targets whose threads run
+one after another (C kernels) take ``schedule_injective_rows`` instead.
 """
 
 from __future__ import annotations
 
+from ... import arith
 from ...arith import simplify
 from ..compute import ComputeDef, accumulate_type, const, unravel
-from ..ir import Declare, IfThen, Local, PrimFunc, Store, binary, cast, from_prim, vector_of
+from ..ir import Const, Declare, For, IfThen, Local, PrimFunc, Store, binary, cast, from_prim, minimum, vector_of
 from .common import ceil_div, combine, global_thread_id, grid_for, lower_reads, scalars_of
 
 
@@ -30,6 +32,65 @@ def schedule_injective(defn: ComputeDef, target, name: str) -> PrimFunc:
     grid = grid_for(ceil_div(total, threads), target)
     return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), tuple(body),
                     (threads, 1, 1), grid, attrs={"rule": "injective"})
+
+
+# Elements of a row one thread of schedule_injective_rows writes: long rows still split into
+# enough pieces for a thread pool to share.
+ROW_CHUNK = 256
+ROW_THREADS = 4
+
+
+def schedule_injective_rows(defn: ComputeDef, target, name: str) -> PrimFunc:
+    """For CPU targets whose threads run one after another (``target.serial_threads`` and
+    ``cpu_adapter``: C kernels).
+
+    One element per thread decodes the output index into the axes at every element, a division
+    by each dimension (symbolic ones included: the C compiler cannot make them shifts), which
+    costs more than copying the element. Here a thread takes up to ``ROW_CHUNK`` consecutive
+    elements of one row of the output's last axis: it decodes the row once and runs a loop over
+    the last axis with contiguous stores, which the C compiler can vectorize where the reads
+    allow. Reductions (``defn.reduction``) run serially for each element, as in
+    ``schedule_injective``."""
+    out = defn.output
+    if not out.shape:
+        return schedule_injective(defn, target, name)
+    axes = defn.axes()
+    last = simplify(out.shape[-1])
+    rows = simplify(_product(out.shape[:-1]))
+    static_last = arith.Analyzer().as_int(last)
+    whole_rows = static_last is not None and static_last <= ROW_CHUNK
+    chunks = arith.IntImm(1) if whole_rows else ceil_div(last, ROW_CHUNK)
+    units = simplify(rows * chunks)
+    unit, row, start, stop = Local("unit"), Local("row"), Local("start"), Local("stop")
+    if whole_rows:
+        decode = [Declare(row, unit), Declare(start, Const(0)), Declare(stop, from_prim(last))]
+    else:
+        count = from_prim(chunks)
+        decode = [Declare(row, binary("/", unit, count)),
+                  Declare(start, binary("*", binary("%", unit, count), Const(ROW_CHUNK))),
+                  Declare(stop, minimum(binary("+", start, Const(ROW_CHUNK)), from_prim(last)))]
+    decode += [Declare(axis, value) for axis, value in zip(axes[:-1], unravel(row, out.shape[:-1]))]
+    inner = []
+    if defn.reduction is None:
+        value = lower_reads(defn.value(axes))
+    else:
+        inner += serial_reduction(defn, axes)
+        value = lower_reads(_finalize(defn, Local("acc", _acc_dtype(defn)), axes))
+    index = binary("+", binary("*", row, from_prim(last)), axes[-1])
+    inner.append(Store(out, index, cast(value, out.dtype)))
+    loop = For(axes[-1], start, stop, tuple(inner))
+    body = (Declare(unit, global_thread_id(ROW_THREADS)),
+            IfThen(binary("<", unit, from_prim(units)), (*decode, loop)))
+    grid = grid_for(ceil_div(units, ROW_THREADS), target)
+    return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), body, (ROW_THREADS, 1, 1), grid,
+                    attrs={"rule": "injective-rows"})
+
+
+def _product(dims):
+    total = arith.IntImm(1)
+    for d in dims:
+        total = total * d
+    return total
 
 
 def _acc_dtype(defn: ComputeDef) -> str:

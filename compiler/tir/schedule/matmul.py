@@ -268,40 +268,72 @@ def schedule_gemm_registers(defn: ComputeDef, info: MatmulInfo, target, name: st
 # -- Serial threads (C kernels: a workgroup's threads are a loop on one CPU thread) ----------------
 
 
-def schedule_gemv_lanes(defn: ComputeDef, info: MatmulInfo, target, name: str, lanes: int = 16,
-                        threads: int = 4) -> PrimFunc:
-    """Each thread sums all of K for ``lanes`` consecutive outputs, kept in a lane loop over one
-    contiguous stretch of a row of B, which the C compiler vectorizes without reassociating (lane
-    ``l`` only adds to ``acc[l]``). A thread whose columns run past N takes the clamped copy of
-    the loop, so the hot loop of every other thread has no min() in its addresses."""
+# Up to this many rows (M known statically) a thread keeps every row's accumulators: decode's
+# attention multiplies the 3 query heads of a KV head at once, where an 8x8 register tile wastes 5/8.
+LANE_ROWS = 8
+
+
+def is_lane_rows(info: MatmulInfo) -> bool:
+    m = arith.Analyzer().as_int(info.m)
+    return m is not None and m <= LANE_ROWS
+
+
+def schedule_matmul_lanes(defn: ComputeDef, info: MatmulInfo, target, name: str, lanes: int | None = None,
+                          threads: int = 4) -> PrimFunc:
+    """Each thread sums all of K for M rows x ``lanes`` consecutive columns (M <= LANE_ROWS, known
+    statically; M = 1 is decode's GEMV), kept in a lane loop over one contiguous stretch of a row
+    of B, which the C compiler vectorizes without reassociating (lane ``l`` of row ``i`` only adds
+    to ``acc[i * lanes + l]``), so results do not depend on the vector width. Each element of B is
+    loaded once for all M rows. A thread whose columns run past N takes the clamped copy of the
+    loop, so the hot loop of every other thread has no min() in its addresses. ``lanes`` defaults
+    to 16, or 8 past 4 rows, so the accumulators stay in a CPU's vector registers."""
+    rows = arith.Analyzer().as_int(info.m)
+    lanes = lanes or (16 if rows <= 4 else 8)
     acc_dtype = accumulate_type(defn.output.dtype)
-    n, k = from_prim(info.n), from_prim(info.k)
-    batch_id, a_base, b_base, first, kk, x, lane = (Local("batch"), Local("a_base"), Local("b_base"),
-                                                    Local("first"), Local("kk"), Local("x", acc_dtype), Local("lane"))
-    acc = Buffer("acc", acc_dtype, (arith.IntImm(lanes),), "private")
+    m, n, k = from_prim(info.m), from_prim(info.n), from_prim(info.k)
+    batch_id, a_base, b_base, first, kk, lane, b_val = (Local("batch"), Local("a_base"), Local("b_base"),
+                                                        Local("first"), Local("kk"), Local("lane"),
+                                                        Local("b", acc_dtype))
+    xs = [Local("x" if rows == 1 else f"x{i}", acc_dtype) for i in range(rows)]
+    acc = Buffer("acc", acc_dtype, (arith.IntImm(rows * lanes),), "private")
     body = [Declare(batch_id, Builtin("workgroup_id", 1))]
     _, a_off, b_off = _batch(info, batch_id)
     body += [Declare(a_base, a_off), Declare(b_base, b_off),
              Declare(first, binary("*", binary("+", binary("*", Builtin("workgroup_id", 0), Const(threads)), LID),
                                    Const(lanes))),
-             For(lane, Const(0), Const(lanes), (Store(acc, lane, const(0, acc_dtype)),))]
+             For(lane, Const(0), Const(rows * lanes), (Store(acc, lane, const(0, acc_dtype)),))]
+
+    def slot(i: int) -> TExpr:
+        return lane if i == 0 else binary("+", Const(i * lanes), lane)
+
+    def a_at(i: int) -> TExpr:
+        row = kk if i == 0 else binary("+", binary("*", Const(i), k), kk)
+        return cast(Load(info.a, binary("+", a_base, row)), acc_dtype)
 
     def k_loop(column: TExpr) -> For:
-        b_val = cast(Load(info.b, binary("+", binary("+", b_base, binary("*", kk, n)), column)), acc_dtype)
-        step = For(lane, Const(0), Const(lanes), (Store(acc, lane, binary("+", Load(acc, lane),
-                                                                          binary("*", x, b_val))),))
-        return For(kk, Const(0), k, (Declare(x, cast(Load(info.a, binary("+", a_base, kk)), acc_dtype)), step))
+        b_load = cast(Load(info.b, binary("+", binary("+", b_base, binary("*", kk, n)), column)), acc_dtype)
+        if rows == 1:  # the GEMV's lane loop as it always was: x * B[kk, column]
+            updates = (Store(acc, lane, binary("+", Load(acc, lane), binary("*", xs[0], b_load))),)
+        else:
+            updates = (Declare(b_val, b_load),) + tuple(
+                Store(acc, slot(i), binary("+", Load(acc, slot(i)), binary("*", x, b_val))) for i, x in enumerate(xs))
+        step = For(lane, Const(0), Const(lanes), updates)
+        return For(kk, Const(0), k, tuple(Declare(x, a_at(i)) for i, x in enumerate(xs)) + (step,))
 
     column = binary("+", first, lane)
     # first <= n - lanes (not first + lanes <= n): the verifier narrows a local by a condition on it.
     body.append(IfThen(binary("<=", first, binary("-", n, Const(lanes))), (k_loop(column),),
                        (k_loop(minimum(column, binary("-", n, Const(1)))),)))
     col = Local("col")
-    value = cast(epilogue(defn, info, Load(acc, lane), batch_id, Const(0), col), defn.output.dtype)
-    store = IfThen(binary("<", col, n), (Store(defn.output, binary("+", binary("*", batch_id, n), col), value),))
-    body.append(For(lane, Const(0), Const(lanes), (Declare(col, column), store)))
+    stores = []
+    for i in range(rows):
+        out_row = batch_id if rows == 1 else binary("+", binary("*", batch_id, m), Const(i))
+        value = cast(epilogue(defn, info, Load(acc, slot(i)), batch_id, Const(i), col), defn.output.dtype)
+        stores.append(Store(defn.output, binary("+", binary("*", out_row, n), col), value))
+    body.append(For(lane, Const(0), Const(lanes), (Declare(col, column),
+                                                   IfThen(binary("<", col, n), tuple(stores)))))
     batches = arith.simplify(_prod(info.batch_shape))
     grid = (arith.simplify((info.n + threads * lanes - 1) // (threads * lanes)), batches, arith.IntImm(1))
     _check_grid(grid, target, name)
     return PrimFunc(name, defn.inputs, (defn.output,), scalars_of(*defn.inputs, defn.output), tuple(body),
-                    (threads, 1, 1), grid, scratch=(acc,), attrs={"rule": "gemv"})
+                    (threads, 1, 1), grid, scratch=(acc,), attrs={"rule": "gemv" if rows == 1 else "matmul-lanes"})

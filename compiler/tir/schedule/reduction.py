@@ -5,6 +5,11 @@ when the reduction is long; ``schedule_rows`` covers the multi-pass row
 operators (softmax, log_softmax, rms_norm, layer_norm, argmax, argmin).
 Barriers stay in workgroup-uniform control flow: every thread of a workgroup
 runs every barrier, and only the final store is guarded.
+
+Where a workgroup's threads run one after another on a CPU (``target.serial_threads``
+and ``cpu_adapter``: C kernels) a tree is a loop per step over all threads, for a handful of live
+values: there ``schedule_rows`` gives each row one thread that walks it in plain
+loops, and long reductions take the injective rows rule (injective.py).
 """
 
 from __future__ import annotations
@@ -119,10 +124,11 @@ def schedule_reduction(defn: ComputeDef, target, name: str) -> PrimFunc:
 def schedule_rows(defn: RowDef, target, name: str) -> PrimFunc:
     x = defn.inputs[0]
     out = defn.output
-    threads = _threads(target, defn.row)
+    serial = target.cpu_adapter and target.serial_threads  # cpu_adapter off asks for the GPU rule
+    threads = 1 if serial else _threads(target, defn.row)
     acc_dtype = accumulate_type(x.dtype)
     shared = Buffer("red", acc_dtype, (arith.IntImm(threads),), "workgroup")
-    scratch = [shared]
+    scratch = [] if serial else [shared]
     rows = arith.simplify(defn.outer * defn.inner)
     row_id, base, r = Local("row_id"), Local("base"), Local("r")
     inner, row = from_prim(defn.inner), from_prim(defn.row)
@@ -138,43 +144,51 @@ def schedule_rows(defn: RowDef, target, name: str) -> PrimFunc:
         return cast(Load(x, element(index)), acc_dtype)
 
     def over_row(stmts):
-        return For(r, LID, row, tuple(stmts), step=threads)
+        return For(r, Const(0) if serial else LID, row, tuple(stmts), step=threads)
 
     def reduce_into(local: Local, init, combiner: str, value):
         """Statements combining ``value`` over the row, and the expression holding the result."""
         stmts = [Declare(local, const(init, acc_dtype)), over_row([Assign(local, combine(combiner, local, value))])]
+        if serial:  # the thread saw the whole row
+            return stmts, local
         if subgroups:
             more, result = _subgroup_tree(shared, threads, combiner, local)
             return stmts + more, result
         return stmts + [Store(shared, LID, local), *tree_combine(shared, threads, combiner)], Load(shared, Const(0))
 
     kind = defn.kind
-    subgroups = target.subgroup_feature is not None and kind not in ("argmax", "argmin")
+    subgroups = not serial and target.subgroup_feature is not None and kind not in ("argmax", "argmin")
     if kind in ("argmax", "argmin"):
-        indices = Buffer("red_index", "i32", (arith.IntImm(threads),), "workgroup")
-        scratch.append(indices)
         best, best_index = Local("best", acc_dtype), Local("best_index")
         worst = lowest(acc_dtype) if kind == "argmax" else highest(acc_dtype)
         value = x_at(r)
         better = binary(">" if kind == "argmax" else "<", value, best)
         body += [Declare(best, const(worst, acc_dtype)), Declare(best_index, Const(2**31 - 1)),
-                 over_row([IfThen(better, (Assign(best, value), Assign(best_index, r)))]),
-                 Store(shared, LID, best), Store(indices, LID, best_index),
-                 *tree_combine(shared, threads, kind, indices)]
+                 over_row([IfThen(better, (Assign(best, value), Assign(best_index, r)))])]
         valid = binary("<", workgroup_linear_id(), from_prim(rows))
-        body.append(IfThen(logical_and(binary("==", LID, Const(0)), valid),
-                           (Store(out, row_id, Load(indices, Const(0))),)))
+        if serial:  # one thread walked the row in order: the first of equal values won
+            body.append(IfThen(valid, (Store(out, row_id, best_index),)))
+        else:
+            indices = Buffer("red_index", "i32", (arith.IntImm(threads),), "workgroup")
+            scratch.append(indices)
+            body += [Store(shared, LID, best), Store(indices, LID, best_index),
+                     *tree_combine(shared, threads, kind, indices)]
+            body.append(IfThen(logical_and(binary("==", LID, Const(0)), valid),
+                               (Store(out, row_id, Load(indices, Const(0))),)))
     else:
-        body += _row_normalization(defn, acc_dtype, shared, threads, x_at, over_row, reduce_into, element, r)
+        barrier = [] if serial else [Barrier()]
+        body += _row_normalization(defn, acc_dtype, barrier, x_at, over_row, reduce_into, element, r)
     grid = grid_for(rows, target)
-    attrs = {"rule": "row-reduction"}
+    attrs = {"rule": "serial-rows" if serial else "row-reduction"}
     if subgroups:
         attrs.update(subgroups=True)
     return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), tuple(body), (threads, 1, 1),
                     grid, scratch=tuple(scratch), attrs=attrs)
 
 
-def _row_normalization(defn, acc_dtype, shared, threads, x_at, over_row, reduce_into, element, r):
+def _row_normalization(defn, acc_dtype, barrier, x_at, over_row, reduce_into, element, r):
+    """The passes of a row operator; ``barrier`` (empty for serial threads) separates a pass that
+    reads the scratch from the next one that writes it."""
     out, kind = defn.output, defn.kind
     row = from_prim(defn.row)
     count = cast(row, acc_dtype)
@@ -182,7 +196,7 @@ def _row_normalization(defn, acc_dtype, shared, threads, x_at, over_row, reduce_
     if kind in ("softmax", "log_softmax"):
         peak, total = Local("peak", acc_dtype), Local("total", acc_dtype)
         more, result = reduce_into(Local("m", acc_dtype), -math.inf, "max", x_at(r))
-        stmts += more + [Declare(peak, result), Barrier()]
+        stmts += more + [Declare(peak, result), *barrier]
         shifted = binary("-", x_at(r), peak)
         more, result = reduce_into(Local("s", acc_dtype), 0.0, "sum", intrinsic("exp", shifted))
         stmts += more + [Declare(total, result)]
@@ -201,7 +215,7 @@ def _row_normalization(defn, acc_dtype, shared, threads, x_at, over_row, reduce_
     elif kind == "layer_norm":
         mean, scale = Local("mean", acc_dtype), Local("scale", acc_dtype)
         more, result = reduce_into(Local("s1", acc_dtype), 0.0, "sum", x_at(r))
-        stmts += more + [Declare(mean, binary("/", result, count)), Barrier()]
+        stmts += more + [Declare(mean, binary("/", result, count)), *barrier]
         centered = binary("-", x_at(r), mean)
         more, result = reduce_into(Local("s2", acc_dtype), 0.0, "sum", binary("*", centered, centered))
         stmts += more
