@@ -124,10 +124,13 @@ def _legalize(call, ctx):
         # The rounding of x's block, computed where it is read: 32 reads per value, so rules that
         # matter (quantized_gemv) take x whole instead; this body serves every other one.
         start = binary("*", binary("/", kk, Const(BLOCK_VALUES)), Const(BLOCK_VALUES))
-        amax = None
-        for j in range(BLOCK_VALUES):
-            magnitude = intrinsic("abs", cast(read(x, *rows, binary("+", start, Const(j))), acc))
-            amax = magnitude if amax is None else maximum(amax, magnitude)
+        # A balanced tree of max: C's max() is a macro over _Generic that repeats its first
+        # operand, so a chain 32 deep would expand 2^31 times.
+        level = [intrinsic("abs", cast(read(x, *rows, binary("+", start, Const(j))), acc))
+                 for j in range(BLOCK_VALUES)]
+        while len(level) > 1:
+            level = [maximum(a, b) for a, b in zip(level[::2], level[1::2])]
+        amax = level[0]
         scale = binary("/", amax, Const(127.0, acc))
         inverse = select(binary("!=", scale, Const(0.0, acc)), binary("/", Const(1.0, acc), scale), Const(0.0, acc))
         return binary("*", intrinsic("round", binary("*", value, inverse)), scale)
