@@ -1,5 +1,7 @@
 """Quantized and float GEMV kernels (M = 1, LLM decode) on the cpu target: time, GFLOP/s and GB/s of
-weight traffic, at SmolLM2-135M's shapes. Each kernel is built through the normal path (legalize_ops
+weight traffic, at SmolLM2-135M's shapes. Each quantized shape runs twice: x read as f32 (rule
+quantized-gemv) and x rounded to 8 bits (activations="q8": rule quantized-gemv-q8, the integer SIMD
+micro-kernels), the latter compared with the rounded x. Each kernel is built through the normal path (legalize_ops
 for the target, then the c-native backend) and run by the CPU kernel runner; times are the median of
 many launches with the data resident (and the best), single thread unless --threads says otherwise.
 
@@ -21,7 +23,7 @@ SHAPES = [("q4_1 ffn-up 1536x576", "q4_1", 1536, 576), ("q4_1 ffn-down 576x1536"
 BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}
 
 
-def kernel_for(fmt: str, n: int, k: int, target):
+def kernel_for(fmt: str, n: int, k: int, target, activations: str = ""):
     from tessera import op
     from tessera.ir import BlockBuilder, Function, Tensor, Var
     from tessera.transform import legalize_ops
@@ -32,7 +34,7 @@ def kernel_for(fmt: str, n: int, k: int, target):
         value = op.matmul(x, w)
     else:
         w = Var("w", Tensor((n, k // 32 * BLOCK_BYTES[fmt] // 4), "uint32"))
-        value = op.quantized_matmul(x, w, format=fmt, k=k)
+        value = op.quantized_matmul(x, w, format=fmt, k=k, activations=activations)
     bb = BlockBuilder()
     with bb.function("main", [x, w]):
         bb.emit_func_output(bb.emit(value))
@@ -71,6 +73,7 @@ def main() -> None:
     parser.add_argument("--dump", default="", help="write each kernel's C here")
     args = parser.parse_args()
     os.environ["TESSERA_CPU_THREADS"] = str(args.threads)
+    from tessera.op.quantized import round_activations_q8
     from tessera.target import Target
     from tessera.vm.cpu_runner import CPUKernelRunner
 
@@ -78,31 +81,35 @@ def main() -> None:
     runner = CPUKernelRunner()
     runner.target = target
     rng = np.random.default_rng(0)
-    print(f"{'kernel':26} {'median us':>9} {'best us':>9} {'GFLOP/s':>8} {'GB/s':>7}  (of the best) rule, max rel err")
+    print(f"{'kernel':31} {'median us':>9} {'best us':>9} {'GFLOP/s':>8} {'GB/s':>7}  (of the best) rule, max rel err")
     for name, fmt, n, k in SHAPES:
         if args.only and args.only not in name:
             continue
-        kernel = kernel_for(fmt, n, k, target)
-        if args.dump:
-            from tessera.codegen.c.native import NATIVE_LOWERING, emit_native_module
-            from tessera.tir.lower import lower_kernel
-
-            os.makedirs(args.dump, exist_ok=True)
-            with open(os.path.join(args.dump, name.split()[0] + f"_{n}x{k}.c"), "w") as f:
-                f.write(emit_native_module([lower_kernel(kernel, NATIVE_LOWERING)]))
         w, dense = weights(fmt, n, k, rng)
         x = rng.standard_normal((1, k)).astype(np.float32)
-        bound = runner.bind(kernel, [x, w], {})
-        bound.dispatch()
-        got = bound.read_outputs()[0]
-        want = x @ (dense if fmt == "float32" else dense.T) if fmt != "float32" else x @ w
-        err = float(np.max(np.abs(got - want)) / (np.max(np.abs(want)) + 1e-30))
-        runs = 30 if n > 10000 else 300
-        median, seconds = times(bound.dispatch, runs)
-        print(f"{name:26} {median * 1e6:9.1f} {seconds * 1e6:9.1f} {2 * n * k / seconds / 1e9:8.2f} "
-              f"{w.nbytes / seconds / 1e9:7.2f}  "
-              f"{kernel.attrs.get('rule')} grid={[str(g) for g in kernel.grid]} wg={kernel.workgroup_size[0]} "
-              f"err={err:.1e}")
+        for activations in ("",) if fmt == "float32" else ("", "q8"):
+            kernel = kernel_for(fmt, n, k, target, activations)
+            if args.dump:
+                from tessera.codegen.c.native import NATIVE_LOWERING, emit_native_module
+                from tessera.tir.lower import lower_kernel
+
+                os.makedirs(args.dump, exist_ok=True)
+                suffix = "_q8" if activations else ""
+                with open(os.path.join(args.dump, name.split()[0] + f"_{n}x{k}{suffix}.c"), "w") as f:
+                    f.write(emit_native_module([lower_kernel(kernel, NATIVE_LOWERING)]))
+            bound = runner.bind(kernel, [x, w], {})
+            bound.dispatch()
+            got = bound.read_outputs()[0]
+            read = round_activations_q8(x) if activations else x
+            want = read @ dense.T if fmt != "float32" else x @ w
+            err = float(np.max(np.abs(got - want)) / (np.max(np.abs(want)) + 1e-30))
+            runs = 30 if n > 10000 else 300
+            median, seconds = times(bound.dispatch, runs)
+            label = name + (" x:q8" if activations else "")
+            print(f"{label:31} {median * 1e6:9.1f} {seconds * 1e6:9.1f} {2 * n * k / seconds / 1e9:8.2f} "
+                  f"{w.nbytes / seconds / 1e9:7.2f}  "
+                  f"{kernel.attrs.get('rule')} grid={[str(g) for g in kernel.grid]} wg={kernel.workgroup_size[0]} "
+                  f"err={err:.1e}")
 
 
 if __name__ == "__main__":
