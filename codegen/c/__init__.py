@@ -20,11 +20,23 @@ Two spellings of the kernel function share everything else (``CRenderer`` is the
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import tempfile
 
-from tessera.tir.ir import Barrier, Builtin, PrimFunc, Stmt, ThreadLoop, lanes_of, walk_dtypes
+from tessera.tir.ir import (
+    Barrier,
+    Builtin,
+    Extern,
+    PrimFunc,
+    Stmt,
+    ThreadLoop,
+    lanes_of,
+    walk_dtypes,
+    walk_expr,
+    walk_stmts,
+)
 from tessera.tir.lower import LoweringNeeds
 
 from .. import CodegenError, entry_name, static_size
@@ -142,6 +154,12 @@ class CRenderer(CStyleRenderer):
     def cast(self, x: str, dtype: str, source_dtype: str) -> str:
         return f"(({self.type_name(dtype)})({x}))"
 
+    def extern_call(self, name: str, args: list[str]) -> str:
+        if name not in EXTERNS:
+            raise self.error(f"{self.language} has no micro-kernel {name!r}; microkernels.c has "
+                             f"{', '.join(sorted(EXTERNS))}")
+        return f"{name}({', '.join(args)})"
+
     def call_intrinsic(self, name: str, args: list[str], dtype: str) -> str:
         if name == "rsqrt":
             return f"(1.0f / sqrtf({args[0]}))"
@@ -155,8 +173,26 @@ def emit_c(func: PrimFunc, renderer: type[CRenderer] = CRenderer) -> str:
 
 
 def emit_c_module(kernels: list[PrimFunc], renderer: type[CRenderer] = CRenderer) -> str:
-    """One C file of lowered kernels (tessera.tir.lower), each exported under ``codegen.entry_name``."""
-    return PRELUDE + "\n" + "\n".join(emit_c(k, renderer) for k in kernels)
+    """One C file of lowered kernels (tessera.tir.lower), each exported under ``codegen.entry_name``,
+    after the micro-kernels when a kernel calls one."""
+    library = microkernels() + "\n" if uses_externs(kernels) else ""
+    return PRELUDE + "\n" + library + "\n".join(emit_c(k, renderer) for k in kernels)
+
+
+MICROKERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "microkernels.c")
+# What microkernels.c defines: the micro-kernels tir kernels for C targets may call (tir Extern).
+EXTERNS = frozenset({"tsr_quantize_q8", "tsr_dot_q4_0_q8", "tsr_dot_q4_1_q8", "tsr_dot_q8_0_q8"})
+
+
+@functools.cache
+def microkernels() -> str:
+    with open(MICROKERNELS, encoding="utf-8") as f:
+        return f.read()
+
+
+def uses_externs(kernels) -> bool:
+    return any(isinstance(e, Extern) for k in kernels for _, exprs in walk_stmts(k.body) for root in exprs
+               for e in walk_expr(root))
 
 
 class WasmBuildError(RuntimeError):

@@ -11,7 +11,7 @@ from tessera.target import TargetKind, register_kind, register_preset
 from tessera.tir.lower import lower_kernel
 
 from .. import Backend, CompiledKernel, CompiledKernels, entry_name, kernel_abi, kernel_limits, register_backend
-from . import LOWERING, compile_wasm, emit_c_module
+from . import EXTERNS, LOWERING, compile_wasm, emit_c_module
 
 MODULE = "kernels.wasm"
 
@@ -43,7 +43,9 @@ class CWasmBackend(Backend):
 
 register_backend(CWasmBackend())
 # WebAssembly: one 4 GiB memory, no binding limits worth the name; workgroups run a thread at a time.
+# Decode's quantized GEMVs read activations rounded to 8 bits, for the micro-kernels' SIMD128 dot
+# products (as on the cpu kind).
 register_kind(TargetKind("wasm", backend="c-wasm", vector_lanes=False, serial_threads=True, limits=(
     ("maxBufferSize", 1 << 31), ("maxComputeWorkgroupStorageSize", 65536), ("maxStorageBufferBindingSize", 1 << 31),
-    ("maxStorageBuffersPerShaderStage", 64))))
+    ("maxStorageBuffersPerShaderStage", 64)), externs=EXTERNS, quantized_activations="q8"))
 register_preset("wasm", "wasm", cpu_adapter=True, description="C kernels compiled to WebAssembly (any CPU)")

@@ -1,7 +1,8 @@
 /* The c-native backend's micro-kernels: what tir kernels reach through `Extern` (TVM's call_extern)
  * where no portable C loop becomes the instructions it needs. Integer SIMD dot products of GGUF
  * weight blocks with activations quantized to 8 bits, as llama.cpp's CPU kernels compute them:
- * `pmaddubsw` on x86 (SSSE3, AVX2), `smull`/`sdot` on AArch64, and a plain C version elsewhere.
+ * `pmaddubsw` on x86 (SSSE3, AVX2), `smull`/`sdot` on AArch64, `i32x4.dot_i16x8_s` in WebAssembly
+ * SIMD128, and a plain C version elsewhere.
  * Prepended to the kernels' C file by codegen/c/native.py; docs/format.md ("c-native") lists them.
  *
  * Activations are quantized in blocks of 32 (op/quantized.py, activations="q8"): d = max|x| / 127,
@@ -21,7 +22,13 @@
 #elif defined(__ARM_NEON) && defined(__aarch64__)
 #define TSR_MK_NEON 1
 #include <arm_neon.h>
+#elif defined(__wasm_simd128__)
+#define TSR_MK_WASM 1
+#include <wasm_simd128.h>
 #endif
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #define TSR_QK 32
 
@@ -119,6 +126,32 @@ static void tsr_quantize_q8(const float *x, int32_t k, void *q_words, float *d, 
     }
     d[b] = scale;
     s[b] = scale * (float)vaddvq_s32(total);
+#elif defined(TSR_MK_WASM)
+    v128_t v[8], m = wasm_f32x4_splat(0.0f);
+    for (int i = 0; i < 8; i++) {
+      v[i] = wasm_v128_load(x + 4 * i);
+      m = wasm_f32x4_pmax(m, wasm_f32x4_abs(v[i]));
+    }
+    float amax = 0.0f;
+    for (int i = 0; i < 4; i++) {
+      const float lane = i == 0 ? wasm_f32x4_extract_lane(m, 0) : i == 1 ? wasm_f32x4_extract_lane(m, 1)
+                       : i == 2 ? wasm_f32x4_extract_lane(m, 2) : wasm_f32x4_extract_lane(m, 3);
+      amax = lane > amax ? lane : amax;
+    }
+    const float scale = tsr_mk_scale(amax);
+    const v128_t inverse = wasm_f32x4_splat(tsr_mk_inverse(scale));
+    v128_t n[8], total = wasm_i32x4_splat(0);
+    for (int i = 0; i < 8; i++) { /* nearest even, then exact: the values are whole numbers */
+      n[i] = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(v[i], inverse)));
+      total = wasm_i32x4_add(total, n[i]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+      const v128_t low = wasm_i16x8_narrow_i32x4(n[i], n[i + 1]), high = wasm_i16x8_narrow_i32x4(n[i + 2], n[i + 3]);
+      wasm_v128_store(q + 4 * i, wasm_i8x16_narrow_i16x8(low, high));
+    }
+    d[b] = scale;
+    s[b] = scale * (float)(wasm_i32x4_extract_lane(total, 0) + wasm_i32x4_extract_lane(total, 1) +
+                           wasm_i32x4_extract_lane(total, 2) + wasm_i32x4_extract_lane(total, 3));
 #else
     float amax = 0.0f;
     for (int j = 0; j < TSR_QK; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
@@ -160,6 +193,15 @@ static inline __m128 tsr_mk_dot_u8(__m128i u0, __m128i x0, __m128i u1, __m128i x
 static inline float tsr_mk_sum4(__m128 r) {
   r = _mm_add_ps(r, _mm_movehl_ps(r, r));
   return _mm_cvtss_f32(_mm_add_ss(r, _mm_shuffle_ps(r, r, 1)));
+}
+#elif defined(TSR_MK_WASM)
+static inline v128_t tsr_mk_dot_s8(v128_t acc, v128_t a, v128_t b) { /* 16 s8 x s8 products into 4 i32 */
+  acc = wasm_i32x4_add(acc, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(a), wasm_i16x8_extend_low_i8x16(b)));
+  return wasm_i32x4_add(acc, wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(a), wasm_i16x8_extend_high_i8x16(b)));
+}
+static inline float tsr_mk_sum4(v128_t r) {
+  return (wasm_f32x4_extract_lane(r, 0) + wasm_f32x4_extract_lane(r, 1)) +
+         (wasm_f32x4_extract_lane(r, 2) + wasm_f32x4_extract_lane(r, 3));
 }
 #elif defined(TSR_MK_NEON)
 static inline int32x4_t tsr_mk_dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b) {
@@ -219,6 +261,19 @@ static inline int32x4_t tsr_mk_dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b) {
     extra += (HAS_MIN ? tsr_mk_half(w + 2) : -8.0f * dw) * s[b];                                           \
   }                                                                                                        \
   return vaddvq_f32(acc) + extra;
+#elif defined(TSR_MK_WASM)
+#define TSR_MK_DOT4_BODY(BLOCK, OFFSET, HAS_MIN)                                                           \
+  v128_t acc = wasm_f32x4_splat(0.0f);                                                                     \
+  const v128_t low = wasm_i8x16_splat(15);                                                                 \
+  for (int32_t b = 0; b < blocks; b++, w += BLOCK, q += TSR_QK) {                                          \
+    const float dw = tsr_mk_half(w);                                                                       \
+    const v128_t raw = wasm_v128_load(w + OFFSET);                                                         \
+    v128_t dot = tsr_mk_dot_s8(wasm_i32x4_splat(0), wasm_v128_and(raw, low), wasm_v128_load(q));          \
+    dot = tsr_mk_dot_s8(dot, wasm_u8x16_shr(raw, 4), wasm_v128_load(q + 16));                              \
+    acc = wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(dot), wasm_f32x4_splat(dw * d[b])));   \
+    extra += (HAS_MIN ? tsr_mk_half(w + 2) : -8.0f * dw) * s[b];                                           \
+  }                                                                                                        \
+  return tsr_mk_sum4(acc) + extra;
 #else
 #define TSR_MK_DOT4_BODY(BLOCK, OFFSET, HAS_MIN)                                                           \
   float total = 0.0f;                                                                                      \
@@ -268,6 +323,14 @@ static float tsr_dot_q8_0_q8(const void *row, const void *q_words, const float *
     acc = vaddq_f32(acc, vmulq_n_f32(vcvtq_f32_s32(dot), tsr_mk_half(w) * d[b]));
   }
   return vaddvq_f32(acc);
+#elif defined(TSR_MK_WASM)
+  v128_t acc = wasm_f32x4_splat(0.0f);
+  for (int32_t b = 0; b < blocks; b++, w += 34, q += TSR_QK) {
+    v128_t dot = tsr_mk_dot_s8(wasm_i32x4_splat(0), wasm_v128_load(w + 2), wasm_v128_load(q));
+    dot = tsr_mk_dot_s8(dot, wasm_v128_load(w + 18), wasm_v128_load(q + 16));
+    acc = wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(dot), wasm_f32x4_splat(tsr_mk_half(w) * d[b])));
+  }
+  return tsr_mk_sum4(acc);
 #else
   float total = 0.0f;
   for (int32_t b = 0; b < blocks; b++, w += 34, q += TSR_QK) {

@@ -28,7 +28,7 @@ import subprocess
 import tempfile
 
 from tessera.target import SHADER_F16, TargetKind, register_kind, register_preset
-from tessera.tir.ir import Buffer, Extern, walk_expr, walk_stmts
+from tessera.tir.ir import Buffer
 from tessera.tir.lower import LoweringNeeds, lower_kernel
 
 from .. import (
@@ -42,7 +42,7 @@ from .. import (
     register_backend,
     uses_dtype,
 )
-from . import C_RESERVED, LOWERING, CRenderer, emit_c_module
+from . import C_RESERVED, EXTERNS, LOWERING, CRenderer, emit_c_module
 
 MODULE = "kernels.so"
 # Global buffers hold f16 as well (a host has no trouble addressing 2-byte elements).
@@ -96,11 +96,6 @@ class NativeCRenderer(CRenderer):
     def element_type(self, buf: Buffer) -> str:
         return HALF if buf.dtype == "f16" else self.type_name(buf.dtype)
 
-    def extern_call(self, name: str, args: list[str]) -> str:
-        if name not in EXTERNS:
-            raise self.error(f"{self.language} has no micro-kernel {name!r}; microkernels.c has "
-                             f"{', '.join(sorted(EXTERNS))}")
-        return f"{name}({', '.join(args)})"
 
     def load(self, buffer: Buffer, index: str, lanes: int = 1) -> str:
         text = super().load(buffer, index, lanes)
@@ -137,24 +132,9 @@ class NativeCRenderer(CRenderer):
                 "    const int32_t wg_z = (int32_t)(tsr_wg / nwg_x / nwg_y);"]
 
 
-MICROKERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "microkernels.c")
-# The micro-kernels microkernels.c defines, which tir kernels for the cpu kind may call (tir Extern).
-EXTERNS = frozenset({"tsr_quantize_q8", "tsr_dot_q4_0_q8", "tsr_dot_q4_1_q8", "tsr_dot_q8_0_q8"})
-
-
-@functools.cache
-def microkernels() -> str:
-    with open(MICROKERNELS, encoding="utf-8") as f:
-        return f.read()
-
-
 def emit_native_module(kernels) -> str:
-    """One C file of lowered kernels behind the uniform signature (after the micro-kernels, when a
-    kernel calls one)."""
-    uses_externs = any(isinstance(e, Extern) for k in kernels for _, exprs in walk_stmts(k.body)
-                       for root in exprs for e in walk_expr(root))
-    body = emit_c_module(kernels, NativeCRenderer)
-    return NATIVE_INCLUDES + ("#include <math.h>\n" + microkernels() if uses_externs else "") + body
+    """One C file of lowered kernels behind the uniform signature."""
+    return NATIVE_INCLUDES + emit_c_module(kernels, NativeCRenderer)
 
 
 def host_machine() -> str:

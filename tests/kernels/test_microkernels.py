@@ -1,6 +1,7 @@
 """The c-native micro-kernels (codegen/c/microkernels.c) on every instruction set they have a path
-for: plain C, SSSE3 (x86-64-v2), AVX2 (x86-64-v3, where this CPU has it) and NEON (AArch64, built
-by Debian's cross compiler and run under qemu-user), against numpy. The rounding of x must be the
+for: plain C, SSSE3 (x86-64-v2), AVX2 (x86-64-v3, where this CPU has it), NEON (AArch64, built
+by Debian's cross compiler and run under qemu-user) and WebAssembly SIMD128 (built by Debian's clang
+for wasm32-wasi, run by wasmtime), against numpy. The rounding of x must be the
 same bit for bit on every path; the dot products equal the rounded x times ggml's floats."""
 
 import os
@@ -11,7 +12,7 @@ import subprocess
 import gguf
 import numpy as np
 import pytest
-from tessera.codegen.c.native import MICROKERNELS
+from tessera.codegen.c import MICROKERNELS
 
 FORMATS = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
            "q8_0": gguf.GGMLQuantizationType.Q8_0}
@@ -71,7 +72,31 @@ def paths():
     # make setup installs the cross compiler and qemu-user: their absence is a broken setup, not a skip.
     found.append(("NEON", ["aarch64-linux-gnu-gcc", "-march=armv8.2-a", "-static"], ["qemu-aarch64"]))
     found.append(("NEON dotprod", ["aarch64-linux-gnu-gcc", "-march=armv8.2-a+dotprod", "-static"], ["qemu-aarch64"]))
+    found.append(("WASM SIMD128", WASM_CLANG, [WASM]))
     return found
+
+
+WASM = "wasmtime"  # run in-process by the wasmtime package (the kernel runner's), with WASI
+WASM_CLANG = ["clang", "--target=wasm32-wasi", "--sysroot=/usr", "-isystem", "/usr/include/wasm32-wasi",
+              "-L/usr/lib/wasm32-wasi", "-msimd128"]
+
+
+def run_wasm(binary: str, args: list[str], folder: str) -> None:
+    import wasmtime
+
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    wasi = wasmtime.WasiConfig()
+    wasi.argv = ["harness", *args]
+    wasi.preopen_dir(folder, folder)
+    store.set_wasi(wasi)
+    linker = wasmtime.Linker(engine)
+    linker.define_wasi()
+    instance = linker.instantiate(store, wasmtime.Module.from_file(engine, binary))
+    try:
+        instance.exports(store)["_start"](store)
+    except wasmtime.ExitTrap as exit_:
+        assert exit_.code == 0, f"the WASM harness exited with {exit_.code}"
 
 
 @pytest.fixture(scope="module")
@@ -104,13 +129,16 @@ def rounded(x):
 @pytest.mark.parametrize("name,compiler,runner", paths(), ids=[p[0] for p in paths()])
 def test_every_simd_path_rounds_and_multiplies_alike(data, name, compiler, runner):
     folder, x, dense = data
-    for tool in (compiler[0], *runner):
+    for tool in (compiler[0], *(r for r in runner if r != WASM)):
         assert shutil.which(tool), f"{tool} is missing: make setup installs it"
     binary = folder / f"harness-{name.replace(' ', '-')}"
     subprocess.run([*compiler, "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", str(binary),
                     str(folder / "harness.c"), "-lm"], check=True, capture_output=True, text=True)
     output = folder / f"output-{name.replace(' ', '-')}.bin"
-    subprocess.run([*runner, str(binary), str(folder / "input.bin"), str(output)], check=True, timeout=60)
+    if runner == [WASM]:
+        run_wasm(str(binary), [str(folder / "input.bin"), str(output)], str(folder))
+    else:
+        subprocess.run([*runner, str(binary), str(folder / "input.bin"), str(output)], check=True, timeout=60)
     raw = np.fromfile(output, np.uint8)
     blocks = K // 32
     q = raw[:K].view(np.int8)

@@ -65,6 +65,12 @@ def test_the_llm_kernels_as_wasm(wasm):
                               [Tensor((1, 128), F32), Tensor((42, words.shape[1]), "uint32")], target=WASM, rtol=1e-4,
                               atol=1e-4, inputs=lambda env, rng, w=words: [rng.standard_normal((1, 128)).astype(np.float32), w])
         assert [k.attrs["rule"] for k in kernels] == ["quantized-gemv"]
+    for fmt in ("q4_0", "q4_1", "q8_0"):  # decode with x in q8: the SIMD128 micro-kernels
+        words, _ = quantized(fmt, 70, 256)
+        _, kernels = check_op(wasm, lambda a, w, f=fmt: op.quantized_matmul(a, w, format=f, k=256, activations="q8"),
+                              [Tensor((1, 256), F32), Tensor((70, words.shape[1]), "uint32")], target=WASM, rtol=1e-5,
+                              atol=1e-4, inputs=lambda env, rng, w=words: [rng.standard_normal((1, 256)).astype(np.float32), w])
+        assert [k.attrs["rule"] for k in kernels] == ["quantized-gemv-q8"]
     table, _ = quantized("q8_0", 30, 64)
     check_op(wasm, lambda w, i: op.quantized_take(w, i, format="q8_0", k=64),
              [Tensor((30, table.shape[1]), "uint32"), Tensor(("n",), "int32")], target=WASM, rtol=1e-5, atol=1e-5,
