@@ -27,7 +27,6 @@ from tessera.ir import TesseraError
 from tessera.models.from_gguf import llama_from_gguf
 from tessera.models.llama import export_llm
 from tessera.target import Target, presets
-from tessera.transform import quantize_activations
 from tessera.vm import Executable
 
 from .inspect import describe_target
@@ -88,9 +87,7 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     model, weights = llama_from_gguf(model_file)
     context_length = min(context_length, model_file.config.context_length)
     progress("export the graph", 0, 1)
-    mod = nn.bind_weights(export_llm(model, context_length), weights)
-    if target.quantized_activations:  # a CPU's integer SIMD GEMVs (transform/quantize_activations.py)
-        mod = quantize_activations(mod, target.quantized_activations)
+    mod = nn.bind_weights(export_llm(model, context_length, target.quantized_activations), weights)
     exe = tessera.build(mod, target, progress=progress)
     progress(f"write {output}", 0, 1)
     os.makedirs(output, exist_ok=True)

@@ -203,12 +203,15 @@ def _grouped_attention(q: Expr, keys: Expr, values: Expr, mask: Expr, n, end, c:
 
 
 
-def export_llm(model: LlamaForCausalLM, context_length: int):
+def export_llm(model: LlamaForCausalLM, context_length: int, quantized_activations: str = ""):
     """``prefill(input_ids (n,), total)`` and ``decode(input_ids (1,), total)``, sharing a KV cache of
     ``context_length`` positions kept as state: each writes its positions into the cache and returns
-    the last position's logits. ``total`` counts every position so far, this call's included."""
+    the last position's logits. ``total`` counts every position so far, this call's included.
+    ``quantized_activations`` ("q8"): decode's quantized GEMVs read x rounded to 8 bits, for a
+    target's integer SIMD kernels (transform/quantize_activations.py; ``Target.quantized_activations``)."""
     from ..ir import PrimStructInfo, Tensor
     from ..nn import export
+    from ..transform import quantize_activations
 
     c = model.config
     caches = {}
@@ -222,6 +225,8 @@ def export_llm(model: LlamaForCausalLM, context_length: int):
                  method="step", attrs=attrs)
     mod = export(model, "decode", {"input_ids": Tensor((1,), "int32"), "total": total, **caches}, method="step",
                  attrs=attrs, module=mod)
+    if quantized_activations:
+        mod = quantize_activations(mod, quantized_activations, functions=("decode",))
     return add_sampling(mod, c.vocab_size, context_length)
 
 

@@ -137,6 +137,12 @@ def load_library(path: str | None = None) -> ctypes.CDLL:
     return lib
 
 
+def raise_null(lib: ctypes.CDLL, function: str) -> None:
+    """After a constructor returned NULL: the C API gives a message, not a status, so none is named."""
+    message = (lib.tessera_last_error() or b"").decode("utf-8", "replace")
+    raise NativeError(0, message or f"{function} failed")
+
+
 def raise_last(lib: ctypes.CDLL, status: int) -> None:
     message = (lib.tessera_last_error() or b"").decode("utf-8", "replace")
     name = lib.tessera_status_name(status).decode()

@@ -25,6 +25,7 @@ from .binding import (
     Value,
     load_library,
     raise_last,
+    raise_null,
 )
 
 
@@ -59,7 +60,7 @@ class NativeModel:
             params.n_libraries = len(self._callbacks)
         self._handle = lib.tessera_model_load(directory.encode(), ctypes.byref(params))
         if not self._handle:
-            raise_last(lib, -3)
+            raise_null(lib, "tessera_model_load")
         self.directory = directory
 
     def _library(self, name: str, fn):
@@ -204,7 +205,7 @@ class NativeSession:
         self._lib = model._lib
         self._handle = self._lib.tessera_session_new(model._handle)
         if not self._handle:
-            raise_last(self._lib, -7)
+            raise_null(self._lib, "tessera_session_new")
 
 
     def close(self) -> None:

@@ -6,8 +6,12 @@ changes results by about 0.5% of a dot product's size, so it is a decision of th
 a kernel: this pass writes it into each call (``quantized_matmul(..., activations="q8")``), where
 the printed IR shows it and the reference interpreter computes it too (op/quantized.py).
 
-Only calls whose activations are one row (decode) change: prefill's GEMMs read x as it is.
-``compile_model`` runs the pass for targets whose kind asks for it (``Target.quantized_activations``).
+Only calls whose activations are one row change, and only in the ``functions`` named (all when
+None). A model export names its decode step: prefill, whose last position's logits choose the
+first token of a reply, reads x as it is. (SmolLM2's first token for "What is the capital of
+France?" is a near tie, 25.33 against 25.24, that rounding x flips: llama.cpp, which rounds
+everywhere, answers "L'Etoile, ..." where the f32 model says "The capital of France is Paris.")
+``export_llm`` runs the pass for targets whose kind asks for it (``Target.quantized_activations``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from ..op.quantized import ACTIVATIONS
 from .rewrite import map_graph_functions, rewrite_function
 
 
-def quantize_activations(mod: IRModule, mode: str = "q8") -> IRModule:
+def quantize_activations(mod: IRModule, mode: str = "q8", functions=None) -> IRModule:
     if mode not in ACTIVATIONS:
         raise ValueError(f"quantize_activations: {mode!r} is not one of {', '.join(repr(a) for a in ACTIVATIONS)}")
 
@@ -36,7 +40,9 @@ def quantize_activations(mod: IRModule, mode: str = "q8") -> IRModule:
             attrs += (("activations", mode),)
         return [VarBinding(binding.var, replace(value, attrs=attrs))]
 
-    return map_graph_functions(mod, lambda name, func: rewrite_function(func, rewrite))
+    chosen = None if functions is None else set(functions)
+    return map_graph_functions(mod, lambda name, func: func if chosen is not None and name not in chosen
+                               else rewrite_function(func, rewrite))
 
 
 def _one_row(info) -> bool:

@@ -12,6 +12,7 @@ from tessera.frontend import bundled_smollm2_path, load_gguf
 from tessera.frontend.tokenizer import build_tokenizer
 from tessera.models.from_gguf import llama_from_gguf
 from tessera.models.llama import export_llm
+from tessera.target import Target
 from tessera.vm import VirtualMachine
 
 PROMPTS = [
@@ -61,10 +62,23 @@ def test_greedy_replies_equal_the_webgpu_build(smollm2, prompts, webgpu_replies,
 
 @pytest.fixture(scope="module")
 def smollm2_cpu_folder(smollm2, tmp_path_factory):
-    """SmolLM2 built for the cpu target (kernels in one shared object), saved as a folder."""
+    """SmolLM2 built for the cpu target (kernels in one shared object), saved as a folder: the same
+    f32 program as the WebGPU build, for comparing runtimes and backends."""
     model, weights = smollm2
     folder = str(tmp_path_factory.mktemp("smollm2") / "cpu")
     tessera.build(nn.bind_weights(export_llm(model, CONTEXT), weights), "cpu").save(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def smollm2_compiled_cpu(tmp_path_factory):
+    """SmolLM2 as `tessera compile --target cpu` builds it: decode's GEMVs read activations rounded
+    to 8 bits (Target.quantized_activations), with the tokenizer and chat config."""
+    from tessera.app.compile import compile_model
+
+    assert Target.preset("cpu").quantized_activations == "q8"
+    folder = str(tmp_path_factory.mktemp("smollm2") / "cpu-q8")
+    compile_model(bundled_smollm2_path(), folder, "cpu", CONTEXT)
     return folder
 
 
@@ -100,3 +114,42 @@ def test_native_and_python_vm_logits_agree_on_the_cpu_build(smollm2_cpu_folder, 
     a = native.call("prefill", ids, len(ids))[0]
     b = python["prefill"](ids, len(ids))
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_the_native_cpu_build_answers_the_demo_question(smollm2_compiled_cpu):
+    """The chat a user runs first: prefill reads x in f32, so the first token of the reply is the
+    f32 model's ("The", a near tie with "L" that rounding x would flip), and the reply is right."""
+    from tessera.native import NativeModel
+
+    session = NativeModel(smollm2_compiled_cpu, n_threads=2).session()
+    reply = session.chat([{"role": "user", "content": "What is the capital of France?"}], max_tokens=12)["reply"]
+    assert reply.startswith("The capital of France is Paris"), reply
+
+
+def test_rounding_decodes_activations_moves_logits_little(smollm2_compiled_cpu, smollm2_cpu_folder, prompts,
+                                                           webgpu_replies):
+    """The q8 build against the f32 build, both fed the f32 reply (teacher forcing): the logits stay
+    close, and the greedy choice is the same wherever the f32 model's margin exceeds twice the
+    largest move of a logit (where it cannot change)."""
+    from tessera.native import NativeModel
+
+    exact, rounded = NativeModel(smollm2_cpu_folder, n_threads=2), NativeModel(smollm2_compiled_cpu, n_threads=2)
+    for ids, reply in zip(prompts, webgpu_replies):
+        a, b = exact.call("prefill", ids, len(ids))[0][0], rounded.call("prefill", ids, len(ids))[0][0]
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)  # prefill reads x as it is
+        for step, token in enumerate(reply[:-1]):
+            position = np.array([token], np.int32)
+            a = exact.call("decode", position, len(ids) + step + 1)[0][0]
+            b = rounded.call("decode", position, len(ids) + step + 1)[0][0]
+            top = np.sort(a)[-2:]
+            shift = np.abs((a - a.mean()) - (b - b.mean())).max()  # a common offset changes no probability
+            assert shift < MAX_LOGIT_SHIFT, (step, shift)
+            if top[1] - top[0] > 2 * shift:  # no logit moved enough to pass the best one
+                assert int(b.argmax()) == int(a.argmax()) == reply[step + 1]
+        exact.reset_state()
+        rounded.reset_state()
+
+
+# Logits of SmolLM2 span about 30; rounding decode's activations to 8 bits moves them (past a common
+# offset) by 1.04 at most over these prompts' 93 steps, 0.5 typically.
+MAX_LOGIT_SHIFT = 1.5

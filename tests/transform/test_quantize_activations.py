@@ -43,3 +43,9 @@ def test_only_one_row_gemvs_round_their_activations():
 def test_an_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="'q4' is not one of"):
         quantize_activations(module()[0], "q4")
+
+
+def test_only_the_named_functions_change():
+    mod, _ = module()
+    assert activations(quantize_activations(mod, functions=("decode",))) == ["", ""]
+    assert activations(quantize_activations(mod, functions=("main",))) == ["q8", ""]
