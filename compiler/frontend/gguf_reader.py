@@ -1,4 +1,5 @@
-"""Read GGUF models (llama.cpp's format) with ggml's own parser, the `gguf` package.
+"""Read GGUF models (llama.cpp's format) with ggml's own tables, the `gguf` package (the header is
+parsed by gguf_file.py, which hands unusual files to the package's GGUFReader).
 
 ``load_gguf(path)`` returns the architecture config, the tensors and the
 tokenizer description. Quantized weights stay in their GGUF block layout:
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.errors import TesseraError
+from .gguf_file import read_gguf_file
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "mistral")
 # format -> (values per block, bytes per block)
@@ -87,35 +89,20 @@ def load_gguf(path: str) -> GGUFModel:
     if not os.path.exists(path):
         raise GGUFError(f"no GGUF file at {path}")
     try:
-        reader = gguf.GGUFReader(path)
-    except Exception as error:  # the parser raises many kinds on truncated or corrupted input
+        contents = read_gguf_file(path, gguf)
+    except Exception as error:  # the parsers raise many kinds on truncated or corrupted input
         raise GGUFError(f"cannot read GGUF file {path}: truncated or corrupted ({type(error).__name__}: "
                         f"{error})") from None
-    metadata = {name: _field_value(f, gguf) for name, f in reader.fields.items()}
+    metadata = contents.metadata
     arch = metadata.get("general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
         raise GGUFError(f"{os.path.basename(path)}: architecture {arch!r} is not supported "
                         f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
     tensors = {}
-    for tensor in reader.tensors:
+    for tensor in contents.tensors:
         tensors[tensor.name] = _tensor(tensor, gguf, path)
     config = _config(metadata, arch, tensors, path)
     return GGUFModel(path, config, tensors, _tokenizer(metadata), metadata)
-
-
-def _field_value(field, gguf):
-    types = field.types
-    if not types:
-        return None
-    if types[0] == gguf.GGUFValueType.ARRAY:
-        if types[-1] == gguf.GGUFValueType.STRING:
-            return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
-        return [field.parts[i].tolist()[0] for i in field.data]
-    value = field.parts[field.data[0]]
-    if types[0] == gguf.GGUFValueType.STRING:
-        return bytes(value).decode("utf-8", errors="replace")
-    item = value.tolist()[0]
-    return bool(item) if types[0] == gguf.GGUFValueType.BOOL else item
 
 
 def _tensor(tensor, gguf, path):

@@ -3,6 +3,8 @@ template rendered with jinja2, as transformers renders it."""
 
 from __future__ import annotations
 
+import functools
+
 from .gguf_reader import GGUFError, TokenizerSpec
 
 
@@ -26,7 +28,14 @@ def build_tokenizer(spec: TokenizerSpec):
 
 def render_chat(template: str, messages: list[dict], add_generation_prompt: bool = True, **extra) -> str:
     """The conversation as the model's chat template lays it out (jinja2, sandboxed)."""
+    return _compiled_template(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                               **extra)
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_template(template: str):
+    """Compiling a template costs about 100 renderings of it: `tessera compile` renders one ~250
+    times to check its reduction (frontend/chat_format.py), a chat once per turn."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt, **extra)
+    return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(template)

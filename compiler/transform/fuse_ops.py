@@ -41,7 +41,7 @@ from ..op.lowering import LegalizeError
 from ..target import Target
 from ..tir.compute import ComputeDef
 from ..tir.pattern import Pattern, analyze_pattern
-from .legalize import describe_call
+from .legalize import call_signature, describe_call
 from .outline import FreshNames, outline_group
 from .rewrite import used_vars
 
@@ -54,9 +54,10 @@ def fuse_ops(mod: IRModule, target: Target | None = None) -> IRModule:
     target = target or Target("webgpu", features={"shader-f16"})
     functions = dict(mod.functions)
     fresh = FreshNames(functions)
+    kinds: dict = {}  # call signature -> (pattern kind, is a matmul): alike calls are analyzed once
     for name, func in mod.functions.items():
         if isinstance(func, Function) and not func.attr("Primitive"):
-            functions[name] = _FunctionFuser(func, target, functions, fresh).run()
+            functions[name] = _FunctionFuser(func, target, functions, fresh, kinds).run()
     return IRModule(functions, mod.global_infos)
 
 
@@ -68,8 +69,12 @@ class _Group:
 
 
 class _FunctionFuser:
-    def __init__(self, func: Function, target: Target, functions: dict, fresh: FreshNames):
-        self.func, self.target, self.functions, self.fresh = func, target, functions, fresh
+    def __init__(self, func: Function, target: Target, functions: dict, fresh: FreshNames, kinds: dict):
+        self.func, self.target, self.functions, self.fresh, self.kinds = func, target, functions, fresh, kinds
+        self.positions: dict[int, int] = {}  # id(binding) -> its index in its block
+        for block in func.body.blocks:
+            for index, binding in enumerate(block.bindings):
+                self.positions.setdefault(id(binding), index)
         self.uses: dict[Var, int] = {}
         for block in func.body.blocks:
             for binding in block.bindings:
@@ -90,19 +95,30 @@ class _FunctionFuser:
         if not (isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, Op)
                 and value.op.legalize is not None):
             return None
+        signature = call_signature(value, lambda var: ("var", var.struct_info))
+        if signature is None:
+            kind, matmul = self._analyze(value)
+        else:
+            if signature not in self.kinds:
+                self.kinds[signature] = self._analyze(value)
+            kind, matmul = self.kinds[signature]
+        if matmul:
+            self._matmuls.add(binding.var)
+        return kind
+
+    def _analyze(self, value: Call) -> tuple[Pattern | None, bool]:
+        """The pattern kind of an operator call, or None when it is not fused, and whether it is a matmul."""
         try:
             described = describe_call(value, self.target)
         except LegalizeError:
-            return None
+            return None, False
         result = described.result
         if not isinstance(result, ComputeDef) or None in described.inputs or None in described.outputs:
-            return None  # row operators, tuples and graph-level replacements stay on their own
+            return None, False  # row operators, tuples and graph-level replacements stay on their own
         if any(isinstance(a, Constant) and a.data.ndim > 0 for a in described.args):
-            return None  # a fused kernel takes scalar constants inline, larger ones stay with their op
+            return None, False  # a fused kernel takes scalar constants inline, larger ones stay with their op
         kind = analyze_pattern(result)
-        if kind in REDUCING_KINDS and ("matmul" in result.attrs or "quantized_matmul" in result.attrs):
-            self._matmuls.add(binding.var)
-        return kind
+        return kind, kind in REDUCING_KINDS and ("matmul" in result.attrs or "quantized_matmul" in result.attrs)
 
     def _block(self, block: DataflowBlock) -> DataflowBlock:
         self._matmuls: set[Var] = set()
@@ -173,11 +189,7 @@ class _FunctionFuser:
         return VarBinding(members[-1].var, call)
 
     def _position(self, binding) -> int:
-        for block in self.func.body.blocks:
-            for index, b in enumerate(block.bindings):
-                if b is binding:
-                    return index
-        return 0
+        return self.positions.get(id(binding), 0)
 
 
 def same_shape(a, b) -> bool:

@@ -17,23 +17,30 @@ from ..ir.module import IRModule
 from ..target import Target
 from ..tir.compute import ComputeDef, TensorRead, placeholder
 from ..tir.ir import Const, TExpr, map_children
-from .legalize import KernelTable, describe_call
+from .legalize import KernelTable, call_signature, describe_call
 from .rewrite import rewrite_function
 
 
 def fuse_tir(mod: IRModule, target: Target) -> IRModule:
     kernels = KernelTable(mod.functions, target)
     fused = {name for name, f in mod.functions.items() if isinstance(f, Function) and f.attr("Primitive")}
-    composites = {name: _compose(name, mod.functions[name], target) for name in fused}
+    # Groups alike but for their names (one per decoder layer) are composed and scheduled once.
+    signatures = {name: _signature(mod.functions[name]) for name in fused}
+    composites: dict = {}
+    for name in sorted(fused):
+        key = signatures[name] if signatures[name] is not None else name
+        if key not in composites:
+            composites[key] = _compose(name, mod.functions[name], target)
 
     def rewrite(binding, dataflow):
         value = binding.value
         if isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, GlobalVar) \
-                and value.op.name in composites:
-            defn, params = composites[value.op.name]
+                and value.op.name in fused:
+            name, signature = value.op.name, signatures[value.op.name]
+            defn, params = composites[signature if signature is not None else name]
             args = [a for a, p in zip(value.args, params) if p is not None]
             inputs = [p for p in params if p is not None]
-            return [VarBinding(binding.var, kernels.call(defn, args, inputs, binding.var.struct_info))]
+            return [VarBinding(binding.var, kernels.call(defn, args, inputs, binding.var.struct_info, signature, name))]
         return [binding]
 
     for name, func in mod.functions.items():
@@ -42,6 +49,26 @@ def fuse_tir(mod: IRModule, target: Target) -> IRModule:
     for name in fused:
         del kernels.functions[name]
     return IRModule(kernels.functions, mod.global_infos)
+
+
+def _signature(func: Function):
+    """The fused function up to its name and its variables' names: its parameters' struct info and
+    each member call, whose arguments are named by position (parameter i, member j); None when a
+    part cannot be compared (then the function is composed and scheduled on its own)."""
+    blocks = func.body.blocks
+    if len(blocks) != 1 or func.body.body is not blocks[0].bindings[-1].var:
+        return None
+    position = {param: ("param", index) for index, param in enumerate(func.params)}
+    members = []
+    for index, binding in enumerate(blocks[0].bindings):
+        if not isinstance(binding, VarBinding) or not isinstance(binding.value, Call):
+            return None
+        member = call_signature(binding.value, lambda var: position.get(var))
+        if member is None:
+            return None
+        members.append((member, binding.var.struct_info))
+        position[binding.var] = ("member", index)
+    return (tuple(p.struct_info for p in func.params), tuple(members))
 
 
 def _compose(name: str, func: Function, target: Target):

@@ -7,7 +7,9 @@ turns it into a ``PrimFunc`` for the target, added to the module; and the bindin
 becomes ``v = R.call_tir(cls.kernel, (tensor args...), out_sinfo, tir_vars)``
 where ``tir_vars`` passes the kernel's symbolic sizes. Operators whose output
 shape depends on data become runtime calls instead. Identical kernels are
-shared.
+shared, and calls that are alike (the same operator and attributes on tensors
+of the same struct info: the same call in each of 30 decoder layers) are
+scheduled once.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ from ..ir.expr import (
     Constant,
     DataflowVar,
     Expr,
+    ExternFunc,
     Function,
     GlobalVar,
     Op,
+    PrimValue,
+    ShapeExpr,
+    StringImm,
     Tuple,
     TupleGetItem,
     Var,
@@ -79,8 +85,10 @@ def _legalize(binding: VarBinding, in_dataflow: bool, kernels: KernelTable, anal
     if isinstance(described.result, Expr):  # replaced at the graph level (shape_of, unique, split concat)
         return _rebind(binding.var, described.result, in_dataflow, kernels, analyzer)
     described.require_shapes()
+    key = call_signature(call, _var_signature)
     if isinstance(described.result, OpaqueDef):  # its rule may add scratch outputs to the kernel
-        kernel_call = kernels.call(described.result, described.args, described.inputs, described.out_sinfos[0])
+        kernel_call = kernels.call(described.result, described.args, described.inputs, described.out_sinfos[0],
+                                   _part(key, 0))
         if not isinstance(kernel_call.struct_info, TupleStructInfo):
             return [VarBinding(binding.var, kernel_call)]
         # Scratch outputs come back as trailing tuple fields: the op's value is the first.
@@ -90,12 +98,13 @@ def _legalize(binding: VarBinding, in_dataflow: bool, kernels: KernelTable, anal
     defs = described.result if isinstance(described.result, list) else [described.result]
     if len(defs) == 1:
         return [VarBinding(binding.var, kernels.call(defs[0], described.args, described.inputs,
-                                                     described.out_sinfos[0]))]
+                                                     described.out_sinfos[0], _part(key, 0)))]
     parts, out = [], []
     var_type = DataflowVar if in_dataflow else Var
     for number, (defn, sinfo) in enumerate(zip(defs, described.out_sinfos)):
         part = var_type(f"{binding.var.name_hint}_{number}", sinfo)
-        out.append(VarBinding(part, kernels.call(defn, described.args, described.inputs, sinfo)))
+        out.append(VarBinding(part, kernels.call(defn, described.args, described.inputs, sinfo,
+                                                 _part(key, number))))
         parts.append(part)
     out.append(VarBinding(binding.var, Tuple(tuple(parts))))
     return out
@@ -174,11 +183,21 @@ class KernelTable:
         self.functions = dict(functions)
         self.target = target
         self._by_text: dict[str, str] = {}
+        self._by_signature: dict[object, PrimFunc] = {}
 
-    def call(self, defn, args, inputs, out_sinfo) -> Call:
-        """Schedule ``defn``, add its kernel and return the call_tir that runs it on ``args``."""
-        func = schedule(defn, self.target, defn.name)
+    def call(self, defn, args, inputs, out_sinfo, signature=None, name: str | None = None) -> Call:
+        """Schedule ``defn`` (as kernel ``name``, by default ``defn.name``), add its kernel and return
+        the call_tir that runs it on ``args``.
+
+        ``signature`` (from ``call_signature``), when given, stands for everything the kernel
+        depends on but its name: a later call with an equal signature reuses the kernel scheduled
+        for the first, which is the kernel ``add`` would have found for it."""
         used = [next(a for a, buf in zip(args, inputs) if buf is wanted) for wanted in defn.inputs]
+        func = self._by_signature.get(signature) if signature is not None else None
+        if func is None:
+            func = self.functions[self.add(schedule(defn, self.target, name or defn.name))]
+            if signature is not None:
+                self._by_signature[signature] = func
         return self.call_kernel(func, used, out_sinfo)
 
     def call_kernel(self, func: PrimFunc, args, out_sinfo) -> Call:
@@ -198,6 +217,8 @@ class KernelTable:
         return with_struct_info(call_tir(GlobalVar(name), args, outs, tir_vars=tir_vars), TupleStructInfo(tuple(outs)))
 
     def add(self, func: PrimFunc) -> str:
+        if self.functions.get(func.name) is func:  # a kernel this table added (a signature's reuse)
+            return func.name
         # The key is every field (repr), not the readable text: kernels that differ only in a buffer's
         # storage dtype or an attribute print alike but are not the same kernel.
         key = repr(replace(func, name="kernel"))
@@ -210,6 +231,49 @@ class KernelTable:
         self.functions[name] = replace(func, name=name)
         self._by_text[key] = name
         return name
+
+
+def call_signature(call: Call, var_signature):
+    """What the kernel of an operator call depends on, as a hashable value, or None when a part
+    cannot be compared: the operator, its attributes (by repr, so 1 and 1.0 or 0.0 and -0.0 differ),
+    the arguments (a variable as ``var_signature(var)`` says, e.g. by its struct info; a small
+    constant by its value too) and the struct info of the result."""
+    def arg(a):
+        if isinstance(a, Var):
+            return var_signature(a)
+        if isinstance(a, Constant):
+            if a.data.size > SIGNATURE_CONSTANT_LIMIT:
+                return ("constant", a.struct_info)
+            return ("constant", a.struct_info, a.data.dtype.str, a.data.tobytes())
+        if isinstance(a, Tuple):
+            fields = tuple(arg(f) for f in a.fields)
+            return None if None in fields else ("tuple", fields)
+        if isinstance(a, (ShapeExpr, PrimValue, StringImm, GlobalVar, ExternFunc)):
+            return (type(a).__name__, a)
+        return None
+
+    args = tuple(arg(a) for a in call.args)
+    if None in args or not isinstance(call.op, Op):
+        return None
+    signature = (call.op, repr(call.attrs), args, call.sinfo_args, call.struct_info)
+    try:
+        hash(signature)
+    except TypeError:
+        return None
+    return signature
+
+
+# A constant up to this many elements is part of a call's signature by value (fuse_tir writes a
+# scalar constant into the kernel); a larger one, a weight, is read from memory, so its struct info says all.
+SIGNATURE_CONSTANT_LIMIT = 64
+
+
+def _var_signature(var: Var):
+    return ("var", var.struct_info)
+
+
+def _part(signature, index: int):
+    return None if signature is None else (signature, index)
 
 
 def _tensor_args(call: Call) -> list[Expr]:

@@ -102,3 +102,70 @@ def test_matmul_epilogues_and_injective_prologues_are_one_kernel():
     args = [rng.standard_normal(s).astype(np.float32) for s in [(5, 8), (8, 16), (16,)]]
     np.testing.assert_allclose(interpret(lowered, "main", *args, kernel_runner=default_runner()),
                                interpret(mod, "main", *args), rtol=1e-4)
+
+
+def _two_layers_alike(bb_inputs):
+    """Identical layers, h = exp(h + w) @ w, one per weight variable, all of one shape."""
+    bb = BlockBuilder()
+    with bb.function("main", bb_inputs):
+        with bb.dataflow():
+            h = bb_inputs[0]
+            for w in bb_inputs[1:]:
+                h = bb.emit(op.exp(op.add(h, w)))
+                h = bb.emit(op.matmul(h, w))
+            out = bb.emit_output(h, "out")
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_alike_calls_are_scheduled_once(monkeypatch, fuse):
+    """Calls alike but for their variables (one per decoder layer) share one scheduled kernel: the
+    schedule rule runs once per distinct call, and the module is the one scheduling each would give."""
+    import tessera.transform.legalize as legalize
+
+    inputs = [Var(name, Tensor((4, 4), "float32")) for name in ("x", "w1", "w2", "w3", "w4")]
+    mod = _two_layers_alike(inputs)
+    calls = []
+    real = legalize.schedule
+
+    def counting(defn, target, name):
+        calls.append(name)
+        return real(defn, target, name)
+
+    monkeypatch.setattr(legalize, "schedule", counting)
+    lowered = lower(mod, fuse)
+    kernels = [f for f in lowered.functions.values() if not isinstance(f, Function)]
+    # Fused: exp(x + w1), then exp(h @ w + w') three times (one kernel), then the last matmul.
+    assert len(calls) == len(kernels) == 3
+    assert launches(lowered) == (5 if fuse else 12)
+    rng = np.random.default_rng(0)
+    values = [rng.uniform(-0.5, 0.5, (4, 4)).astype(np.float32) for _ in inputs]
+    expected = values[0]
+    for w in values[1:]:
+        expected = np.exp(expected + w) @ w
+    got = interpret(lowered, "main", *values, kernel_runner=default_runner())
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+def test_call_signatures_tell_apart_what_prints_alike():
+    from tessera.ir.expr import Call, Constant
+    from tessera.transform.legalize import call_signature
+
+    x, y = Var("x", Tensor((4,), "float32")), Var("y", Tensor((4,), "float32"))
+    add = op.add(x, y)
+
+    def by_sinfo(var):
+        return var.struct_info
+
+    def with_attrs(call, attrs):
+        return Call(call.op, call.args, attrs, call.sinfo_args, call.struct_info)
+
+    assert call_signature(add, by_sinfo) == call_signature(op.add(y, x), by_sinfo)
+    assert call_signature(with_attrs(add, (("a", 1),)), by_sinfo) != call_signature(with_attrs(add, (("a", 1.0),)),
+                                                                                    by_sinfo)
+    assert call_signature(with_attrs(add, (("a", 0.0),)), by_sinfo) != call_signature(
+        with_attrs(add, (("a", -0.0),)), by_sinfo)
+    one, two = Constant(np.float32(1)), Constant(np.float32(2))  # scalars are written into fused kernels
+    assert call_signature(op.add(x, one), by_sinfo) != call_signature(op.add(x, two), by_sinfo)
+    assert call_signature(add, {x: "param 0"}.get) is None  # y, outside a fused group: not shared
