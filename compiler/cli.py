@@ -48,9 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--seed", type=int)
     chat.add_argument("--context", type=int, default=1024)
     chat.add_argument("--json", action="store_true", help="with --prompt: print the reply and speeds as JSON")
-    chat.add_argument("--runtime", choices=("python", "native"), default="python",
-                      help="python: the Python VM on WebGPU (default); native: runtime-native's C runtime on the CPU "
-                           "(a GGUF is compiled for --target cpu)")
+    chat.add_argument("--runtime", choices=("python", "native"),
+                      help="python: the Python VM on WebGPU; native: runtime-native's C runtime on the CPU (a GGUF is "
+                           "compiled for --target cpu). Default: native when every WebGPU adapter is a CPU (llvmpipe) "
+                           "and the native runtime is built, else python; a line on stderr says which and why")
     chat.add_argument("--threads", type=int, default=0, help="--runtime native: CPU threads (default: all)")
 
     bundle = commands.add_parser("bundle", help="write a static web site that chats with a model")
@@ -110,20 +111,35 @@ def _compile(args) -> int:
 
 def _chat(args) -> int:
     from .app.chat import ChatSession, NativeChatSession, Sampling, chat_interactive, chat_once
+    from .app.chat_build import choose_chat_build, compiled_build, native_runtime_problem, webgpu_adapters
     from .app.compile import cached_compile
     from .app.progress import ProgressBar
     from .frontend import bundled_smollm2_path
 
+    def say(line: str) -> None:
+        if not args.json:
+            print(line, file=sys.stderr)
+
     source = args.model or bundled_smollm2_path()
+    native_problem = native_runtime_problem() if args.runtime is None else None
     if os.path.isdir(source):
         directory = source
+        built_for, has_chat_format = compiled_build(directory)
+        # Not a compiled directory (no executable.json): the Python VM's error says what is missing.
+        choice = choose_chat_build([], native_problem, args.runtime or (None if built_for else "python"), built_for,
+                                   has_chat_format)
+        if built_for:
+            say(choice.describe())
     else:
-        if not args.json:
-            print(f"compiling {os.path.basename(source)} (cached after the first time) ...", file=sys.stderr)
+        choice = choose_chat_build(webgpu_adapters() if args.runtime is None else [], native_problem, args.runtime)
+        say(choice.describe())
+        say(f"compiling {os.path.basename(source)} (cached after the first time) ...")
         with ProgressBar("quiet" if args.json else None) as progress:
-            target = "cpu" if args.runtime == "native" else "llvmpipe"
-            directory = cached_compile(source, target, args.context, progress)
-    session = NativeChatSession(directory, args.threads) if args.runtime == "native" else ChatSession(directory)
+            directory = cached_compile(source, choice.target, args.context, progress)
+        if choice.runtime == "native" and args.runtime is None and not compiled_build(directory)[1]:
+            choice = choose_chat_build([], None, None, "cpu", native_chat_format=False)
+            say(choice.describe())
+    session = NativeChatSession(directory, args.threads) if choice.runtime == "native" else ChatSession(directory)
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
     if args.prompt is not None:
         chat_once(session, args.prompt, args.max_tokens, sampling, as_json=args.json)

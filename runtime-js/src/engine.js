@@ -10,7 +10,7 @@
 
 import { Template } from "./vendor/jinja.js";
 import { Tokenizer } from "./vendor/tokenizers.js";
-import { DeviceError, requestDeviceFor, webgpuUnavailableReason } from "./device.js";
+import { DeviceError, requestAdapter, requestDeviceFor, softwareRenderer } from "./device.js";
 import { runsOn, validateChatConfig } from "./format.js";
 import { loadBuild, loadBundleIndex, loadExecutable } from "./loader.js";
 import { HostTensor, VirtualMachine } from "./vm.js";
@@ -55,7 +55,7 @@ export function stableText(text) {
 export class Engine {
   /**
    * @param {{vm: any, chatConfig: any, tokenizer: import("./vendor/tokenizers.js").Tokenizer, modelId?: string,
-   *          device?: {kind: string, name: string, build: string}, load?: any}} parts
+   *          device?: {kind: string, name: string, build: string, reason: string}, load?: any}} parts
    */
   constructor(parts) {
     this.vm = parts.vm;  // a VirtualMachine (WebGPU) or a WasmVirtualMachine
@@ -199,9 +199,38 @@ export class Engine {
   }
 }
 
+const KIND_LABELS = /** @type {Record<string, string>} */ ({ webgpu: "WebGPU", wasm: "WASM" });
+
 /**
- * Load a bundle's model and make an engine for it: the first build in the bundle's list that can
+ * The bundle's builds in the order to try them, and why that order. The bundle lists its builds
+ * best first for a GPU; on a software WebGPU adapter (SwiftShader, llvmpipe) the WASM build runs
+ * the same CPU faster (SmolLM2 in Chromium: 14.6 tok/s against SwiftShader's 1.1), so it goes
+ * first, unless the page asked for a backend.
+ * @param {{name: string, kind: string}[]} builds bundle.json's, in its order of preference
+ * @param {string} backend "auto", or the kind the page asked for
+ * @param {string | null} software the WebGPU adapter's software renderer (softwareRenderer), null for a GPU or none
+ * @returns {{builds: any[], reason: string}}
+ */
+export function orderBuilds(builds, backend, software) {
+  if (backend !== "auto") {
+    const asked = `the page asked for ${KIND_LABELS[backend] ?? backend} (backend: "${backend}")`;
+    const despite = backend === "webgpu" && software ? `, although the adapter is a software renderer (${software})` : "";
+    return { builds: builds.filter((b) => b.kind === backend), reason: asked + despite };
+  }
+  if (software && builds.some((b) => b.kind === "wasm") && builds.some((b) => b.kind === "webgpu")) {
+    return {
+      builds: [...builds.filter((b) => b.kind === "wasm"), ...builds.filter((b) => b.kind !== "wasm")],
+      reason: `the WebGPU adapter is a software renderer (${software}), slower than WebAssembly on this CPU`,
+    };
+  }
+  return { builds, reason: software ? `the bundle has no WASM build to run instead of the software WebGPU adapter (${software})`
+    : "the bundle's first choice for this device" };
+}
+
+/**
+ * Load a bundle's model and make an engine for it: the first build in orderBuilds' list that can
  * run here (WebGPU when the browser has it and the device meets the build's needs, else WASM).
+ * ``engine.device.reason`` says why that build, and a progress text ("WASM build: ...") says it too.
  * @param {string} bundleUrl the model's folder in a bundle (holding bundle.json)
  * @param {{initProgressCallback?: (p: {progress: number, loaded: number, total: number, text: string}) => void,
  *          fetchFn?: (url: string) => Promise<Response>, backend?: "auto" | "webgpu" | "wasm",
@@ -212,41 +241,58 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
   initProgressCallback({ progress: 0, loaded: 0, total: 0, text: "Reading the bundle" });
   const { base, index, tokenizer: tokenizerJson, chatConfig } = await loadBundleIndex(bundleUrl, fetcher);
   validateChatConfig(chatConfig);
-  const builds = index.builds.filter((/** @type {any} */ b) => backend === "auto" || b.kind === backend);
   /** @type {string[]} */
-  const reasons = [];
+  const reasons = [];  // why each build tried before the one that runs could not
+  /** @type {any} */
+  let adapter = null;
+  const wantsWebGPU = index.builds.some((/** @type {any} */ b) => b.kind === "webgpu") && backend !== "wasm";
+  if (wantsWebGPU) {
+    try {
+      adapter = await requestAdapter();
+    } catch (error) {
+      reasons.push(/** @type {Error} */ (error).message);
+    }
+  }
+  const { builds, reason: order } = orderBuilds(index.builds, backend, adapter && softwareRenderer(adapter));
+  const parts = { chatConfig, tokenizer: new Tokenizer(tokenizerJson, {}), modelId: index.model };
+  /** Why ``build`` runs (the order's reason, or what ruled out those before it), told to the progress callback. */
+  const chosen = (/** @type {any} */ build) => {
+    const reason = !reasons.length ? order
+      : build.kind === "wasm" ? `no usable WebGPU: ${reasons.join("; ")}` : reasons.join("; ");
+    initProgressCallback({ progress: 0, loaded: 0, total: 0, text: `${KIND_LABELS[build.kind]} build: ${reason}` });
+    return reason;
+  };
   for (const build of builds) {
     const folder = new URL(build.path.endsWith("/") ? build.path : build.path + "/",
       new URL(base, globalThis.location?.href ?? "http://localhost/")).href;
-    const parts = { chatConfig, tokenizer: new Tokenizer(tokenizerJson, {}), modelId: index.model };
     if (build.kind === "webgpu") {
-      const unavailable = webgpuUnavailableReason();
-      if (unavailable) { reasons.push(unavailable); continue; }
+      if (!adapter) continue;  // why is in reasons already
       const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });
       if (!runsOn(executable, "webgpu")) { reasons.push(`build ${build.name} holds kernels WebGPU cannot run`); continue; }
       let device, adapterName;
       try {
-        ({ device, adapterName } = await requestDeviceFor(executable));
+        ({ device, adapterName } = await requestDeviceFor(executable, adapter));
       } catch (error) {
         reasons.push(/** @type {Error} */ (error).message);
         continue;
       }
+      const reason = chosen(build);
       const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable });
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
       const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights, loaded.modules, { libraries });
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
-      return new Engine({ ...parts, vm, device: { kind: "webgpu", name: adapterName, build: build.name },
+      return new Engine({ ...parts, vm, device: { kind: "webgpu", name: adapterName, build: build.name, reason },
         load: { bytes: loaded.bytes, shardsFromCache: loaded.shardsFromCache, cache: loaded.cacheKind } });
     }
     if (build.kind === "wasm") {
       if (typeof WebAssembly === "undefined") { reasons.push("this browser has no WebAssembly"); continue; }
       const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });
       if (!runsOn(executable, "wasm")) { reasons.push(`build ${build.name} holds kernels WebAssembly cannot run`); continue; }
+      const reason = chosen(build);
       const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable });
       const vm = await WasmVirtualMachine.create(loaded.executable, loaded.weights, loaded.modules, { libraries });
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
-      const why = reasons.length ? ` (WebGPU: ${reasons.join("; ")})` : "";
-      return new Engine({ ...parts, vm, device: { kind: "wasm", name: `WebAssembly SIMD on the CPU${why}`, build: build.name },
+      return new Engine({ ...parts, vm, device: { kind: "wasm", name: "WebAssembly SIMD on the CPU", build: build.name, reason },
         load: { bytes: loaded.bytes, shardsFromCache: loaded.shardsFromCache, cache: loaded.cacheKind } });
     }
     reasons.push(`build ${build.name} is of an unknown kind ${build.kind}`);

@@ -5,9 +5,9 @@
 //
 // See docs/web.md for the bundle layout and the API.
 
-export { ChatError, createEngine, Engine, seededRandom, stableText } from "./engine.js";
+export { ChatError, createEngine, Engine, orderBuilds, seededRandom, stableText } from "./engine.js";
 export { createWorkerEngine } from "./worker-engine.js";
-export { DeviceError, requestDeviceFor, webgpuUnavailableReason } from "./device.js";
+export { adapterName, DeviceError, requestAdapter, requestDeviceFor, softwareRenderer, webgpuUnavailableReason } from "./device.js";
 export { FormatError, validateBundle, validateChatConfig, validateExecutable, validateTensorCache } from "./format.js";
 export { LoadError, loadBuild, loadBundleIndex, loadExecutable, openShardCache, sha256Hex } from "./loader.js";
 export { evalShape, parseShapeExpr } from "./shape.js";

@@ -1,5 +1,7 @@
 // The demo chat page in Debian's Chromium (WebGPU on SwiftShader), driven by Playwright:
 // a bundle made by `tessera bundle`, served by `tessera serve`, against the Python VM's replies.
+// SwiftShader is a software adapter, so the page runs the WASM build unless asked for WebGPU
+// (?backend=webgpu): the tests of the WebGPU path ask.
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
@@ -64,11 +66,12 @@ describe("a tiny random-weight model", () => {
     const context = await browser.newContext();
     const page = await context.newPage();
     const log = recordPage(page);
-    await page.goto(`${server.url}?temperature=0&max_tokens=${TINY_TOKENS}`);
+    await page.goto(`${server.url}?temperature=0&max_tokens=${TINY_TOKENS}&backend=webgpu`);
     assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
     const seen = await page.evaluate(() => window.__seen);
     assert.ok(seen.progress.some((line) => /MB of .* MB \(\d+%\)/.test(line)), `progress lines: ${seen.progress}`);
     assert.match(await page.textContent("#device"), /Running on WebGPU: .+ · 6\.\d MB of weights downloaded/);
+    assert.match(await page.textContent("#device-reason"), /^WebGPU build: the page asked for WebGPU .*software renderer \(SwiftShader\)/);
     assert.ok(log.requests.some((url) => url.includes("params_shard_")), "the first load downloads the shards");
 
     const reply = await chatTurn(page, PROMPT, 120_000);
@@ -91,9 +94,28 @@ describe("a tiny random-weight model", () => {
   test("on the page's own thread (?worker=0) the reply is the same", async () => {
     const context = await browser.newContext();
     const page = await context.newPage();
-    await page.goto(`${server.url}?temperature=0&max_tokens=${TINY_TOKENS}&worker=0`);
+    await page.goto(`${server.url}?temperature=0&max_tokens=${TINY_TOKENS}&worker=0&backend=webgpu`);
     assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
     assert.equal(await chatTurn(page, PROMPT, 120_000), expected);
+    await context.close();
+  });
+
+  test("by default on SwiftShader the page runs the WASM build, says why, and replies the same", async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    const log = recordPage(page);
+    await page.goto(`${server.url}?temperature=0&max_tokens=${TINY_TOKENS}`);
+    assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
+    const why = "WASM build: the WebGPU adapter is a software renderer (SwiftShader), slower than WebAssembly on this CPU";
+    const seen = await page.evaluate(() => window.__seen);
+    assert.ok(seen.progress.includes(why), `progress lines: ${seen.progress}`);
+    assert.match(await page.textContent("#device"), /^Running on WASM: WebAssembly SIMD on the CPU · /);
+    assert.equal(await page.textContent("#device-reason"), why);
+    assert.ok(log.requests.some((url) => url.endsWith("/wasm/kernels.wasm")));
+    const webgpuBuild = log.requests.filter((url) => /\/webgpu\/(executable\.json|params_shard_|kernels)/.test(url));
+    assert.deepEqual(webgpuBuild, [], "neither the WebGPU build's kernels nor its weights are fetched");
+    assert.equal(await chatTurn(page, PROMPT, 120_000), expected);
+    assert.deepEqual(log.errors, []);
     await context.close();
   });
 
@@ -178,7 +200,8 @@ describe("a tiny random-weight model", () => {
     const log = recordPage(page);
     await page.goto(`${server.url}?temperature=0&max_tokens=${TINY_TOKENS}`);
     assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
-    assert.match(await page.textContent("#device"), /Running on WASM: WebAssembly SIMD on the CPU \(WebGPU: .*no adapter/);
+    assert.match(await page.textContent("#device"), /^Running on WASM: WebAssembly SIMD on the CPU · /);
+    assert.match(await page.textContent("#device-reason"), /^WASM build: no usable WebGPU: .*no adapter/);
     assert.ok(log.requests.some((url) => url.endsWith("/wasm/kernels.wasm")));
     assert.equal(await chatTurn(page, PROMPT, 120_000), expected);
     await page.screenshot({ path: join(ARTIFACTS, "chat-tiny-wasm.png"), fullPage: true });
@@ -201,7 +224,7 @@ describe("SmolLM2-135M-Instruct", () => {
     assert.equal(expected, "The capital of France is Paris.");
     const context = await browser.newContext();
     const page = await context.newPage();
-    await page.goto(`${server.url}?temperature=0&max_tokens=10`);
+    await page.goto(`${server.url}?temperature=0&max_tokens=10&backend=webgpu`);
     assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
     assert.equal(await chatTurn(page, question, 300_000), expected);
     await page.screenshot({ path: join(ARTIFACTS, "chat-smollm2.png"), fullPage: true });

@@ -1,11 +1,12 @@
 // Device negotiation against fake adapters: a missing feature or limit is named, and the engine then
-// falls back to the bundle's WASM build, saying why.
+// falls back to the bundle's WASM build, saying why; a software adapter (SwiftShader) is recognized
+// and the engine prefers the WASM build on it unless the page asks for WebGPU.
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, test } from "node:test";
 
-import { createEngine, requestDeviceFor } from "../../runtime-js/src/tessera.js";
+import { createEngine, orderBuilds, requestDeviceFor, softwareRenderer } from "../../runtime-js/src/tessera.js";
 import { bundle, tinyGGUF } from "../browser/bundle.mjs";
 
 const original = Object.getOwnPropertyDescriptor(globalThis, "navigator");
@@ -15,11 +16,11 @@ function fakeGPU(adapter) {
   Object.defineProperty(globalThis, "navigator", { configurable: true, value: { gpu: { requestAdapter: async () => adapter } } });
 }
 
-function adapter({ features = [], limits = {} } = {}) {
+function adapter({ features = [], limits = {}, info = { description: "Fake Adapter" } } = {}) {
   return {
     features: new Set(features),
     limits: { maxStorageBuffersPerShaderStage: 8, maxComputeInvocationsPerWorkgroup: 256, maxBufferSize: 1 << 28, ...limits },
-    info: { description: "Fake Adapter" },
+    info,
     requestDevice: async (descriptor) => { requested = descriptor; return { fake: true }; },
   };
 }
@@ -49,18 +50,61 @@ test("only what exceeds the spec defaults is requested", async () => {
   assert.deepEqual(requested, { requiredFeatures: ["shader-f16"], requiredLimits: { maxStorageBuffersPerShaderStage: 10 } });
 });
 
-test("the engine falls back to WASM and says which WebGPU need was not met", async () => {
+// What Chromium 156's headless SwiftShader adapter reports (isFallbackAdapter moved to adapter.info).
+const SWIFTSHADER = { vendor: "google", architecture: "swiftshader", device: "", description: "", isFallbackAdapter: true };
+
+test("software adapters are recognized by isFallbackAdapter or by name; a GPU is not", () => {
+  assert.equal(softwareRenderer({ info: SWIFTSHADER }), "SwiftShader");
+  assert.equal(softwareRenderer({ info: { vendor: "mesa", device: "llvmpipe (LLVM 15.0.6, 256 bits)" } }), "llvmpipe");
+  assert.equal(softwareRenderer({ info: { description: "Microsoft Basic Render Driver" } }), "WARP");
+  assert.equal(softwareRenderer({ info: { vendor: "acme", description: "Acme CPU renderer" } }), "Acme CPU renderer / acme");
+  assert.equal(softwareRenderer({ isFallbackAdapter: true, info: { vendor: "", architecture: "" } }), "a fallback adapter");
+  assert.equal(softwareRenderer({ info: { vendor: "nvidia", architecture: "ada", description: "NVIDIA GeForce RTX 4090" } }), null);
+  assert.equal(softwareRenderer({ info: { vendor: "apple", architecture: "metal-3", isFallbackAdapter: false } }), null);
+});
+
+test("builds are tried in the bundle's order, WASM first on a software adapter unless the page asks", () => {
+  const builds = [{ name: "webgpu", kind: "webgpu" }, { name: "wasm", kind: "wasm" }];
+  const names = (choice) => choice.builds.map((b) => b.name);
+  assert.deepEqual(names(orderBuilds(builds, "auto", null)), ["webgpu", "wasm"]);
+  const software = orderBuilds(builds, "auto", "SwiftShader");
+  assert.deepEqual(names(software), ["wasm", "webgpu"]);
+  assert.equal(software.reason, "the WebGPU adapter is a software renderer (SwiftShader), slower than WebAssembly on this CPU");
+  const forced = orderBuilds(builds, "webgpu", "SwiftShader");
+  assert.deepEqual(names(forced), ["webgpu"]);
+  assert.match(forced.reason, /the page asked for WebGPU \(backend: "webgpu"\), although the adapter is a software renderer/);
+  assert.deepEqual(names(orderBuilds(builds.slice(0, 1), "auto", "SwiftShader")), ["webgpu"], "no WASM build: WebGPU still runs");
+});
+
+function bundleFetch() {
   const site = bundle("tiny-site", tinyGGUF());
-  const fetchFn = async (url) => {
+  return async (url) => {
     try {
       return new Response(await readFile(join(site, new URL(url).pathname)));
     } catch {
       return new Response("", { status: 404 });
     }
   };
+}
+
+test("the engine falls back to WASM and says which WebGPU need was not met", async () => {
   // The tiny model's WebGPU build needs 5 storage buffers per stage; this adapter allows 4.
   fakeGPU(adapter({ limits: { maxStorageBuffersPerShaderStage: 4 } }));
-  const engine = await createEngine("http://bundle.test/models/tiny/", { fetchFn });
+  const engine = await createEngine("http://bundle.test/models/tiny/", { fetchFn: bundleFetch() });
   assert.equal(engine.device.kind, "wasm");
-  assert.match(engine.device.name, /WebGPU: the model needs the WebGPU limit maxStorageBuffersPerShaderStage = \d+; this device allows 4/);
+  assert.match(engine.device.reason,
+    /^no usable WebGPU: the model needs the WebGPU limit maxStorageBuffersPerShaderStage = \d+; this device allows 4$/);
+});
+
+test("on a SwiftShader adapter the engine runs the WASM build and its progress says why", async () => {
+  fakeGPU(adapter({ info: SWIFTSHADER }));
+  requested = null;
+  const texts = [];
+  const engine = await createEngine("http://bundle.test/models/tiny/", { fetchFn: bundleFetch(),
+    initProgressCallback: ({ text }) => texts.push(text) });
+  assert.equal(engine.device.kind, "wasm");
+  assert.equal(requested, null, "no WebGPU device was requested");
+  const why = "the WebGPU adapter is a software renderer (SwiftShader), slower than WebAssembly on this CPU";
+  assert.equal(engine.device.reason, why);
+  assert.ok(texts.includes(`WASM build: ${why}`), `progress texts: ${texts}`);
 });

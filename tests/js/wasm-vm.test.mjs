@@ -35,7 +35,9 @@ test("the WASM build replies as the Python VM does", async () => {
     fetchFn: folderFetch(site), backend: "auto", initProgressCallback: (p) => progress.push(p),
   });
   assert.equal(engine.device.kind, "wasm");  // Node has no WebGPU: the runtime fell back
-  assert.match(engine.device.name, /WebAssembly SIMD on the CPU \(WebGPU: this browser has no WebGPU/);
+  assert.equal(engine.device.name, "WebAssembly SIMD on the CPU");
+  assert.match(engine.device.reason, /^no usable WebGPU: this browser has no WebGPU/);
+  assert.ok(progress.some((p) => p.text.startsWith("WASM build: no usable WebGPU: this browser has no WebGPU")));
   assert.equal(progress.at(-1).text, "Ready");
   // prefill, decode and the samplers are straight lines: their launches are prepared at load.
   for (const [name, fn] of engine.vm.functions) assert.ok(!(fn instanceof InterpretedFunction), `${name} is interpreted`);

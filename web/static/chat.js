@@ -1,6 +1,7 @@
 // The demo chat page: loads the bundle's model with the Tessera runtime and chats with it.
 // Query parameters set the sampling (?temperature=0&max_tokens=32&top_p=0.9&seed=1) and may pick
-// the backend (?backend=wasm; the default tries WebGPU, then WASM); ?worker=0 runs the engine on
+// the backend (?backend=wasm or ?backend=webgpu; the default tries the bundle's builds in order, WASM
+// first when the WebGPU adapter is a software renderer such as SwiftShader); ?worker=0 runs the engine on
 // the page's own thread instead of a Web Worker.
 const body = document.body;
 const $ = (id) => document.getElementById(id);
@@ -96,6 +97,8 @@ try {
   });
   const weights = `${formatBytes(engine.load.bytes)} of weights ${engine.load.shardsFromCache ? "from the browser cache" : "downloaded"}`;
   $("device").textContent = `Running on ${engine.device.kind === "webgpu" ? "WebGPU" : "WASM"}: ${engine.device.name} · ${weights}`;
+  // Which build runs and why (a software WebGPU adapter runs the WASM build; ?backend=webgpu overrides).
+  $("device-reason").textContent = `${engine.device.kind === "webgpu" ? "WebGPU" : "WASM"} build: ${engine.device.reason}`;
   $("loading").hidden = true;
   $("input").disabled = $("send").disabled = false;
   body.dataset.state = "ready";
