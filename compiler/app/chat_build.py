@@ -78,18 +78,10 @@ def choose_chat_build(adapters: list[Adapter], native_problem: str | None, runti
 
 def webgpu_adapters() -> list[Adapter]:
     """This machine's WebGPU adapters as wgpu-py finds them (none when wgpu cannot)."""
-    from tessera.vm.devices.webgpu import _quiet_vulkan  # the loader's XDG_RUNTIME_DIR warning, as the VM silences it
+    from tessera.vm import webgpu_adapter_infos
 
-    _quiet_vulkan()
-    try:
-        import wgpu
-
-        found = wgpu.gpu.enumerate_adapters_sync()
-    except Exception:  # noqa: BLE001 - no wgpu, no driver: no adapter, as the VM would find
-        return []
     adapters = []
-    for adapter in found:
-        info = adapter.info
+    for info in webgpu_adapter_infos():
         name = info.get("device") or info.get("description") or "unknown adapter"
         text = " ".join(str(info.get(key, "")) for key in ("vendor", "architecture", "device", "description")).lower()
         cpu = info.get("adapter_type") == "CPU" or any(n in text for n in SOFTWARE_RENDERERS)

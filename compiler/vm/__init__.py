@@ -10,3 +10,10 @@
 from .devices import Device, DeviceError, View, device_kinds, register_device
 from .executable import Executable, ExecutableError
 from .program import DeviceTensor, VirtualMachine
+
+
+def webgpu_adapter_infos() -> list[dict]:
+    """The info of each WebGPU adapter on this machine (for choosing a build); see devices.webgpu."""
+    from .devices.webgpu import webgpu_adapter_infos as infos
+
+    return infos()

@@ -33,6 +33,18 @@ def _quiet_vulkan() -> None:
 WANTED_FEATURES = (SHADER_F16, *SUBGROUP_FEATURES, TIMESTAMP_QUERY)
 
 
+def webgpu_adapter_infos() -> list[dict]:
+    """The info of each WebGPU adapter wgpu-py finds on this machine (vendor, architecture, device,
+    description, adapter_type ...): none when wgpu or a driver is missing, as the VM would find."""
+    _quiet_vulkan()
+    try:
+        import wgpu
+
+        return [dict(adapter.info) for adapter in wgpu.gpu.enumerate_adapters_sync()]
+    except Exception:  # noqa: BLE001 - no wgpu, no driver: no adapter
+        return []
+
+
 class WebGPUDevice(Device):
     kind = "webgpu"
     backends = ("wgsl",)
