@@ -152,6 +152,15 @@ def test_compile_quiet_prints_only_the_result(tiny_gguf, tmp_path):
     unknown = run("compile", tiny_gguf, "-o", str(tmp_path / "x"), "--target", "webgpu-f17")
     assert unknown.returncode == 1 and unknown.stderr.startswith("error: unknown target preset 'webgpu-f17'")
     assert "Traceback" not in unknown.stderr
+    # A context whose tensors outgrow the target's buffers: the tensor, its size, the limit, the option.
+    from tessera.frontend import bundled_smollm2_path
+
+    big = run("compile", bundled_smollm2_path(), "-o", str(tmp_path / "big"), "--context", "4096", "--target",
+              "webgpu", "-q")
+    assert big.returncode == 1 and "Traceback" not in big.stderr, big.stderr
+    assert re.search(r"^error: function prefill: tensor \w+: float32\[.*\] needs \d+ bytes \(\d+ MiB\) .* more than the "
+                     r"target's maxBufferSize 268435456 \(256 MiB\); a context of 4096 positions does not fit "
+                     r"webgpu: compile with a smaller --context$", big.stderr, re.M), big.stderr
 
 
 def test_progress_on_a_terminal_redraws_one_line_in_place():

@@ -23,7 +23,7 @@ from tessera import nn
 from tessera.frontend import load_gguf
 from tessera.frontend.chat_format import analyze_chat_template
 from tessera.frontend.tokenizer import build_tokenizer
-from tessera.ir import TesseraError
+from tessera.ir import MemoryPlanError, TesseraError
 from tessera.models.from_gguf import llama_from_gguf
 from tessera.models.llama import export_llm
 from tessera.target import Target, presets
@@ -88,7 +88,11 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     context_length = min(context_length, model_file.config.context_length)
     progress("export the graph", 0, 1)
     mod = nn.bind_weights(export_llm(model, context_length, target.quantized_activations), weights)
-    exe = tessera.build(mod, target, progress=progress)
+    try:
+        exe = tessera.build(mod, target, progress=progress)
+    except MemoryPlanError as error:  # the option that fixes it, for people at a command line
+        raise MemoryPlanError(f"{error}; a context of {context_length} positions does not fit {target.name}: "
+                              f"compile with a smaller --context", error.size, error.limit, error.tensors) from None
     progress(f"write {output}", 0, 1)
     os.makedirs(output, exist_ok=True)
     exe.save(output)

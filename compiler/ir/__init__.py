@@ -4,6 +4,7 @@ from .builder import BlockBuilder
 from .deduce import DeduceContext, deduce
 from .errors import (
     DeductionError,
+    MemoryPlanError,
     RuntimeCheckError,
     ScriptError,
     TesseraError,

@@ -40,3 +40,12 @@ class ScriptError(TesseraError):
 
 class RuntimeCheckError(TesseraError):
     """A value that violates an annotation or a match_cast when the program runs."""
+
+
+class MemoryPlanError(TesseraError):
+    """A tensor that no arena buffer of the target can hold at its sizes' upper bounds.
+    ``size`` and ``limit`` are bytes; ``tensors`` the bindings that share the storage."""
+
+    def __init__(self, message: str, size: int = 0, limit: int = 0, tensors: tuple[str, ...] = ()):
+        self.size, self.limit, self.tensors = size, limit, tensors
+        super().__init__(message)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import arith
+from ..ir.errors import MemoryPlanError
 from ..ir.expr import (
     Call,
     Function,
@@ -71,6 +72,8 @@ class StorageToken:
     offset: int | None = None  # in the arena
     buffer: int | None = None  # which arena buffer holds it
     scope: tuple = ()  # the branch arms it was made in: a storage allocated at run time serves only there
+    largest: str = ""  # the largest tensor it holds at the upper bounds, for error messages
+    largest_size: int = -1
 
 
 @dataclass
@@ -113,8 +116,11 @@ def plan_memory(mod: IRModule, upper_bounds: dict[str, int] | None = None,
     def plan(name: str, func: Function) -> Function:
         if func.attr("Primitive"):
             return func
-        result = plan_function(func, upper_bounds, max_buffer_size, alignment,
-                               results_outlive_call=name in callees, recursive=name in recursive)
+        try:
+            result = plan_function(func, upper_bounds, max_buffer_size, alignment,
+                                   results_outlive_call=name in callees, recursive=name in recursive)
+        except MemoryPlanError as error:
+            raise MemoryPlanError(f"function {name}: {error}", error.size, error.limit, error.tensors) from None
         return _place(func, result, alignment).with_attr("memory_plan", result.to_json())
 
     return map_graph_functions(mod, plan)
@@ -235,6 +241,8 @@ def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
                 token.size = arith.IntImm(token.static_size) if not analyzer.prove_equal(token.size, sizes[tensor]) \
                     else token.size
         token.tensors.append(tensor.name_hint)
+        if static[tensor] is not None and static[tensor] > token.largest_size:
+            token.largest, token.largest_size = _describe(tensor), static[tensor]
         var_token[tensor] = token.index
         live[tensor] = token
         if all(s is not None for s in static.values()):
@@ -287,14 +295,29 @@ def _reuse(free: list[StorageToken], size, static_size, analyzer) -> StorageToke
     return max(free, key=lambda t: t.static_size) if free else None  # grown to fit
 
 
+def _describe(var) -> str:
+    """``lv44: float32[3, 9, n, total]``: a tensor as an error message names it."""
+    info = var.struct_info
+    if not isinstance(info, TensorStructInfo) or info.shape is None:
+        return var.name_hint
+    return f"{var.name_hint}: {info.dtype}[{', '.join(arith.to_source(d) for d in info.shape)}]"
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2 ** 20:.0f} MiB"
+
+
 def _layout(tokens: list[StorageToken], max_buffer_size: int, alignment: int) -> list[int]:
     """Place tokens in arena buffers: aligned offsets, no token across two buffers."""
     buffers: list[int] = []
     for token in sorted(tokens, key=lambda t: -t.static_size):
         size = _align(max(token.static_size, 4), alignment)
         if size > max_buffer_size:
-            raise ValueError(f"storage {token.index} needs {size} bytes, more than the device's "
-                             f"maxBufferSize {max_buffer_size}")
+            names = token.largest or ", ".join(token.tensors[:3]) or f"storage {token.index}"
+            raise MemoryPlanError(f"tensor {names} needs {size} bytes ({_mib(size)}) "
+                                  f"at its sizes' upper bounds, more than the target's maxBufferSize "
+                                  f"{max_buffer_size} ({_mib(max_buffer_size)})", size, max_buffer_size,
+                                  tuple(token.tensors))
         for index, used in enumerate(buffers):
             if used + size <= max_buffer_size:
                 token.buffer, token.offset = index, used

@@ -1,11 +1,12 @@
 """plan_memory: storage reuse by lifetime with symbolic sizes; one arena with upper bounds."""
 
+import pytest
 from llama_layer import build_layer
 from tessera import op
-from tessera.ir import BlockBuilder, Tensor, Var
+from tessera.ir import BlockBuilder, MemoryPlanError, Tensor, Var
 from tessera.target import Target
 from tessera.transform import fuse_ops, fuse_tir, legalize_ops
-from tessera.transform.plan_memory import plan_function
+from tessera.transform.plan_memory import plan_function, plan_memory
 
 TARGET = Target.preset("llvmpipe")
 
@@ -51,6 +52,13 @@ def test_arena_is_split_into_buffers_no_larger_than_max_buffer_size():
     assert plan.buffers == [2048 * 16, 2048 * 16]
     for token in plan.tokens:
         assert token.offset + token.static_size <= plan.buffers[token.buffer]
+
+
+def test_a_tensor_larger_than_any_buffer_is_named_with_its_size_and_the_limit():
+    with pytest.raises(MemoryPlanError, match=r"function main: tensor lv\d: float32\[n, 4\] needs 131072 bytes "
+                       r"\(0 MiB\) at its sizes' upper bounds, more than the target's maxBufferSize 65536") as error:
+        plan_memory(figure_10(upper_bound=8192), max_buffer_size=65536)
+    assert (error.value.size, error.value.limit) == (131072, 65536)
 
 
 def test_llama_layer_arena_is_close_to_the_liveness_lower_bound():
