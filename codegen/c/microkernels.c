@@ -1,9 +1,10 @@
-/* The c-native backend's micro-kernels: what tir kernels reach through `Extern` (TVM's call_extern)
+/* The C backends' micro-kernels: what tir kernels reach through `Extern` (TVM's call_extern)
  * where no portable C loop becomes the instructions it needs. Integer SIMD dot products of GGUF
  * weight blocks with activations quantized to 8 bits, as llama.cpp's CPU kernels compute them:
  * `pmaddubsw` on x86 (SSSE3, AVX2), `smull`/`sdot` on AArch64, `i32x4.dot_i16x8_s` in WebAssembly
  * SIMD128, and a plain C version elsewhere.
- * Prepended to the kernels' C file by codegen/c/native.py; docs/format.md ("c-native") lists them.
+ * Put before the kernels in their C file by codegen/c (emit_c_module), for the c-native and c-wasm
+ * backends alike, when a kernel calls one; docs/format.md ("c-native") lists them.
  *
  * Activations are quantized in blocks of 32 (op/quantized.py, activations="q8"): d = max|x| / 127,
  * q = round-half-even(x * (1 / d)) (0 where d = 0), and s = d * sum(q). Every path computes d, 1 / d
