@@ -77,6 +77,24 @@ def rule_on(runner, rule: str) -> str:
     return SERIAL_RULES.get(rule, rule) if serial else rule
 
 
+def q8_blocks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x (rows, K) as activations="q8" rounds it, written out here step by step in f32 (blocks of 32
+    along K: d = max|x| / 127, q = round half to even of x * (1 / d)): q (int8, x's shape) and d
+    (f32, one per block)."""
+    blocks = x.astype(np.float32).reshape(*x.shape[:-1], -1, 32)
+    d = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)
+    inverse = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+    q = np.rint(blocks * inverse)
+    assert np.abs(q).max() <= 127
+    return q.astype(np.int8).reshape(x.shape), d[..., 0]
+
+
+def rounded_to_q8(x: np.ndarray) -> np.ndarray:
+    """x as activations="q8" reads it: q * d."""
+    q, d = q8_blocks(x)
+    return (q.reshape(*d.shape, 32).astype(np.float32) * d[..., None]).astype(np.float32).reshape(x.shape)
+
+
 def build(make, params):
     vars_ = [Var(f"x{i}", s) for i, s in enumerate(params)]
     bb = BlockBuilder()

@@ -12,6 +12,7 @@ import subprocess
 import gguf
 import numpy as np
 import pytest
+from harness import q8_blocks, rounded_to_q8
 from tessera.codegen.c import MICROKERNELS
 
 FORMATS = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
@@ -118,14 +119,6 @@ def data(tmp_path_factory):
     return folder, x, dense
 
 
-def rounded(x):
-    blocks = x.reshape(-1, 32)
-    d = np.abs(blocks).max(axis=1, keepdims=True) / np.float32(127)
-    inverse = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
-    q = np.rint(blocks * inverse).astype(np.int8)
-    return q.reshape(-1), d.reshape(-1), (d.reshape(-1) * q.astype(np.int32).sum(axis=1).astype(np.float32))
-
-
 @pytest.mark.parametrize("name,compiler,runner", paths(), ids=[p[0] for p in paths()])
 def test_every_simd_path_rounds_and_multiplies_alike(data, name, compiler, runner):
     folder, x, dense = data
@@ -144,11 +137,11 @@ def test_every_simd_path_rounds_and_multiplies_alike(data, name, compiler, runne
     q = raw[:K].view(np.int8)
     d, s = raw[K:K + 4 * blocks].view(np.float32), raw[K + 4 * blocks:K + 8 * blocks].view(np.float32)
     dots = raw[K + 8 * blocks:].view(np.float32).reshape(3, N)
-    want_q, want_d, want_s = rounded(x)
+    want_q, want_d = q8_blocks(x)
     np.testing.assert_array_equal(q, want_q)
     np.testing.assert_array_equal(d, want_d)
-    np.testing.assert_allclose(s, want_s, rtol=1e-6)
-    x_read = (want_q.reshape(-1, 32).astype(np.float32) * want_d[:, None]).reshape(-1).astype(np.float64)
+    np.testing.assert_allclose(s, want_d * want_q.reshape(-1, 32).astype(np.int32).sum(axis=1), rtol=1e-6)
+    x_read = rounded_to_q8(x).astype(np.float64)
     for row, fmt in zip(dots, FORMATS):
         np.testing.assert_allclose(row, dense[fmt].astype(np.float64) @ x_read, rtol=1e-5, atol=1e-4,
                                    err_msg=f"{name}: {fmt}")

@@ -3,7 +3,7 @@
 import gguf
 import numpy as np
 import pytest
-from harness import build, check_op, target_for
+from harness import build, check_op, rounded_to_q8, target_for
 from tessera import op
 from tessera.frontend import bundled_smollm2_path, load_gguf
 from tessera.ir import BlockBuilder, Function, Tensor, Var, interpret
@@ -68,17 +68,6 @@ def test_decode_gemv_kernels(runner, fmt):
     want = x @ reference.T
     np.testing.assert_allclose(interpret(fused, "main", x, words, kernel_runner=runner), want / (1 + np.exp(-want)),
                                rtol=1e-4, atol=1e-4)
-
-
-def rounded_to_q8(x: np.ndarray) -> np.ndarray:
-    """x as activations="q8" reads it, written out here step by step in f32 (blocks of 32 along K:
-    d = max|x| / 127, q = round half to even of x * (1 / d), x = q * d)."""
-    blocks = x.astype(np.float32).reshape(x.shape[0], -1, 32)
-    d = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)
-    inverse = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
-    q = np.rint(blocks * inverse)
-    assert np.abs(q).max() <= 127
-    return (q * d).astype(np.float32).reshape(x.shape)
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
