@@ -382,8 +382,8 @@ class _KernelParser:
                 raise self.fail(node, 'T.call_extern names the dtype and the function first: '
                                 'T.call_extern("f32", "name", args...)')
             operands = tuple(self._expr(a, INDEX) for a in args[2:])
-            return Extern(self._string(args[1]), operands, self._dtype(args[0]) if self._string(args[0]) != "void"
-                          else "void")
+            result = "void" if self._string(args[0]) == "void" else self._dtype(args[0])
+            return Extern(self._string(args[1]), operands, result)
         if name == "address_of":
             self._arity(node, 3)
             buffer, lanes = self._view(args[0])

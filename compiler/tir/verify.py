@@ -200,8 +200,9 @@ class _BoundsChecker:
                 self.check_access(x.buffer, x.index, env, "read", x.lanes)
             elif isinstance(x, Span):  # a micro-kernel's whole range: its first and its last element
                 if x.buffer.scope == "global" and x.buffer in self.func.outputs:
-                    raise KernelVerifyError(f"kernel {self.func.name}: a micro-kernel writes the output "
-                                            f"{x.buffer.name}; kernels store their outputs themselves")
+                    raise KernelVerifyError(f"kernel {self.func.name}: the output {x.buffer.name} is passed to a "
+                                            f"micro-kernel; kernels store their outputs themselves (a binding's "
+                                            f"access is known from its stores)")
                 extent = self.interval(x.extent, env)
                 if extent.lo is None or extent.lo < 1:
                     raise KernelVerifyError(f"kernel {self.func.name}: the span of {x.buffer.name} at "

@@ -104,7 +104,7 @@ def test_a_micro_kernel_span_is_checked_whole_and_other_languages_refuse_it():
     last element of the range; a language without the micro-kernel names it instead of guessing."""
     from tessera.codegen import CodegenError
     from tessera.codegen.wgsl import emit_wgsl
-    from tessera.tir.ir import Declare, Extern, Span
+    from tessera.tir.ir import Declare, Evaluate, Extern, Span
 
     def reading(start, extent):
         value = Local("v", "f32")
@@ -117,5 +117,8 @@ def test_a_micro_kernel_span_is_checked_whole_and_other_languages_refuse_it():
         verify_kernel(reading(Const(1), Local("sym_n")), {"n": 7})
     with pytest.raises(KernelVerifyError, match="may be empty"):
         verify_kernel(reading(Const(0), Const(0)), {"n": 7})
+    to_output = kernel([Evaluate(Extern("tsr_quantize_q8", (Span(DST, Const(0), Const(1)),), "void"))])
+    with pytest.raises(KernelVerifyError, match="the output dst is passed to a micro-kernel"):
+        verify_kernel(to_output, {"n": 7})
     with pytest.raises(CodegenError, match="no micro-kernel 'tsr_dot_q4_1_q8'"):
         emit_wgsl(reading(Const(0), Local("sym_n")))
