@@ -34,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     compile_cmd.add_argument("--cpu", help="with --target cpu: the instruction set to build for (native, the default: "
                              "this machine; x86-64-v2, x86-64-v3, x86-64-v4; armv8.2-a)")
     compile_cmd.add_argument("--context", type=int, default=1024, help="KV cache positions (default 1024)")
+    compile_cmd.add_argument("--prefill-chunk", type=int,
+                             help="the most prompt positions one prefill call takes; longer prompts take several "
+                                  "(default: up to 2048, from the target's buffer limits)")
     compile_cmd.add_argument("-q", "--quiet", action="store_true",
                              help="print only the directory: no progress, no summary")
 
@@ -47,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--repetition-penalty", type=float, default=1.0)
     chat.add_argument("--seed", type=int)
     chat.add_argument("--context", type=int, default=1024)
+    chat.add_argument("--prefill-chunk", type=int, help="when compiling a GGUF: as for `tessera compile`")
     chat.add_argument("--json", action="store_true", help="with --prompt: print the reply and speeds as JSON")
     chat.add_argument("--runtime", choices=("python", "native"),
                       help="python: the Python VM on WebGPU; native: runtime-native's C runtime on the CPU (a GGUF is "
@@ -102,7 +106,8 @@ def _compile(args) -> int:
     from .app.progress import ProgressBar
 
     with ProgressBar("quiet" if args.quiet else None) as progress:
-        compiled = compile_model(args.model, args.output, args.target, args.context, progress, args.cpu)
+        compiled = compile_model(args.model, args.output, args.target, args.context, progress, args.cpu,
+                                 args.prefill_chunk)
     if not args.quiet:
         sys.stderr.write(compile_summary(compiled))
     print(compiled.directory)
@@ -135,7 +140,7 @@ def _chat(args) -> int:
         say(choice.describe())
         say(f"compiling {os.path.basename(source)} (cached after the first time) ...")
         with ProgressBar("quiet" if args.json else None) as progress:
-            directory = cached_compile(source, choice.target, args.context, progress)
+            directory = cached_compile(source, choice.target, args.context, progress, args.prefill_chunk)
         if choice.runtime == "native" and args.runtime is None and not compiled_build(directory)[1]:
             choice = choose_chat_build([], None, None, "cpu", native_chat_format=False)
             say(choice.describe())

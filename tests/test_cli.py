@@ -152,15 +152,26 @@ def test_compile_quiet_prints_only_the_result(tiny_gguf, tmp_path):
     unknown = run("compile", tiny_gguf, "-o", str(tmp_path / "x"), "--target", "webgpu-f17")
     assert unknown.returncode == 1 and unknown.stderr.startswith("error: unknown target preset 'webgpu-f17'")
     assert "Traceback" not in unknown.stderr
-    # A context whose tensors outgrow the target's buffers: the tensor, its size, the limit, the option.
-    from tessera.frontend import bundled_smollm2_path
 
-    big = run("compile", bundled_smollm2_path(), "-o", str(tmp_path / "big"), "--context", "4096", "--target",
-              "webgpu", "-q")
-    assert big.returncode == 1 and "Traceback" not in big.stderr, big.stderr
-    assert re.search(r"^error: function prefill: tensor \w+: float32\[.*\] needs \d+ bytes \(\d+ MiB\) .* more than the "
-                     r"target's maxBufferSize 268435456 \(256 MiB\); a context of 4096 positions does not fit "
-                     r"webgpu: compile with a smaller --context$", big.stderr, re.M), big.stderr
+
+def test_a_plan_that_does_not_fit_names_the_tensor_the_limit_and_the_option(tiny_gguf, tmp_path, monkeypatch, capsys):
+    """A target whose buffers are too small for prefill's plan: one line naming the function, the tensor
+    (dtype, symbolic shape), its bytes, the limit and the option that fixes it, and no traceback."""
+    from dataclasses import replace
+
+    from tessera import cli
+    from tessera.app import compile as compile_module
+    from tessera.target import Target
+
+    webgpu = Target.preset("webgpu")
+    small = replace(webgpu, limits=tuple((k, 4096 if k == "maxBufferSize" else v) for k, v in webgpu.limits))
+    monkeypatch.setattr(compile_module, "resolve_target", lambda target, cpu=None: small)
+    assert cli.main(["compile", tiny_gguf, "-o", str(tmp_path / "big"), "--context", "64", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert re.search(r"^error: function prefill: tensor \w+: float32\[.*\] needs \d+ bytes .* more than the "
+                     r"target's maxBufferSize 4096 .*; a context of 64 positions with prefill chunks of \d+ does not "
+                     r"fit webgpu: compile with a smaller --prefill-chunk$", err, re.M), err
 
 
 def test_progress_on_a_terminal_redraws_one_line_in_place():

@@ -68,6 +68,11 @@ class ChatSession:
         # Whatever the build's target: the VM picks the device that runs it, or says why it cannot.
         self.vm = VirtualMachine(Executable.load(directory))
         self.context_length = self.config["context_length"]
+        # The bound prefill's new positions (its symbol n) were planned for: this build's own, where
+        # chat-config.json may be shared by a bundle's builds; older builds plan the whole context.
+        bound = self.vm.exe.functions.get("prefill", {}).get("symbols", {}).get("n", {}).get("upper_bound")
+        self.prefill_chunk = min(int(bound or self.config.get("prefill_chunk") or self.context_length),
+                                 self.context_length)
         self.stop_ids = set(self.config["stop_token_ids"])
         self.tokens: list[int] = []  # what the KV cache holds
 
@@ -81,6 +86,16 @@ class ChatSession:
         text = render_chat(self.config["chat_template"], messages) if self.config.get("chat_template") else \
             "".join(m["content"] for m in messages)
         return self.tokenizer.encode(text).ids
+
+    def _prefill(self, prompt_ids: list[int], common: int):
+        """Prefill ``prompt_ids[common:]`` in chunks of at most the build's prefill chunk, each call after
+        the last; the last chunk's logits are the prompt's."""
+        chunk = self.prefill_chunk
+        logits = None
+        for begin in range(common, len(prompt_ids), chunk):
+            end = min(begin + chunk, len(prompt_ids))
+            logits = self.vm.call_on_device("prefill", np.asarray(prompt_ids[begin:end], np.int32), end)
+        return logits
 
     def generate(self, prompt_ids: list[int], max_tokens: int = 128, sampling: Sampling | None = None,
                  on_text=None) -> dict:
@@ -98,7 +113,7 @@ class ChatSession:
         rng = np.random.default_rng(sampling.seed)
         start = time.perf_counter()
         try:
-            logits = self.vm.call_on_device("prefill", np.asarray(new, np.int32), len(prompt_ids))
+            logits = self._prefill(prompt_ids, common)
         except RuntimeCheckError as error:
             self.reset()
             raise ChatError(str(error)) from None

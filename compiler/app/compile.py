@@ -73,10 +73,29 @@ def resolve_target(target: Target | str, cpu: str | None = None) -> Target:
     return Target.preset(choices[cpu])
 
 
+# The longest prefill chunk a default picks (llama.cpp's default batch and MLC's prefill chunk).
+MAX_DEFAULT_PREFILL_CHUNK = 2048
+
+
+def default_prefill_chunk(config, context_length: int, target: Target) -> int:
+    """The positions one prefill call takes when --prefill-chunk is not given: the largest power of
+    two (at most 2048 and the context) whose widest activation, a chunk of the MLP's hidden rows in
+    float32, takes at most an eighth of the largest buffer a kernel may bind; the rest of the plan
+    (a few such tensors live at once) then fits beside it."""
+    widest = 4 * max(config.intermediate_size, config.hidden_size, config.num_heads * config.head_dim)
+    room = target.limit("maxStorageBufferBindingSize") // 8
+    chunk = 1
+    while chunk * 2 <= min(context_length, MAX_DEFAULT_PREFILL_CHUNK) and chunk * 2 * widest <= room:
+        chunk *= 2
+    return min(chunk, context_length)
+
+
 def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe", context_length: int = 1024,
-                  progress: Progress | None = None, cpu: str | None = None) -> CompiledModel:
+                  progress: Progress | None = None, cpu: str | None = None,
+                  prefill_chunk: int | None = None) -> CompiledModel:
     """Compile the Llama-family model in ``gguf_path`` into the directory ``output`` (``cpu``: see
-    ``resolve_target``).
+    ``resolve_target``). ``prefill_chunk``: the most positions one prefill call takes (a longer
+    prompt takes several); None picks ``default_prefill_chunk``.
 
     ``progress(stage, done, total)`` is told each stage as it starts (tessera.build's contract)."""
     target = resolve_target(target, cpu)
@@ -86,13 +105,18 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     model_file = load_gguf(gguf_path)
     model, weights = llama_from_gguf(model_file)
     context_length = min(context_length, model_file.config.context_length)
+    if prefill_chunk is not None and prefill_chunk < 1:
+        raise CompileError(f"--prefill-chunk must be at least 1, got {prefill_chunk}")
+    chunk = min(prefill_chunk or default_prefill_chunk(model.config, context_length, target), context_length)
     progress("export the graph", 0, 1)
-    mod = nn.bind_weights(export_llm(model, context_length, target.quantized_activations), weights)
+    mod = nn.bind_weights(export_llm(model, context_length, target.quantized_activations, chunk), weights)
     try:
         exe = tessera.build(mod, target, progress=progress)
     except MemoryPlanError as error:  # the option that fixes it, for people at a command line
-        raise MemoryPlanError(f"{error}; a context of {context_length} positions does not fit {target.name}: "
-                              f"compile with a smaller --context", error.size, error.limit, error.tensors) from None
+        fix = "--prefill-chunk" if error.function == "prefill" else "--context"
+        raise MemoryPlanError(f"{error}; a context of {context_length} positions with prefill chunks of {chunk} "
+                              f"does not fit {target.name}: compile with a smaller {fix}", error.size, error.limit,
+                              error.tensors, error.function) from None
     progress(f"write {output}", 0, 1)
     os.makedirs(output, exist_ok=True)
     exe.save(output)
@@ -100,7 +124,7 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     build_tokenizer(spec).save(os.path.join(output, "tokenizer.json"))
     stops = sorted({i for i, t in enumerate(spec.tokens) if t in END_OF_TURN_TOKENS}
                    | ({spec.eos_token_id} if spec.eos_token_id is not None else set()))
-    config = {"model": os.path.basename(gguf_path), "context_length": context_length,
+    config = {"model": os.path.basename(gguf_path), "context_length": context_length, "prefill_chunk": chunk,
               "stop_token_ids": stops, "chat_template": spec.chat_template, "bos_token_id": spec.bos_token_id,
               "add_bos_token": spec.add_bos_token, "chat_format": chat_format_json(spec, os.path.basename(gguf_path)),
               "compiler_version": tessera.__version__}
@@ -143,18 +167,20 @@ def compile_summary(compiled: CompiledModel) -> str:
 
 
 def cached_compile(gguf_path: str, target: Target | str = "llvmpipe", context_length: int = 1024,
-                   progress: Progress | None = None) -> str:
-    """The compiled directory for this file, target and context, compiling it on first use."""
+                   progress: Progress | None = None, prefill_chunk: int | None = None) -> str:
+    """The compiled directory for this file, target, context (and prefill chunk, when one is asked
+    for), compiling it on first use."""
     target = resolve_target(target)
     digest = hashlib.sha256()
     with open(gguf_path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):
             digest.update(chunk)
     name = (f"{digest.hexdigest()[:16]}-tessera{tessera.__version__}+{compiler_fingerprint()}-"
-            f"{target.name}-ctx{context_length}")
+            f"{target.name}-ctx{context_length}" + (f"-chunk{prefill_chunk}" if prefill_chunk else ""))
     directory = os.path.join(cache_root(), name)
     if not os.path.exists(os.path.join(directory, CHAT_CONFIG)):  # written last: a complete compile
-        compile_model(gguf_path, directory + ".partial", target, context_length, progress)
+        compile_model(gguf_path, directory + ".partial", target, context_length, progress,
+                      prefill_chunk=prefill_chunk)
         if os.path.exists(directory):
             shutil.rmtree(directory)
         os.replace(directory + ".partial", directory)

@@ -44,8 +44,10 @@ class RuntimeCheckError(TesseraError):
 
 class MemoryPlanError(TesseraError):
     """A tensor that no arena buffer of the target can hold at its sizes' upper bounds.
-    ``size`` and ``limit`` are bytes; ``tensors`` the bindings that share the storage."""
+    ``size`` and ``limit`` are bytes; ``tensors`` the bindings that share the storage; ``function``
+    the function whose plan it is, once known."""
 
-    def __init__(self, message: str, size: int = 0, limit: int = 0, tensors: tuple[str, ...] = ()):
-        self.size, self.limit, self.tensors = size, limit, tensors
+    def __init__(self, message: str, size: int = 0, limit: int = 0, tensors: tuple[str, ...] = (),
+                 function: str = ""):
+        self.size, self.limit, self.tensors, self.function = size, limit, tensors, function
         super().__init__(message)

@@ -41,25 +41,29 @@ class LlamaAttention(Module):
         self.v_proj = Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=c.attention_bias, quant=q("v_proj"))
         self.o_proj = Linear(c.num_heads * c.head_dim, c.hidden_size, quant=q("o_proj"))
 
-    def forward(self, x: Expr, cos: Expr, sin: Expr, mask: Expr, n) -> Expr:
-        c = self.c
-        q = _rope(op.reshape(self.q_proj(x), [n, c.num_heads, c.head_dim]), cos, sin, c.head_dim)
-        k = _rope(op.reshape(self.k_proj(x), [n, c.num_kv_heads, c.head_dim]), cos, sin, c.head_dim)
-        v = op.reshape(self.v_proj(x), [n, c.num_kv_heads, c.head_dim])
-        return self.o_proj(_grouped_attention(q, k, v, mask, n, n, c))
+    def forward(self, x: Expr, cos: Expr, sin: Expr, n) -> Expr:
+        q, k, v = self._qkv(x, cos, sin, n)
+        return self.o_proj(self._attend(q, k, v, n, n))
 
-
-    def cached(self, x: Expr, cos: Expr, sin: Expr, mask: Expr, n, start, end, cache) -> Expr:
-        """Attention of n new positions over ``end`` cached ones, writing the new keys and values."""
-        c = self.c
-        q = _rope(op.reshape(self.q_proj(x), [n, c.num_heads, c.head_dim]), cos, sin, c.head_dim)
-        k = _rope(op.reshape(self.k_proj(x), [n, c.num_kv_heads, c.head_dim]), cos, sin, c.head_dim)
-        v = op.reshape(self.v_proj(x), [n, c.num_kv_heads, c.head_dim])
+    def cached(self, x: Expr, cos: Expr, sin: Expr, n, start, end, cache) -> Expr:
+        """Attention of n new positions over ``end`` cached ones, writing the new keys and values.
+        The attention kernel reads the cache where it lies, rows 0 .. end - 1 only."""
+        q, k, v = self._qkv(x, cos, sin, n)
         keys = op.kv_cache_write(cache[0], k, PrimValue(start))
         values = op.kv_cache_write(cache[1], v, PrimValue(start))
-        keys = op.strided_slice(keys, axes=[0], begin=[0], end=[end])
-        values = op.strided_slice(values, axes=[0], begin=[0], end=[end])
-        return self.o_proj(_grouped_attention(q, keys, values, mask, n, end, c))
+        return self.o_proj(self._attend(q, keys, values, n, end))
+
+    def _qkv(self, x: Expr, cos: Expr, sin: Expr, n):
+        c = self.c
+        q = _rope(op.reshape(self.q_proj(x), [n, c.num_heads, c.head_dim]), cos, sin, c.head_dim)
+        k = _rope(op.reshape(self.k_proj(x), [n, c.num_kv_heads, c.head_dim]), cos, sin, c.head_dim)
+        return q, k, op.reshape(self.v_proj(x), [n, c.num_kv_heads, c.head_dim])
+
+    def _attend(self, q: Expr, keys: Expr, values: Expr, n, end) -> Expr:
+        """Causal grouped-query attention (tessera.op.attention: one fused kernel), (n, heads * d) out."""
+        c = self.c
+        out = op.nn.attention(q, keys, values, PrimValue(end), scale=c.head_dim ** -0.5)
+        return op.reshape(out, [n, c.num_heads * c.head_dim])
 
 
 class LlamaMLP(Module):
@@ -80,8 +84,8 @@ class LlamaDecoderLayer(Module):
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.mlp = LlamaMLP(c, formats, prefix + "mlp.")
 
-    def forward(self, x: Expr, cos: Expr, sin: Expr, mask: Expr, n) -> Expr:
-        h = op.add(x, self.self_attn(self.input_layernorm(x), cos, sin, mask, n))
+    def forward(self, x: Expr, cos: Expr, sin: Expr, n) -> Expr:
+        h = op.add(x, self.self_attn(self.input_layernorm(x), cos, sin, n))
         return op.add(h, self.mlp(self.post_attention_layernorm(h)))
 
 
@@ -122,13 +126,10 @@ class LlamaForCausalLM(Module):
         start = end - n
         positions = op.arange(start=start, end=end, step=1, dtype="int32")
         cos, sin = _rope_tables_at(positions, n, c)
-        rows = op.expand_dims(positions, axis=1)
-        cols = op.expand_dims(op.arange(start=0, end=end, step=1, dtype="int32"), axis=0)
-        mask = op.where(op.greater(cols, rows), Constant(np.float32(-3.4e38)), Constant(np.float32(0.0)))
         x = self.model.embed_tokens(input_ids)
         for index, layer in enumerate(self.model.layers):
             cache = (caches[2 * index], caches[2 * index + 1])
-            h = op.add(x, layer.self_attn.cached(layer.input_layernorm(x), cos, sin, mask, n, start, end, cache))
+            h = op.add(x, layer.self_attn.cached(layer.input_layernorm(x), cos, sin, n, start, end, cache))
             x = op.add(h, layer.mlp(layer.post_attention_layernorm(h)))
         x = self.model.norm(x)
         return self._head(op.strided_slice(x, axes=[0], begin=[n - 1], end=[n]))
@@ -137,10 +138,9 @@ class LlamaForCausalLM(Module):
         c = self.config
         n = input_ids.struct_info.shape[0]
         cos, sin = _rope_tables(n, c)
-        mask = _causal_mask(n)
         x = self.model.embed_tokens(input_ids)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, mask, n)
+            x = layer(x, cos, sin, n)
         return self.model.norm(x)
 
     def _head(self, x: Expr) -> Expr:
@@ -171,13 +171,6 @@ def _rope_tables_at(positions: Expr, n, c: LlamaConfig):
     return op.reshape(op.cos(angles), shape), op.reshape(op.sin(angles), shape)
 
 
-def _causal_mask(n):
-    rows = op.expand_dims(op.arange(start=0, end=n, step=1, dtype="int32"), axis=1)
-    cols = op.expand_dims(op.arange(start=0, end=n, step=1, dtype="int32"), axis=0)
-    # The largest negative float rather than -inf: exp of it is 0 and no row is ever all masked.
-    return op.where(op.greater(cols, rows), Constant(np.float32(-3.4e38)), Constant(np.float32(0.0)))
-
-
 def _rope(x: Expr, cos: Expr, sin: Expr, head_dim: int) -> Expr:
     half = head_dim // 2
     first = op.strided_slice(x, axes=[2], begin=[0], end=[half])
@@ -186,27 +179,13 @@ def _rope(x: Expr, cos: Expr, sin: Expr, head_dim: int) -> Expr:
     return op.add(op.multiply(x, cos), op.multiply(rotated, sin))
 
 
-def _grouped_attention(q: Expr, keys: Expr, values: Expr, mask: Expr, n, end, c: LlamaConfig) -> Expr:
-    """Causal attention of q (n, heads, d) over keys and values (end, kv_heads, d), (n, heads * d) out.
-
-    Grouped-query attention without repeating the keys and values: the query heads that share a KV
-    head (head = kv * group + g) are stacked as extra rows of one matmul per KV head, so each K and
-    V row is read once per KV head rather than copied ``group`` times."""
-    kv, group, d = c.num_kv_heads, c.num_heads // c.num_kv_heads, c.head_dim
-    rows = op.reshape(op.permute_dims(op.reshape(q, [n, kv, group, d]), axes=[1, 0, 2, 3]), [kv, n * group, d])
-    scores = op.matmul(rows, op.permute_dims(keys, axes=[1, 2, 0]))  # (kv, n * group, end)
-    scores = op.reshape(op.multiply(scores, Constant(np.float32(d ** -0.5))), [kv, n, group, end])
-    probs = op.nn.softmax(op.add(scores, op.expand_dims(mask, axis=1)), axis=-1)
-    attn = op.matmul(op.reshape(probs, [kv, n * group, end]), op.permute_dims(values, axes=[1, 0, 2]))
-    attn = op.permute_dims(op.reshape(attn, [kv, n, group, d]), axes=[1, 0, 2, 3])
-    return op.reshape(attn, [n, c.num_heads * d])
-
-
-
-def export_llm(model: LlamaForCausalLM, context_length: int, quantized_activations: str = ""):
+def export_llm(model: LlamaForCausalLM, context_length: int, quantized_activations: str = "",
+               prefill_chunk: int | None = None):
     """``prefill(input_ids (n,), total)`` and ``decode(input_ids (1,), total)``, sharing a KV cache of
     ``context_length`` positions kept as state: each writes its positions into the cache and returns
     the last position's logits. ``total`` counts every position so far, this call's included.
+    ``prefill_chunk`` bounds n (default: the context): a longer prompt is prefilled by several calls,
+    each continuing after the last, so prefill's memory plan grows with the chunk, not the context.
     ``quantized_activations`` ("q8"): decode's quantized GEMVs read x rounded to 8 bits, for a
     target's integer SIMD kernels (transform/quantize_activations.py; ``Target.quantized_activations``)."""
     from ..ir import PrimStructInfo, Tensor
@@ -218,7 +197,10 @@ def export_llm(model: LlamaForCausalLM, context_length: int, quantized_activatio
     for index in range(c.num_layers):
         for kind in ("k", "v"):
             caches[f"cache_{kind}_{index}"] = Tensor((context_length, c.num_kv_heads, c.head_dim), "float32")
-    attrs = {"tir_var_upper_bound": {"n": context_length, "total": context_length},
+    chunk = min(prefill_chunk or context_length, context_length)
+    if chunk < 1:
+        raise ValueError(f"prefill_chunk must be at least 1, got {prefill_chunk}")
+    attrs = {"tir_var_upper_bound": {"n": chunk, "total": context_length},
              "tir_var_lower_bound": {"n": 1, "total": 1}, "state_params": list(caches)}
     total = PrimStructInfo("int64", arith.Var("total"))
     mod = export(model, "prefill", {"input_ids": Tensor(("n",), "int32"), "total": total, **caches},

@@ -7,6 +7,7 @@ or by name with ``make_call("nn.softmax", x, axis=-1)``.
 from functools import partial
 
 from . import (
+    attention,
     conv,
     create,
     cross_level,

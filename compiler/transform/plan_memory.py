@@ -120,7 +120,7 @@ def plan_memory(mod: IRModule, upper_bounds: dict[str, int] | None = None,
             result = plan_function(func, upper_bounds, max_buffer_size, alignment,
                                    results_outlive_call=name in callees, recursive=name in recursive)
         except MemoryPlanError as error:
-            raise MemoryPlanError(f"function {name}: {error}", error.size, error.limit, error.tensors) from None
+            raise MemoryPlanError(f"function {name}: {error}", error.size, error.limit, error.tensors, name) from None
         return _place(func, result, alignment).with_attr("memory_plan", result.to_json())
 
     return map_graph_functions(mod, plan)

@@ -32,6 +32,16 @@ export function seededRandom(seed) {
   };
 }
 
+/** The most positions one prefill call of this build takes: the bound its prefill was planned for
+ * (the symbol n; the bundle's chat-config.json may come from another build), else chat-config.json's
+ * prefill_chunk, else the whole context.
+ * @param {any} executable @param {any} chatConfig @returns {number} */
+export function prefillChunk(executable, chatConfig) {
+  const bound = executable?.functions?.prefill?.symbols?.n?.upper_bound;
+  if (Number.isInteger(bound) && bound > 0) return Math.min(bound, chatConfig.context_length);
+  return chatConfig.prefill_chunk ?? chatConfig.context_length;
+}
+
 /** Resolve on a fresh task of the event loop (awaiting a resolved promise would not let events in). */
 export function nextTask() {
   return new Promise((resolve) => {
@@ -55,13 +65,16 @@ export function stableText(text) {
 export class Engine {
   /**
    * @param {{vm: any, chatConfig: any, tokenizer: import("./vendor/tokenizers.js").Tokenizer, modelId?: string,
-   *          device?: {kind: string, name: string, build: string, reason: string}, load?: any}} parts
+   *          device?: {kind: string, name: string, build: string, reason: string}, load?: any,
+   *          prefillChunk?: number}} parts
    */
   constructor(parts) {
     this.vm = parts.vm;  // a VirtualMachine (WebGPU) or a WasmVirtualMachine
     this.chatConfig = parts.chatConfig;
     this.tokenizer = parts.tokenizer;
     this.modelId = parts.modelId;
+    /** The most positions one prefill call takes (see ``prefillChunk``). */
+    this.prefillChunk = parts.prefillChunk ?? parts.chatConfig?.prefill_chunk ?? parts.chatConfig?.context_length;
     this.device = parts.device;
     this.load = parts.load;
     /** @type {number[]} */ this.cached = [];  // the token ids the KV cache holds
@@ -122,6 +135,19 @@ export class Engine {
   }
 
   /** @param {any} request */
+  /** Prefills prompt[common:] in chunks of at most the build's prefill chunk (older builds: the whole
+   * context), each call after the last; the last chunk's logits are the prompt's.
+   * @param {number[]} prompt @param {number} common */
+  async prefill(prompt, common) {
+    const chunk = this.prefillChunk;
+    let logits;
+    for (let begin = common; begin < prompt.length; begin += chunk) {
+      const end = Math.min(begin + chunk, prompt.length);
+      logits = await this.vm.runOnDevice("prefill", new HostTensor(Int32Array.from(prompt.slice(begin, end)), [end - begin]), end);
+    }
+    return logits;
+  }
+
   async *reply(request) {
     const {
       messages, temperature = 0.7, top_p: topP = 0.95, top_k: topK = 0, repetition_penalty: penalty = 1.0,
@@ -142,7 +168,7 @@ export class Engine {
     const stops = new Set(this.chatConfig.stop_token_ids);
     const start = performance.now();
     this.cached = [];  // until the prefill has run, the cache holds nothing we can rely on
-    let logits = await this.vm.runOnDevice("prefill", new HostTensor(Int32Array.from(fresh), [fresh.length]), prompt.length);
+    let logits = await this.prefill(prompt, common);
     this.cached = [...prompt];
     const knobs = { temperature, topK, topP, penalty };
     let token = await this.nextToken(logits, knobs, random);
@@ -281,7 +307,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
       const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights, loaded.modules, { libraries });
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
-      return new Engine({ ...parts, vm, device: { kind: "webgpu", name: adapterName, build: build.name, reason },
+      return new Engine({ ...parts, vm, prefillChunk: prefillChunk(executable, chatConfig), device: { kind: "webgpu", name: adapterName, build: build.name, reason },
         load: { bytes: loaded.bytes, shardsFromCache: loaded.shardsFromCache, cache: loaded.cacheKind } });
     }
     if (build.kind === "wasm") {
@@ -292,7 +318,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
       const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable });
       const vm = await WasmVirtualMachine.create(loaded.executable, loaded.weights, loaded.modules, { libraries });
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
-      return new Engine({ ...parts, vm, device: { kind: "wasm", name: "WebAssembly SIMD on the CPU", build: build.name, reason },
+      return new Engine({ ...parts, vm, prefillChunk: prefillChunk(executable, chatConfig), device: { kind: "wasm", name: "WebAssembly SIMD on the CPU", build: build.name, reason },
         load: { bytes: loaded.bytes, shardsFromCache: loaded.shardsFromCache, cache: loaded.cacheKind } });
     }
     reasons.push(`build ${build.name} is of an unknown kind ${build.kind}`);

@@ -106,6 +106,8 @@ export function validateBundle(doc, what = "bundle.json") {
 export function validateChatConfig(doc, what = "chat-config.json") {
   expect(doc && typeof doc === "object", what, "not a JSON object");
   expect(Number.isInteger(doc.context_length) && doc.context_length > 0, what, "context_length is missing");
+  expect(doc.prefill_chunk === undefined || (Number.isInteger(doc.prefill_chunk) && doc.prefill_chunk > 0), what,
+    `prefill_chunk must be a positive integer, got ${JSON.stringify(doc.prefill_chunk)}`);
   expect(Array.isArray(doc.stop_token_ids), what, "stop_token_ids is missing");
   return doc;
 }

@@ -23,6 +23,7 @@
 
 typedef struct tsr_chat_config {
     int32_t context_length;
+    int32_t prefill_chunk; /* the most positions one prefill call takes */
     int32_t stop_ids[MAX_STOP_IDS];
     int32_t n_stop_ids;
     int32_t vocab; /* logits per position */
@@ -88,6 +89,12 @@ int tsr_chat_attach(tessera_model *m) {
     const cJSON *stops, *item;
     if ((rc = tsr_json_int(root, "context_length", "chat-config.json", 1, 1 << 24, &v))) goto done;
     c->context_length = (int32_t)v;
+    /* Older builds prefill the whole context in one call. */
+    c->prefill_chunk = c->context_length;
+    if (cJSON_GetObjectItemCaseSensitive(root, "prefill_chunk")) {
+        if ((rc = tsr_json_int(root, "prefill_chunk", "chat-config.json", 1, c->context_length, &v))) goto done;
+        c->prefill_chunk = (int32_t)v;
+    }
     if ((rc = tsr_json_array(root, "stop_token_ids", "chat-config.json", &stops))) goto done;
     cJSON_ArrayForEach(item, stops) {
         if (c->n_stop_ids == MAX_STOP_IDS) {
@@ -109,16 +116,21 @@ int tsr_chat_attach(tessera_model *m) {
     }
     if ((rc = logits_width(&m->exe, &c->vocab))) goto done;
     {
-        /* The executable plans prefill for at most context_length tokens. */
+        /* The executable plans prefill for at most prefill_chunk new positions (its symbol n) and
+           context_length in all (total). */
         int32_t prefill = tsr_executable_function(&m->exe, "prefill");
         const tsr_function *f = &m->exe.functions[prefill];
-        for (int32_t s = 0; s < f->symbols.count; s++)
-            if (f->upper_bounds[s] >= 0 && f->upper_bounds[s] < c->context_length) {
-                rc = tsr_error(TESSERA_ERROR_FORMAT, "chat-config.json says the context is %d tokens, but the executable "
-                               "was compiled for %lld: recompile with --context %d", c->context_length,
-                               (long long)f->upper_bounds[s], c->context_length);
+        for (int32_t s = 0; s < f->symbols.count; s++) {
+            bool is_chunk = strcmp(f->symbols.names[s], "n") == 0;
+            int32_t wanted = is_chunk ? c->prefill_chunk : c->context_length;
+            if (f->upper_bounds[s] >= 0 && f->upper_bounds[s] < wanted) {
+                rc = tsr_error(TESSERA_ERROR_FORMAT, "chat-config.json says the %s is %d tokens, but the executable "
+                               "was compiled for %lld: recompile with %s %d", is_chunk ? "prefill chunk" : "context",
+                               wanted, (long long)f->upper_bounds[s], is_chunk ? "--prefill-chunk" : "--context",
+                               wanted);
                 goto done;
             }
+        }
     }
     if ((rc = tsr_read_file(&m->alloc, m->dir, "tokenizer.json", MAX_TOKENIZER_BYTES, &json, &size))) goto done;
     rc = tsr_tokenizer_load(&c->tokenizer_memory.alloc, json, size, &m->tokenizer);
@@ -305,8 +317,13 @@ int tessera_chat_completion(tessera_session *s, const tessera_message *msgs, siz
     while (common < s->n_tokens && common < n && s->tokens[common] == s->prompt[common]) common++;
     if (common > n - 1) common = n - 1; /* at least one token to compute logits from */
     double start = now_seconds();
-    const float *logits;
-    rc = forward(s, "prefill", s->prompt + common, n - common, n, &logits);
+    const float *logits = NULL;
+    /* A prompt longer than a prefill chunk takes several calls, each after the last. */
+    rc = 0;
+    for (int32_t begin = common; begin < n && rc == 0; begin += c->prefill_chunk) {
+        int32_t end = n - begin > c->prefill_chunk ? begin + c->prefill_chunk : n;
+        rc = forward(s, "prefill", s->prompt + begin, end - begin, end, &logits);
+    }
     if (rc) {
         tessera_session_reset(s);
         return rc;

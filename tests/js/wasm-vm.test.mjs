@@ -1,13 +1,14 @@
 // The WASM build of a model, run by the runtime's WebAssembly VM in Node (no browser, no GPU):
 // its greedy reply equals the Python VM's (WebGPU build, llvmpipe) for the same model and prompt.
 import assert from "node:assert/strict";
+import { cpSync, readFileSync, rmSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { before, test } from "node:test";
 
 import { createEngine } from "../../runtime-js/src/tessera.js";
 import { InterpretedFunction } from "../../runtime-js/src/interpreter.js";
-import { bundle, pythonGreedyReply, tinyGGUF } from "../browser/bundle.mjs";
+import { FIXTURES, bundle, pythonGreedyReply, tessera, tinyGGUF } from "../browser/bundle.mjs";
 
 const ORIGIN = "http://bundle.test/";
 let site;
@@ -66,4 +67,30 @@ test("the WASM build replies as the Python VM does", async () => {
   assert.equal(await sampled(), await sampled());
   await assert.rejects(engine.chat.completions.create({ messages: [{ role: "user", content: "word ".repeat(400) }] }),
     /the prompt has \d+ tokens; the context window is 256/);
+});
+
+test("a prompt longer than the build's prefill chunk is prefilled in several calls", async () => {
+  // The bundle's WASM build recompiled to take at most 4 prompt positions per prefill call.
+  const chunked = join(FIXTURES, "tiny-site-chunked");
+  rmSync(chunked, { recursive: true, force: true });
+  cpSync(site, chunked, { recursive: true });
+  const build = join(chunked, "models", "tiny", "wasm");
+  rmSync(build, { recursive: true });
+  tessera(["compile", tinyGGUF(), "--target", "wasm", "--context", "256", "--prefill-chunk", "4", "-o", build, "-q"]);
+  assert.equal(JSON.parse(readFileSync(join(build, "chat-config.json"), "utf8")).prefill_chunk, 4);
+  const engine = await createEngine(`${ORIGIN}models/tiny/`, { fetchFn: folderFetch(chunked), backend: "auto" });
+  assert.equal(engine.device.kind, "wasm");
+  const calls = [];
+  const run = engine.vm.runOnDevice.bind(engine.vm);
+  engine.vm.runOnDevice = (name, ...args) => { calls.push([name, args[0].shape?.[0], args[1]]); return run(name, ...args); };
+  const reply = await engine.chat.completions.create({
+    messages: [{ role: "user", content: "Hello there" }], temperature: 0, max_tokens: 12,
+  });
+  // The whole-prompt build's reply (the Python VM on the WebGPU build, which prefills it at once).
+  assert.equal(reply.choices[0].message.content, pythonGreedyReply(join(site, "models", "tiny", "webgpu"), "Hello there", 12));
+  const prefills = calls.filter(([name]) => name === "prefill");
+  const prompt = reply.usage.prompt_tokens;
+  assert.equal(prefills.length, Math.ceil(prompt / 4));
+  assert.deepEqual(prefills.map(([, n, total]) => [n, total]),
+    prefills.map((_, i) => [Math.min(4, prompt - 4 * i), Math.min(4 * (i + 1), prompt)]));
 });

@@ -90,6 +90,17 @@ def test_the_llm_kernels_as_wasm(wasm):
     assert "for (int32_t lid = 0; lid < 256; lid++)" in source  # the body split into thread loops
 
 
+def test_fused_attention_as_wasm(wasm):
+    """Prefill and split decode attention (the serial rule, tir/schedule/attention.py) in WASM."""
+    from test_attention_kernels import attention_module, run_attention
+
+    kernels = run_attention(wasm, attention_module(4, 2, 16, 80), [(5, 5), (3, 37)], 80, (4, 2, 16), target=WASM)
+    assert [k.attrs["rule"] for k in kernels] == ["attention-rows"]
+    kernels = run_attention(wasm, attention_module(9, 3, 64, 2048, rows=1), [(1, 1), (1, 1500)], 2048, (9, 3, 64),
+                            target=WASM)
+    assert [k.attrs["rule"] for k in kernels] == ["attention-rows", "attention-merge"]
+
+
 def test_what_c_kernels_cannot_hold_is_an_error():
     from harness import build
     from tessera.transform import legalize_ops

@@ -38,6 +38,32 @@ def test_tiny_models_decode_like_transformers(variant):
     assert greedy(VirtualMachine(tessera.build(mod, "llvmpipe")), prompt, 12) == want
 
 
+def test_a_prompt_prefilled_in_chunks_continues_like_one_prefill():
+    """export_llm(prefill_chunk=4): an 11-token prompt in chunks of 4, 4 and 3, each after the last,
+    gives the logits of transformers' last position, and greedy decoding then matches it token for
+    token; a chunk longer than 4 is refused by name."""
+    from tessera.ir import RuntimeCheckError
+
+    model, config, weights = tiny_reference("gqa-2x")
+    vm = VirtualMachine(tessera.build(nn.bind_weights(export_llm(LlamaForCausalLM(config), 32, prefill_chunk=4),
+                                                      weights), "llvmpipe"))
+    prompt = np.array([5, 17, 3, 88, 41, 7, 9, 60, 2, 33, 12], np.int32)
+    with torch.no_grad():
+        want_logits = model(torch.tensor(prompt[None].astype(np.int64))).logits[0, -1].numpy()
+        want = model.generate(torch.tensor(prompt[None].astype(np.int64)), max_new_tokens=10,
+                              do_sample=False)[0, len(prompt):].tolist()
+    for begin in range(0, len(prompt), 4):
+        end = min(begin + 4, len(prompt))
+        logits = vm["prefill"](prompt[begin:end], end)
+    np.testing.assert_allclose(logits[0], want_logits, rtol=1e-4, atol=1e-4)
+    tokens = [int(logits[0].argmax())]
+    while len(tokens) < 10:
+        tokens.append(int(vm["decode"](np.array([tokens[-1]], np.int32), len(prompt) + len(tokens))[0].argmax()))
+    assert tokens == want
+    with pytest.raises(RuntimeCheckError, match="prefill: n = 5 exceeds its upper bound 4"):
+        vm["prefill"](prompt[:5], 5)
+
+
 @pytest.mark.parametrize("index", range(len(PROMPTS)))
 def test_smollm2_generates_the_same_32_tokens_as_transformers(reference, smollm2_chat_vm, index):
     tokenizer, model, torch_ = reference

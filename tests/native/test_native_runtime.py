@@ -30,10 +30,10 @@ def tiny_gguf(tmp_path_factory):
     return write_tiny_gguf(str(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
 
 
-def compile_tiny(gguf_path: str, folder: str, target: str = "cpu", context: int = 64) -> str:
+def compile_tiny(gguf_path: str, folder: str, target: str = "cpu", context: int = 64, prefill_chunk=None) -> str:
     from tessera.app.compile import compile_model
 
-    compile_model(gguf_path, folder, target, context)
+    compile_model(gguf_path, folder, target, context, prefill_chunk=prefill_chunk)
     return folder
 
 
@@ -73,6 +73,22 @@ def test_replies_equal_the_python_vms_on_the_same_build(build, tiny_cpu):
         assert native.chat(messages, max_tokens=8)["reply"] == python.reply(messages, 8, GREEDY)["reply"], prompt
         native.reset()
         python.reset()
+
+
+def test_a_prompt_longer_than_a_prefill_chunk_is_prefilled_in_chunks(build, tiny_gguf, tiny_cpu, tmp_path):
+    """A build that prefills at most 4 positions per call answers, in runtime-native and in the Python
+    VM, what the build that prefills the whole prompt at once answers."""
+    chunked = compile_tiny(tiny_gguf, str(tmp_path / "chunked"), prefill_chunk=4)
+    with open(os.path.join(chunked, "chat-config.json"), encoding="utf-8") as f:
+        assert json.load(f)["prefill_chunk"] == 4
+    whole = ChatSession(tiny_cpu)
+    for prompt in ("What is the capital of France?", "Write a haiku 🌊"):
+        messages = [{"role": "user", "content": prompt}]
+        want = whole.reply(messages, 8, GREEDY)
+        assert want["prompt_tokens"] > 8
+        assert NativeModel(chunked, n_threads=2).session().chat(messages, max_tokens=8)["reply"] == want["reply"]
+        assert ChatSession(chunked).reply(messages, 8, GREEDY)["reply"] == want["reply"]
+        whole.reset()
 
 
 def test_the_tokenizer_equals_the_python_one(build, tiny_cpu):

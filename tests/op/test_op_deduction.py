@@ -469,6 +469,34 @@ def test_sample_token_deduction():
         deduced(sample, T((1, 100), F32), T(("m",), "int32"), T((3,), F32))
 
 
+@covers("nn.attention", "nn.attention_partial", "nn.attention_merge")
+def test_attention_deduction():
+    from tessera import arith
+    from tessera.ir import PrimValue
+
+    total = PrimValue(arith.Var("total"))
+
+    def attention(q, k, v):
+        return op.nn.attention(q, k, v, total)
+
+    assert deduced(attention, T(("n", 9, 64), F32), T((2048, 3, 64), F32), T((2048, 3, 64), F32)) \
+        == tensor_text(["n", "9", "64"])
+    assert deduced(lambda q, k, v: op.nn.attention_partial(q, k, v, total, splits=4), T((1, 9, 64), F32),
+                   T((2048, 3, 64), F32), T((2048, 3, 64), F32)) == tensor_text(["4", "1", "9", "66"])
+    assert deduced(lambda p: op.nn.attention_merge(p, dtype="float16"), T((4, 1, 9, 66), F32)) \
+        == tensor_text(["1", "9", "64"], "float16")
+    with pytest.raises(DeductionError, match="9 query heads cannot share 2 KV heads evenly"):
+        deduced(attention, T((1, 9, 64), F32), T((16, 2, 64), F32), T((16, 2, 64), F32))
+    with pytest.raises(DeductionError, match="keys hold 16 rows, values 8"):
+        deduced(attention, T((1, 9, 64), F32), T((16, 3, 64), F32), T((8, 3, 64), F32))
+    with pytest.raises(DeductionError, match="must share a dtype"):
+        deduced(attention, T((1, 9, 64), "float16"), T((16, 3, 64), F32), T((16, 3, 64), F32))
+    with pytest.raises(DeductionError, match=r"takes q \(n, heads, d\), got 2 dimensions"):
+        deduced(attention, T((1, 64), F32), T((16, 3, 64), F32), T((16, 3, 64), F32))
+    with pytest.raises(DeductionError, match="values rows are"):
+        deduced(attention, T((1, 9, 64), F32), T((16, 3, 64), F32), T((16, 3, 32), F32))
+
+
 @covers("kv_cache_write")
 def test_kv_cache_write_deduction():
     from tessera.ir import PrimValue

@@ -14,6 +14,7 @@ from ... import arith
 from ..compute import ComputeDef, OpaqueDef, RowDef
 from ..ir import SCALAR_PREFIX, Local, PrimFunc, walk_expr, walk_stmts
 from ..pattern import Pattern, analyze_pattern
+from .attention import schedule_attention, schedule_attention_merge
 from .injective import schedule_injective, schedule_injective_rows, vectorize_elementwise
 from .kv_cache import schedule_kv_cache_write
 from .matmul import (
@@ -39,6 +40,8 @@ SERIAL_REDUCTION_LIMIT = 64
 
 # The rule of each kind of OpaqueDef: it writes the whole kernel, attributes included.
 OPAQUE_RULES = {
+    "attention": schedule_attention,
+    "attention-merge": schedule_attention_merge,
     "kv-cache-write": schedule_kv_cache_write,
     "sample-token": schedule_sample_token,
 }

@@ -1,0 +1,356 @@
+"""attention rules: causal attention in one kernel, keys walked in tiles with an online softmax.
+
+tessera.op.attention states the operator. One workgroup takes one KV head, ``positions`` query
+positions and one share (split) of the keys; its rows are those positions times the ``group``
+query heads that read the KV head, so each key and value row is read once for all of them. Per
+row it keeps the running maximum m, the running sum l of exp(score - m) and the unnormalized
+output; each tile of keys rescales them once (by exp(m_old - m_new)). No score outlives its tile.
+
+The causal bound and the sequence offset are inside the kernel: row i (position total - n + i)
+reads keys below min(share end, total - n + i + 1), and the tile loop stops at the workgroup's
+last position. A kernel with one share writes out / l; with several it writes the share's output,
+m and l for ``attention-merge``.
+
+Two shapes of the same loop nest:
+- GPUs (threads that run together): the workgroup stages its rows of q, then each tile of K and
+  of V, in workgroup memory; scores are spread over the threads, each row's statistics taken by
+  one thread, and the output elements spread over the threads again.
+- CPUs (``serial_threads`` and ``cpu_adapter``: C and WASM kernels): one thread per workgroup
+  walks the rows in plain loops whose inner loops run along the head size, which the C compiler
+  vectorizes (the dot products in ``DOT_LANES`` independent lanes, so no reassociation is needed).
+"""
+
+from __future__ import annotations
+
+from ... import arith
+from ..compute import OpaqueDef
+from ..ir import (
+    Assign,
+    Barrier,
+    Buffer,
+    Builtin,
+    Const,
+    Declare,
+    For,
+    IfThen,
+    Load,
+    Local,
+    PrimFunc,
+    Store,
+    TExpr,
+    binary,
+    cast,
+    from_prim,
+    intrinsic,
+    maximum,
+    minimum,
+    select,
+)
+from .common import ceil_div, global_thread_id, grid_for, scalars_of
+
+F32 = "f32"
+# A float32 far below any score, never -inf: exp(NEG - m) is 0 and NEG - NEG is not NaN (the
+# operator's reference, tessera.op.attention, uses the same).
+NEG = -3.0e38
+LID = Builtin("local_id", 0)
+DOT_LANES = 8
+GPU_THREADS = 128
+GPU_ROWS = 16  # query rows (positions x group) per GPU workgroup, at most
+
+
+def _f(value: float) -> Const:
+    return Const(float(value), F32)
+
+
+class _Layout:
+    """The kernel's sizes and the index math every flavor shares."""
+
+    def __init__(self, defn: OpaqueDef, positions: int, tile: int):
+        self.q, self.keys, self.values = defn.inputs
+        self.out = defn.output
+        analyzer = arith.Analyzer()
+        self.heads, self.d = analyzer.as_int(self.q.shape[1]), analyzer.as_int(self.q.shape[2])
+        self.kv_heads = analyzer.as_int(self.keys.shape[1])
+        self.group = self.heads // self.kv_heads
+        self.splits = int(defn.params["splits"])
+        self.scale = float(defn.params["scale"])
+        self.total = defn.params["total"]
+        self.positions, self.tile = positions, tile
+        self.rows = positions * self.group
+        self.n, self.capacity = from_prim(self.q.shape[0]), from_prim(self.keys.shape[0])
+
+    def grid(self) -> tuple:
+        tiles = ceil_div(self.q.shape[0], self.positions)
+        return (arith.IntImm(self.kv_heads), arith.simplify(tiles * self.splits), arith.IntImm(1))
+
+    def scalars(self) -> tuple[str, ...]:
+        names = scalars_of(self.q, self.keys, self.values, self.out)
+        return tuple(dict.fromkeys(names + tuple(v.name for v in arith.free_vars(self.total))))
+
+    def prologue(self) -> tuple[list, dict]:
+        """The workgroup's KV head, first position, share of the keys and the stop of its tile loop."""
+        kvh, tile, share, first = Local("kvh"), Local("tile"), Local("share"), Local("first")
+        total, start, lo, hi, stop = Local("total"), Local("start"), Local("lo"), Local("hi"), Local("stop")
+        wy = Builtin("workgroup_id", 1)
+        chunk = binary("/", binary("+", total, Const(self.splits - 1)), Const(self.splits))
+        stmts = [Declare(kvh, Builtin("workgroup_id", 0)),
+                 Declare(tile, binary("/", wy, Const(self.splits))),
+                 Declare(share, binary("%", wy, Const(self.splits))),
+                 Declare(first, binary("*", tile, Const(self.positions))),
+                 Declare(total, from_prim(self.total)),
+                 Declare(start, binary("-", total, self.n)),  # the position of query row 0
+                 Declare(lo, binary("*", share, chunk)),
+                 Declare(hi, minimum(binary("+", lo, chunk), total)),
+                 # No row of this workgroup reads past its last position.
+                 Declare(stop, minimum(hi, binary("+", start, minimum(binary("+", first, Const(self.positions)),
+                                                                       self.n))))]
+        return stmts, {"kvh": kvh, "share": share, "first": first, "total": total, "start": start, "lo": lo,
+                       "hi": hi, "stop": stop}
+
+    def row_position(self, v: dict, row: TExpr) -> TExpr:
+        """The query index (0 .. n - 1 when in range) of a row."""
+        return binary("+", v["first"], binary("/", row, Const(self.group)))
+
+    def head(self, v: dict, row: TExpr) -> TExpr:
+        return binary("+", binary("*", v["kvh"], Const(self.group)), binary("%", row, Const(self.group)))
+
+    def limit(self, v: dict, row: TExpr) -> TExpr:
+        """Keys below this are the row's: its share, up to and including its own position."""
+        return minimum(v["hi"], binary("+", binary("+", v["start"], self.row_position(v, row)), Const(1)))
+
+    def q_at(self, v: dict, row: TExpr, dd: TExpr) -> TExpr:
+        i = minimum(self.row_position(v, row), binary("-", self.n, Const(1)))
+        index = binary("+", binary("*", binary("+", binary("*", i, Const(self.heads)), self.head(v, row)),
+                                   Const(self.d)), dd)
+        return binary("*", cast(Load(self.q, index), F32), _f(self.scale))
+
+    def kv_row(self, v: dict, key: TExpr) -> TExpr:
+        """The flat index of element 0 of ``key``'s row for this KV head. A tile's keys past the
+        sequence read its last row instead: rows past ``total`` are never read, whatever they hold
+        (a weight of 0 times a NaN would still be NaN)."""
+        last = minimum(binary("-", v["total"], Const(1)), binary("-", self.capacity, Const(1)))
+        row = maximum(minimum(key, last), Const(0))
+        return binary("*", binary("+", binary("*", row, Const(self.kv_heads)), v["kvh"]), Const(self.d))
+
+    def write(self, v: dict, row: TExpr, dd: TExpr, acc: TExpr, top: TExpr, mass: TExpr) -> list:
+        """Store one output element of a row (and, for a share, the row's m and l with element 0)."""
+        i = Local("i_out")
+        h = self.head(v, row)
+        stmts: list = []
+        if self.splits == 1:
+            index = binary("+", binary("*", binary("+", binary("*", i, Const(self.heads)), h), Const(self.d)), dd)
+            stmts.append(Store(self.out, index, cast(binary("/", acc, mass), self.out.dtype)))
+        else:
+            width = self.d + 2
+            rows = binary("+", binary("*", binary("+", binary("*", v["share"], self.n), i), Const(self.heads)), h)
+            base = binary("*", rows, Const(width))
+            stmts.append(Store(self.out, binary("+", base, dd), acc))
+            statistics = (Store(self.out, binary("+", base, Const(self.d)), top),
+                          Store(self.out, binary("+", base, Const(self.d + 1)), mass))
+            stmts.append(IfThen(binary("==", dd, Const(0)), statistics))
+        return [Declare(i, self.row_position(v, row)), IfThen(binary("<", i, self.n), tuple(stmts))]
+
+
+def schedule_attention(defn: OpaqueDef, target, name: str) -> PrimFunc:
+    if target.cpu_adapter and target.serial_threads:
+        return _serial(defn, target, name)
+    return _workgroup(defn, target, name)
+
+
+def _serial(defn: OpaqueDef, target, name: str) -> PrimFunc:
+    """One thread per workgroup, in loops (see the module's docstring)."""
+    lay = _Layout(defn, positions=4 if arith.Analyzer().as_int(defn.inputs[0].shape[0]) != 1 else 1, tile=64)
+    d, rows, tile = lay.d, lay.rows, lay.tile
+    lanes = DOT_LANES if d % DOT_LANES == 0 else 1
+    qs = Buffer("qs", F32, (arith.IntImm(rows * d),), "private")
+    acc = Buffer("acc", F32, (arith.IntImm(rows * d),), "private")
+    m_row = Buffer("m_row", F32, (arith.IntImm(rows),), "private")
+    l_row = Buffer("l_row", F32, (arith.IntImm(rows),), "private")
+    scores = Buffer("scores", F32, (arith.IntImm(tile),), "private")
+    part = Buffer("part", F32, (arith.IntImm(lanes),), "private")
+    stmts, v = lay.prologue()
+    r, dd, j0, jj, d0, lane = Local("r"), Local("dd"), Local("j0"), Local("jj"), Local("d0"), Local("lane")
+    at = binary("+", binary("*", r, Const(d)), dd)
+    stmts.append(For(r, Const(0), Const(rows), (
+        For(dd, Const(0), Const(d), (Store(qs, at, lay.q_at(v, r, dd)), Store(acc, at, _f(0)))),
+        Store(m_row, r, _f(NEG)), Store(l_row, r, _f(0)))))
+
+    count, limit, key, base, dot, top = (Local("count"), Local("limit"), Local("key"), Local("base"),
+                                         Local("dot", F32), Local("top", F32))
+    m_new, alpha, total_p, p = Local("m_new", F32), Local("alpha", F32), Local("sum_p", F32), Local("p", F32)
+    lane_at = binary("+", binary("*", d0, Const(lanes)), lane)
+    dot_loop = [For(lane, Const(0), Const(lanes), (Store(part, lane, _f(0)),)),
+                For(d0, Const(0), Const(d // lanes), (For(lane, Const(0), Const(lanes), (
+                    Store(part, lane, binary("+", Load(part, lane),
+                                             binary("*", Load(qs, binary("+", binary("*", r, Const(d)), lane_at)),
+                                                    cast(Load(lay.keys, binary("+", base, lane_at)), F32)))),)),)),
+                Declare(dot, Load(part, Const(0))),
+                For(lane, Const(1), Const(lanes), (Assign(dot, binary("+", dot, Load(part, lane))),))]
+    per_row = (
+        Declare(limit, lay.limit(v, r)),
+        Declare(top, _f(NEG)),
+        For(jj, Const(0), count, (
+            Declare(key, binary("+", j0, jj)),
+            Declare(base, lay.kv_row(v, key)),
+            *dot_loop,
+            Store(scores, jj, select(binary("<", key, limit), dot, _f(NEG))),
+            Assign(top, maximum(top, Load(scores, jj))))),
+        Declare(m_new, maximum(Load(m_row, r), top)),
+        Declare(alpha, intrinsic("exp", binary("-", Load(m_row, r), m_new))),
+        Declare(total_p, _f(0)),
+        For(jj, Const(0), count, (
+            Declare(p, select(binary("<", binary("+", j0, jj), limit),
+                              intrinsic("exp", binary("-", Load(scores, jj), m_new)), _f(0))),
+            Store(scores, jj, p),
+            Assign(total_p, binary("+", total_p, p)))),
+        Store(l_row, r, binary("+", binary("*", Load(l_row, r), alpha), total_p)),
+        Store(m_row, r, m_new),
+        For(dd, Const(0), Const(d), (Store(acc, at, binary("*", Load(acc, at), alpha)),)),
+        For(jj, Const(0), count, (
+            Declare(p, Load(scores, jj)),
+            Declare(base, lay.kv_row(v, binary("+", j0, jj))),
+            For(dd, Const(0), Const(d), (
+                Store(acc, at, binary("+", Load(acc, at),
+                                      binary("*", p, cast(Load(lay.values, binary("+", base, dd)), F32)))),)))),
+    )
+    stmts.append(For(j0, v["lo"], v["stop"], (
+        Declare(count, minimum(Const(tile), binary("-", v["stop"], j0))),
+        For(r, Const(0), Const(rows), per_row)), step=tile))
+    stmts.append(For(r, Const(0), Const(rows), (
+        For(dd, Const(0), Const(d), tuple(lay.write(v, r, dd, Load(acc, at), Load(m_row, r), Load(l_row, r)))),)))
+    return PrimFunc(name, defn.inputs, (defn.output,), lay.scalars(), tuple(stmts), (1, 1, 1), lay.grid(),
+                    scratch=(qs, acc, m_row, l_row, scores, part), attrs={"rule": "attention-rows"})
+
+
+def _workgroup_plan(target, d: int, group: int, rows_wanted: int) -> tuple[int, int]:
+    """(positions, tile): as many rows as asked (at least one position), and the longest key tile
+    that fits the workgroup's memory beside them."""
+    budget = target.limit("maxComputeWorkgroupStorageSize") // 4
+    for positions in range(max(1, rows_wanted // group), 0, -1):
+        rows = positions * group
+        for tile in (32, 16, 8):
+            if rows * d + tile * d + rows * tile + 3 * rows <= budget:
+                return positions, tile
+    raise ValueError(f"attention with head size {d} and {group} query heads per KV head does not fit "
+                     f"{budget * 4} bytes of workgroup memory")
+
+
+def _workgroup(defn: OpaqueDef, target, name: str) -> PrimFunc:
+    """Threads of a workgroup together, staging tiles in workgroup memory (see the module's docstring)."""
+    q = defn.inputs[0]
+    analyzer = arith.Analyzer()
+    d = analyzer.as_int(q.shape[2])
+    group = analyzer.as_int(q.shape[1]) // analyzer.as_int(defn.inputs[1].shape[1])
+    decode = analyzer.as_int(q.shape[0]) == 1
+    try:
+        positions, tile = _workgroup_plan(target, d, group, group if decode else GPU_ROWS)
+    except ValueError as error:
+        raise ValueError(f"kernel {name}: {error}") from None
+    lay = _Layout(defn, positions, tile)
+    rows = lay.rows
+    threads = min(GPU_THREADS, target.limit("maxComputeInvocationsPerWorkgroup"))
+    per_thread = -(-rows * d // threads)
+    qs = Buffer("qs", F32, (arith.IntImm(rows * d),), "workgroup")
+    kv = Buffer("kv", F32, (arith.IntImm(tile * d),), "workgroup")  # a tile of K, then of V
+    sc = Buffer("sc", F32, (arith.IntImm(rows * tile),), "workgroup")
+    m_row = Buffer("m_row", F32, (arith.IntImm(rows),), "workgroup")
+    l_row = Buffer("l_row", F32, (arith.IntImm(rows),), "workgroup")
+    a_row = Buffer("a_row", F32, (arith.IntImm(rows),), "workgroup")
+    acc = Buffer("acc", F32, (arith.IntImm(per_thread),), "private")
+    stmts, v = lay.prologue()
+    e, r, dd, j0, jj, k = Local("e"), Local("r"), Local("dd"), Local("j0"), Local("jj"), Local("k")
+
+    def over(extent: int, *body) -> For:
+        """Every element 0 .. extent - 1, spread over the threads."""
+        return For(e, LID, Const(extent), tuple(body), step=threads)
+
+    stmts += [over(rows * d, Declare(r, binary("/", e, Const(d))), Declare(dd, binary("%", e, Const(d))),
+                   Store(qs, e, lay.q_at(v, r, dd))),
+              For(r, LID, Const(rows), (Store(m_row, r, _f(NEG)), Store(l_row, r, _f(0))), step=threads),
+              For(k, Const(0), Const(per_thread), (Store(acc, k, _f(0)),)),
+              Barrier()]
+
+    def stage(source: Buffer) -> For:
+        key = binary("/", e, Const(d))
+        return over(tile * d, Store(kv, e, cast(Load(source, binary("+", lay.kv_row(v, binary("+", j0, key)),
+                                                                          binary("%", e, Const(d)))), F32)))
+
+    dot, x, limit, top, m_new, alpha, total_p, p = (Local("dot", F32), Local("x"), Local("limit"), Local("top", F32),
+                                                    Local("m_new", F32), Local("alpha", F32), Local("sum_p", F32),
+                                                    Local("p", F32))
+    valid = binary("<", binary("+", j0, jj), limit)
+    scores = over(rows * tile,
+                  Declare(r, binary("/", e, Const(tile))), Declare(jj, binary("%", e, Const(tile))),
+                  Declare(dot, _f(0)),
+                  For(x, Const(0), Const(d), (Assign(dot, binary("+", dot, binary(
+                      "*", Load(qs, binary("+", binary("*", r, Const(d)), x)),
+                      Load(kv, binary("+", binary("*", jj, Const(d)), x))))),)),
+                  Declare(limit, lay.limit(v, r)),
+                  Store(sc, e, select(valid, dot, _f(NEG))))
+    at = binary("+", binary("*", r, Const(tile)), jj)
+    statistics = For(r, LID, Const(rows), (
+        Declare(limit, lay.limit(v, r)),
+        Declare(top, _f(NEG)),
+        For(jj, Const(0), Const(tile), (Assign(top, maximum(top, Load(sc, at))),)),
+        Declare(m_new, maximum(Load(m_row, r), top)),
+        Declare(alpha, intrinsic("exp", binary("-", Load(m_row, r), m_new))),
+        Declare(total_p, _f(0)),
+        For(jj, Const(0), Const(tile), (
+            Declare(p, select(valid, intrinsic("exp", binary("-", Load(sc, at), m_new)), _f(0))),
+            Store(sc, at, p),
+            Assign(total_p, binary("+", total_p, p)))),
+        Store(l_row, r, binary("+", binary("*", Load(l_row, r), alpha), total_p)),
+        Store(m_row, r, m_new),
+        Store(a_row, r, alpha)), step=threads)
+    mine = binary("+", LID, binary("*", k, Const(threads)))
+    value = Local("value", F32)
+    accumulate = For(k, Const(0), Const(per_thread), (
+        Declare(e, minimum(mine, Const(rows * d - 1))),
+        Declare(r, binary("/", e, Const(d))), Declare(dd, binary("%", e, Const(d))),
+        Declare(value, binary("*", Load(acc, k), Load(a_row, r))),
+        For(jj, Const(0), Const(tile), (Assign(value, binary("+", value, binary(
+            "*", Load(sc, at), Load(kv, binary("+", binary("*", jj, Const(d)), dd))))),)),
+        Store(acc, k, value)))
+    stmts.append(For(j0, v["lo"], v["stop"], (
+        stage(lay.keys), Barrier(), scores, Barrier(), statistics, Barrier(),
+        stage(lay.values), Barrier(), accumulate, Barrier()), step=tile))
+    stmts.append(For(k, Const(0), Const(per_thread), (
+        Declare(e, mine),
+        IfThen(binary("<", e, Const(rows * d)), (
+            Declare(r, binary("/", e, Const(d))), Declare(dd, binary("%", e, Const(d))),
+            *lay.write(v, r, dd, Load(acc, k), Load(m_row, r), Load(l_row, r)))))))
+    return PrimFunc(name, defn.inputs, (defn.output,), lay.scalars(), tuple(stmts), (threads, 1, 1), lay.grid(),
+                    scratch=(qs, kv, sc, m_row, l_row, a_row, acc), attrs={"rule": "attention"})
+
+
+def schedule_attention_merge(defn: OpaqueDef, target, name: str) -> PrimFunc:
+    """One thread per output element: the shares rescaled to their common maximum and summed."""
+    (partial,), out = defn.inputs, defn.output
+    analyzer = arith.Analyzer()
+    splits, width = analyzer.as_int(partial.shape[0]), analyzer.as_int(partial.shape[3])
+    d = width - 2
+    threads = min(256, target.limit("maxComputeInvocationsPerWorkgroup"))
+    count = arith.simplify(out.size)
+    rows = from_prim(arith.simplify(partial.shape[1] * partial.shape[2]))  # n x heads
+    gid, row, dd, s, top, weight, total, value = (Local("gid"), Local("row"), Local("dd"), Local("s"),
+                                                  Local("top", F32), Local("weight", F32), Local("total", F32),
+                                                  Local("value", F32))
+    base = binary("*", binary("+", binary("*", s, rows), row), Const(width))
+
+    def share(field: TExpr) -> TExpr:
+        return Load(partial, binary("+", base, field))
+
+    body = (Declare(gid, global_thread_id(threads)),
+            IfThen(binary("<", gid, from_prim(count)), (
+                Declare(row, binary("/", gid, Const(d))), Declare(dd, binary("%", gid, Const(d))),
+                Declare(top, _f(NEG)),
+                For(s, Const(0), Const(splits), (Assign(top, maximum(top, share(Const(d)))),)),
+                Declare(total, _f(0)), Declare(value, _f(0)),
+                For(s, Const(0), Const(splits), (
+                    Declare(weight, intrinsic("exp", binary("-", share(Const(d)), top))),
+                    Assign(total, binary("+", total, binary("*", weight, share(Const(d + 1))))),
+                    Assign(value, binary("+", value, binary("*", weight, share(dd)))))),
+                Store(out, gid, cast(binary("/", value, total), out.dtype)))))
+    grid = grid_for(ceil_div(count, threads), target)
+    return PrimFunc(name, defn.inputs, (out,), scalars_of(partial, out), body, (threads, 1, 1), grid,
+                    attrs={"rule": "attention-merge"})

@@ -1,0 +1,116 @@
+"""Fused causal attention (tessera.op.attention) as kernels on every device, against numpy's softmax.
+
+The expected values come from a plain numpy statement of attention (scores, a causal mask, a
+softmax, a weighted sum), not from the operator's reference, which is checked against the same.
+"""
+
+import numpy as np
+import pytest
+from harness import COVERED_OPS, _record_browser_shaders, build, target_for
+from tessera import arith, op
+from tessera.ir import Function, PrimStructInfo, PrimValue, Tensor, interpret
+from tessera.tir.verify import verify_kernel
+from tessera.transform import legalize_ops
+
+F32 = "float32"
+TOTAL = arith.Var("total")
+
+
+def numpy_attention(q, keys, values, total):
+    """Softmax attention of q (n, heads, d) at positions total - n .. total - 1 over keys 0 .. total - 1."""
+    n, heads, d = q.shape
+    group = heads // keys.shape[1]
+    out = np.zeros(q.shape, np.float64)
+    for h in range(heads):
+        k = keys[:total, h // group].astype(np.float64)
+        scores = q[:, h].astype(np.float64) @ k.T / np.sqrt(d)
+        for i in range(n):
+            scores[i, total - n + i + 1:] = -np.inf  # causal: nothing after the row's own position
+        p = np.exp(scores - scores.max(axis=1, keepdims=True))
+        out[:, h] = (p / p.sum(axis=1, keepdims=True)) @ values[:total, h // group].astype(np.float64)
+    return out
+
+
+def attention_module(heads, kv_heads, d, capacity, rows="n"):
+    params = [Tensor((rows, heads, d), F32), Tensor((capacity, kv_heads, d), F32),
+              Tensor((capacity, kv_heads, d), F32), PrimStructInfo("int64", TOTAL)]
+    return build(lambda q, k, v, total: op.nn.attention(q, k, v, PrimValue(TOTAL)), params)
+
+
+def run_attention(runner, mod, cases, capacity, shape, target=None, seed=0):
+    """Legalize ``mod`` for the runner's device, run it for each (n, total) and compare with numpy."""
+    target = target_for(runner, target)
+    COVERED_OPS.add("nn.attention")
+    lowered = legalize_ops(mod, target)
+    kernels = [f for f in lowered.functions.values() if not isinstance(f, Function)]
+    if target.kind == "webgpu":
+        _record_browser_shaders(mod, kernels)
+    heads, kv_heads, d = shape
+    rng = np.random.default_rng(seed)
+    for n, total in cases:
+        for kernel in kernels:
+            verify_kernel(kernel, {name: {"n": n, "total": total}[name] for name in kernel.scalars})
+        q = rng.standard_normal((n, heads, d)).astype(np.float32)
+        keys = rng.standard_normal((capacity, kv_heads, d)).astype(np.float32)
+        values = rng.standard_normal((capacity, kv_heads, d)).astype(np.float32)
+        keys[total:] = values[total:] = np.nan  # rows past ``total`` must never be read
+        want = numpy_attention(q, keys, values, total)
+        np.testing.assert_allclose(interpret(mod, "main", q, keys, values, total), want, rtol=1e-5, atol=1e-6)
+        got = interpret(lowered, "main", q, keys, values, total, kernel_runner=runner)
+        assert got.dtype == np.float32 and got.shape == (n, heads, d)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5, err_msg=f"n = {n}, total = {total}")
+    return kernels
+
+
+def test_prefill_attention_over_a_cache(runner):
+    """Prompts from the first position and continued after cached ones (chunks), grouped-query heads,
+    a last workgroup with fewer positions than it holds, and key tiles cut short by the causal bound."""
+    kernels = run_attention(runner, attention_module(4, 2, 16, 80), [(1, 1), (5, 5), (3, 37), (40, 40), (17, 80)],
+                            80, (4, 2, 16))
+    assert [k.attrs["rule"] for k in kernels] == [_rule(runner, "attention")]
+
+
+def test_decode_attention_splits_the_keys_across_workgroups(runner):
+    """One position over a long cache: partial shares of the keys, then the merge (split-K). Shares
+    past a short sequence are empty and must not count."""
+    mod = attention_module(9, 3, 64, 2048, rows=1)
+    kernels = run_attention(runner, mod, [(1, 1), (1, 37), (1, 2048)], 2048, (9, 3, 64))
+    assert [k.attrs["rule"] for k in kernels] == [_rule(runner, "attention"), "attention-merge"]
+    assert kernels[0].grid[1].value > 1  # several shares per KV head
+    COVERED_OPS.update({"nn.attention_partial", "nn.attention_merge"})
+
+
+@pytest.mark.parametrize("shape", [(6, 3, 8), (2, 1, 6)])
+def test_decode_attention_small_heads(runner, shape):
+    """A short cache is not split; a head size that is no multiple of the CPU rule's dot lanes."""
+    heads, kv_heads, d = shape
+    kernels = run_attention(runner, attention_module(heads, kv_heads, d, 64, rows=1), [(1, 1), (1, 40), (1, 64)], 64,
+                            shape)
+    assert [k.attrs["rule"] for k in kernels] == [_rule(runner, "attention")]
+
+
+def test_partial_shares_and_merge_as_operators(runner):
+    """nn.attention_partial's (output, m, l) per share and nn.attention_merge, each against the reference."""
+    target = target_for(runner)
+    params = [Tensor((2, 4, 8), F32), Tensor((30, 2, 8), F32), Tensor((30, 2, 8), F32), PrimStructInfo("int64", TOTAL)]
+    mod = build(lambda q, k, v, total: op.nn.attention_partial(q, k, v, PrimValue(TOTAL), splits=3, scale=0.25),
+                params)
+    COVERED_OPS.update({"nn.attention_partial", "nn.attention_merge"})
+    lowered = legalize_ops(mod, target)
+    rng = np.random.default_rng(1)
+    q, keys, values = (rng.standard_normal(shape).astype(np.float32) for shape in
+                       ((2, 4, 8), (30, 2, 8), (30, 2, 8)))
+    for total in (2, 29):
+        want = interpret(mod, "main", q, keys, values, total)
+        got = interpret(lowered, "main", q, keys, values, total, kernel_runner=runner)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        merge = build(lambda p: op.nn.attention_merge(p), [Tensor(want.shape, F32)])
+        merged = interpret(legalize_ops(merge, target), "main", want, kernel_runner=runner)
+        expected = numpy_attention(q * np.float32(0.25 * np.sqrt(8)), keys, values, total)
+        np.testing.assert_allclose(merged, expected, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(interpret(merge, "main", want), expected, rtol=1e-5, atol=1e-6)
+
+
+def _rule(runner, rule: str) -> str:
+    serial = runner.target.serial_threads and runner.target.cpu_adapter
+    return {"attention": "attention-rows"}.get(rule, rule) if serial else rule
