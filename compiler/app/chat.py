@@ -65,8 +65,11 @@ class ChatSession:
         with open(os.path.join(directory, CHAT_CONFIG), encoding="utf-8") as f:
             self.config = json.load(f)
         self.tokenizer = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
-        # Whatever the build's target: the VM picks the device that runs it, or says why it cannot.
-        self.vm = VirtualMachine(Executable.load(directory))
+        from .bundle_json import bundle_tensor_cache
+
+        # Whatever the build's target: the VM picks the device that runs it, or says why it cannot. A
+        # build in a bundle finds its weights in the bundle's shared folder.
+        self.vm = VirtualMachine(Executable.load(directory, bundle_tensor_cache(directory)))
         self.context_length = self.config["context_length"]
         self.stop_ids = set(self.config["stop_token_ids"])
         self.tokens: list[int] = []  # what the KV cache holds
