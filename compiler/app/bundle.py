@@ -9,8 +9,10 @@ A bundle is a folder any static server can host:
                                        device), tokenizer and chat configuration
     models/<id>/weights/               every build's weights, each distinct tensor once (weights.py):
                                        params_shard_*.bin, and <build>.json, each build's tensor cache
-    models/<id>/webgpu/                executable.json, kernels/, tokenizer.json, chat-config.json (the
-                                       `tessera compile` folder, its weights moved to weights/)
+    models/<id>/tokenizer.json         the tokenizer and chat configuration, shared by the builds
+    models/<id>/chat-config.json
+    models/<id>/webgpu/                executable.json, kernels/ (the `tessera compile` folder, less what
+                                       the builds share)
     models/<id>/wasm/                  the same for the WebAssembly CPU build, with kernels.wasm
 
 The compile itself is the cached one `tessera chat` uses, so bundling again is a copy.
@@ -28,7 +30,7 @@ from pathlib import Path
 from tessera.vm import Executable
 
 from .bundle_json import BUNDLE_VERSION, BundleError, check_bundle
-from .compile import CHAT_CONFIG, cached_compile
+from .compile import CHAT_CONFIG, TOKENIZER, cached_compile
 from .memory import device_memory
 from .weights import download_bytes, write_shared_weights
 
@@ -64,12 +66,15 @@ def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title:
     executables = {}
     for target in targets:  # in order of preference: the runtime takes the first that can run
         compiled = cached_compile(gguf_path, target, context_length, progress)
-        shutil.copytree(compiled, os.path.join(model_dir, target),
-                        ignore=shutil.ignore_patterns("tensor-cache.json", "params_shard_*.bin"))
+        # The weights, tokenizer and chat configuration are written once for all builds, below.
+        shutil.copytree(compiled, os.path.join(model_dir, target), ignore=shutil.ignore_patterns(
+            "tensor-cache.json", "params_shard_*.bin", TOKENIZER, CHAT_CONFIG))
         executables[target] = Executable.load(compiled)
+        if target == targets[0]:
+            for name in (TOKENIZER, CHAT_CONFIG):  # the same for every build: one compile of one model file
+                shutil.copy(os.path.join(compiled, name), os.path.join(model_dir, name))
     caches = write_shared_weights(model_dir, {target: exe.constants for target, exe in executables.items()})
-    first = targets[0]
-    shared = (f"{first}/tokenizer.json", f"{first}/{CHAT_CONFIG}")
+    shared = (TOKENIZER, CHAT_CONFIG)
     builds = [_build_record(model_dir, target, executables[target], caches[target], shared) for target in targets]
     index = {"format": "tessera-bundle", "version": BUNDLE_VERSION, "model": name, "builds": builds,
              "tokenizer": shared[0], "chat_config": shared[1]}

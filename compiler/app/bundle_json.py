@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 from tessera.ir import TesseraError
 
@@ -78,15 +79,28 @@ def _inside(path) -> bool:
             and all(part not in ("", ".", "..") for part in path.rstrip("/").split("/")) and ":" not in path)
 
 
-def bundle_tensor_cache(directory: str) -> str | None:
-    """The tensor cache of ``directory`` when it is a build in a bundle (its weights are in the bundle's
-    shared weights/ folder, bundle.json says where), None when it is a `tessera compile` folder."""
-    if os.path.exists(os.path.join(directory, "tensor-cache.json")):
-        return None
+@dataclass(frozen=True)
+class BuildFiles:
+    """Where a compiled build's weights, tokenizer and chat configuration are: in its folder (a `tessera
+    compile` folder), or, for a build in a bundle, where bundle.json says (shared by its builds)."""
+
+    tensor_cache: str
+    tokenizer: str
+    chat_config: str
+    in_bundle: bool
+
+
+def build_files(directory: str) -> BuildFiles:
+    """The files of the build in ``directory``: its own, unless it is a build of a bundle (no
+    tensor-cache.json of its own, and bundle.json in the folder above names it)."""
+    own = BuildFiles(*(os.path.join(directory, name) for name in ("tensor-cache.json", "tokenizer.json",
+                                                                   "chat-config.json")), in_bundle=False)
     model_dir = os.path.dirname(os.path.abspath(directory))
-    if not os.path.exists(os.path.join(model_dir, "bundle.json")):
-        return None
-    for build in read_bundle(model_dir)["builds"]:
+    if os.path.exists(own.tensor_cache) or not os.path.exists(os.path.join(model_dir, "bundle.json")):
+        return own
+    index = read_bundle(model_dir)
+    for build in index["builds"]:
         if os.path.normpath(os.path.join(model_dir, build["path"])) == os.path.abspath(directory):
-            return os.path.join(model_dir, build["tensor_cache"])
-    return None
+            return BuildFiles(*(os.path.join(model_dir, path) for path in
+                                (build["tensor_cache"], index["tokenizer"], index["chat_config"])), in_bundle=True)
+    return own

@@ -18,7 +18,7 @@ from collections import Counter
 
 from tessera.vm import Executable
 
-from .bundle_json import bundle_tensor_cache, read_bundle
+from .bundle_json import build_files, read_bundle
 from .memory import device_memory, mib, state_bytes
 from .weights import download_bytes
 
@@ -34,12 +34,10 @@ def inspect_directory(directory: str, verbose: bool = False, as_json: bool = Fal
         if as_json:
             return json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=1) + "\n"
         return "".join(format_bundle(summary) for summary in summaries)
-    tensor_cache = bundle_tensor_cache(directory)
-    exe = Executable.load(directory, tensor_cache)
-    files = tuple(os.path.join(directory, name) for name in ("tokenizer.json", "chat-config.json")
-                  if os.path.exists(os.path.join(directory, name)))
-    summary = summarize(exe, download_bytes(directory, tensor_cache or os.path.join(directory, "tensor-cache.json"),
-                                            files) if exe.constants else None)
+    files = build_files(directory)
+    exe = Executable.load(directory, files.tensor_cache)
+    shared = tuple(path for path in (files.tokenizer, files.chat_config) if os.path.exists(path))
+    summary = summarize(exe, download_bytes(directory, files.tensor_cache, shared) if exe.constants else None)
     return json.dumps(summary, indent=1) + "\n" if as_json else format_summary(summary, verbose)
 
 

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 from tessera.app.bundle import bundle_model
-from tessera.app.bundle_json import BundleError, bundle_tensor_cache, check_bundle, read_bundle
+from tessera.app.bundle_json import BundleError, build_files, check_bundle, read_bundle
 from tessera.app.chat import ChatSession, Sampling
 from tessera.app.compile import cached_compile
 from tessera.app.memory import device_memory
@@ -61,9 +61,13 @@ def test_each_weight_is_stored_once_and_every_build_replies_alike(site, tiny_ggu
     replies = []
     for target in TARGETS:
         folder = os.path.join(model_dir, target)
-        assert not any(name.startswith("params_shard_") or name == "tensor-cache.json" for name in os.listdir(folder))
-        assert bundle_tensor_cache(folder) == os.path.join(model_dir, "weights", f"{target}.json")
-        loaded = Executable.load(folder, bundle_tensor_cache(folder))
+        # The weights, tokenizer and chat configuration are the bundle's, once; a build holds its program.
+        assert not set(os.listdir(folder)) & {"tensor-cache.json", "params_shard_0.bin", "tokenizer.json", "chat-config.json"}
+        files = build_files(folder)
+        assert (files.tensor_cache, files.tokenizer, files.chat_config) == (
+            os.path.join(model_dir, "weights", f"{target}.json"), os.path.join(model_dir, "tokenizer.json"),
+            os.path.join(model_dir, "chat-config.json"))
+        loaded = Executable.load(folder, files.tensor_cache)
         assert sorted(loaded.constants) == sorted(compiled[target].constants)
         for name, array in compiled[target].constants.items():
             assert loaded.constants[name].dtype == array.dtype and np.array_equal(loaded.constants[name], array)
