@@ -48,6 +48,8 @@ def model_id(gguf_path: str) -> str:
 # The builds `tessera bundle` knows, best first for a GPU; the runtime takes the first that fits the device.
 TARGETS = ("webgpu-f16", "webgpu", "wasm")
 DEFAULT_TARGETS = ("webgpu", "wasm")
+
+
 def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title: str | None = None,
                  targets: tuple[str, ...] = DEFAULT_TARGETS, progress=None) -> str:
     """Write the site for ``gguf_path`` into ``output``; returns the model's folder in it.
@@ -71,8 +73,8 @@ def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title:
             "tensor-cache.json", "params_shard_*.bin", TOKENIZER, CHAT_CONFIG))
         executables[target] = Executable.load(compiled)
         if target == targets[0]:
-            for name in (TOKENIZER, CHAT_CONFIG):  # the same for every build: one compile of one model file
-                shutil.copy(os.path.join(compiled, name), os.path.join(model_dir, name))
+            for file in (TOKENIZER, CHAT_CONFIG):  # the same for every build: one compile of one model file
+                shutil.copy(os.path.join(compiled, file), os.path.join(model_dir, file))
     caches = write_shared_weights(model_dir, {target: exe.constants for target, exe in executables.items()})
     shared = (TOKENIZER, CHAT_CONFIG)
     builds = [_build_record(model_dir, target, executables[target], caches[target], shared) for target in targets]

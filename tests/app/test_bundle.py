@@ -107,7 +107,10 @@ def test_bytes_that_differ_are_kept_apart_and_each_build_lists_only_its_shards(t
 def test_bundle_json_records_what_each_build_downloads_and_needs(site, tiny_gguf):
     _, model_dir = site
     index = read_bundle(model_dir)
-    assert index["version"] == 2 and [b["name"] for b in index["builds"]] == list(TARGETS)
+    assert index["version"] == 2 and index["model"] == "tiny" and [b["name"] for b in index["builds"]] == list(TARGETS)
+    assert (index["tokenizer"], index["chat_config"]) == ("tokenizer.json", "chat-config.json")
+    page = open(os.path.join(site[0], "index.html"), encoding="utf-8").read()
+    assert 'data-model-url="models/tiny/"' in page
     for build in index["builds"]:
         exe = Executable.load(cached_compile(tiny_gguf, build["name"], 64))
         memory = device_memory(exe)

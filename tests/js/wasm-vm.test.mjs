@@ -67,3 +67,23 @@ test("the WASM build replies as the Python VM does", async () => {
   await assert.rejects(engine.chat.completions.create({ messages: [{ role: "user", content: "word ".repeat(400) }] }),
     /the prompt has \d+ tokens; the context window is 256/);
 });
+
+test("in a bundle of three builds over one copy of the weights, the WASM build replies as the Python VM runs each", async () => {
+  const three = bundle("tiny-three-builds", tinyGGUF(), 64, "webgpu-f16,webgpu,wasm");
+  const model = join(three, "models", "tiny");
+  const index = JSON.parse(await readFile(join(model, "bundle.json"), "utf8"));
+  assert.deepEqual(index.builds.map((b) => b.name), ["webgpu-f16", "webgpu", "wasm"]);
+  // The three tensor caches list shards of one folder; the bytes they name are stored once.
+  const caches = await Promise.all(index.builds.map(async (b) => JSON.parse(await readFile(join(model, b.tensor_cache), "utf8"))));
+  const shards = new Set(caches.flatMap((c) => c.records.map((s) => s.dataPath)));
+  assert.ok(caches.every((c) => c.records.every((s) => shards.has(s.dataPath))));
+  const replies = index.builds.map((b) => pythonGreedyReply(join(model, b.path), "Hello there", 8));
+  assert.deepEqual(replies, [replies[0], replies[0], replies[0]]);
+  const requests = [];
+  const engine = await createEngine(`${ORIGIN}models/tiny/`, { fetchFn: folderFetch(three, requests) });
+  assert.equal(engine.device.build, "wasm");
+  const reply = await engine.chat.completions.create({ messages: [{ role: "user", content: "Hello there" }], temperature: 0,
+    max_tokens: 8 });
+  assert.equal(reply.choices[0].message.content, replies[0]);
+  assert.deepEqual(requests.filter((url) => url.includes("/webgpu")), [], "nothing of the WebGPU builds was fetched");
+});
