@@ -44,7 +44,9 @@ def write_shared_weights(model_dir: str, builds: dict[str, dict[str, np.ndarray]
             names[build][name] = key
     # Shards by the set of builds that use their bytes (what all builds share first), each in the
     # order of first use, cut at the executable format's shard size.
-    first_use = {key: i for i, key in enumerate(key for build in order for key in names[build].values())}
+    first_use: dict[str, int] = {}
+    for key in (key for build in order for key in names[build].values()):
+        first_use.setdefault(key, len(first_use))
     groups: dict[tuple[int, ...], list[str]] = {}
     for key in sorted(blobs, key=first_use.__getitem__):
         groups.setdefault(tuple(sorted(users[key])), []).append(key)
