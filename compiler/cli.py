@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="parse a script, check it is well formed, print it back")
     check.add_argument("file", help="a module in the text format (docs/script.md); - for stdin")
 
-    inspect = commands.add_parser("inspect", help="describe a compiled executable directory")
+    inspect = commands.add_parser("inspect", help="describe a compiled executable directory or a bundle")
     inspect.add_argument("directory")
     inspect.add_argument("-v", "--verbose", action="store_true",
                          help="also every storage of the memory plans and every kernel")
@@ -154,13 +154,9 @@ def _chat(args) -> int:
 
 
 def _inspect(args) -> int:
-    import json
+    from .app.inspect import inspect_directory
 
-    from .app.inspect import format_summary, summarize
-    from .vm import Executable
-
-    summary = summarize(Executable.load(args.directory))
-    sys.stdout.write(json.dumps(summary, indent=1) + "\n" if args.json else format_summary(summary, args.verbose))
+    sys.stdout.write(inspect_directory(args.directory, args.verbose, args.json))
     return 0
 
 

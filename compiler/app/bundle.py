@@ -5,10 +5,15 @@ A bundle is a folder any static server can host:
     index.html, chat.js, chat.css      the chat page (web/templates, web/static: tessera/app/web installed)
     runtime/tessera.js ...             the browser runtime (runtime-js/src: tessera/app/runtime installed),
                                        importable by any page
-    models/<id>/bundle.json            the model's builds, tokenizer and chat configuration
-    models/<id>/webgpu/                executable.json, tensor-cache.json, params_shard_*.bin,
-                                       tokenizer.json, chat-config.json (the `tessera compile` folder)
-    models/<id>/wasm/                  the same for the WebAssembly CPU build, plus kernels.wasm
+    models/<id>/bundle.json            the model's builds (with what each downloads and needs of the
+                                       device), tokenizer and chat configuration
+    models/<id>/weights/               every build's weights, each distinct tensor once (weights.py):
+                                       params_shard_*.bin, and <build>.json, each build's tensor cache
+    models/<id>/tokenizer.json         the tokenizer and chat configuration, shared by the builds
+    models/<id>/chat-config.json
+    models/<id>/webgpu/                executable.json, kernels/ (the `tessera compile` folder, less what
+                                       the builds share)
+    models/<id>/wasm/                  the same for the WebAssembly CPU build, with kernels.wasm
 
 The compile itself is the cached one `tessera chat` uses, so bundling again is a copy.
 """
@@ -22,16 +27,15 @@ import re
 import shutil
 from pathlib import Path
 
-from tessera.ir import TesseraError
+from tessera.vm import Executable
 
-from .compile import cached_compile
+from .bundle_json import BUNDLE_VERSION, BundleError, check_bundle
+from .compile import CHAT_CONFIG, TOKENIZER, cached_compile
+from .memory import device_memory
+from .weights import download_bytes, write_shared_weights
 
 # The runtime's npm dependencies, copied next to its sources by runtime-js/scripts/vendor.mjs (make setup).
 VENDORED = ("tokenizers.js", "jinja.js")
-
-
-class BundleError(TesseraError):
-    """A bundle that cannot be written (a missing runtime, a bad output folder)."""
 
 
 def model_id(gguf_path: str) -> str:
@@ -41,11 +45,13 @@ def model_id(gguf_path: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "model"
 
 
-TARGETS = ("webgpu", "wasm")
+# The builds `tessera bundle` knows, best first for a GPU; the runtime takes the first that fits the device.
+TARGETS = ("webgpu-f16", "webgpu", "wasm")
+DEFAULT_TARGETS = ("webgpu", "wasm")
 
 
 def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title: str | None = None,
-                 targets: tuple[str, ...] = TARGETS, progress=None) -> str:
+                 targets: tuple[str, ...] = DEFAULT_TARGETS, progress=None) -> str:
     """Write the site for ``gguf_path`` into ``output``; returns the model's folder in it.
 
     ``targets``: the builds, in the order the runtime tries them (WebGPU, then the WASM fallback).
@@ -53,19 +59,28 @@ def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title:
     unknown = sorted(set(targets) - set(TARGETS))
     if unknown or not targets:
         raise BundleError(f"unknown bundle target {', '.join(unknown) or '(none)'}; known: {', '.join(TARGETS)}")
+    targets = tuple(dict.fromkeys(targets))
     runtime_source, web_source = runtime_folder(), web_folder()
     name = model_id(gguf_path)
     model_dir = os.path.join(output, "models", name)
     if os.path.exists(model_dir):
         shutil.rmtree(model_dir)
-    builds = []
+    executables = {}
     for target in targets:  # in order of preference: the runtime takes the first that can run
         compiled = cached_compile(gguf_path, target, context_length, progress)
-        shutil.copytree(compiled, os.path.join(model_dir, target))
-        builds.append({"name": target, "kind": target, "path": f"{target}/", "features": []})
-    first = targets[0]
-    index = {"format": "tessera-bundle", "version": 1, "model": name, "builds": builds,
-             "tokenizer": f"{first}/tokenizer.json", "chat_config": f"{first}/chat-config.json"}
+        # The weights, tokenizer and chat configuration are written once for all builds, below.
+        shutil.copytree(compiled, os.path.join(model_dir, target), ignore=shutil.ignore_patterns(
+            "tensor-cache.json", "params_shard_*.bin", TOKENIZER, CHAT_CONFIG))
+        executables[target] = Executable.load(compiled)
+        if target == targets[0]:
+            for file in (TOKENIZER, CHAT_CONFIG):  # the same for every build: one compile of one model file
+                shutil.copy(os.path.join(compiled, file), os.path.join(model_dir, file))
+    caches = write_shared_weights(model_dir, {target: exe.constants for target, exe in executables.items()})
+    shared = (TOKENIZER, CHAT_CONFIG)
+    builds = [_build_record(model_dir, target, executables[target], caches[target], shared) for target in targets]
+    index = {"format": "tessera-bundle", "version": BUNDLE_VERSION, "model": name, "builds": builds,
+             "tokenizer": shared[0], "chat_config": shared[1]}
+    check_bundle(index, os.path.join(model_dir, "bundle.json"))
     with open(os.path.join(model_dir, "bundle.json"), "w", encoding="utf-8") as f:
         json.dump(index, f, indent=1)
     runtime = os.path.join(output, "runtime")
@@ -76,6 +91,21 @@ def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title:
         shutil.copy(static, os.path.join(output, static.name))
     _render_page(web_source / "templates", output, name, title or name)
     return model_dir
+
+
+def _build_record(model_dir: str, target: str, exe: Executable, tensor_cache: str, shared: tuple[str, ...]) -> dict:
+    """A build's entry in bundle.json: where it is, and the figures a runtime checks before it downloads."""
+    memory = device_memory(exe)
+    if memory.total is None or memory.largest_buffer is None or memory.largest_binding is None:
+        raise BundleError(f"the {target} build plans some memory at run time (a size without an upper bound), so "
+                          "bundle.json could not say whether it fits a device before the download")
+    figures = {"weights_bytes": memory.weights, "arena_bytes": memory.arena, "kv_cache_bytes": memory.kv_cache,
+               "total_bytes": memory.total, "largest_buffer_bytes": memory.largest_buffer,
+               "largest_binding_bytes": memory.largest_binding}
+    download = download_bytes(os.path.join(model_dir, target), os.path.join(model_dir, tensor_cache),
+                              tuple(os.path.join(model_dir, path) for path in shared))
+    return {"name": target, "kind": exe.target["kind"], "path": f"{target}/", "features": list(exe.required_features),
+            "tensor_cache": tensor_cache, "download_bytes": download, "memory": figures}
 
 
 def runtime_folder() -> Path:

@@ -7,15 +7,12 @@ on the device by the executable's ``sample`` functions; only the id comes back.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
 
 import numpy as np
 from tessera.ir import RuntimeCheckError, TesseraError
-
-from .compile import CHAT_CONFIG
 
 
 class ChatError(TesseraError):
@@ -62,11 +59,14 @@ class ChatSession:
         from tessera.vm import Executable, VirtualMachine
         from tokenizers import Tokenizer
 
-        with open(os.path.join(directory, CHAT_CONFIG), encoding="utf-8") as f:
+        from .bundle_json import build_files
+
+        files = build_files(directory)  # a build in a bundle shares the bundle's weights and tokenizer
+        with open(files.chat_config, encoding="utf-8") as f:
             self.config = json.load(f)
-        self.tokenizer = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
+        self.tokenizer = Tokenizer.from_file(files.tokenizer)
         # Whatever the build's target: the VM picks the device that runs it, or says why it cannot.
-        self.vm = VirtualMachine(Executable.load(directory))
+        self.vm = VirtualMachine(Executable.load(directory, files.tensor_cache))
         self.context_length = self.config["context_length"]
         # The bound prefill's new positions (its symbol n) were planned for: this build's own, where
         # chat-config.json may be shared by a bundle's builds; older builds plan the whole context.

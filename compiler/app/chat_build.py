@@ -103,11 +103,13 @@ def native_runtime_problem() -> str | None:
 def compiled_build(directory: str) -> tuple[str | None, bool]:
     """The target kind a compiled directory was built for (None when it holds no readable
     executable.json), and whether its chat-config.json has the chat_format runtime-native needs."""
+    from .bundle_json import BundleError, build_files
+
     try:
         with open(os.path.join(directory, "executable.json"), encoding="utf-8") as f:
             kind = json.load(f).get("target", {}).get("kind")
-        with open(os.path.join(directory, "chat-config.json"), encoding="utf-8") as f:
+        with open(build_files(directory).chat_config, encoding="utf-8") as f:
             has_chat_format = json.load(f).get("chat_format") is not None
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, BundleError):
         return None, False
     return kind, has_chat_format

@@ -33,6 +33,7 @@ from .inspect import describe_target
 from .memory import device_memory, mib
 
 CHAT_CONFIG = "chat-config.json"
+TOKENIZER = "tokenizer.json"
 # Tokens that end an assistant turn in the chat templates of the Llama family (ChatML, Llama 3).
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>")
 
@@ -121,7 +122,7 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     os.makedirs(output, exist_ok=True)
     exe.save(output)
     spec = model_file.tokenizer
-    build_tokenizer(spec).save(os.path.join(output, "tokenizer.json"))
+    build_tokenizer(spec).save(os.path.join(output, TOKENIZER))
     stops = sorted({i for i, t in enumerate(spec.tokens) if t in END_OF_TURN_TOKENS}
                    | ({spec.eos_token_id} if spec.eos_token_id is not None else set()))
     config = {"model": os.path.basename(gguf_path), "context_length": context_length, "prefill_chunk": chunk,

@@ -4,18 +4,83 @@ The text is short by default: the target, each function with its parameters, lau
 arena, the kernels counted by schedule rule, what the device must offer, and the memory the model
 takes. ``verbose`` adds every storage of the memory plans with the tensors that share it, and every
 kernel with its workgroup and launch grid.
+
+A bundle's model folder (with bundle.json) is described by its builds instead: for each, the figures
+bundle.json records and the browser runtime checks before it downloads anything (the bytes to
+download, the device memory, the largest buffer and binding), and how much the builds share.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections import Counter
 
 from tessera.vm import Executable
 
+from .bundle_json import build_files, read_bundle
 from .memory import device_memory, mib, state_bytes
+from .weights import download_bytes
 
 
-def summarize(exe: Executable) -> dict:
+def inspect_directory(directory: str, verbose: bool = False, as_json: bool = False) -> str:
+    """What `tessera inspect DIR` prints: a compiled folder (or a build in a bundle), a bundle's model
+    folder, or a bundle's site (each of its models)."""
+    models = sorted(os.path.join(directory, "models", name) for name in _listing(os.path.join(directory, "models")))
+    bundles = [directory] if os.path.exists(os.path.join(directory, "bundle.json")) else \
+        [m for m in models if os.path.exists(os.path.join(m, "bundle.json"))]
+    if bundles:
+        summaries = [summarize_bundle(model_dir) for model_dir in bundles]
+        if as_json:
+            return json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=1) + "\n"
+        return "".join(format_bundle(summary) for summary in summaries)
+    files = build_files(directory)
+    exe = Executable.load(directory, files.tensor_cache)
+    shared = tuple(path for path in (files.tokenizer, files.chat_config) if os.path.exists(path))
+    summary = summarize(exe, download_bytes(directory, files.tensor_cache, shared) if exe.constants else None)
+    return json.dumps(summary, indent=1) + "\n" if as_json else format_summary(summary, verbose)
+
+
+def _listing(folder: str) -> list[str]:
+    return os.listdir(folder) if os.path.isdir(folder) else []
+
+
+def summarize_bundle(model_dir: str) -> dict:
+    """bundle.json's builds with their figures, and the weights on disk against a copy per build."""
+    index = read_bundle(model_dir)
+    shards = sorted(name for name in _listing(os.path.join(model_dir, "weights")) if name.endswith(".bin"))
+    on_disk = sum(os.path.getsize(os.path.join(model_dir, "weights", name)) for name in shards)
+    return {"model": index["model"], "folder": model_dir, "version": index["version"],
+            "builds": [{key: build[key] for key in ("name", "kind", "path", "features", "tensor_cache",
+                                                    "download_bytes", "memory")} for build in index["builds"]],
+            "weights_on_disk_bytes": on_disk, "weight_shards": len(shards),
+            "weights_in_builds_bytes": sum(build["memory"]["weights_bytes"] for build in index["builds"])}
+
+
+def format_bundle(summary: dict) -> str:
+    lines = [f"bundle {summary['model']} ({summary['folder']}): {_count(len(summary['builds']), 'build', 'builds')}, "
+             f"in order of preference"]
+    for build in summary["builds"]:
+        memory = build["memory"]
+        features = f"; features {', '.join(build['features'])}" if build["features"] else ""
+        lines.append(f"build {build['name']} ({build['kind']}{features}), {build['path']}, weights "
+                     f"{build['tensor_cache']}")
+        lines.append(f"  download: {_bytes(build['download_bytes'])}")
+        lines.append(f"  device memory: {_bytes(memory['total_bytes'])}: weights {mib(memory['weights_bytes'])}, "
+                     f"arenas {mib(memory['arena_bytes'])}, KV cache {mib(memory['kv_cache_bytes'])}")
+        lines.append(f"  largest buffer: {_bytes(memory['largest_buffer_bytes'])} (maxBufferSize); largest binding: "
+                     f"{_bytes(memory['largest_binding_bytes'])} (maxStorageBufferBindingSize)")
+    lines.append(f"weights on disk: {_bytes(summary['weights_on_disk_bytes'])} in "
+                 f"{_count(summary['weight_shards'], 'shard', 'shards')}, each distinct tensor once "
+                 f"(the builds load {mib(summary['weights_in_builds_bytes'])} in all)")
+    return "\n".join(lines) + "\n"
+
+
+def _bytes(size: int | None) -> str:
+    return mib(size) if size is None else f"{mib(size)} ({size} bytes)"
+
+
+def summarize(exe: Executable, download: int | None = None) -> dict:
     functions = {}
     for name, f in exe.functions.items():
         memory = f["memory"]
@@ -44,7 +109,9 @@ def summarize(exe: Executable) -> dict:
         "weights": {name: list(array.shape) for name, array in exe.constants.items()},
         "device_memory": {"weights_bytes": memory.weights, "arena_bytes": memory.arena,
                           "kv_cache_bytes": memory.kv_cache, "state_tensors": state_bytes(exe),
-                          "total_bytes": memory.total},
+                          "total_bytes": memory.total, "largest_buffer_bytes": memory.largest_buffer,
+                          "largest_binding_bytes": memory.largest_binding},
+        "download_bytes": download,
     }
 
 
@@ -80,6 +147,10 @@ def format_summary(summary: dict, verbose: bool = False) -> str:
     if memory["state_tensors"]:
         lines.append(f"KV cache: {len(memory['state_tensors'])} state tensors, {mib(memory['kv_cache_bytes'])}")
     lines.append(f"device memory: {mib(memory['total_bytes'])} (weights, the functions' arenas, the KV cache)")
+    lines.append(f"largest buffer: {_bytes(memory['largest_buffer_bytes'])} (maxBufferSize); largest binding: "
+                 f"{_bytes(memory['largest_binding_bytes'])} (maxStorageBufferBindingSize)")
+    if summary["download_bytes"] is not None:
+        lines.append(f"download: {_bytes(summary['download_bytes'])} (executable, kernels, weights, tokenizer)")
     return "\n".join(lines) + "\n"
 
 

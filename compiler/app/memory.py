@@ -2,7 +2,10 @@
 
 Read from the executable alone (docs/format.md), at the upper bounds of its symbolic variables,
 which is what the VMs allocate up front: the weights (its constants), one arena per function (the
-function's memory plan) and each state tensor once, shared by name across functions.
+function's memory plan) and each state tensor once, shared by name across functions. The largest
+single buffer and the largest binding are what a WebGPU device's maxBufferSize and
+maxStorageBufferBindingSize must allow: the VMs give each weight and each state tensor a buffer of
+its own, bound whole, and split an arena into the plan's buffers, binding one storage at a time.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ class DeviceMemory:
     arena: int | None  # None: some function's memory is planned at run time (a size without an upper bound)
     kv_cache: int | None  # the state tensors; None when one's size has no upper bound
     state_tensors: int
+    largest_buffer: int | None = None  # the largest weight, state tensor or arena buffer
+    largest_binding: int | None = None  # the largest weight, state tensor or arena storage
 
     @property
     def total(self) -> int | None:
@@ -33,10 +38,16 @@ class DeviceMemory:
 def device_memory(exe: Executable) -> DeviceMemory:
     arenas = [f["memory"].get("arena_bytes") for f in exe.functions.values()]
     state = state_bytes(exe)
+    whole = [int(array.nbytes) for array in exe.constants.values()] + list(state.values())
+    buffers = [size for f in exe.functions.values() for size in f["memory"].get("buffers", [])]
+    storages = [s.get("static_size") for f in exe.functions.values() for s in f["memory"].get("storages", [])
+                if s.get("buffer") is not None]
     return DeviceMemory(
         weights=sum(int(array.nbytes) for array in exe.constants.values()), weight_tensors=len(exe.constants),
         arena=None if None in arenas else sum(arenas),
-        kv_cache=None if None in state.values() else sum(state.values()), state_tensors=len(state))
+        kv_cache=None if None in state.values() else sum(state.values()), state_tensors=len(state),
+        largest_buffer=None if None in whole else max(whole + buffers, default=0),
+        largest_binding=None if None in whole + storages else max(whole + storages, default=0))
 
 
 def state_bytes(exe: Executable) -> dict[str, int | None]:

@@ -8,7 +8,7 @@
 """
 
 from .devices import Device, DeviceError, View, device_kinds, register_device
-from .executable import Executable, ExecutableError
+from .executable import CACHE_FORMAT, CACHE_VERSION, SHARD_BYTES, Executable, ExecutableError
 from .program import DeviceTensor, VirtualMachine
 
 

@@ -76,7 +76,9 @@ class Executable:
             f.write(text)
 
     @staticmethod
-    def load(directory: str) -> Executable:
+    def load(directory: str, tensor_cache: str | None = None) -> Executable:
+        """Read ``directory``; its weights from ``directory/tensor-cache.json``, or from the tensor cache
+        file ``tensor_cache`` when given (a bundle keeps its builds' weights in one shared folder)."""
         path = os.path.join(directory, "executable.json")
         try:
             with open(path, encoding="utf-8") as f:
@@ -104,7 +106,8 @@ class Executable:
                 if kernel["module"] not in modules:
                     raise ExecutableError(f"kernel {kernel['name']} in {path} names the module {kernel['module']!r}, "
                                           "which the executable does not list")
-            constants = load_tensor_cache(directory) if data["constants"] else {}
+            constants = load_tensor_cache(tensor_cache or os.path.join(directory, "tensor-cache.json")) \
+                if data["constants"] else {}
             missing = set(data["constants"]) - set(constants)
             if missing:
                 raise ExecutableError(f"weights missing from tensor-cache.json: {', '.join(sorted(missing))}")
@@ -199,8 +202,9 @@ def save_tensor_cache(directory: str, tensors: dict[str, np.ndarray]) -> None:
         json.dump(cache, f, indent=1)
 
 
-def load_tensor_cache(directory: str) -> dict[str, np.ndarray]:
-    path = os.path.join(directory, "tensor-cache.json")
+def load_tensor_cache(path: str) -> dict[str, np.ndarray]:
+    """The tensors of the tensor cache file ``path``; its shards are named relative to its folder."""
+    directory = os.path.dirname(path)
     try:
         with open(path, encoding="utf-8") as f:
             cache = json.load(f)

@@ -6,7 +6,7 @@ export class DeviceError extends Error {
 }
 
 /** What every WebGPU adapter grants (DESIGN.md section 5). @type {Record<string, number>} */
-const SPEC_DEFAULTS = {
+export const SPEC_DEFAULTS = {
   maxStorageBufferBindingSize: 134217728, maxBufferSize: 268435456, maxComputeWorkgroupStorageSize: 16384,
   maxComputeInvocationsPerWorkgroup: 256, maxStorageBuffersPerShaderStage: 8,
 };

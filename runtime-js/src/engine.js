@@ -11,8 +11,9 @@
 import { Template } from "./vendor/jinja.js";
 import { Tokenizer } from "./vendor/tokenizers.js";
 import { DeviceError, requestAdapter, requestDeviceFor, softwareRenderer } from "./device.js";
+import { WASM_MEMORY_LIMIT, wasmMisfit, webgpuMisfit } from "./fit.js";
 import { runsOn, validateChatConfig } from "./format.js";
-import { loadBuild, loadBundleIndex, loadExecutable } from "./loader.js";
+import { fetchJson, loadBuild, loadBundleJson, loadExecutable } from "./loader.js";
 import { HostTensor, VirtualMachine } from "./vm.js";
 import { WasmVirtualMachine } from "./wasm-vm.js";
 
@@ -256,17 +257,21 @@ export function orderBuilds(builds, backend, software) {
 /**
  * Load a bundle's model and make an engine for it: the first build in orderBuilds' list that can
  * run here (WebGPU when the browser has it and the device meets the build's needs, else WASM).
+ * A build whose figures in bundle.json (features, largest buffer and binding, WebAssembly memory)
+ * this device cannot meet is passed over before any of its files is fetched; when none fits, the
+ * error names the figures and the limits, and nothing but bundle.json was downloaded.
  * ``engine.device.reason`` says why that build, and a progress text ("WASM build: ...") says it too.
  * @param {string} bundleUrl the model's folder in a bundle (holding bundle.json)
  * @param {{initProgressCallback?: (p: {progress: number, loaded: number, total: number, text: string}) => void,
  *          fetchFn?: (url: string) => Promise<Response>, backend?: "auto" | "webgpu" | "wasm",
- *          libraries?: Record<string, Function>}} options  libraries: host functions the model's call_builtin calls
+ *          libraries?: Record<string, Function>, wasmMemoryLimit?: number}} options  libraries: host functions
+ *   the model's call_builtin calls; wasmMemoryLimit: the most WebAssembly memory this page may use (default 4 GiB)
  */
-export async function createEngine(bundleUrl, { initProgressCallback = () => {}, fetchFn, backend = "auto", libraries } = {}) {
+export async function createEngine(bundleUrl, { initProgressCallback = () => {}, fetchFn, backend = "auto", libraries,
+  wasmMemoryLimit = WASM_MEMORY_LIMIT } = {}) {
   const fetcher = fetchFn ?? ((/** @type {string} */ url) => fetch(url));
   initProgressCallback({ progress: 0, loaded: 0, total: 0, text: "Reading the bundle" });
-  const { base, index, tokenizer: tokenizerJson, chatConfig } = await loadBundleIndex(bundleUrl, fetcher);
-  validateChatConfig(chatConfig);
+  const { base, index } = await loadBundleJson(bundleUrl, fetcher);
   /** @type {string[]} */
   const reasons = [];  // why each build tried before the one that runs could not
   /** @type {any} */
@@ -279,7 +284,23 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
       reasons.push(/** @type {Error} */ (error).message);
     }
   }
-  const { builds, reason: order } = orderBuilds(index.builds, backend, adapter && softwareRenderer(adapter));
+  const { builds: ordered, reason: order } = orderBuilds(index.builds, backend, adapter && softwareRenderer(adapter));
+  if (!ordered.length) throw new DeviceError(`this bundle has no ${backend} build`);
+  // Will it fit: bundle.json's figures against this device, before anything of a build is fetched.
+  let misfits = 0;
+  const builds = ordered.filter((/** @type {any} */ build) => {
+    if (build.kind === "webgpu" && !adapter) return false;  // why is in reasons already
+    const misfit = build.kind === "webgpu" ? webgpuMisfit(build, adapter)
+      : build.kind === "wasm" ? wasmMisfit(build, wasmMemoryLimit) : null;
+    if (misfit) { reasons.push(misfit); misfits += 1; }
+    return !misfit;
+  });
+  if (!builds.length && misfits) {
+    throw new DeviceError(`this model does not fit this device, so nothing of it was downloaded: ${reasons.join("; ")}`);
+  }
+  const [tokenizerJson, chatConfig] = await Promise.all([
+    fetchJson(base + index.tokenizer, fetcher), fetchJson(base + index.chat_config, fetcher)]);
+  validateChatConfig(chatConfig);
   const parts = { chatConfig, tokenizer: new Tokenizer(tokenizerJson, {}), modelId: index.model };
   /** Why ``build`` runs (the order's reason, or what ruled out those before it), told to the progress callback. */
   const chosen = (/** @type {any} */ build) => {
@@ -288,9 +309,10 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
     initProgressCallback({ progress: 0, loaded: 0, total: 0, text: `${KIND_LABELS[build.kind]} build: ${reason}` });
     return reason;
   };
+  const baseUrl = new URL(base, globalThis.location?.href ?? "http://localhost/");
   for (const build of builds) {
-    const folder = new URL(build.path.endsWith("/") ? build.path : build.path + "/",
-      new URL(base, globalThis.location?.href ?? "http://localhost/")).href;
+    const folder = new URL(build.path.endsWith("/") ? build.path : build.path + "/", baseUrl).href;
+    const tensorCacheUrl = new URL(build.tensor_cache, baseUrl).href;
     if (build.kind === "webgpu") {
       if (!adapter) continue;  // why is in reasons already
       const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });
@@ -303,7 +325,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
         continue;
       }
       const reason = chosen(build);
-      const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable });
+      const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable, tensorCacheUrl });
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
       const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights, loaded.modules, { libraries });
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
@@ -315,7 +337,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
       const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });
       if (!runsOn(executable, "wasm")) { reasons.push(`build ${build.name} holds kernels WebAssembly cannot run`); continue; }
       const reason = chosen(build);
-      const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable });
+      const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable, tensorCacheUrl });
       const vm = await WasmVirtualMachine.create(loaded.executable, loaded.weights, loaded.modules, { libraries });
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
       return new Engine({ ...parts, vm, prefillChunk: prefillChunk(executable, chatConfig), device: { kind: "wasm", name: "WebAssembly SIMD on the CPU", build: build.name, reason },
@@ -323,7 +345,6 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
     }
     reasons.push(`build ${build.name} is of an unknown kind ${build.kind}`);
   }
-  if (!builds.length) throw new DeviceError(`this bundle has no ${backend} build`);
   throw new DeviceError(`${reasons.join("; ")}${index.builds.some((/** @type {any} */ b) => b.kind === "wasm") ? "" :
     ", and this bundle has no WASM build to fall back to"}`);
 }

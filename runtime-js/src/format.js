@@ -7,7 +7,7 @@ export class FormatError extends Error {
 
 const EXECUTABLE_VERSION = 3;
 const TENSOR_CACHE_VERSION = 1;
-const BUNDLE_VERSION = 1;
+const BUNDLE_VERSION = 2;
 
 /** @param {boolean} ok @param {string} what @param {string} problem */
 function expect(ok, what, problem) {
@@ -89,16 +89,43 @@ export function validateTensorCache(doc, what = "tensor-cache.json") {
   return doc;
 }
 
+/** The device-memory figures of a build in bundle.json, in bytes (docs/web.md). */
+export const MEMORY_FIGURES = ["weights_bytes", "arena_bytes", "kv_cache_bytes", "total_bytes", "largest_buffer_bytes",
+  "largest_binding_bytes"];
+
+/**
+ * A figure of bundle.json: a whole number of bytes that a double holds exactly (0 to 2**53 - 1). The
+ * engine decides from these whether a build fits before it downloads it, so a bad one is named here.
+ * @param {any} value @param {string} what @param {string} name
+ */
+function expectFigure(value, what, name) {
+  expect(value !== undefined && value !== null, what, `${name} is missing`);
+  expect(typeof value === "number" && Number.isInteger(value), what, `${name} is ${typeof value === "number" ? value : JSON.stringify(value)}, not a whole number of bytes`);
+  expect(Number.isSafeInteger(value) && value >= 0, what, `${name} is ${value}, outside 0 .. 2**53 - 1 bytes`);
+}
+
 /** @param {any} doc @param {string} what */
 export function validateBundle(doc, what = "bundle.json") {
   expect(doc && typeof doc === "object", what, "not a JSON object");
   expect(doc.format === "tessera-bundle", what, `not a Tessera bundle (format ${JSON.stringify(doc.format)})`);
-  expect(doc.version === BUNDLE_VERSION, what, `version ${doc.version}; this runtime reads version ${BUNDLE_VERSION}`);
+  expect(doc.version === BUNDLE_VERSION, what,
+    `version ${doc.version}; this runtime reads version ${BUNDLE_VERSION}: bundle the model again with this Tessera`);
   expect(Array.isArray(doc.builds) && doc.builds.length > 0, what, "lists no builds");
   for (const build of doc.builds) {
-    expect(typeof build.path === "string" && typeof build.kind === "string", what, "a build lacks its path or kind");
+    expect(build && typeof build.name === "string", what, "a build has no name");
+    const name = build.name;
+    expect(typeof build.kind === "string", what, `build ${name} has no kind`);
+    for (const key of ["path", "tensor_cache"]) {
+      expect(isInsidePath(typeof build[key] === "string" ? build[key].replace(/\/$/, "") : build[key]), what,
+        `build ${name}'s ${key} ${JSON.stringify(build[key])} is not a relative path inside the model's folder`);
+    }
+    expect(Array.isArray(build.features) && build.features.every((/** @type {any} */ f) => typeof f === "string"), what,
+      `build ${name}'s features are not a list of names`);
+    expectFigure(build.download_bytes, what, `build ${name}'s download_bytes`);
+    expect(build.memory && typeof build.memory === "object", what, `build ${name} has no memory figures`);
+    for (const key of MEMORY_FIGURES) expectFigure(build.memory[key], what, `build ${name}'s memory.${key}`);
   }
-  expect(typeof doc.tokenizer === "string" && typeof doc.chat_config === "string", what, "tokenizer or chat_config is missing");
+  expect(isInsidePath(doc.tokenizer) && isInsidePath(doc.chat_config), what, "tokenizer or chat_config is missing");
   return doc;
 }
 

@@ -124,11 +124,14 @@ export async function loadExecutable(buildUrl, options = {}) {
  * Load one build of a bundle: executable, weights by constant name, and progress as it goes.
  * @param {string} buildUrl the build's folder, ending in "/"
  * @param {{onProgress?: ProgressCallback, fetchFn?: (url: string) => Promise<Response>, cache?: any,
- *          executable?: any, libraries?: Record<string, Function>}} options
+ *          executable?: any, libraries?: Record<string, Function>, tensorCacheUrl?: string}} options
+ *   tensorCacheUrl: the build's tensor cache, whose shards are named relative to it (a bundle's builds
+ *   share weights/, bundle.json says where); by default the build folder's tensor-cache.json
  */
-export async function loadBuild(buildUrl, { onProgress = () => {}, fetchFn = fetch, cache, executable, libraries } = {}) {
+export async function loadBuild(buildUrl, { onProgress = () => {}, fetchFn = fetch, cache, executable, libraries, tensorCacheUrl } = {}) {
   executable ??= await loadExecutable(buildUrl, { fetchFn, libraries });
-  const tensorCache = validateTensorCache(await fetchJson(buildUrl + "tensor-cache.json", fetchFn), buildUrl + "tensor-cache.json");
+  const cacheUrl = tensorCacheUrl ?? buildUrl + "tensor-cache.json";
+  const tensorCache = validateTensorCache(await fetchJson(cacheUrl, fetchFn), cacheUrl);
   const store = cache ?? await openShardCache();
   const total = tensorCache.records.reduce((/** @type {number} */ sum, /** @type {any} */ s) => sum + s.nbytes, 0);
   let loaded = 0;
@@ -137,7 +140,7 @@ export async function loadBuild(buildUrl, { onProgress = () => {}, fetchFn = fet
   /** @type {Map<string, ArrayBufferView>} */
   const weights = new Map();
   for (const [index, shard] of tensorCache.records.entries()) {
-    const url = new URL(shard.dataPath, new URL(buildUrl, globalThis.location?.href ?? "http://localhost/")).href;
+    const url = new URL(shard.dataPath, new URL(cacheUrl, globalThis.location?.href ?? "http://localhost/")).href;
     const key = `${url}#${shard.sha256}`;
     let data = /** @type {ArrayBuffer|undefined} */ (await store.get(key));
     if (data && data.byteLength === shard.nbytes && await sha256Hex(data) === shard.sha256) {
@@ -187,12 +190,20 @@ export async function loadModules(buildUrl, executable, fetchFn = fetch) {
 }
 
 /**
+ * The bundle's index (bundle.json), checked: what the engine decides from before it fetches anything else.
+ * @param {string} bundleUrl @param {(url: string) => Promise<Response>} fetchFn
+ */
+export async function loadBundleJson(bundleUrl, fetchFn = fetch) {
+  const base = bundleUrl.endsWith("/") ? bundleUrl : bundleUrl + "/";
+  return { base, index: validateBundle(await fetchJson(base + "bundle.json", fetchFn), base + "bundle.json") };
+}
+
+/**
  * The bundle's index (bundle.json), tokenizer and chat configuration.
  * @param {string} bundleUrl @param {(url: string) => Promise<Response>} fetchFn
  */
 export async function loadBundleIndex(bundleUrl, fetchFn = fetch) {
-  const base = bundleUrl.endsWith("/") ? bundleUrl : bundleUrl + "/";
-  const index = validateBundle(await fetchJson(base + "bundle.json", fetchFn), base + "bundle.json");
+  const { base, index } = await loadBundleJson(bundleUrl, fetchFn);
   const [tokenizer, chatConfig] = await Promise.all([
     fetchJson(base + index.tokenizer, fetchFn), fetchJson(base + index.chat_config, fetchFn)]);
   return { base, index, tokenizer, chatConfig };

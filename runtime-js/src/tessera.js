@@ -8,8 +8,9 @@
 export { ChatError, createEngine, Engine, orderBuilds, seededRandom, stableText } from "./engine.js";
 export { createWorkerEngine } from "./worker-engine.js";
 export { adapterName, DeviceError, requestAdapter, requestDeviceFor, softwareRenderer, webgpuUnavailableReason } from "./device.js";
+export { formatBytes, WASM_MEMORY_LIMIT, wasmMisfit, webgpuMisfit } from "./fit.js";
 export { FormatError, validateBundle, validateChatConfig, validateExecutable, validateTensorCache } from "./format.js";
-export { LoadError, loadBuild, loadBundleIndex, loadExecutable, openShardCache, sha256Hex } from "./loader.js";
+export { LoadError, loadBuild, loadBundleIndex, loadBundleJson, loadExecutable, openShardCache, sha256Hex } from "./loader.js";
 export { evalShape, parseShapeExpr } from "./shape.js";
 export { BUILTINS } from "./builtins.js";
 export { FunctionValue, RuntimeCheckError, ShapeValue } from "./checks.js";

@@ -7,7 +7,7 @@ let nextId = 0;
 
 /**
  * @param {string} bundleUrl
- * @param {{initProgressCallback?: (p: any) => void, backend?: string, worker?: Worker}} options
+ * @param {{initProgressCallback?: (p: any) => void, backend?: string, worker?: Worker, wasmMemoryLimit?: number}} options
  */
 export async function createWorkerEngine(bundleUrl, { initProgressCallback = () => {}, worker, ...options } = {}) {
   const thread = worker ?? new Worker(new URL("./worker.js", import.meta.url), { type: "module" });

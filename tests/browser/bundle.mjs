@@ -27,9 +27,9 @@ export function tinyGGUF() {
 }
 
 /** Bundle ``model`` (a .gguf path, or undefined for the bundled SmolLM2) into build/browser-fixtures/NAME. */
-export function bundle(name, model, context = 256) {
+export function bundle(name, model, context = 256, targets = "webgpu,wasm") {
   const output = join(FIXTURES, name);
-  tessera(["bundle", ...(model ? [model] : []), "-o", output, "--context", String(context)]);
+  tessera(["bundle", ...(model ? [model] : []), "-o", output, "--context", String(context), "--targets", targets]);
   return output;
 }
 

@@ -21,12 +21,13 @@ before(async () => {
 });
 after(async () => browser && browser.close());
 
-/** Record what the page shows while it loads and replies: progress lines and reply lengths. */
-function recordPage(page) {
+/** Record what the page shows while it loads and replies: progress lines and reply lengths (the init script
+ * registered before the caller navigates, or the first page may load without it). */
+async function recordPage(page) {
   const log = { requests: [], errors: [] };
   page.on("request", (request) => log.requests.push(request.url()));
   page.on("pageerror", (error) => log.errors.push(error.message));
-  page.addInitScript(() => {
+  await page.addInitScript(() => {
     window.__seen = { progress: [], replyLengths: [] };
     new MutationObserver(() => {
       const progress = document.getElementById("progress-text")?.textContent;
@@ -65,7 +66,7 @@ describe("a tiny random-weight model", () => {
   test("the page loads with progress, streams the Python VM's greedy reply, and reloads from the cache", async () => {
     const context = await browser.newContext();
     const page = await context.newPage();
-    const log = recordPage(page);
+    const log = await recordPage(page);
     await page.goto(`${server.url}?temperature=0&max_tokens=${TINY_TOKENS}&backend=webgpu`);
     assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
     const seen = await page.evaluate(() => window.__seen);
@@ -103,7 +104,7 @@ describe("a tiny random-weight model", () => {
   test("by default on SwiftShader the page runs the WASM build, says why, and replies the same", async () => {
     const context = await browser.newContext();
     const page = await context.newPage();
-    const log = recordPage(page);
+    const log = await recordPage(page);
     await page.goto(`${server.url}?temperature=0&max_tokens=${TINY_TOKENS}`);
     assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
     const why = "WASM build: the WebGPU adapter is a software renderer (SwiftShader), slower than WebAssembly on this CPU";
@@ -140,7 +141,7 @@ describe("a tiny random-weight model", () => {
     const context = await browser.newContext();
     await context.addInitScript(() => { delete window.caches; });
     const page = await context.newPage();
-    const log = recordPage(page);
+    const log = await recordPage(page);
     for (const load of ["first", "reload"]) {
       log.requests.length = 0;
       await page.goto(`${server.url}?worker=0`);  // init scripts reach the page, not workers
@@ -197,7 +198,7 @@ describe("a tiny random-weight model", () => {
       args: CHROMIUM_FLAGS.filter((flag) => flag !== "--enable-unsafe-webgpu") });
     const context = await noWebGPU.newContext();
     const page = await context.newPage();
-    const log = recordPage(page);
+    const log = await recordPage(page);
     await page.goto(`${server.url}?temperature=0&max_tokens=${TINY_TOKENS}`);
     assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
     assert.match(await page.textContent("#device"), /^Running on WASM: WebAssembly SIMD on the CPU · /);

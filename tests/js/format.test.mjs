@@ -19,11 +19,17 @@ const tensorCache = () => ({
     records: [{ name: "w", byteOffset: 0, nbytes: 64 }] }],
 });
 
+const bundleIndex = () => ({
+  format: "tessera-bundle", version: 2, model: "m", tokenizer: "webgpu/tokenizer.json", chat_config: "webgpu/chat-config.json",
+  builds: [{ name: "webgpu", kind: "webgpu", path: "webgpu/", features: [], tensor_cache: "weights/webgpu.json",
+    download_bytes: 10933594, memory: { weights_bytes: 6732096, arena_bytes: 960768, kv_cache_bytes: 32768,
+      total_bytes: 7725632, largest_buffer_bytes: 3342336, largest_binding_bytes: 3342336 } }],
+});
+
 test("well-formed files pass", () => {
   assert.ok(validateExecutable(executable()));
   assert.ok(validateTensorCache(tensorCache()));
-  assert.ok(validateBundle({ format: "tessera-bundle", version: 1, builds: [{ path: "webgpu/", kind: "webgpu" }],
-    tokenizer: "webgpu/tokenizer.json", chat_config: "webgpu/chat-config.json" }));
+  assert.ok(validateBundle(bundleIndex()));
   assert.ok(validateChatConfig({ context_length: 1024, stop_token_ids: [2] }));
 });
 
@@ -58,6 +64,27 @@ test("each kind of bad file is named", () => {
   const escape = tensorCache();
   escape.records[0].dataPath = "../secret.bin";
   assert.throws(() => validateTensorCache(escape), /bad shard path/);
-  assert.throws(() => validateBundle({ format: "tessera-bundle", version: 1, builds: [] }), /lists no builds/);
+  assert.throws(() => validateBundle({ ...bundleIndex(), builds: [] }), /lists no builds/);
   assert.throws(() => validateChatConfig({ stop_token_ids: [] }), /context_length is missing/);
+});
+
+test("a bundle.json figure that is missing, negative, fractional or huge is named, as is an old version", () => {
+  const damaged = (/** @type {(b: any) => void} */ damage) => {
+    const doc = bundleIndex();
+    damage(doc);
+    return () => validateBundle(doc, "m/bundle.json");
+  };
+  assert.throws(damaged((b) => { delete b.builds[0].download_bytes; }), /^FormatError: m\/bundle.json: build webgpu's download_bytes is missing$/);
+  assert.throws(damaged((b) => { b.builds[0].memory.arena_bytes = -5; }),
+    /build webgpu's memory.arena_bytes is -5, outside 0 \.\. 2\*\*53 - 1 bytes/);
+  assert.throws(damaged((b) => { b.builds[0].memory.total_bytes = JSON.parse("1e400"); }),
+    /build webgpu's memory.total_bytes is Infinity, not a whole number of bytes/);
+  assert.throws(damaged((b) => { b.builds[0].memory.total_bytes = 2 ** 60; }), /memory.total_bytes is 1152921504606847000, outside/);
+  assert.throws(damaged((b) => { b.builds[0].memory.kv_cache_bytes = 1.5; }), /kv_cache_bytes is 1.5, not a whole number/);
+  assert.throws(damaged((b) => { b.builds[0].memory.weights_bytes = "7 MB"; }), /weights_bytes is "7 MB", not a whole number/);
+  assert.throws(damaged((b) => { b.builds[0].memory.largest_buffer_bytes = null; }), /largest_buffer_bytes is missing/);
+  assert.throws(damaged((b) => { delete b.builds[0].memory; }), /build webgpu has no memory figures/);
+  assert.throws(damaged((b) => { b.builds[0].tensor_cache = "../../secret.json"; }),
+    /build webgpu's tensor_cache "..\/..\/secret.json" is not a relative path inside the model's folder/);
+  assert.throws(damaged((b) => { b.version = 1; }), /version 1; this runtime reads version 2: bundle the model again/);
 });

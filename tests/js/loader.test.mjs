@@ -82,3 +82,27 @@ test("a stale cached shard is downloaded again rather than used", async () => {
   assert.equal(result.shardsFromCache, 0);
   assert.equal(requests.filter((url) => url.endsWith(".bin")).length, 2);
 });
+
+test("a build of a bundle reads its tensor cache from the shared weights folder, and a shard it shares is cached once", async () => {
+  const { files, fetchFn, requests, shards } = makeBuild();
+  // The bundle's layout: the tensor cache and shards in models/m/weights/, named for the build.
+  const WEIGHTS = "http://bundle.test/models/m/weights/";
+  for (const name of [...files.keys()]) {
+    if (!name.endsWith(".bin") && !name.endsWith("tensor-cache.json")) continue;
+    files.set(name.endsWith(".bin") ? WEIGHTS + name.slice(BASE.length) : `${WEIGHTS}webgpu.json`, files.get(name));
+    files.delete(name);
+  }
+  const cache = memoryCache();
+  const first = await loadBuild(BASE, { fetchFn, cache, tensorCacheUrl: `${WEIGHTS}webgpu.json` });
+  assert.deepEqual([...first.weights.get("w1")], [...shards[1]]);
+  assert.deepEqual(requests.filter((url) => url.endsWith(".bin")), [`${WEIGHTS}params_shard_0.bin`, `${WEIGHTS}params_shard_1.bin`]);
+  // Another build's tensor cache over the same shards (other names): nothing is downloaded again.
+  const other = JSON.parse(files.get(`${WEIGHTS}webgpu.json`));
+  other.records[1].records[0].name = "head";
+  files.set(`${WEIGHTS}wasm.json`, JSON.stringify(other));
+  requests.length = 0;
+  const second = await loadBuild(BASE, { fetchFn, cache, tensorCacheUrl: `${WEIGHTS}wasm.json` });
+  assert.equal(second.shardsFromCache, 2);
+  assert.deepEqual([...second.weights.get("head")], [...shards[1]]);
+  assert.deepEqual(requests.filter((url) => url.endsWith(".bin")), []);
+});

@@ -74,10 +74,13 @@ test("a prompt longer than the build's prefill chunk is prefilled in several cal
   const chunked = join(FIXTURES, "tiny-site-chunked");
   rmSync(chunked, { recursive: true, force: true });
   cpSync(site, chunked, { recursive: true });
-  const build = join(chunked, "models", "tiny", "wasm");
-  rmSync(build, { recursive: true });
-  tessera(["compile", tinyGGUF(), "--target", "wasm", "--context", "256", "--prefill-chunk", "4", "-o", build, "-q"]);
-  assert.equal(JSON.parse(readFileSync(join(build, "chat-config.json"), "utf8")).prefill_chunk, 4);
+  const compiled = join(FIXTURES, "tiny-wasm-chunk4");
+  tessera(["compile", tinyGGUF(), "--target", "wasm", "--context", "256", "--prefill-chunk", "4", "-o", compiled, "-q"]);
+  assert.equal(JSON.parse(readFileSync(join(compiled, "chat-config.json"), "utf8")).prefill_chunk, 4);
+  // Its program and kernels in place of the bundle's; the weights (the same constants) stay the bundle's.
+  for (const file of ["executable.json", "kernels.wasm"]) {
+    cpSync(join(compiled, file), join(chunked, "models", "tiny", "wasm", file));
+  }
   const engine = await createEngine(`${ORIGIN}models/tiny/`, { fetchFn: folderFetch(chunked), backend: "auto" });
   assert.equal(engine.device.kind, "wasm");
   const calls = [];
@@ -93,4 +96,24 @@ test("a prompt longer than the build's prefill chunk is prefilled in several cal
   assert.equal(prefills.length, Math.ceil(prompt / 4));
   assert.deepEqual(prefills.map(([, n, total]) => [n, total]),
     prefills.map((_, i) => [Math.min(4, prompt - 4 * i), Math.min(4 * (i + 1), prompt)]));
+});
+
+test("in a bundle of three builds over one copy of the weights, the WASM build replies as the Python VM runs each", async () => {
+  const three = bundle("tiny-three-builds", tinyGGUF(), 64, "webgpu-f16,webgpu,wasm");
+  const model = join(three, "models", "tiny");
+  const index = JSON.parse(await readFile(join(model, "bundle.json"), "utf8"));
+  assert.deepEqual(index.builds.map((b) => b.name), ["webgpu-f16", "webgpu", "wasm"]);
+  // The three tensor caches list shards of one folder; the bytes they name are stored once.
+  const caches = await Promise.all(index.builds.map(async (b) => JSON.parse(await readFile(join(model, b.tensor_cache), "utf8"))));
+  const shards = new Set(caches.flatMap((c) => c.records.map((s) => s.dataPath)));
+  assert.ok(caches.every((c) => c.records.every((s) => shards.has(s.dataPath))));
+  const replies = index.builds.map((b) => pythonGreedyReply(join(model, b.path), "Hello there", 8));
+  assert.deepEqual(replies, [replies[0], replies[0], replies[0]]);
+  const requests = [];
+  const engine = await createEngine(`${ORIGIN}models/tiny/`, { fetchFn: folderFetch(three, requests) });
+  assert.equal(engine.device.build, "wasm");
+  const reply = await engine.chat.completions.create({ messages: [{ role: "user", content: "Hello there" }], temperature: 0,
+    max_tokens: 8 });
+  assert.equal(reply.choices[0].message.content, replies[0]);
+  assert.deepEqual(requests.filter((url) => url.includes("/webgpu")), [], "nothing of the WebGPU builds was fetched");
 });

@@ -1,0 +1,106 @@
+"""bundle.json (docs/web.md): its version, the figures of each build, and reading it with every field checked.
+
+A runtime decides from these figures whether a build fits a device before it downloads anything, so a
+missing, negative, fractional or huge figure is an error that names it, never a number passed on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from tessera.ir import TesseraError
+
+BUNDLE_VERSION = 2
+# The figures of a build (docs/web.md): whole numbers of bytes that JSON and JavaScript hold exactly.
+MAX_FIGURE = (1 << 53) - 1
+MEMORY_FIGURES = ("weights_bytes", "arena_bytes", "kv_cache_bytes", "total_bytes", "largest_buffer_bytes",
+                  "largest_binding_bytes")
+
+
+class BundleError(TesseraError):
+    """A bundle that cannot be written (a missing runtime, a bad output folder) or read (a bad bundle.json)."""
+
+
+def read_bundle(model_dir: str) -> dict:
+    """A model folder's bundle.json, checked (``check_bundle``)."""
+    path = os.path.join(model_dir, "bundle.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as error:
+        raise BundleError(f"cannot read {path}: {error.strerror}") from None
+    except ValueError as error:
+        raise BundleError(f"{path} is not valid JSON: {error}") from None
+    return check_bundle(doc, path)
+
+
+def check_bundle(doc, what: str = "bundle.json") -> dict:
+    """``doc`` if it is a bundle.json this Tessera reads (docs/web.md), else a BundleError saying what is wrong:
+    a missing, negative, fractional or huge figure is named, never passed on."""
+    def expect(ok, problem):
+        if not ok:
+            raise BundleError(f"{what}: {problem}")
+
+    expect(isinstance(doc, dict), "not a JSON object")
+    expect(doc.get("format") == "tessera-bundle", f"not a Tessera bundle (format {doc.get('format')!r})")
+    expect(doc.get("version") == BUNDLE_VERSION, f"version {doc.get('version')!r}; this Tessera reads version "
+                                                 f"{BUNDLE_VERSION}: bundle the model again")
+    expect(isinstance(doc.get("builds"), list) and doc["builds"], "lists no builds")
+    for build in doc["builds"]:
+        expect(isinstance(build, dict) and isinstance(build.get("name"), str), "a build has no name")
+        name = build["name"]
+        for key in ("path", "tensor_cache"):
+            expect(_inside(build.get(key)), f"build {name}'s {key} {build.get(key)!r} is not a relative path inside "
+                                            "the model's folder")
+        expect(isinstance(build.get("kind"), str), f"build {name} has no kind")
+        expect(isinstance(build.get("features"), list) and all(isinstance(f, str) for f in build["features"]),
+               f"build {name}'s features are not a list of names")
+        _check_figure(expect, f"build {name}'s download_bytes", build.get("download_bytes"))
+        memory = build.get("memory")
+        expect(isinstance(memory, dict), f"build {name} has no memory figures")
+        for key in MEMORY_FIGURES:
+            _check_figure(expect, f"build {name}'s memory.{key}", memory.get(key))
+    for key in ("tokenizer", "chat_config"):
+        expect(_inside(doc.get(key)), f"{key} {doc.get(key)!r} is not a relative path inside the model's folder")
+    return doc
+
+
+def _check_figure(expect, what: str, value) -> None:
+    expect(value is not None, f"{what} is missing")
+    expect(isinstance(value, int) and not isinstance(value, bool),
+           f"{what} is {value!r}, not a whole number of bytes")
+    expect(0 <= value <= MAX_FIGURE, f"{what} is {value}, outside 0 .. 2**53 - 1 bytes")
+
+
+def _inside(path) -> bool:
+    return (isinstance(path, str) and bool(path) and not path.startswith("/") and "\\" not in path
+            and all(part not in ("", ".", "..") for part in path.rstrip("/").split("/")) and ":" not in path)
+
+
+@dataclass(frozen=True)
+class BuildFiles:
+    """Where a compiled build's weights, tokenizer and chat configuration are: in its folder (a `tessera
+    compile` folder), or, for a build in a bundle, where bundle.json says (shared by its builds)."""
+
+    tensor_cache: str
+    tokenizer: str
+    chat_config: str
+    in_bundle: bool
+
+
+def build_files(directory: str) -> BuildFiles:
+    """The files of the build in ``directory``: its own, unless it is a build of a bundle (no
+    tensor-cache.json of its own, and bundle.json in the folder above names it)."""
+    own = BuildFiles(*(os.path.join(directory, name) for name in ("tensor-cache.json", "tokenizer.json",
+                                                                   "chat-config.json")), in_bundle=False)
+    model_dir = os.path.dirname(os.path.abspath(directory))
+    if os.path.exists(own.tensor_cache) or not os.path.exists(os.path.join(model_dir, "bundle.json")):
+        return own
+    index = read_bundle(model_dir)
+    for build in index["builds"]:
+        if os.path.normpath(os.path.join(model_dir, build["path"])) == os.path.abspath(directory):
+            return BuildFiles(*(os.path.join(model_dir, path) for path in
+                                (build["tensor_cache"], index["tokenizer"], index["chat_config"])), in_bundle=True)
+    return own
