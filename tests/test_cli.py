@@ -72,7 +72,7 @@ def test_inspect_prints_a_short_summary_the_full_plan_with_verbose_and_json(tmp_
     assert short.returncode == 0, short.stderr
     lines = short.stdout.splitlines()
     assert lines[0] == "target: llvmpipe (webgpu, wgsl; features shader-f16, subgroup, timestamp-query)"
-    assert lines[1] == "function layer: 18 kernel launches; symbols n <= 256"
+    assert lines[1] == "function layer: 16 kernel launches; symbols n <= 256"
     assert lines[2].startswith("  params: x float32[n, 64], cos float32[n, 1, 16], ")
     assert re.search(r"^  arena: \d+\.\d\d MiB in 1 buffer; liveness lower bound \d+\.\d\d MiB "
                      r"\(arena / bound = 1\.\d{3}\)$", short.stdout, re.M)

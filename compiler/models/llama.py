@@ -42,28 +42,27 @@ class LlamaAttention(Module):
         self.o_proj = Linear(c.num_heads * c.head_dim, c.hidden_size, quant=q("o_proj"))
 
     def forward(self, x: Expr, cos: Expr, sin: Expr, n) -> Expr:
+        c = self.c
         q, k, v = self._qkv(x, cos, sin, n)
-        return self.o_proj(self._attend(q, k, v, n, n))
+        return self.o_proj(self._attend(q, k, op.reshape(v, [n, c.num_kv_heads, c.head_dim]), n))
 
     def cached(self, x: Expr, cos: Expr, sin: Expr, n, start, end, cache) -> Expr:
         """Attention of n new positions over ``end`` cached ones, writing the new keys and values.
         The attention kernel reads the cache where it lies, rows 0 .. end - 1 only."""
         q, k, v = self._qkv(x, cos, sin, n)
         keys = op.kv_cache_write(cache[0], k, PrimValue(start))
-        values = op.kv_cache_write(cache[1], v, PrimValue(start))
-        return self.o_proj(self._attend(q, keys, values, n, end))
+        values = op.kv_cache_write(cache[1], v, PrimValue(start))  # v's rows as they are: no reshape copy
+        return self.o_proj(self._attend(q, keys, values, end))
 
     def _qkv(self, x: Expr, cos: Expr, sin: Expr, n):
         c = self.c
         q = _rope(op.reshape(self.q_proj(x), [n, c.num_heads, c.head_dim]), cos, sin, c.head_dim)
         k = _rope(op.reshape(self.k_proj(x), [n, c.num_kv_heads, c.head_dim]), cos, sin, c.head_dim)
-        return q, k, op.reshape(self.v_proj(x), [n, c.num_kv_heads, c.head_dim])
+        return q, k, self.v_proj(x)
 
-    def _attend(self, q: Expr, keys: Expr, values: Expr, n, end) -> Expr:
+    def _attend(self, q: Expr, keys: Expr, values: Expr, end) -> Expr:
         """Causal grouped-query attention (tessera.op.attention: one fused kernel), (n, heads * d) out."""
-        c = self.c
-        out = op.nn.attention(q, keys, values, PrimValue(end), scale=c.head_dim ** -0.5)
-        return op.reshape(out, [n, c.num_heads * c.head_dim])
+        return op.nn.attention(q, keys, values, PrimValue(end), scale=self.c.head_dim ** -0.5)
 
 
 class LlamaMLP(Module):

@@ -1,7 +1,8 @@
 """The Llama blocks as fusion patterns (tessera.transform.fuse_ops_by_pattern).
 
 Two kinds. ``compile_patterns()`` are the blocks one generated kernel computes: RoPE's
-rotate-half and SwiGLU's ``silu(gate) * up``. fuse_ops finds the same groups from the operators'
+rotate-half (with the reshape that splits the projection into heads) and SwiGLU's
+``silu(gate) * up`` (as the gate projection's epilogue). fuse_ops finds the same groups from the operators'
 pattern kinds alone, and matching them first gives the same fused functions, under the same names,
 so the kernels are byte for byte the ones the default build writes (tests/transform/test_llama_patterns.py):
 these patterns say what the blocks are, and leave room to match a block differently from fuse_ops.
@@ -28,15 +29,8 @@ def rope(x: ExprPattern | None = None) -> ExprPattern:
     return is_op("add")(is_op("multiply")(x, wildcard("cos")), is_op("multiply")(rotated, wildcard("sin")))
 
 
-def query_rows(q: ExprPattern) -> ExprPattern:
-    """The rotated queries laid out as rows of one matmul per KV head (llama.py's ``_grouped_attention``):
-    a reshape, a transpose and a reshape, which the rotation's kernel writes directly."""
-    split = is_op("reshape")(q, wildcard())
-    return is_op("reshape")(is_op("permute_dims")(split, axes=(1, 0, 2, 3)), wildcard())
-
-
 def swiglu() -> ExprPattern:
-    return is_op("multiply")(is_op("nn.silu")(wildcard("gate")), wildcard("up"))
+    return swiglu_of(wildcard("gate"))
 
 
 def projection(x: ExprPattern) -> ExprPattern:
@@ -46,7 +40,15 @@ def projection(x: ExprPattern) -> ExprPattern:
 
 
 def compile_patterns() -> list[FusionPattern]:
-    return [FusionPattern("llama.rope", rope().optional(query_rows)), FusionPattern("llama.swiglu", swiglu())]
+    """RoPE with the reshape of the projection it rotates (heads split out), and SwiGLU as the gate
+    projection's epilogue: the groups fuse_ops forms."""
+    gate = swiglu_of(projection(wildcard("x")))
+    return [FusionPattern("llama.rope", rope(is_op("reshape")(wildcard("projected"), wildcard()))),
+            FusionPattern("llama.swiglu", gate)]
+
+
+def swiglu_of(gate: ExprPattern) -> ExprPattern:
+    return is_op("multiply")(is_op("nn.silu")(gate), wildcard("up"))
 
 
 def offload_patterns(prefix: str = "llama.") -> list[FusionPattern]:

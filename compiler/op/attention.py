@@ -5,8 +5,9 @@ newest positions of a sequence (positions total - n .. total - 1); keys and valu
 (capacity, kv_heads, d), of which rows 0 .. total - 1 hold the sequence (a KV cache read where it
 lies: rows past ``total`` are never read). Query row i at position p = total - n + i attends to
 keys 0 .. p (causal). Query head h reads KV head h // (heads // kv_heads) (grouped-query attention:
-no key is repeated). ``scale`` multiplies q . k; None means 1 / sqrt(d). The result is (n, heads,
-d) in q's dtype; scores, maxima and sums are float32, whatever the inputs.
+no key is repeated). ``scale`` multiplies q . k; None means 1 / sqrt(d). The result is (n, heads *
+d), the heads side by side as the output projection reads them, in q's dtype; scores, maxima and
+sums are float32, whatever the inputs.
 
 No (n, total) score matrix is ever stored: the kernel walks the keys in tiles and keeps, per query
 row, the running maximum m, the running sum l of exp(s - m) and the unnormalized output
@@ -69,7 +70,9 @@ def _deduce_inputs(call: Call, ctx):
 
 def _deduce_attention(call, ctx):
     q, _, _ = _deduce_inputs(call, ctx)
-    return TensorStructInfo(q.shape, q.dtype, vdevice=q.vdevice) if q.shape is not None else q
+    if q.shape is None:
+        return TensorStructInfo(None, q.dtype, 2, vdevice=q.vdevice)
+    return TensorStructInfo((q.shape[0], q.shape[1] * q.shape[2]), q.dtype, vdevice=q.vdevice)
 
 
 def _deduce_partial(call, ctx):
@@ -91,8 +94,8 @@ def _deduce_merge(call, ctx):
                              "dimensions")
     dtype = call.attr("dtype")
     if partial.shape is None:
-        return TensorStructInfo(None, dtype, 3)
-    return TensorStructInfo((partial.shape[1], partial.shape[2], partial.shape[3] - 2), dtype,
+        return TensorStructInfo(None, dtype, 2)
+    return TensorStructInfo((partial.shape[1], partial.shape[2] * (partial.shape[3] - 2)), dtype,
                             vdevice=partial.vdevice)
 
 
@@ -133,7 +136,8 @@ def _merged(shares):
     top = m.max(axis=0)
     weight = np.exp(m - top)  # empty shares have m = NEG: weight 0
     total = (shares[..., d + 1] * weight).sum(axis=0)
-    return (shares[..., :d] * weight[..., None]).sum(axis=0) / total[..., None]
+    out = (shares[..., :d] * weight[..., None]).sum(axis=0) / total[..., None]  # (n, heads, d)
+    return out.reshape(out.shape[0], -1)
 
 
 def _reference_attention(q, keys, values, total, scale=None):

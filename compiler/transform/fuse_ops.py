@@ -42,7 +42,7 @@ from ..target import Target
 from ..tir.compute import ComputeDef
 from ..tir.pattern import Pattern, analyze_pattern
 from .legalize import call_signature, describe_call
-from .outline import FreshNames, outline_group
+from .outline import FreshNames, group_inputs, outline_group
 from .rewrite import used_vars
 
 INJECTIVE_KINDS = (Pattern.ELEMWISE, Pattern.BROADCAST, Pattern.INJECTIVE)
@@ -115,8 +115,6 @@ class _FunctionFuser:
         result = described.result
         if not isinstance(result, ComputeDef) or None in described.inputs or None in described.outputs:
             return None, False  # row operators, tuples and graph-level replacements stay on their own
-        if any(isinstance(a, Constant) and a.data.ndim > 0 for a in described.args):
-            return None, False  # a fused kernel takes scalar constants inline, larger ones stay with their op
         kind = analyze_pattern(result)
         return kind, kind in REDUCING_KINDS and ("matmul" in result.attrs or "quantized_matmul" in result.attrs)
 
@@ -139,6 +137,7 @@ class _FunctionFuser:
                     continue  # the block's outputs are needed after it
                 if self._can_fuse(group_of[var], kinds[var], group, kind, binding, producer):
                     group = self._merge(group_of[var], group, group_of)
+        self._join_shared_producers(block, kinds, group_of)
         blocks: list = []
         placed: set[int] = set()
         for binding in block.bindings:
@@ -149,6 +148,36 @@ class _FunctionFuser:
                 placed.add(id(group))
                 blocks.append(self._outline(group))
         return DataflowBlock(tuple(blocks))
+
+    def _join_shared_producers(self, block: DataflowBlock, kinds: dict, group_of: dict) -> None:
+        """An injective producer read by several calls that all ended up in one group joins it (TVM's
+        post-dominator rule, for the case that matters: RoPE reads the reshaped q three times). Its
+        value then never leaves the group, so the group stays one kernel with no path out and back."""
+        users: dict[Var, list] = {}
+        for binding in block.bindings:
+            for var in used_vars(binding.value):
+                users.setdefault(var, []).append(binding)
+        changed = True
+        while changed:
+            changed = False
+            for binding in reversed(block.bindings):
+                var = binding.var
+                readers = users.get(var, [])
+                if (var not in group_of or len(readers) < 2 or len(readers) != self.uses.get(var, 0)
+                        or not isinstance(var, DataflowVar) or any(r.var not in group_of for r in readers)):
+                    continue
+                producer, consumer = group_of[var], group_of[readers[0].var]
+                if producer is consumer or any(group_of[r.var] is not consumer for r in readers):
+                    continue
+                if kinds[var] not in INJECTIVE_KINDS or producer.reduction is not None or consumer.matmul:
+                    continue
+                if any(kinds[r.var] not in INJECTIVE_KINDS + (Pattern.REDUCTION,) for r in readers):
+                    continue
+                bindings = self._bindings_after_merge(producer, consumer)
+                if bindings > self.target.limit("maxStorageBuffersPerShaderStage"):
+                    continue
+                self._merge(producer, consumer, group_of)
+                changed = True
 
     def _can_fuse(self, producer: _Group, producer_kind, consumer: _Group, consumer_kind, binding, p_binding) -> bool:
         if producer is consumer:
@@ -167,9 +196,7 @@ class _FunctionFuser:
     def _bindings_after_merge(self, producer: _Group, consumer: _Group) -> int:
         """Storage buffers the merged group's kernel binds: its external tensor inputs and its output."""
         members = producer.members + consumer.members
-        inside = {b.var for b in members}
-        inputs = {v for b in members for v in used_vars(b.value)
-                  if v not in inside and isinstance(v.struct_info, TensorStructInfo)}
+        inputs = [v for v in group_inputs(members, _lifted) if isinstance(v.struct_info, TensorStructInfo)]
         return len(inputs) + 1
 
     def _merge(self, producer: _Group, consumer: _Group, group_of) -> _Group:
@@ -184,12 +211,18 @@ class _FunctionFuser:
     def _outline(self, group: _Group) -> VarBinding:
         members = sorted(group.members, key=lambda b: self._position(b))
         name = self.fresh("fused_" + "_".join(b.value.op.name.replace("nn.", "") for b in members))
-        func, call = outline_group(members, name, (("Primitive", 1),), self.func)
+        func, call = outline_group(members, name, (("Primitive", 1),), self.func, _lifted)
         self.functions[name] = func
         return VarBinding(members[-1].var, call)
 
     def _position(self, binding) -> int:
         return self.positions.get(id(binding), 0)
+
+
+def _lifted(leaf) -> bool:
+    """Constants a fused function takes as parameters (weights: a kernel reads them as buffers);
+    scalar ones stay inline."""
+    return isinstance(leaf, Constant) and leaf.data.ndim > 0
 
 
 def same_shape(a, b) -> bool:

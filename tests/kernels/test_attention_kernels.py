@@ -17,7 +17,8 @@ TOTAL = arith.Var("total")
 
 
 def numpy_attention(q, keys, values, total):
-    """Softmax attention of q (n, heads, d) at positions total - n .. total - 1 over keys 0 .. total - 1."""
+    """Softmax attention of q (n, heads, d) at positions total - n .. total - 1 over keys 0 .. total - 1,
+    (n, heads * d)."""
     n, heads, d = q.shape
     group = heads // keys.shape[1]
     out = np.zeros(q.shape, np.float64)
@@ -28,7 +29,7 @@ def numpy_attention(q, keys, values, total):
             scores[i, total - n + i + 1:] = -np.inf  # causal: nothing after the row's own position
         p = np.exp(scores - scores.max(axis=1, keepdims=True))
         out[:, h] = (p / p.sum(axis=1, keepdims=True)) @ values[:total, h // group].astype(np.float64)
-    return out
+    return out.reshape(n, heads * d)
 
 
 def attention_module(heads, kv_heads, d, capacity, rows="n"):
@@ -57,7 +58,7 @@ def run_attention(runner, mod, cases, capacity, shape, target=None, seed=0):
         want = numpy_attention(q, keys, values, total)
         np.testing.assert_allclose(interpret(mod, "main", q, keys, values, total), want, rtol=1e-5, atol=1e-6)
         got = interpret(lowered, "main", q, keys, values, total, kernel_runner=runner)
-        assert got.dtype == np.float32 and got.shape == (n, heads, d)
+        assert got.dtype == np.float32 and got.shape == (n, heads * d)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5, err_msg=f"n = {n}, total = {total}")
     return kernels
 

@@ -111,3 +111,6 @@ def test_kv_cache_write_updates_rows_in_place(runner):
     want = cache.copy()
     want[3:5] = value
     np.testing.assert_array_equal(got, want)  # rows 0..2 kept: the kernel writes only its rows
+    # New rows that come flat, (n, heads * dim), as a projection writes them: the same rows.
+    check_op(runner, lambda cache, value: op.kv_cache_write(cache, value, PrimValue(3)),
+             [Tensor(("n + 3", 2, 4), F32), Tensor(("n", 8), F32)], rtol=0, atol=0)

@@ -480,11 +480,11 @@ def test_attention_deduction():
         return op.nn.attention(q, k, v, total)
 
     assert deduced(attention, T(("n", 9, 64), F32), T((2048, 3, 64), F32), T((2048, 3, 64), F32)) \
-        == tensor_text(["n", "9", "64"])
+        == tensor_text(["n", "576"])
     assert deduced(lambda q, k, v: op.nn.attention_partial(q, k, v, total, splits=4), T((1, 9, 64), F32),
                    T((2048, 3, 64), F32), T((2048, 3, 64), F32)) == tensor_text(["4", "1", "9", "66"])
     assert deduced(lambda p: op.nn.attention_merge(p, dtype="float16"), T((4, 1, 9, 66), F32)) \
-        == tensor_text(["1", "9", "64"], "float16")
+        == tensor_text(["1", "576"], "float16")
     with pytest.raises(DeductionError, match="9 query heads cannot share 2 KV heads evenly"):
         deduced(attention, T((1, 9, 64), F32), T((16, 2, 64), F32), T((16, 2, 64), F32))
     with pytest.raises(DeductionError, match="keys hold 16 rows, values 8"):
@@ -505,3 +505,8 @@ def test_kv_cache_write_deduction():
         == tensor_text(["2048", "3", "64"])
     with pytest.raises(DeductionError, match=r"cache rows are \(3, 64\), new rows \(2, 64\)"):
         deduced(lambda c, v: op.kv_cache_write(c, v, PrimValue(0)), T((16, 3, 64), F32), T((1, 2, 64), F32))
+    # The new rows may come flat, as a projection writes them: (n, heads * dim).
+    assert deduced(lambda c, v: op.kv_cache_write(c, v, PrimValue(0)), T((2048, 3, 64), F32), T(("n", 192), F32)) \
+        == tensor_text(["2048", "3", "64"])
+    with pytest.raises(DeductionError, match=r"cache rows are \(3, 64\), new rows \(190\)"):
+        deduced(lambda c, v: op.kv_cache_write(c, v, PrimValue(0)), T((16, 3, 64), F32), T((1, 190), F32))

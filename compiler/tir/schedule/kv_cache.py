@@ -19,7 +19,7 @@ def schedule_kv_cache_write(defn: OpaqueDef, target, name: str) -> PrimFunc:
     out = defn.output
     threads = min(256, target.limit("maxComputeInvocationsPerWorkgroup"))
     count = arith.simplify(value.size)
-    row = arith.simplify(value.shape[1] * value.shape[2])
+    row = arith.simplify(out.shape[1] * out.shape[2])  # elements per cache row (the value may come flat)
     tid, dst = Local("tid"), Local("dst")
     body = (Declare(tid, binary("+", binary("*", workgroup_linear_id(), Const(threads)), Builtin("local_id", 0))),
             Declare(dst, binary("+", tid, binary("*", from_prim(offset), from_prim(row)))),
