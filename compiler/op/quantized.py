@@ -64,30 +64,35 @@ def row_words(format: str, k) -> arith.PrimExpr:
     return arith.IntImm(FORMATS[format].row_words(int(k)))
 
 
-def _deduce(call, ctx):
-    x, w = tensor_input(call, 0, ctx), tensor_input(call, 1, ctx)
+def _check_blocks(name: str, call, arg, w, ctx) -> None:
+    """The format is one kernels read, K a whole number of its blocks, and ``w`` (the struct info of
+    ``arg``) uint32 words, as many per row as a row of K values of the format fills."""
     fmt, k = call.attr("format"), call.attr("k")
     if fmt not in FORMATS:
-        raise DeductionError("invalid attribute", f"quantized_matmul format {fmt!r} is not one of "
-                             f"{', '.join(FORMATS)}")
-    if x.dtype and x.dtype not in FLOAT_DTYPES:
-        raise DeductionError("dtype mismatch", f"quantized_matmul needs float activations, {ctx.show(call.args[0])} "
-                             f"is {x.dtype}")
+        raise DeductionError("invalid attribute", f"{name} format {fmt!r} is not one of {', '.join(FORMATS)}")
     if w.dtype and w.dtype != "uint32":
-        raise DeductionError("dtype mismatch", f"quantized_matmul needs the weight's blocks as uint32 words, "
-                             f"{ctx.show(call.args[1])} is {w.dtype}")
+        raise DeductionError("dtype mismatch", f"{name} needs the weight's blocks as uint32 words, "
+                             f"{ctx.show(arg)} is {w.dtype}")
     values = FORMATS[fmt].values
     if not isinstance(k, int) or k <= 0 or k % values:
-        raise DeductionError("invalid attribute", f"quantized_matmul needs K as a multiple of {values} for "
-                             f"{fmt}, got {k}")
-    if call.attr("activations") not in ACTIVATIONS:
-        raise DeductionError("invalid attribute", f"quantized_matmul activations {call.attr('activations')!r} is "
-                             f"not one of {', '.join(repr(a) for a in ACTIVATIONS)}")
+        raise DeductionError("invalid attribute", f"{name} needs K as a multiple of {values} for {fmt}, got {k}")
     if w.shape is not None:
         words = ctx.analyzer.as_int(w.shape[1])
         if words is not None and words != FORMATS[fmt].row_words(k):
-            raise DeductionError("shape mismatch", f"{ctx.show(call.args[1])} has {words} words per row, a {fmt} "
-                                 f"row of K = {k} has {FORMATS[fmt].row_words(k)}")
+            raise DeductionError("shape mismatch", f"{ctx.show(arg)} has {words} words per row, a {fmt} row of "
+                                 f"K = {k} has {FORMATS[fmt].row_words(k)}")
+
+
+def _deduce(call, ctx):
+    x, w = tensor_input(call, 0, ctx), tensor_input(call, 1, ctx)
+    k = call.attr("k")
+    if x.dtype and x.dtype not in FLOAT_DTYPES:
+        raise DeductionError("dtype mismatch", f"quantized_matmul needs float activations, {ctx.show(call.args[0])} "
+                             f"is {x.dtype}")
+    _check_blocks("quantized_matmul", call, call.args[1], w, ctx)
+    if call.attr("activations") not in ACTIVATIONS:
+        raise DeductionError("invalid attribute", f"quantized_matmul activations {call.attr('activations')!r} is "
+                             f"not one of {', '.join(repr(a) for a in ACTIVATIONS)}")
     dtype = call.attr("out_dtype") or x.dtype
     if x.shape is None or w.shape is None:
         return result_tensor(None, dtype, x.ndim, x.vdevice)
@@ -171,9 +176,7 @@ register_op("quantized_matmul", inputs=("x", "weight"),
 
 def _deduce_take(call, ctx):
     w, ids = tensor_input(call, 0, ctx), tensor_input(call, 1, ctx)
-    if w.dtype and w.dtype != "uint32":
-        raise DeductionError("dtype mismatch", f"quantized_take needs the table's blocks as uint32 words, "
-                             f"{ctx.show(call.args[0])} is {w.dtype}")
+    _check_blocks("quantized_take", call, call.args[0], w, ctx)
     if ids.dtype and ids.dtype not in ("int32", "int64"):
         raise DeductionError("dtype mismatch", f"quantized_take needs integer indices, {ctx.show(call.args[1])} "
                              f"is {ids.dtype}")
