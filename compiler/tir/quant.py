@@ -262,7 +262,6 @@ FORMATS = {f.name: f for f in (
     BlockFormat("q5_k", 256, 176, 32, _q4_k_scale, _q5_k),
     BlockFormat("q6_k", 256, 210, 16, _q6_k_scale, _q6_k),
 )}
-BLOCK_BYTES = {name: f.bytes for name, f in FORMATS.items()}
 
 
 def dequantized(fmt: str, block: Block, s, j, scale: tuple[TExpr, TExpr | None]) -> TExpr:
@@ -282,14 +281,15 @@ def value_at(fmt: str, word_at, k: TExpr) -> TExpr:
     return dequantized(fmt, block, s, j, f.scale(block, s))
 
 
-# -- lanes (tir/schedule/quantized_gemv.py, the 32-value formats of LANE_FORMATS) -----------------
-LANE_FORMATS = ("q4_0", "q4_1", "q8_0")
-# A loop whose iteration ``lane`` handles byte ``start + lane`` of a block: ``start`` is a constant
-# offset from a word-aligned group, so the bytes span two or three whole words, loaded once before
-# the loop; each lane picks its word with masks and moves its byte to the top by a multiply.
+# -- lanes: one block read by a loop over 8 consecutive bytes at a time ---------------------------
+# (tir/schedule/quantized_gemv.py) for the formats of LANE_FORMATS, whose values are whole bytes
+# or nibbles. A loop whose iteration ``lane`` handles byte ``start + lane`` of a block: ``start``
+# is a constant offset from a word-aligned group, so the bytes span two or three whole words,
+# loaded once before the loop; each lane picks its word with masks and moves its byte to the top by a multiply.
 # Every operand is then either the same for all lanes or a lane-wise mask or multiply, which a
 # C compiler turns into vector instructions (broadcast, and, xor, multiply) across the lanes.
 
+LANE_FORMATS = ("q4_0", "q4_1", "q8_0")
 DATA_OFFSET = {"q4_0": 2, "q4_1": 4, "q8_0": 2}  # where a block's quantized values start (bytes)
 DATA_BYTES = {"q4_0": 16, "q4_1": 16, "q8_0": 32}
 
