@@ -32,6 +32,10 @@ from ..quant import FORMATS, Block, QuantizedMatmulInfo, dequantized
 from .common import grid_for, lower_reads, scalars_of, workgroup_linear_id
 
 THREADS = 64
+# Where a workgroup's threads run one after another on one CPU thread (C kernels), a workgroup is a
+# thread pool's unit of work: 4 threads (16 columns at M = 1) leave decode's 576-column GEMVs 36
+# of them to share, where 64 threads would leave 3 (the formats the quantized-gemv rule does not read).
+SERIAL_THREADS = 4
 LID = Builtin("local_id", 0)
 
 
@@ -47,7 +51,8 @@ def schedule_quantized_matmul(defn: ComputeDef, info: QuantizedMatmulInfo, targe
     k = Const(info.k)
     tiles_n = arith.simplify((n_dim + tile_n - 1) // tile_n)
     tile, m0, n0 = Local("tile"), Local("m0"), Local("n0")
-    body = [Declare(tile, binary("+", binary("*", workgroup_linear_id(), Const(THREADS)), LID))]
+    threads = SERIAL_THREADS if target.cpu_adapter and target.serial_threads else THREADS
+    body = [Declare(tile, binary("+", binary("*", workgroup_linear_id(), Const(threads)), LID))]
     body += [Declare(m0, binary("*", binary("/", tile, from_prim(tiles_n)), Const(tile_m))),
              Declare(n0, binary("*", binary("%", tile, from_prim(tiles_n)), Const(tile_n)))]
     rows = [Local(f"row{i}") for i in range(tile_m)]
@@ -83,8 +88,8 @@ def schedule_quantized_matmul(defn: ComputeDef, info: QuantizedMatmulInfo, targe
             body.append(IfThen(logical_and(binary("<", r, m), binary("<", col, n)),
                                (Store(out, index, cast(value, out.dtype)),)))
     tiles = arith.simplify(((m_total + tile_m - 1) // tile_m) * tiles_n)
-    grid = grid_for(arith.simplify((tiles + THREADS - 1) // THREADS), target)
-    return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), tuple(body), (THREADS, 1, 1), grid,
+    grid = grid_for(arith.simplify((tiles + threads - 1) // threads), target)
+    return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), tuple(body), (threads, 1, 1), grid,
                     attrs={"rule": "quantized-matmul"})
 
 
