@@ -150,6 +150,16 @@ def logits_along(vm, ids: np.ndarray, reply: list[int] | int) -> tuple[list[int]
     return tokens, np.array(rows)
 
 
+@pytest.mark.parametrize("ftype", ["Q2_K", "Q3_K_M", "Q5_K_M", "Q6_K"])
+def test_smollm2_in_the_other_k_quant_mixtures_loads(ftype):
+    """What llama.cpp writes for each mixture (its fallbacks for 576-wide rows included: Q4_0 for
+    Q2_K and Q3_K, Q5_1 for Q5_K) is all blocks the kernels read."""
+    model = load_gguf(requantized_smollm2(ftype))
+    formats = {t.format for t in model.tensors.values() if hasattr(t, "format")}
+    assert formats <= set(GGML_TYPES) and formats & {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}, formats
+    llama_from_gguf(model)
+
+
 @pytest.mark.slow
 def test_smollm2_q4_k_m_matches_transformers(reference, smollm2_q4_k_m, q4_k_m_vm):
     from conftest import prompt_ids
