@@ -1,9 +1,11 @@
 """Quantized and float GEMV kernels (M = 1, LLM decode) on the cpu target: time, GFLOP/s and GB/s of
-weight traffic, at SmolLM2-135M's shapes. Each quantized shape runs twice: x read as f32 (rule
-quantized-gemv) and x rounded to 8 bits (activations="q8": rule quantized-gemv-q8, the integer SIMD
-micro-kernels), the latter compared with the rounded x. Each kernel is built through the normal path (legalize_ops
-for the target, then the c-native backend) and run by the CPU kernel runner; times are the median of
-many launches with the data resident (and the best), single thread unless --threads says otherwise.
+weight traffic, at SmolLM2-135M's shapes (its Q4_K_M re-quantization's formats too: Q5_0, Q4_K,
+Q6_K). Each shape of a format with q8 micro-kernels runs twice: x read as f32 (rule quantized-gemv)
+and x rounded to 8 bits (activations="q8": rule quantized-gemv-q8, the integer SIMD micro-kernels),
+the latter compared with the rounded x; the other formats run once (rule quantized-matmul). Each
+kernel is built through the normal path (legalize_ops for the target, then the c-native backend) and
+run by the CPU kernel runner; times are the median of many launches with the data resident (and the
+best), single thread unless --threads says otherwise.
 
     .venv/bin/python bench/cpu_gemv.py [--threads 2] [--target cpu] [--dump DIR]
 """
@@ -19,8 +21,9 @@ import numpy as np
 # (name, format, N outputs, K): out = x (1 x K) @ W^T, W of N x K.
 SHAPES = [("q4_1 ffn-up 1536x576", "q4_1", 1536, 576), ("q4_1 ffn-down 576x1536", "q4_1", 576, 1536),
           ("q4_1 attn 576x576", "q4_1", 576, 576), ("q8_0 lm-head 49152x576", "q8_0", 49152, 576),
-          ("q4_0 1536x576", "q4_0", 1536, 576), ("f32 1536x576", "float32", 1536, 576)]
-BLOCK_BYTES = {"q4_0": 18, "q4_1": 20, "q8_0": 34}
+          ("q4_0 1536x576", "q4_0", 1536, 576), ("f32 1536x576", "float32", 1536, 576),
+          ("q5_0 ffn-up 1536x576", "q5_0", 1536, 576), ("q4_k ffn-down 576x1536", "q4_k", 576, 1536),
+          ("q6_k ffn-down 576x1536", "q6_k", 576, 1536)]
 
 
 def kernel_for(fmt: str, n: int, k: int, target, activations: str = ""):
@@ -33,7 +36,9 @@ def kernel_for(fmt: str, n: int, k: int, target, activations: str = ""):
         w = Var("w", Tensor((k, n), "float32"))
         value = op.matmul(x, w)
     else:
-        w = Var("w", Tensor((n, k // 32 * BLOCK_BYTES[fmt] // 4), "uint32"))
+        from tessera.tir.quant import FORMATS
+
+        w = Var("w", Tensor((n, FORMATS[fmt].row_words(k)), "uint32"))
         value = op.quantized_matmul(x, w, format=fmt, k=k, activations=activations)
     bb = BlockBuilder()
     with bb.function("main", [x, w]):
@@ -50,7 +55,14 @@ def weights(fmt: str, n: int, k: int, rng):
     import gguf
 
     kind = getattr(gguf.GGMLQuantizationType, fmt.upper())
-    blocks = gguf.quants.quantize(w, kind)
+    if fmt.endswith("_k"):  # gguf cannot quantize to K-quants: random bytes, the super-block f16s set
+        values, size = gguf.GGML_QUANT_SIZES[kind]
+        blocks = rng.integers(0, 256, (n, k // values, size), dtype=np.uint8)
+        for offset in {"q4_k": (0, 2), "q6_k": (208,)}[fmt]:
+            blocks[..., offset:offset + 2] = np.full(blocks.shape[:2], 1e-3, np.float16)[..., None].view(np.uint8)
+        blocks = blocks.reshape(n, -1)
+    else:
+        blocks = gguf.quants.quantize(w, kind)
     return np.ascontiguousarray(blocks).view("<u4"), gguf.quants.dequantize(blocks, kind)
 
 
@@ -73,7 +85,7 @@ def main() -> None:
     parser.add_argument("--dump", default="", help="write each kernel's C here")
     args = parser.parse_args()
     os.environ["TESSERA_CPU_THREADS"] = str(args.threads)
-    from tessera.op.quantized import round_activations_q8
+    from tessera.op.quantized import Q8_ACTIVATION_FORMATS, round_activations_q8
     from tessera.target import Target
     from tessera.vm.cpu_runner import CPUKernelRunner
 
@@ -87,7 +99,7 @@ def main() -> None:
             continue
         w, dense = weights(fmt, n, k, rng)
         x = rng.standard_normal((1, k)).astype(np.float32)
-        for activations in ("",) if fmt == "float32" else ("", "q8"):
+        for activations in ("", "q8") if fmt in Q8_ACTIVATION_FORMATS else ("",):
             kernel = kernel_for(fmt, n, k, target, activations)
             if args.dump:
                 from tessera.codegen.c.native import NATIVE_LOWERING, emit_native_module

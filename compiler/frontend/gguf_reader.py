@@ -3,8 +3,10 @@ parsed by gguf_file.py, which hands unusual files to the package's GGUFReader).
 
 ``load_gguf(path)`` returns the architecture config, the tensors and the
 tokenizer description. Quantized weights stay in their GGUF block layout:
-Q4_0, Q4_1 and Q8_0 rows are viewed as little-endian uint32 words (no copy,
-no dequantization), which the quantized matmul kernels read directly.
+rows of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K .. Q6_K are viewed
+as little-endian uint32 words (no copy, no dequantization; a row whose
+blocks end inside a word is padded to a whole one), which the quantized
+matmul kernels read directly.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from ..ir.errors import TesseraError
 from .gguf_file import read_gguf_file
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "mistral")
-# format -> (values per block, bytes per block)
-BLOCK_FORMATS = {"q4_0": (32, 18), "q4_1": (32, 20), "q8_0": (32, 34)}
+# The block formats the kernels read (tessera.tir.quant.FORMATS; a test checks that the two agree).
+BLOCK_FORMATS = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
 
 
 class GGUFError(TesseraError):
@@ -47,7 +49,8 @@ class GGUFHyperparameters:
 
 @dataclass(frozen=True, eq=False)
 class QuantizedWeight:
-    """A weight of ``shape`` (N, K) in GGUF blocks along K: ``words`` is (N, row bytes / 4) uint32."""
+    """A weight of ``shape`` (N, K) in GGUF blocks along K: ``words`` is (N, row bytes / 4) uint32,
+    the row bytes rounded up to a whole word."""
 
     name: str
     format: str
@@ -112,11 +115,12 @@ def _tensor(tensor, gguf, path):
         return data.astype(np.float32 if kind == "f32" else np.float16, copy=False)
     if kind in BLOCK_FORMATS:
         rows, row_bytes = data.shape
-        values, block_bytes = BLOCK_FORMATS[kind]
+        values, block_bytes = gguf.GGML_QUANT_SIZES[tensor.tensor_type]
         k = row_bytes // block_bytes * values
-        if row_bytes % 4:
-            raise GGUFError(f"{tensor.name}: {kind} rows of {row_bytes} bytes are not whole 32-bit words "
-                            "(Tessera needs K to be a multiple of 64)")
+        if row_bytes % 4:  # blocks of 18, 22, 34, 110 or 210 bytes: an odd number ends inside a word
+            padded = np.zeros((rows, -(-row_bytes // 4) * 4), np.uint8)
+            padded[:, :row_bytes] = data
+            data = padded
         words = np.ascontiguousarray(data).view("<u4")
         return QuantizedWeight(tensor.name, kind, (rows, k), words)
     raise GGUFError(f"{os.path.basename(path)}: tensor {tensor.name} is {tensor.tensor_type.name}, a quantization "

@@ -1,16 +1,35 @@
-"""quantized_matmul: x @ W^T with W in GGUF blocks (Q4_0, Q4_1, Q8_0), dequantized as it is read.
+"""quantized_matmul: x @ W^T with W in GGUF blocks, dequantized as it is read.
 
-The weight is the raw block data of W (N rows of K values), viewed as uint32
-words: shape (N, K / 32 * block bytes / 4). No dequantized copy of W ever
-exists: every kernel computes a value from its block's bytes where it needs
-it. Block layouts (ggml):
+The weight is the raw block data of W (N rows of K values), each row's blocks
+padded to a whole number of 32-bit words and viewed as uint32: shape
+(N, ceil(K / values per block * block bytes / 4)). No dequantized copy of W
+ever exists: every kernel computes a value from its block's bytes where it
+needs it (tir/quant.py). Block layouts (ggml; d, m, dmin are f16):
 
-- Q4_0, 18 bytes: f16 scale d, then 16 bytes of 4-bit q; value = d * (q - 8)
-- Q4_1, 20 bytes: f16 scale d, f16 minimum m, then 16 bytes; value = d * q + m
-- Q8_0, 34 bytes: f16 scale d, then 32 signed bytes q; value = d * q
+- Q4_0, 32 values in 18 bytes: d, 16 bytes of 4-bit q; value = d * (q - 8)
+- Q4_1, 20 bytes: d, m, 16 bytes of 4-bit q; value = d * q + m
+- Q5_0, 22 bytes: d, 4 bytes of fifth bits, 16 bytes of 4-bit q; value = d * (q - 16)
+- Q5_1, 24 bytes: d, m, fifth bits, 16 bytes; value = d * q + m
+- Q8_0, 34 bytes: d, 32 signed bytes q; value = d * q
 
-In a 4-bit block the first 16 values are the low nibbles of the 16 bytes and
-the last 16 their high nibbles.
+In those 32-value blocks the first 16 values are the low nibbles of the 16
+bytes and the last 16 their high nibbles; value j's fifth bit is bit j of the
+32-bit field. K-quants are super-blocks of 256 values with a scale (and
+minimum) per sub-block, themselves quantized against the block's d (and dmin):
+
+- Q2_K, 84 bytes: 16 bytes of 4-bit scale and minimum per 16 values, 64 bytes
+  of 2-bit q, d, dmin; value = d * scale * q - dmin * min
+- Q3_K, 110 bytes: 32 bytes of high bits, 64 bytes of 2-bit q, 12 bytes of
+  6-bit scales per 16 values, d; value = d * (scale - 32) * (q - 4 * !high)
+- Q4_K, 144 bytes: d, dmin, 12 bytes of 6-bit scales and minimums per 32
+  values, 128 bytes of 4-bit q; value = d * scale * q - dmin * min
+- Q5_K, 176 bytes: Q4_K's fields with 32 bytes of fifth bits before the q
+- Q6_K, 210 bytes: 128 bytes of low 4 bits, 64 bytes of high 2 bits, 16
+  signed 8-bit scales per 16 values, d; value = d * scale * (q - 32)
+
+tir/quant.py says where each sub-block's bits sit. A K-quant needs K to be a
+multiple of 256 (llama.cpp's quantizer falls back to Q5_0, Q5_1 or Q8_0 for
+rows that are not).
 
 ``activations="q8"`` rounds x first, in blocks of 32 along K, to 8-bit integers with a float
 scale, as llama.cpp's CPU kernels do, so that a CPU computes the dot products in integer SIMD:
@@ -28,41 +47,52 @@ from .. import arith
 from ..ir.errors import DeductionError
 from ..tir.compute import ComputeDef, Reduction, read
 from ..tir.ir import Const, binary, cast, intrinsic, maximum, select
-from ..tir.quant import BLOCK_BYTES, BLOCK_VALUES, QuantizedMatmulInfo, block_scale, block_value
+from ..tir.quant import BLOCK_VALUES, FORMATS, QuantizedMatmulInfo, value_at
 from .common import FLOAT_DTYPES, result_tensor, tensor_input
 from .lowering import clamp_index
 from .registry import register_op
 
 # How x is read: as it is, or rounded to 8 bits in blocks (the module's docstring).
 ACTIVATIONS = ("", "q8")
+# The formats whose blocks meet q8 activations in llama.cpp's integer dot products (its K-quants
+# round x to blocks of 256 instead) and in this project's micro-kernels: transform.quantize_activations
+# rounds the activations of these only.
+Q8_ACTIVATION_FORMATS = ("q4_0", "q4_1", "q8_0")
 
 
 def row_words(format: str, k) -> arith.PrimExpr:
-    return arith.simplify(arith.as_expr(k) // BLOCK_VALUES * BLOCK_BYTES[format] // 4)
+    return arith.IntImm(FORMATS[format].row_words(int(k)))
+
+
+def _check_blocks(name: str, call, arg, w, ctx) -> None:
+    """The format is one kernels read, K a whole number of its blocks, and ``w`` (the struct info of
+    ``arg``) uint32 words, as many per row as a row of K values of the format fills."""
+    fmt, k = call.attr("format"), call.attr("k")
+    if fmt not in FORMATS:
+        raise DeductionError("invalid attribute", f"{name} format {fmt!r} is not one of {', '.join(FORMATS)}")
+    if w.dtype and w.dtype != "uint32":
+        raise DeductionError("dtype mismatch", f"{name} needs the weight's blocks as uint32 words, "
+                             f"{ctx.show(arg)} is {w.dtype}")
+    values = FORMATS[fmt].values
+    if not isinstance(k, int) or k <= 0 or k % values:
+        raise DeductionError("invalid attribute", f"{name} needs K as a multiple of {values} for {fmt}, got {k}")
+    if w.shape is not None:
+        words = ctx.analyzer.as_int(w.shape[1])
+        if words is not None and words != FORMATS[fmt].row_words(k):
+            raise DeductionError("shape mismatch", f"{ctx.show(arg)} has {words} words per row, a {fmt} row of "
+                                 f"K = {k} has {FORMATS[fmt].row_words(k)}")
 
 
 def _deduce(call, ctx):
     x, w = tensor_input(call, 0, ctx), tensor_input(call, 1, ctx)
-    fmt, k = call.attr("format"), call.attr("k")
-    if fmt not in BLOCK_BYTES:
-        raise DeductionError("invalid attribute", f"quantized_matmul format {fmt!r} is not one of "
-                             f"{', '.join(BLOCK_BYTES)}")
+    k = call.attr("k")
     if x.dtype and x.dtype not in FLOAT_DTYPES:
         raise DeductionError("dtype mismatch", f"quantized_matmul needs float activations, {ctx.show(call.args[0])} "
                              f"is {x.dtype}")
-    if w.dtype and w.dtype != "uint32":
-        raise DeductionError("dtype mismatch", f"quantized_matmul needs the weight's blocks as uint32 words, "
-                             f"{ctx.show(call.args[1])} is {w.dtype}")
-    if not isinstance(k, int) or k % (2 * BLOCK_VALUES):
-        raise DeductionError("invalid attribute", f"quantized_matmul needs K as a multiple of 64, got {k}")
+    _check_blocks("quantized_matmul", call, call.args[1], w, ctx)
     if call.attr("activations") not in ACTIVATIONS:
         raise DeductionError("invalid attribute", f"quantized_matmul activations {call.attr('activations')!r} is "
                              f"not one of {', '.join(repr(a) for a in ACTIVATIONS)}")
-    if w.shape is not None:
-        words = ctx.analyzer.as_int(w.shape[1])
-        if words is not None and words != k // BLOCK_VALUES * BLOCK_BYTES[fmt] // 4:
-            raise DeductionError("shape mismatch", f"{ctx.show(call.args[1])} has {words} words per row, a {fmt} "
-                                 f"row of K = {k} has {k // BLOCK_VALUES * BLOCK_BYTES[fmt] // 4}")
     dtype = call.attr("out_dtype") or x.dtype
     if x.shape is None or w.shape is None:
         return result_tensor(None, dtype, x.ndim, x.vdevice)
@@ -76,22 +106,12 @@ def _deduce(call, ctx):
 
 
 def dequantize(words: np.ndarray, fmt: str, k: int) -> np.ndarray:
-    """W (N, K) as float32 from its blocks."""
-    raw = np.ascontiguousarray(words).view(np.uint8).reshape(words.shape[0], -1, BLOCK_BYTES[fmt])
-    d = raw[..., 0:2].copy().view(np.float16).astype(np.float32)  # (N, blocks, 1)
-    if fmt == "q8_0":
-        q = raw[..., 2:34].view(np.int8).astype(np.float32)
-        values = d * q
-    else:
-        offset = 2 if fmt == "q4_0" else 4
-        packed = raw[..., offset:offset + 16]
-        q = np.concatenate([packed & 15, packed >> 4], axis=-1).astype(np.float32)
-        if fmt == "q4_0":
-            values = d * (q - 8)
-        else:
-            m = raw[..., 2:4].copy().view(np.float16).astype(np.float32)
-            values = d * q + m
-    return values.reshape(words.shape[0], k)
+    """W (N, K) as float32 from its blocks, by ggml's own dequantization (the gguf package)."""
+    import gguf
+
+    f = FORMATS[fmt]
+    blocks = np.ascontiguousarray(words).view(np.uint8)[:, :k // f.values * f.bytes]
+    return gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[fmt.upper()]).reshape(words.shape[0], k)
 
 
 def round_activations_q8(x: np.ndarray) -> np.ndarray:
@@ -139,13 +159,7 @@ def _legalize(call, ctx):
         (kk,) = ridx
         n = idx[-1]
 
-        def word_at(i):
-            return read(w, n, i)
-
-        block = binary("/", kk, Const(BLOCK_VALUES))
-        d, m = block_scale(fmt, word_at, block)
-        value = block_value(fmt, word_at, block, binary("%", kk, Const(BLOCK_VALUES)), d, m)
-        return binary("*", read_x(idx[:-1], kk), value)
+        return binary("*", read_x(idx[:-1], kk), value_at(fmt, lambda i: read(w, n, i), kk))
 
     info = QuantizedMatmulInfo(x, w, fmt, k, activations)
     return ComputeDef(ctx.kernel_name, (x, w), out, body, Reduction((arith.IntImm(k),), "sum", 0.0),
@@ -162,9 +176,7 @@ register_op("quantized_matmul", inputs=("x", "weight"),
 
 def _deduce_take(call, ctx):
     w, ids = tensor_input(call, 0, ctx), tensor_input(call, 1, ctx)
-    if w.dtype and w.dtype != "uint32":
-        raise DeductionError("dtype mismatch", f"quantized_take needs the table's blocks as uint32 words, "
-                             f"{ctx.show(call.args[0])} is {w.dtype}")
+    _check_blocks("quantized_take", call, call.args[0], w, ctx)
     if ids.dtype and ids.dtype not in ("int32", "int64"):
         raise DeductionError("dtype mismatch", f"quantized_take needs integer indices, {ctx.show(call.args[1])} "
                              f"is {ids.dtype}")
@@ -189,13 +201,7 @@ def _legalize_take(call, ctx):
         row = read(ids, *idx[:-1])
         row = clamp_index(cast(row, "i32"), w.shape[0])
 
-        def word_at(i):
-            return read(w, row, i)
-
-        kk = idx[-1]
-        block = binary("/", kk, Const(BLOCK_VALUES))
-        d, m = block_scale(fmt, word_at, block)
-        return cast(block_value(fmt, word_at, block, binary("%", kk, Const(BLOCK_VALUES)), d, m), out.dtype)
+        return cast(value_at(fmt, lambda i: read(w, row, i), idx[-1]), out.dtype)
 
     return ComputeDef(ctx.kernel_name, (w, ids), out, body)
 

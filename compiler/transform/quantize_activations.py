@@ -6,12 +6,15 @@ changes results by about 0.5% of a dot product's size, so it is a decision of th
 a kernel: this pass writes it into each call (``quantized_matmul(..., activations="q8")``), where
 the printed IR shows it and the reference interpreter computes it too (op/quantized.py).
 
-Only calls whose activations are one row change, and only in the ``functions`` named (all when
-None). A model export names its decode step: prefill, whose last position's logits choose the
-first token of a reply, reads x as it is. (SmolLM2's first token for "What is the capital of
-France?" is a near tie, 25.33 against 25.24, that rounding x flips: llama.cpp, which rounds
-everywhere, answers "L'Etoile, ..." where the f32 model says "The capital of France is Paris.")
-``export_llm`` runs the pass for targets whose kind asks for it (``Target.quantized_activations``).
+Only calls whose activations are one row change, only for the block formats that meet q8
+activations (``Q8_ACTIVATION_FORMATS``: Q4_0, Q4_1, Q8_0; a K-quant GEMV keeps reading x as it is,
+where rounding x would buy no integer kernel and cost the generic one 32 reads a value), and only
+in the ``functions`` named (all when None). A model export names its decode step: prefill, whose
+last position's logits choose the first token of a reply, reads x as it is. (SmolLM2's first
+token for "What is the capital of France?" is a near tie, 25.33 against 25.24, that rounding x
+flips: llama.cpp, which rounds everywhere, answers "L'Etoile, ..." where the f32 model says
+"The capital of France is Paris.") ``export_llm`` runs the pass for targets whose kind asks for
+it (``Target.quantized_activations``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from .. import arith
 from ..ir.expr import Call, Op, VarBinding
 from ..ir.module import IRModule
 from ..ir.struct_info import TensorStructInfo
-from ..op.quantized import ACTIVATIONS
+from ..op.quantized import ACTIVATIONS, Q8_ACTIVATION_FORMATS
 from .rewrite import map_graph_functions, rewrite_function
 
 
@@ -33,7 +36,8 @@ def quantize_activations(mod: IRModule, mode: str = "q8", functions=None) -> IRM
     def rewrite(binding, dataflow):
         value = binding.value
         if not (isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, Op)
-                and value.op.name == "quantized_matmul" and _one_row(value.args[0].struct_info)):
+                and value.op.name == "quantized_matmul" and _one_row(value.args[0].struct_info)
+                and value.attr("format") in Q8_ACTIVATION_FORMATS):
             return [binding]
         attrs = tuple((key, mode if key == "activations" else v) for key, v in value.attrs)
         if "activations" not in dict(attrs):

@@ -3,7 +3,11 @@
 import gguf
 import numpy as np
 import pytest
+from fixtures.quantized_blocks import GGML_TYPES, block_values, quantized_blocks
 from tessera.frontend import GGUFError, QuantizedWeight, bundled_smollm2_path, load_gguf
+from tessera.frontend.gguf_file import read_gguf_file
+from tessera.frontend.gguf_reader import _tensor
+from tessera.op.quantized import dequantize
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +40,8 @@ def write_gguf(path, arch="llama", tensor_type=gguf.GGMLQuantizationType.F32):
     weights = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
     if tensor_type == gguf.GGMLQuantizationType.F32:
         writer.add_tensor("token_embd.weight", weights)
+    elif tensor_type == gguf.GGMLQuantizationType.IQ4_NL:  # a type Tessera does not read: any bytes
+        writer.add_tensor("token_embd.weight", np.zeros((64, 36), np.uint8), raw_dtype=tensor_type)
     else:
         blocks = gguf.quants.quantize(weights, tensor_type)
         writer.add_tensor("token_embd.weight", blocks, raw_dtype=tensor_type)
@@ -55,9 +61,35 @@ def test_small_llama_file(tmp_path):
 def test_unsupported_architecture_and_quantization_are_named(tmp_path):
     with pytest.raises(GGUFError, match=r"architecture 'gpt2' is not supported \(supported: llama, qwen2, mistral\)"):
         load_gguf(str(write_gguf(tmp_path / "gpt2.gguf", arch="gpt2")))
-    with pytest.raises(GGUFError, match="tensor token_embd.weight is Q5_0, a quantization type Tessera does not "
-                       "support yet"):
-        load_gguf(str(write_gguf(tmp_path / "q5.gguf", tensor_type=gguf.GGMLQuantizationType.Q5_0)))
+    with pytest.raises(GGUFError, match=r"iq4nl.gguf: tensor token_embd.weight is IQ4_NL, a quantization type "
+                       r"Tessera does not support yet \(supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, "
+                       r"Q3_K, Q4_K, Q5_K, Q6_K\)"):
+        load_gguf(str(write_gguf(tmp_path / "iq4nl.gguf", tensor_type=gguf.GGMLQuantizationType.IQ4_NL)))
+
+
+def test_every_block_format_loads_as_words_the_kernels_read(tmp_path):
+    """A tensor of each format, K-quants included: its rows as uint32 words, padded to a whole word
+    where its blocks end inside one (3 Q3_K or Q6_K blocks, 9 Q4_0, Q5_0 or Q8_0 blocks), which
+    the op's reference dequantizes as ggml does."""
+    writer = gguf.GGUFWriter(str(tmp_path / "formats.gguf"), "llama")
+    expected = {}
+    for index, fmt in enumerate(GGML_TYPES):
+        k = (3 if block_values(fmt) == 256 else 9) * block_values(fmt)
+        blocks, dense = quantized_blocks(fmt, 5, k, seed=index)
+        writer.add_tensor(fmt, blocks, raw_dtype=GGML_TYPES[fmt])
+        expected[fmt] = (k, blocks, dense)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    for tensor in read_gguf_file(str(tmp_path / "formats.gguf"), gguf).tensors:
+        k, blocks, dense = expected[tensor.name]
+        weight = _tensor(tensor, gguf, "formats.gguf")  # the file holds no model: one tensor at a time
+        assert isinstance(weight, QuantizedWeight)
+        assert (weight.format, weight.shape, weight.words.dtype) == (tensor.name, (5, k), np.dtype("<u4"))
+        assert weight.words.shape[1] == -(-blocks.shape[1] // 4)
+        assert np.array_equal(weight.words.view(np.uint8)[:, :blocks.shape[1]], blocks)
+        np.testing.assert_array_equal(dequantize(weight.words, weight.format, k), dense)
 
 
 def test_truncated_and_missing_files_are_clear_errors(tmp_path):
@@ -77,7 +109,7 @@ def test_truncated_and_missing_files_are_clear_errors(tmp_path):
 def test_header_parser_reads_what_ggufs_reader_reads(tmp_path):
     """gguf_file parses the header itself (GGUFReader took 2.5 s on SmolLM2's vocabulary): every
     value type, arrays included, and every tensor view equal GGUFReader's, on SmolLM2 too."""
-    from tessera.frontend.gguf_file import _with_gguf_reader, read_gguf_file
+    from tessera.frontend.gguf_file import _with_gguf_reader
 
     writer = gguf.GGUFWriter(str(tmp_path / "all.gguf"), "llama")
     writer.add_bool("t.bool", True)

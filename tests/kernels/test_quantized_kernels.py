@@ -1,35 +1,51 @@
-"""GGUF block formats read directly by kernels, against ggml's own dequantization."""
+"""GGUF block formats read directly by kernels, against ggml's own dequantization (the gguf
+package's): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K."""
 
 import gguf
 import numpy as np
 import pytest
+from fixtures.quantized_blocks import GGML_TYPES, as_words, block_values, quantized_blocks
 from harness import build, check_op, rounded_to_q8, target_for
 from tessera import op
 from tessera.frontend import bundled_smollm2_path, load_gguf
+from tessera.frontend.gguf_reader import BLOCK_FORMATS
 from tessera.ir import BlockBuilder, Function, Tensor, Var, interpret
-from tessera.op.quantized import dequantize
+from tessera.op.quantized import Q8_ACTIVATION_FORMATS, dequantize
+from tessera.tir.quant import FORMATS, LANE_FORMATS
 from tessera.transform import fuse_ops, fuse_tir, legalize_ops
 
-FORMATS = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
-           "q8_0": gguf.GGMLQuantizationType.Q8_0}
+# Every format a kernel reads, K-quants last.
+ALL = sorted(FORMATS, key=lambda f: (block_values(f), f))
 
 
 def quantized(fmt: str, n: int, k: int, seed: int = 0):
-    """Random weights quantized by ggml's own quantizer: (words, ggml's dequantized floats)."""
-    w = np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32)
-    blocks = gguf.quants.quantize(w, FORMATS[fmt])
-    return np.ascontiguousarray(blocks).view("<u4"), gguf.quants.dequantize(blocks, FORMATS[fmt])
+    """Weights in ``fmt`` (fixtures/quantized_blocks.py): (words as kernels take them, ggml's floats)."""
+    blocks, reference = quantized_blocks(fmt, n, k, seed)
+    return as_words(blocks), reference
 
 
-@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_every_format_the_loader_accepts_has_kernels():
+    assert set(BLOCK_FORMATS) == set(FORMATS) == set(GGML_TYPES)
+    for fmt, f in FORMATS.items():
+        assert (f.values, f.bytes) == gguf.GGML_QUANT_SIZES[GGML_TYPES[fmt]]
+
+
+@pytest.mark.parametrize("fmt", ALL)
 def test_numpy_reference_matches_ggml(fmt):
-    words, reference = quantized(fmt, 9, 192)
-    np.testing.assert_array_equal(dequantize(words, fmt, 192), reference)
+    """The op's reference reads rows padded to whole words (3 blocks of Q3_K are 330 bytes)."""
+    k = 3 * block_values(fmt)
+    words, reference = quantized(fmt, 9, k)
+    assert words.shape == (9, FORMATS[fmt].row_words(k))
+    np.testing.assert_array_equal(dequantize(words, fmt, k), reference)
 
 
-@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("fmt", ALL)
 def test_quantized_matmul_kernels(runner, fmt):
-    n, k = 42, 128  # 42 outputs: not a multiple of the 4-column tile
+    """GEMM shapes (M swept over 1, 7, 64, 1000). 42 outputs: not a multiple of the 4-column tile.
+    K of 2 blocks, but for Q5_0 (3 blocks of 22 bytes) and Q3_K (1 block of 110 bytes): rows
+    padded to a whole word, whose last block is the tail of a group of two (after one whole group
+    for Q5_0, and alone for Q3_K)."""
+    n, k = 42, {"q5_0": 3, "q3_k": 1}.get(fmt, 2) * block_values(fmt)
     words, reference = quantized(fmt, n, k)
 
     def inputs(env, rng):
@@ -44,18 +60,18 @@ def test_quantized_matmul_kernels(runner, fmt):
     np.testing.assert_allclose(got, x @ reference.T, rtol=1e-4, atol=1e-4)  # against ggml's own floats
 
 
-@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("fmt", ALL)
 def test_decode_gemv_kernels(runner, fmt):
     """M = 1 (decode): where threads run serially (C kernels), the lane rule of
-    tir/schedule/quantized_gemv.py. 42 outputs: a partial last workgroup."""
-    n, k = 42, 192
+    tir/schedule/quantized_gemv.py for the formats it reads. 42 outputs: a partial last workgroup."""
+    n, k = 42, 192 if block_values(fmt) == 32 else 512
     words, reference = quantized(fmt, n, k, seed=7)
     x = np.random.default_rng(8).standard_normal((1, k)).astype(np.float32)
 
     lowered, kernels = check_op(runner, lambda a, w: op.quantized_matmul(a, w, format=fmt, k=k),
                                 [Tensor((1, k), "float32"), Tensor((n, words.shape[1]), "uint32")],
                                 inputs=lambda env, rng: [x, words], rtol=1e-4, atol=1e-4)
-    lanes = target_for(runner).serial_threads and target_for(runner).cpu_adapter
+    lanes = target_for(runner).serial_threads and target_for(runner).cpu_adapter and fmt in LANE_FORMATS
     assert [kern.attrs["rule"] for kern in kernels] == ["quantized-gemv" if lanes else "quantized-matmul"]
     got = interpret(lowered, "main", x, words, kernel_runner=runner)
     np.testing.assert_allclose(got, x @ reference.T, rtol=1e-4, atol=1e-4)  # against ggml's own floats
@@ -70,12 +86,12 @@ def test_decode_gemv_kernels(runner, fmt):
                                rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("fmt", [*Q8_ACTIVATION_FORMATS, "q4_k"])
 def test_decode_gemv_with_q8_activations(runner, fmt):
     """activations="q8": on the cpu runner the integer SIMD micro-kernels (tir/schedule/
-    quantized_gemv_q8.py, codegen/c/microkernels.c), elsewhere the generic reduction reading x
-    through the op's rounding. Both equal x rounded to 8 bits (computed here) times ggml's floats,
-    to float rounding: far closer than to the unrounded product."""
+    quantized_gemv_q8.py, codegen/c/microkernels.c) for the formats they have, elsewhere the generic
+    reduction reading x through the op's rounding. Both equal x rounded to 8 bits (computed here)
+    times ggml's floats, to float rounding: far closer than to the unrounded product."""
     n, k = 70, 256  # 70 outputs: a partial last workgroup; a block of zeros: d = 0
     words, reference = quantized(fmt, n, k, seed=11)
     x = np.random.default_rng(12).standard_normal((1, k)).astype(np.float32)
@@ -83,7 +99,7 @@ def test_decode_gemv_with_q8_activations(runner, fmt):
     gemv = lambda a, w: op.quantized_matmul(a, w, format=fmt, k=k, activations="q8")  # noqa: E731
     lowered, kernels = check_op(runner, gemv, [Tensor((1, k), "float32"), Tensor((n, words.shape[1]), "uint32")],
                                 inputs=lambda env, rng: [x, words], rtol=1e-4, atol=1e-4)
-    integer = target_for(runner).has_extern("tsr_quantize_q8")
+    integer = target_for(runner).has_extern("tsr_quantize_q8") and fmt in Q8_ACTIVATION_FORMATS
     (rule,) = [kern.attrs["rule"] for kern in kernels]
     assert rule == "quantized-gemv-q8" if integer else rule.endswith("reduction")
     got = interpret(lowered, "main", x, words, kernel_runner=runner)
@@ -110,7 +126,7 @@ def test_smollm2_weights_through_the_decode_kernel(runner):
     weight = model.tensors["blk.0.attn_q.weight"]
     assert (weight.format, weight.shape) == ("q4_1", (576, 576))
     blocks = weight.words.view(np.uint8)
-    reference = gguf.quants.dequantize(blocks, FORMATS["q4_1"])
+    reference = gguf.quants.dequantize(blocks, GGML_TYPES["q4_1"])
     x = np.random.default_rng(0).standard_normal((1, 576)).astype(np.float32)
     _, kernels = check_op(runner, lambda a, w: op.quantized_matmul(a, w, format="q4_1", k=576),
                           [Tensor((1, 576), "float32"), Tensor((576, 90), "uint32")],
@@ -146,14 +162,15 @@ def test_epilogues_fuse_into_the_quantized_kernel(runner):
                                atol=1e-4)
 
 
-@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("fmt", ALL)
 def test_quantized_take_reads_embedding_rows(runner, fmt):
-    words, reference = quantized(fmt, 50, 128, seed=5)
+    k = 4 * block_values(fmt)
+    words, reference = quantized(fmt, 50, k, seed=5)
 
     def inputs(env, rng):
         return [words, rng.integers(0, 50, (env["n"],)).astype(np.int32)]
 
-    lowered, _ = check_op(runner, lambda w, i: op.quantized_take(w, i, format=fmt, k=128),
+    lowered, _ = check_op(runner, lambda w, i: op.quantized_take(w, i, format=fmt, k=k),
                           [Tensor((50, words.shape[1]), "uint32"), Tensor(("n",), "int32")], inputs=inputs)
     ids = np.array([0, 49, 7, 7], np.int32)
     np.testing.assert_array_equal(interpret(lowered, "main", words, ids, kernel_runner=runner), reference[ids])

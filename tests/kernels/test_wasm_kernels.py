@@ -50,6 +50,23 @@ def test_operators_as_wasm_kernels(wasm, name):
     check_op(wasm, make, params, target=WASM, rtol=1e-4, atol=1e-4)
 
 
+def test_the_other_gguf_formats_as_wasm(wasm):
+    """Q5_0, Q5_1 and the K-quants take the quantized-matmul rule in WASM too (no lane rule, no
+    micro-kernel): decode GEMVs of each, and a GEMM over one 110-byte Q3_K block (a padded row)."""
+    from test_quantized_kernels import quantized
+
+    for fmt in ("q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"):
+        words, _ = quantized(fmt, 42, 256)
+        _, kernels = check_op(wasm, lambda x, w, f=fmt: op.quantized_matmul(x, w, format=f, k=256),
+                              [Tensor((1, 256), F32), Tensor((42, words.shape[1]), "uint32")], target=WASM, rtol=1e-4,
+                              atol=1e-4, inputs=lambda env, rng, w=words: [rng.standard_normal((1, 256)).astype(np.float32), w])
+        assert [k.attrs["rule"] for k in kernels] == ["quantized-matmul"]
+    words, _ = quantized("q3_k", 42, 256)
+    check_op(wasm, lambda x, w: op.quantized_matmul(x, w, format="q3_k", k=256),
+             [Tensor(("m", 256), F32), Tensor((42, words.shape[1]), "uint32")], target=WASM, rtol=1e-4, atol=1e-4,
+             inputs=lambda env, rng: [rng.standard_normal((env["m"], 256)).astype(np.float32), words])
+
+
 def test_the_llm_kernels_as_wasm(wasm):
     """What a Llama step needs beyond the above: quantized GEMV/GEMM and embedding rows, the KV
     cache write (in place) and the sampler, whose workgroup barriers split_workgroups splits at."""

@@ -442,9 +442,15 @@ def test_quantized_matmul_deduction():
     with pytest.raises(DeductionError, match="x1 has 91 words per row, a q4_1 row of K = 576 has 90"):
         deduced(lambda x, w: op.quantized_matmul(x, w, format="q4_1", k=576), T((1, 576), F32),
                 T((8, 91), "uint32"))
-    with pytest.raises(DeductionError, match="format 'q5_k' is not one of"):
-        deduced(lambda x, w: op.quantized_matmul(x, w, format="q5_k", k=576), T((1, 576), F32),
+    with pytest.raises(DeductionError, match="format 'iq4_nl' is not one of q4_0, q4_1, q5_0, q5_1, q8_0, q2_k"):
+        deduced(lambda x, w: op.quantized_matmul(x, w, format="iq4_nl", k=576), T((1, 576), F32),
                 T((8, 90), "uint32"))
+    # K-quants: 256 values a block; an odd number of 210-byte Q6_K blocks is padded to a whole word.
+    assert deduced(lambda x, w: op.quantized_matmul(x, w, format="q6_k", k=768),
+                   T((1, 768), F32), T((576, 158), "uint32")) == tensor_text(["1", "576"])
+    with pytest.raises(DeductionError, match="needs K as a multiple of 256 for q4_k, got 576"):
+        deduced(lambda x, w: op.quantized_matmul(x, w, format="q4_k", k=576), T((1, 576), F32),
+                T((8, 81), "uint32"))
 
 
 @covers("quantized_take")
@@ -453,6 +459,8 @@ def test_quantized_take_deduction():
                    T((49152, 153), "uint32"), T(("n",), "int32")) == tensor_text(["n", "576"])
     assert deduced(lambda w, i: op.quantized_take(w, i, format="q8_0", k=576),
                    T((49152, 153), "uint32"), T(dtype="int32", ndim=2)) == coarse_text(3)
+    with pytest.raises(DeductionError, match="x0 has 160 words per row, a q5_0 row of K = 576 has 99"):
+        deduced(lambda w, i: op.quantized_take(w, i, format="q5_0", k=576), T((8, 160), "uint32"), T((2,), "int32"))
     with pytest.raises(DeductionError, match="quantized_take needs integer indices"):
         deduced(lambda w, i: op.quantized_take(w, i, format="q8_0", k=576), T((8, 153), "uint32"), T((2,), F32))
 

@@ -49,3 +49,13 @@ def test_only_the_named_functions_change():
     mod, _ = module()
     assert activations(quantize_activations(mod, functions=("decode",))) == ["", ""]
     assert activations(quantize_activations(mod, functions=("main",))) == ["q8", ""]
+
+
+def test_formats_without_q8_dot_products_read_x_as_it_is():
+    """A K-quant or Q5 GEMV keeps its activations: only Q4_0, Q4_1 and Q8_0 meet q8 blocks."""
+    x, w = Var("x", Tensor((1, 256), "float32")), Var("w", Tensor((8, 36), "uint32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x, w]):
+        out = bb.emit(op.quantized_matmul(x, w, format="q4_k", k=256))
+        bb.emit_func_output(out)
+    assert activations(quantize_activations(bb.get())) == [""]

@@ -1,5 +1,5 @@
 """Quantized matmul rule: each invocation computes a tile of outputs, reading every weight block
-once per tile: its scale (and minimum) once, each value once for all the tile's activation rows.
+once per tile: its scales (and minimums) once, each value once for all the tile's activation rows.
 
 The activations are viewed as M x K rows (M is the product of their leading dims). With M = 1 (decode)
 a tile is 1 x 4 outputs; otherwise 4 x 4. No workgroup memory and no barrier: the same rule serves
@@ -28,19 +28,14 @@ from ..ir import (
     logical_and,
     minimum,
 )
-from ..quant import (
-    BLOCK_VALUES,
-    GROUP_BLOCKS,
-    QuantizedMatmulInfo,
-    block_scale,
-    block_value,
-    group_block_scale,
-    group_block_value,
-    group_words,
-)
+from ..quant import FORMATS, Block, QuantizedMatmulInfo, dequantized
 from .common import grid_for, lower_reads, scalars_of, workgroup_linear_id
 
 THREADS = 64
+# Where a workgroup's threads run one after another on one CPU thread (C kernels), a workgroup is a
+# thread pool's unit of work: 4 threads (16 columns at M = 1) leave decode's 576-column GEMVs 36
+# of them to share, where 64 threads would leave 3 (the formats the quantized-gemv rule does not read).
+SERIAL_THREADS = 4
 LID = Builtin("local_id", 0)
 
 
@@ -55,9 +50,9 @@ def schedule_quantized_matmul(defn: ComputeDef, info: QuantizedMatmulInfo, targe
     row_words = from_prim(info.w.shape[1])
     k = Const(info.k)
     tiles_n = arith.simplify((n_dim + tile_n - 1) // tile_n)
-    tile, m0, n0, block, j = Local("tile"), Local("m0"), Local("n0"), Local("block"), Local("j")
-    x = Local("x", "f32")
-    body = [Declare(tile, binary("+", binary("*", workgroup_linear_id(), Const(THREADS)), LID))]
+    tile, m0, n0 = Local("tile"), Local("m0"), Local("n0")
+    threads = SERIAL_THREADS if target.cpu_adapter and target.serial_threads else THREADS
+    body = [Declare(tile, binary("+", binary("*", workgroup_linear_id(), Const(threads)), LID))]
     body += [Declare(m0, binary("*", binary("/", tile, from_prim(tiles_n)), Const(tile_m))),
              Declare(n0, binary("*", binary("%", tile, from_prim(tiles_n)), Const(tile_n)))]
     rows = [Local(f"row{i}") for i in range(tile_m)]
@@ -73,11 +68,16 @@ def schedule_quantized_matmul(defn: ComputeDef, info: QuantizedMatmulInfo, targe
         return lambda i: Load(info.w, binary("+", base, i))
 
     readers = [word_reader(c) for c in cols]
-    groups = info.k // (BLOCK_VALUES * GROUP_BLOCKS[info.format])
-    if info.k % (BLOCK_VALUES * GROUP_BLOCKS[info.format]) == 0:
-        body.append(_grouped_loop(info, readers, rows, accs, groups, m_last, k))
-    else:
-        body.append(_block_loop(info, readers, rows, accs, block, j, x, m_last, k))
+    fmt = FORMATS[info.format]
+    groups, tail = divmod(info.k // fmt.values, fmt.group_blocks)
+    group = Local("group")
+    if groups:
+        body.append(For(group, Const(0), Const(groups), tuple(_group(
+            info, readers, rows, accs, binary("*", group, Const(fmt.group_words)),
+            binary("*", group, Const(fmt.group_blocks * fmt.values)), fmt.group_blocks, m_last, k, ""))))
+    if tail:  # the blocks of a last, partial group (Q3_K and Q6_K rows of an odd number of blocks)
+        body += _group(info, readers, rows, accs, Const(groups * fmt.group_words),
+                       Const(groups * fmt.group_blocks * fmt.values), tail, m_last, k, "tail_")
     for i, r in enumerate(rows):
         for c, col in enumerate(cols):
             value = accs[i][c]
@@ -88,63 +88,46 @@ def schedule_quantized_matmul(defn: ComputeDef, info: QuantizedMatmulInfo, targe
             body.append(IfThen(logical_and(binary("<", r, m), binary("<", col, n)),
                                (Store(out, index, cast(value, out.dtype)),)))
     tiles = arith.simplify(((m_total + tile_m - 1) // tile_m) * tiles_n)
-    grid = grid_for(arith.simplify((tiles + THREADS - 1) // THREADS), target)
-    return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), tuple(body), (THREADS, 1, 1), grid,
+    grid = grid_for(arith.simplify((tiles + threads - 1) // threads), target)
+    return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), tuple(body), (threads, 1, 1), grid,
                     attrs={"rule": "quantized-matmul"})
 
 
-def _grouped_loop(info: QuantizedMatmulInfo, readers, rows, accs, groups: int, m_last, k) -> For:
-    """Over word-aligned groups of blocks: every byte read at a constant word and shift (tir/quant.py),
-    the group's 32 or 64 values unrolled. Value by value (an activation, then that value of each
-    column's block), which keeps few values live at once: a CPU's registers hold them all.
-    (Factoring the scale out of each block's dot product measured slower in WASM.)"""
-    group, base = Local("group"), Local("base")
-    fmt = info.format
-    stmts = [Declare(base, binary("*", group, Const(group_words(fmt))))]
-    for index in range(GROUP_BLOCKS[fmt]):
+def _group(info: QuantizedMatmulInfo, readers, rows, accs, base, first, blocks: int, m_last, k,
+           prefix: str) -> list:
+    """``blocks`` blocks from word ``base`` on (word-aligned, so that every byte of a block is read
+    at a constant word and shift: tir/quant.py), their values from column ``first`` of x on. Each
+    sub-block's scales once, then its values unrolled, value by value (an activation, then that
+    value of each column's block), which keeps few values live at once: a CPU's registers hold
+    them all. A K-quant's 8 or 16 sub-blocks are a loop, not unrolled: their bits sit at offsets
+    that step in whole words (``Block.byte``). (Factoring the scale out of each block's dot
+    product measured slower in WASM.)"""
+    fmt = FORMATS[info.format]
+    stmts = []
+    for index in range(blocks):
+        sub = Local(f"{prefix}sub{index}") if fmt.sub_blocks > 1 else 0
+        inner = []
+        columns = [Block(reader, index * fmt.bytes, base) for reader in readers]
         scales = []
-        for c, reader in enumerate(readers):
-            d, mn = group_block_scale(fmt, reader, base, index)
-            scale, low = Local(f"scale{index}_{c}", "f32"), Local(f"low{index}_{c}", "f32")
-            stmts.append(Declare(scale, d))
-            if mn is not None:
-                stmts.append(Declare(low, mn))
-            scales.append((scale, low if mn is not None else None))
-        first = binary("+", binary("*", group, Const(BLOCK_VALUES * GROUP_BLOCKS[fmt])), Const(index * BLOCK_VALUES))
-        starts = [binary("+", binary("*", minimum(r, m_last), k), first) for r in rows]
-        for j in range(BLOCK_VALUES):
-            xs = [Local(f"x{i}_{index}_{j}", "f32") for i in range(len(rows))]
-            for i, start in enumerate(starts):
-                stmts.append(Declare(xs[i], cast(Load(info.x, binary("+", start, Const(j))), "f32")))
-            for c, reader in enumerate(readers):
-                d, mn = scales[c]
-                w = Local(f"w{c}_{index}_{j}", "f32")
-                stmts.append(Declare(w, group_block_value(fmt, reader, base, index, j, d, mn)))
+        for c, block in enumerate(columns):
+            d, m = fmt.scale(block, sub)
+            scale, low = Local(f"{prefix}scale{index}_{c}", "f32"), Local(f"{prefix}low{index}_{c}", "f32")
+            inner.append(Declare(scale, d))
+            if m is not None:
+                inner.append(Declare(low, m))
+            scales.append((scale, low if m is not None else None))
+        start = binary("+", first, Const(index * fmt.values))
+        if fmt.sub_blocks > 1:
+            start = binary("+", start, binary("*", sub, Const(fmt.sub_values)))
+        starts = [binary("+", binary("*", minimum(r, m_last), k), start) for r in rows]
+        for j in range(fmt.sub_values):
+            xs = [Local(f"{prefix}x{i}_{index}_{j}", "f32") for i in range(len(rows))]
+            for i, at in enumerate(starts):
+                inner.append(Declare(xs[i], cast(Load(info.x, binary("+", at, Const(j))), "f32")))
+            for c, block in enumerate(columns):
+                w = Local(f"{prefix}w{c}_{index}_{j}", "f32")
+                inner.append(Declare(w, dequantized(info.format, block, sub, j, scales[c])))
                 for i in range(len(rows)):
-                    stmts.append(Assign(accs[i][c], binary("+", accs[i][c], binary("*", xs[i], w))))
-    return For(group, Const(0), Const(groups), tuple(stmts))
-
-
-def _block_loop(info: QuantizedMatmulInfo, readers, rows, accs, block, j, x, m_last, k) -> For:
-    """One block at a time, for K that does not fill whole groups."""
-    scales = []
-    loop = []
-    for c, reader in enumerate(readers):
-        d, mn = block_scale(info.format, reader, block)
-        scales.append((Local(f"scale{c}", "f32"), Local(f"low{c}", "f32") if mn is not None else None))
-        loop.append(Declare(scales[-1][0], d))
-        if mn is not None:
-            loop.append(Declare(scales[-1][1], mn))
-    inner = []
-    xs = [Local(f"x{i}", "f32") for i in range(len(rows))]
-    kk = binary("+", binary("*", block, Const(BLOCK_VALUES)), j)
-    for i, r in enumerate(rows):
-        inner.append(Declare(xs[i], cast(Load(info.x, binary("+", binary("*", minimum(r, m_last), k), kk)), "f32")))
-    for c, reader in enumerate(readers):
-        d, mn = scales[c]
-        inner.append(Declare(x, block_value(info.format, reader, block, j, d, mn)) if c == 0 else
-                     Assign(x, block_value(info.format, reader, block, j, d, mn)))
-        for i in range(len(rows)):
-            inner.append(Assign(accs[i][c], binary("+", accs[i][c], binary("*", xs[i], x))))
-    loop.append(For(j, Const(0), Const(BLOCK_VALUES), tuple(inner), unroll=True))
-    return For(block, Const(0), Const(info.k // BLOCK_VALUES), tuple(loop))
+                    inner.append(Assign(accs[i][c], binary("+", accs[i][c], binary("*", xs[i], w))))
+        stmts += [For(sub, Const(0), Const(fmt.sub_blocks), tuple(inner))] if fmt.sub_blocks > 1 else inner
+    return stmts

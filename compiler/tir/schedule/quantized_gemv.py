@@ -39,12 +39,10 @@ from ..ir import (
     minimum,
 )
 from ..quant import (
-    BLOCK_BYTES,
-    BLOCK_VALUES,
-    GROUP_BLOCKS,
+    FORMATS,
+    LANE_FORMATS,
+    Block,
     QuantizedMatmulInfo,
-    group_block_scale,
-    group_words,
     lane_masks,
     lane_multiplier,
     lane_value,
@@ -62,15 +60,18 @@ LID = Builtin("local_id", 0)
 
 def applies(info: QuantizedMatmulInfo, m_total, target) -> bool:
     """Decode (M = 1) on a CPU whose threads run serially (a target that asks for GPU-shaped rules
-    with cpu_adapter off gets those), K a whole number of word-aligned groups."""
-    group_values = BLOCK_VALUES * GROUP_BLOCKS[info.format]
+    with cpu_adapter off gets those), a 32-value format whose bytes the lanes read
+    (``LANE_FORMATS``), K a whole number of word-aligned groups."""
+    if info.format not in LANE_FORMATS:
+        return False
+    group_values = FORMATS[info.format].values * FORMATS[info.format].group_blocks
     return (target.cpu_adapter and target.serial_threads and arith.Analyzer().as_int(arith.simplify(m_total)) == 1
             and info.k % group_values == 0)
 
 
 def schedule_quantized_gemv(defn: ComputeDef, info: QuantizedMatmulInfo, target, name: str) -> PrimFunc:
     out = defn.output
-    fmt = info.format
+    fmt = FORMATS[info.format]
     n_dim, m_dims = out.shape[-1], out.shape[:-1]
     n = from_prim(n_dim)
     col, row, group, lane = Local("col"), Local("row"), Local("group"), Local("lane")
@@ -83,10 +84,10 @@ def schedule_quantized_gemv(defn: ComputeDef, info: QuantizedMatmulInfo, target,
         return Load(info.w, binary("+", row, offset))
 
     base = Local("base")
-    stmts = [Declare(base, binary("*", group, Const(group_words(fmt))))]
-    for index in range(GROUP_BLOCKS[fmt]):
+    stmts = [Declare(base, binary("*", group, Const(fmt.group_words)))]
+    for index in range(fmt.group_blocks):
         stmts += _block(info, word_at, base, group, index, lane, acc)
-    body.append(For(group, Const(0), Const(info.k // (BLOCK_VALUES * GROUP_BLOCKS[fmt])), tuple(stmts)))
+    body.append(For(group, Const(0), Const(info.k // (fmt.values * fmt.group_blocks)), tuple(stmts)))
 
     total = Local("total", "f32")
     body.append(Declare(total, Load(acc, Const(0))))
@@ -103,18 +104,19 @@ def schedule_quantized_gemv(defn: ComputeDef, info: QuantizedMatmulInfo, target,
 def _block(info: QuantizedMatmulInfo, word_at, base, group, index: int, lane, acc) -> list:
     """Block ``index`` of the group at word ``base``: its scales, the words its bytes span, then
     the lane loop adding d * sum(x q) (+ m * sum(x) for Q4_1) into each lane's partial sum."""
-    fmt = info.format
-    d, m = group_block_scale(fmt, word_at, base, index)
+    fmt, block_bytes = info.format, FORMATS[info.format].bytes
+    d, m = FORMATS[fmt].scale(Block(word_at, index * block_bytes, base), 0)
     scale, low = Local(f"scale{index}", "f32"), Local(f"low{index}", "f32")
     stmts = [Declare(scale, d)] + ([Declare(low, m)] if m is not None else [])
-    steps = lane_values(fmt, index * BLOCK_BYTES[fmt], LANES)
+    steps = lane_values(fmt, index * block_bytes, LANES)
     words = {}
     for start, _, _ in steps:
         for offset in span_words(start, LANES):
             if offset not in words:
                 words[offset] = Local(f"w{index}_{offset}", "u32")
                 stmts.append(Declare(words[offset], word_at(binary("+", base, Const(offset)))))
-    first = binary("+", binary("*", group, Const(BLOCK_VALUES * GROUP_BLOCKS[fmt])), Const(index * BLOCK_VALUES))
+    values = FORMATS[fmt].values
+    first = binary("+", binary("*", group, Const(values * FORMATS[fmt].group_blocks)), Const(index * values))
     # Every step starts at the same byte of a word: one multiplier and one set of masks for all.
     multiplier = Local("multiplier", "u32")
     inner = [Declare(multiplier, lane_multiplier(steps[0][0], lane))]
