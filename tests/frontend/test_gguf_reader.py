@@ -53,7 +53,8 @@ def test_small_llama_file(tmp_path):
 
 
 def test_unsupported_architecture_and_quantization_are_named(tmp_path):
-    with pytest.raises(GGUFError, match=r"architecture 'gpt2' is not supported \(supported: llama, qwen2, mistral\)"):
+    with pytest.raises(GGUFError, match=r"^gpt2.gguf: general.architecture is 'gpt2', an architecture Tessera does not "
+                       r"support \(supported: llama, qwen2, mistral\)$"):
         load_gguf(str(write_gguf(tmp_path / "gpt2.gguf", arch="gpt2")))
     with pytest.raises(GGUFError, match="tensor token_embd.weight is Q5_0, a quantization type Tessera does not "
                        "support yet"):
