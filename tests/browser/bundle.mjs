@@ -27,6 +27,15 @@ export function tinyGGUF() {
   return path;
 }
 
+/** A tiny random-weight GGUF of the zoo (tests/fixtures/zoo_gguf.py: "qwen2", "llama-spm"), written
+ * afresh (a few seconds) so that an edit to the fixture is never hidden by an older file. */
+export function zooGGUF(family) {
+  const path = join(FIXTURES, `zoo-${family}.gguf`);
+  mkdirSync(FIXTURES, { recursive: true });
+  tessera([join(ROOT, "tests", "fixtures", "zoo_gguf.py"), family, path], "python");
+  return path;
+}
+
 /** Bundle ``model`` (a .gguf path, or undefined for the bundled SmolLM2) into build/browser-fixtures/NAME. */
 export function bundle(name, model, context = 256, targets = "webgpu,wasm") {
   const output = join(FIXTURES, name);

@@ -6,14 +6,14 @@
 // (tests/models/test_gguf_zoo.py checks the Python VM's f32 build against transformers).
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { before, test } from "node:test";
 
 import { Engine } from "../../runtime-js/src/engine.js";
 import { createEngine } from "../../runtime-js/src/tessera.js";
 import { Tokenizer } from "../../runtime-js/src/vendor/tokenizers.js";
-import { bundle, FIXTURES, folderFetch, ORIGIN, pythonGreedyReply, ROOT, tessera } from "../browser/bundle.mjs";
+import { bundle, folderFetch, ORIGIN, pythonGreedyReply, ROOT, zooGGUF } from "../browser/bundle.mjs";
 
 const FAMILIES = ["qwen2", "llama-spm"];
 // Bytes fallback, whitespace of every kind, case in contractions, digits, code, special tokens.
@@ -34,11 +34,8 @@ const CONVERSATIONS = [
 const sites = {};
 
 before(() => {
-  mkdirSync(FIXTURES, { recursive: true });
   for (const family of FAMILIES) {
-    const gguf = join(FIXTURES, `zoo-${family}.gguf`);
-    tessera([join(ROOT, "tests", "fixtures", "zoo_gguf.py"), family, gguf], "python");
-    const site = bundle(`zoo-${family}-site`, gguf, 64);
+    const site = bundle(`zoo-${family}-site`, zooGGUF(family), 64);
     sites[family] = { site, id: readdirSync(join(site, "models"))[0] };
   }
 });
