@@ -61,6 +61,27 @@ def test_unsupported_architecture_and_quantization_are_named(tmp_path):
         load_gguf(str(write_gguf(tmp_path / "q5.gguf", tensor_type=gguf.GGMLQuantizationType.Q5_0)))
 
 
+def test_a_vocabulary_only_file_sizes_its_vocabulary_from_its_tokens(tmp_path):
+    """llama.cpp's ggml-vocab-*.gguf files: hyperparameters and a tokenizer, no tensors."""
+    path = str(tmp_path / "vocab-only.gguf")
+    writer = gguf.GGUFWriter(path, "qwen2")
+    writer.add_block_count(1)
+    writer.add_embedding_length(64)
+    writer.add_feed_forward_length(128)
+    writer.add_head_count(4)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(["a", "b", "ab", "<|im_end|>"])
+    writer.add_token_types([1, 1, 1, 3])
+    writer.add_token_merges(["a b"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    model = load_gguf(path)
+    assert model.config.vocab_size == 4 and model.tensors == {} and model.tokenizer.pre == "qwen2"
+
+
 def test_truncated_and_missing_files_are_clear_errors(tmp_path):
     truncated = tmp_path / "truncated.gguf"
     with open(bundled_smollm2_path(), "rb") as source, open(truncated, "wb") as target:
