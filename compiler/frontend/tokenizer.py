@@ -22,11 +22,11 @@ from .gguf_reader import GGUFError, TokenizerSpec
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 SPACE = "\u2581"  # "▁", SentencePiece's spelling of a space
 # tokenizer.ggml.pre -> how a byte-level vocabulary splits text before BPE: llama.cpp's pattern
-# (llama-vocab.cpp) for that pre-tokenizer type. A type not listed gets GPT-2's split.
-BYTE_LEVEL_SPLITS = {
-    "qwen2": r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-             r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
-}
+# (llama-vocab.cpp) for that pre-tokenizer type, its case-insensitive contractions spelled out as
+# llama.cpp spells them (older JavaScript engines refuse a (?i:...) group). A type not listed gets GPT-2's split.
+QWEN2_SPLIT = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+BYTE_LEVEL_SPLITS = {"qwen2": QWEN2_SPLIT, "deepseek-r1-qwen": QWEN2_SPLIT}  # the Qwen2 family, its R1 distills
 
 
 def build_tokenizer(spec: TokenizerSpec):
