@@ -2,6 +2,7 @@
 // its greedy reply equals the Python VM's (WebGPU build, llvmpipe) for the same model and prompt.
 import assert from "node:assert/strict";
 import { cpSync, readFileSync, rmSync } from "node:fs";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { before, test } from "node:test";
 

@@ -40,7 +40,7 @@ before(() => {
   }
 });
 
-/** What Python's side makes of TEXTS and CONVERSATIONS with a compiled folder's tokenizer and chat config. */
+/** What Python's side makes of TEXTS and CONVERSATIONS with a bundled model's tokenizer and chat config. */
 function pythonTokens(folder) {
   const script = `
 import json, sys
@@ -59,7 +59,7 @@ print(json.dumps({"ids": ids, "text": [session.tokenizer.decode(i, skip_special_
 
 for (const family of FAMILIES) {
   test(`${family}: runtime-js tokenizes and renders chats as Python does`, () => {
-    const folder = join(sites[family].site, "models", sites[family].id, "webgpu");
+    const folder = join(sites[family].site, "models", sites[family].id);  // the builds share tokenizer and chat config
     const tokenizer = new Tokenizer(JSON.parse(readFileSync(join(folder, "tokenizer.json"), "utf8")), {});
     const engine = new Engine({ tokenizer, chatConfig: JSON.parse(readFileSync(join(folder, "chat-config.json"), "utf8")) });
     const python = pythonTokens(folder);
