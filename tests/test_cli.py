@@ -174,6 +174,22 @@ def test_a_plan_that_does_not_fit_names_the_tensor_the_limit_and_the_option(tiny
                      r"fit webgpu: compile with a smaller --prefill-chunk$", err, re.M), err
 
 
+def test_compile_names_an_architecture_it_does_not_support(tmp_path):
+    import gguf
+    import numpy as np
+
+    path = str(tmp_path / "phi2.gguf")
+    writer = gguf.GGUFWriter(path, "phi2")
+    writer.add_tensor("token_embd.weight", np.zeros((8, 32), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    result = run("compile", path, "-o", str(tmp_path / "out"), "-q")
+    assert result.returncode == 1 and result.stderr == "error: phi2.gguf: general.architecture is 'phi2', an " \
+        "architecture Tessera does not support (supported: llama, qwen2, mistral)\n", result.stderr
+
+
 def test_progress_on_a_terminal_redraws_one_line_in_place():
     import io
     import pty

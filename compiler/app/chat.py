@@ -83,7 +83,8 @@ class ChatSession:
     def encode_chat(self, messages: list[dict]) -> list[int]:
         from tessera.frontend.tokenizer import render_chat
 
-        text = render_chat(self.config["chat_template"], messages) if self.config.get("chat_template") else \
+        text = render_chat(self.config["chat_template"], messages, bos_token=self.config.get("bos_token", ""),
+                           eos_token=self.config.get("eos_token", "")) if self.config.get("chat_template") else \
             "".join(m["content"] for m in messages)
         return self.tokenizer.encode(text).ids
 

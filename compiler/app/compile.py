@@ -125,8 +125,11 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     build_tokenizer(spec).save(os.path.join(output, TOKENIZER))
     stops = sorted({i for i, t in enumerate(spec.tokens) if t in END_OF_TURN_TOKENS}
                    | ({spec.eos_token_id} if spec.eos_token_id is not None else set()))
+    # bos_token and eos_token: the spellings a chat template writes (Llama 2's puts "<s>" before
+    # each [INST]); the runtimes render templates with them, as transformers does.
     config = {"model": os.path.basename(gguf_path), "context_length": context_length, "prefill_chunk": chunk,
               "stop_token_ids": stops, "chat_template": spec.chat_template, "bos_token_id": spec.bos_token_id,
+              "bos_token": _token_text(spec, spec.bos_token_id), "eos_token": _token_text(spec, spec.eos_token_id),
               "add_bos_token": spec.add_bos_token, "chat_format": chat_format_json(spec, os.path.basename(gguf_path)),
               "compiler_version": tessera.__version__}
     with open(os.path.join(output, CHAT_CONFIG), "w", encoding="utf-8") as f:
@@ -140,16 +143,18 @@ def chat_format_json(spec, model_name: str) -> dict | None:
     if not spec.chat_template:
         reason = "the GGUF has no chat template"
     else:
-        def token(index):
-            return spec.tokens[index] if index is not None and 0 <= index < len(spec.tokens) else ""
-
-        reduction = analyze_chat_template(spec.chat_template, token(spec.bos_token_id), token(spec.eos_token_id))
+        reduction = analyze_chat_template(spec.chat_template, _token_text(spec, spec.bos_token_id),
+                                          _token_text(spec, spec.eos_token_id))
         if reduction.format is not None:
             return reduction.format.to_json()
         reason = reduction.reason
     warnings.warn(f"{model_name}: chat-config.json gets no chat_format, so the native runtime will not be able to "
                   f"chat with this model: {reason}", stacklevel=2)
     return None
+
+
+def _token_text(spec, index: int | None) -> str:
+    return spec.tokens[index] if index is not None and 0 <= index < len(spec.tokens) else ""
 
 
 def compile_summary(compiled: CompiledModel) -> str:

@@ -72,7 +72,10 @@ class TokenizerSpec:
     eos_token_id: int | None
     chat_template: str | None
     add_bos_token: bool
-    pre: str | None
+    pre: str | None  # byte-level BPE: how text is split before the merges (tokenizer/BYTE_LEVEL_SPLITS)
+    scores: list[float] | None = None  # SentencePiece: the score of each piece, which orders the merges
+    unknown_token_id: int | None = None
+    add_space_prefix: bool = True  # SentencePiece: a "▁" in front of the text
 
 
 @dataclass
@@ -99,8 +102,8 @@ def load_gguf(path: str) -> GGUFModel:
     metadata = contents.metadata
     arch = metadata.get("general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
-        raise GGUFError(f"{os.path.basename(path)}: architecture {arch!r} is not supported "
-                        f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
+        raise GGUFError(f"{os.path.basename(path)}: general.architecture is {arch!r}, an architecture Tessera "
+                        f"does not support (supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
     tensors = {}
     for tensor in contents.tensors:
         tensors[tensor.name] = _tensor(tensor, gguf, path)
@@ -138,7 +141,13 @@ def _config(meta: dict, arch: str, tensors: dict, path: str) -> GGUFHyperparamet
     hidden = get("embedding_length")
     heads = get("attention.head_count")
     embedding = tensors.get("token_embd.weight")
-    vocab = get("vocab_size", required=False) or (embedding.shape[0] if embedding is not None else None)
+    tokens = meta.get("tokenizer.ggml.tokens")
+    # The embedding's rows, else the vocabulary's length (a vocabulary-only file has no tensors).
+    vocab = get("vocab_size", required=False) or (embedding.shape[0] if embedding is not None else None) \
+        or (len(tokens) if tokens else None)
+    if vocab is None:
+        raise GGUFError(f"{os.path.basename(path)}: no vocabulary size ({arch}.vocab_size), token embedding or "
+                        "tokenizer.ggml.tokens")
     return GGUFHyperparameters(
         architecture=arch, vocab_size=int(vocab), hidden_size=int(hidden),
         intermediate_size=int(get("feed_forward_length")), num_layers=int(get("block_count")),
@@ -162,6 +171,8 @@ def _tokenizer(meta: dict) -> TokenizerSpec | None:
         merges=meta.get("tokenizer.ggml.merges") or [], bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
         eos_token_id=meta.get("tokenizer.ggml.eos_token_id"), chat_template=meta.get("tokenizer.chat_template"),
         add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)), pre=meta.get("tokenizer.ggml.pre"),
+        scores=meta.get("tokenizer.ggml.scores"), unknown_token_id=meta.get("tokenizer.ggml.unknown_token_id"),
+        add_space_prefix=bool(meta.get("tokenizer.ggml.add_space_prefix", True)),
     )
 
 

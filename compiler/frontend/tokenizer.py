@@ -1,5 +1,16 @@
 """Tokenizers from GGUF metadata, as Hugging Face ``tokenizers`` objects (tokenizer.json), and the chat
-template rendered with jinja2, as transformers renders it."""
+template rendered with jinja2, as transformers renders it.
+
+Two kinds of vocabulary (``tokenizer.ggml.model``), each built as llama.cpp tokenizes it:
+
+- ``gpt2``: byte-level BPE (SmolLM2, Qwen2, Llama 3). The file's merges; text split first by the
+  pattern its pre-tokenizer type (``tokenizer.ggml.pre``) names, GPT-2's when it names none we know.
+- ``llama``: SentencePiece BPE (Llama 2, TinyLlama, Mistral). No merges in the file, only a score per
+  piece: llama.cpp repeatedly joins the adjacent pair whose join is the best-scored piece, which is
+  BPE with the merges ranked by the score of what they make. Spaces are "▁" and the text gets one
+  in front (``tokenizer.ggml.add_space_prefix``, default true); a character no piece covers is
+  spelled by its UTF-8 bytes, the pieces ``<0x00>`` to ``<0xFF>``.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +18,100 @@ import functools
 
 from .gguf_reader import GGUFError, TokenizerSpec
 
+# GGUF token types (llama.cpp's llama_token_type).
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+SPACE = "\u2581"  # "▁", SentencePiece's spelling of a space
+# tokenizer.ggml.pre -> how a byte-level vocabulary splits text before BPE: llama.cpp's pattern
+# (llama-vocab.cpp) for that pre-tokenizer type, its case-insensitive contractions spelled out as
+# llama.cpp spells them (older JavaScript engines refuse a (?i:...) group). A type not listed gets GPT-2's split.
+QWEN2_SPLIT = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+BYTE_LEVEL_SPLITS = {"qwen2": QWEN2_SPLIT, "deepseek-r1-qwen": QWEN2_SPLIT}  # the Qwen2 family, its R1 distills
+
 
 def build_tokenizer(spec: TokenizerSpec):
-    """A byte-level BPE tokenizer (GGUF model "gpt2": SmolLM2, Qwen2, Llama 3) from the GGUF vocabulary."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    """The GGUF vocabulary as a Hugging Face tokenizer: byte-level BPE ("gpt2") or SentencePiece ("llama")."""
+    if spec.model == "gpt2":
+        tokenizer = _byte_level(spec)
+    elif spec.model == "llama":
+        tokenizer = _sentencepiece(spec)
+    else:
+        raise GGUFError(f"tokenizer.ggml.model {spec.model!r} is not supported (supported: gpt2, byte-level BPE; "
+                        "llama, SentencePiece BPE)")
+    _add_marked_tokens(tokenizer, spec)
+    return tokenizer
 
-    if spec.model != "gpt2":
-        raise GGUFError(f"tokenizer model {spec.model!r} is not supported yet (supported: gpt2, byte-level BPE)")
+
+def _byte_level(spec: TokenizerSpec):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
     vocab = {token: index for index, token in enumerate(spec.tokens)}
     merges = [tuple(merge.split(" ", 1)) for merge in spec.merges]
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    split = BYTE_LEVEL_SPLITS.get(spec.pre or "")
+    if split is None:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(split), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tokenizer.decoder = decoders.ByteLevel()
-    # Token type 3 is "control" in GGUF: chat markers such as <|im_start|>, never split.
-    special = [AddedToken(token, special=True, normalized=False)
-               for token, kind in zip(spec.tokens, spec.token_types) if kind == 3]
-    tokenizer.add_special_tokens(special)
     return tokenizer
+
+
+def _sentencepiece(spec: TokenizerSpec):
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    if not spec.scores or len(spec.scores) != len(spec.tokens):
+        raise GGUFError(f"a SentencePiece vocabulary needs tokenizer.ggml.scores, one per token; the file has "
+                        f"{len(spec.scores or [])} for {len(spec.tokens)} tokens")
+    vocab = {token: index for index, token in enumerate(spec.tokens)}
+    unknown = spec.unknown_token_id
+    if unknown is None:
+        unknown = next((i for i, kind in enumerate(spec.token_types) if kind == UNKNOWN), None)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=sentencepiece_merges(spec.tokens, spec.scores),
+                                     unk_token=spec.tokens[unknown] if unknown is not None else None,
+                                     fuse_unk=True, byte_fallback=True))
+    # A normalizer rather than the Metaspace pre-tokenizer: it puts the "▁" in front of every piece
+    # of text, the one after a special token too, and in front of text that starts with a space,
+    # as llama.cpp (and Llama 2's own tokenizer.json) do.
+    spaces = [normalizers.Replace(" ", SPACE)]
+    decode = [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    if spec.add_space_prefix:
+        spaces.insert(0, normalizers.Prepend(SPACE))
+        decode.append(decoders.Strip(" ", 1, 0))
+    tokenizer.normalizer = normalizers.Sequence(spaces)
+    tokenizer.decoder = decoders.Sequence(decode)
+    return tokenizer
+
+
+def sentencepiece_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str]]:
+    """BPE merges that make llama.cpp's SentencePiece choices: every split of a piece into two pieces,
+    best score of the joined piece first (ties: the lower id first, then the shorter left half)."""
+    index = {token: i for i, token in enumerate(tokens)}
+    ranked = []
+    for i, token in enumerate(tokens):
+        for cut in range(1, len(token)):
+            left, right = token[:cut], token[cut:]
+            if left in index and right in index:
+                ranked.append((-scores[i], i, cut, left, right))
+    ranked.sort()
+    return [(left, right) for *_, left, right in ranked]
+
+
+def _add_marked_tokens(tokenizer, spec: TokenizerSpec) -> None:
+    """Tokens the vocabulary marks are matched whole in the text, before any splitting: control and
+    unknown ones (<|im_start|>, <s>, <unk>) as special tokens, which decoding may skip; user-defined
+    ones (Qwen2's [PAD151646]) as plain text that is never split."""
+    from tokenizers import AddedToken
+
+    special = [AddedToken(token, special=True, normalized=False)
+               for token, kind in zip(spec.tokens, spec.token_types) if kind in (CONTROL, UNKNOWN)]
+    tokenizer.add_special_tokens(special)
+    user = [AddedToken(token, special=False, normalized=False)
+            for token, kind in zip(spec.tokens, spec.token_types) if kind == USER_DEFINED]
+    if user:
+        tokenizer.add_tokens(user)
 
 
 def render_chat(template: str, messages: list[dict], add_generation_prompt: bool = True, **extra) -> str:

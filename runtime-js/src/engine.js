@@ -100,7 +100,8 @@ export class Engine {
     if (!Array.isArray(messages) || messages.length === 0) throw new ChatError("messages must be a non-empty array");
     const template = this.chatConfig.chat_template;
     const text = template
-      ? new Template(template).render({ messages, add_generation_prompt: true, bos_token: "", eos_token: "" })
+      ? new Template(template).render({ messages, add_generation_prompt: true, bos_token: this.chatConfig.bos_token ?? "",
+        eos_token: this.chatConfig.eos_token ?? "" })
       : messages.map((m) => m.content).join("");
     return this.tokenizer.encode(text).ids;
   }

@@ -2,6 +2,7 @@
 // and the Python VM's greedy reply for the same executable (`tessera chat DIR --json`).
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdirSync } from "node:fs";
+import { readFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -26,6 +27,15 @@ export function tinyGGUF() {
   return path;
 }
 
+/** A tiny random-weight GGUF of the zoo (tests/fixtures/zoo_gguf.py: "qwen2", "llama-spm"), written
+ * afresh (a few seconds) so that an edit to the fixture is never hidden by an older file. */
+export function zooGGUF(family) {
+  const path = join(FIXTURES, `zoo-${family}.gguf`);
+  mkdirSync(FIXTURES, { recursive: true });
+  tessera([join(ROOT, "tests", "fixtures", "zoo_gguf.py"), family, path], "python");
+  return path;
+}
+
 /** Bundle ``model`` (a .gguf path, or undefined for the bundled SmolLM2) into build/browser-fixtures/NAME. */
 export function bundle(name, model, context = 256, targets = "webgpu,wasm") {
   const output = join(FIXTURES, name);
@@ -38,6 +48,21 @@ export function pythonGreedyReply(modelFolder, prompt, maxTokens) {
   const out = tessera(["chat", modelFolder, "--prompt", prompt, "--temperature", "0", "--max-tokens", String(maxTokens),
     "--json"]);
   return JSON.parse(out).reply;
+}
+
+/** The origin a bundle folder is fetched from in Node (folderFetch). */
+export const ORIGIN = "http://bundle.test/";
+
+/** fetch() over a bundle folder on disk, recording the URLs asked for. */
+export function folderFetch(root, requests = []) {
+  return async (url) => {
+    requests.push(url);
+    try {
+      return new Response(await readFile(join(root, new URL(url).pathname)));
+    } catch {
+      return new Response("not found", { status: 404 });
+    }
+  };
 }
 
 /** `tessera serve DIR --port 0`; resolves with its URL and a stop function. */

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { chromium } from "playwright-core";
 
-import { ARTIFACTS, bundle, pythonGreedyReply, serve, tinyGGUF } from "./bundle.mjs";
+import { ARTIFACTS, bundle, pythonGreedyReply, serve, tinyGGUF, zooGGUF } from "./bundle.mjs";
 import { CHROMIUM_FLAGS } from "./chromium.mjs";
 
 const PROMPT = "Hello there";
@@ -232,3 +232,31 @@ describe("SmolLM2-135M-Instruct", () => {
     await context.close();
   });
 });
+
+// More of the GGUF zoo (issue 16, item 11): Qwen2 (a 151,936-token vocabulary, ChatML) and a Llama
+// 2-style SentencePiece model ([INST] with <s>), on the page's WebGPU build as in the Python VM's.
+for (const family of ["qwen2", "llama-spm"]) {
+  describe(`the GGUF zoo: ${family}`, () => {
+    let server, expected, id;
+    const question = "What is the capital of France?";
+
+    before(async () => {
+      const site = bundle(`zoo-${family}-site`, zooGGUF(family), 64);
+      id = `zoo-${family}`;
+      expected = pythonGreedyReply(join(site, "models", id, "webgpu"), question, TINY_TOKENS);
+      server = await serve(site);
+    });
+    after(() => server && server.stop());
+
+    test("answers in the browser's WebGPU build as the Python VM does", async () => {
+      const context = await browser.newContext();
+      const page = await context.newPage();
+      await page.goto(`${server.url}?temperature=0&max_tokens=${TINY_TOKENS}&backend=webgpu`);
+      assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
+      assert.match(await page.textContent("#device"), /^Running on WebGPU/);
+      assert.equal(await chatTurn(page, question, 300_000), expected);
+      await page.screenshot({ path: join(ARTIFACTS, `chat-zoo-${family}.png`), fullPage: true });
+      await context.close();
+    });
+  });
+}

@@ -59,7 +59,8 @@ def test_small_llama_file(tmp_path):
 
 
 def test_unsupported_architecture_and_quantization_are_named(tmp_path):
-    with pytest.raises(GGUFError, match=r"architecture 'gpt2' is not supported \(supported: llama, qwen2, mistral\)"):
+    with pytest.raises(GGUFError, match=r"^gpt2.gguf: general.architecture is 'gpt2', an architecture Tessera does not "
+                       r"support \(supported: llama, qwen2, mistral\)$"):
         load_gguf(str(write_gguf(tmp_path / "gpt2.gguf", arch="gpt2")))
     with pytest.raises(GGUFError, match=r"iq4nl.gguf: tensor token_embd.weight is IQ4_NL, a quantization type "
                        r"Tessera does not support yet \(supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, "
@@ -90,6 +91,27 @@ def test_every_block_format_loads_as_words_the_kernels_read(tmp_path):
         assert weight.words.shape[1] == -(-blocks.shape[1] // 4)
         assert np.array_equal(weight.words.view(np.uint8)[:, :blocks.shape[1]], blocks)
         np.testing.assert_array_equal(dequantize(weight.words, weight.format, k), dense)
+
+
+def test_a_vocabulary_only_file_sizes_its_vocabulary_from_its_tokens(tmp_path):
+    """llama.cpp's ggml-vocab-*.gguf files: hyperparameters and a tokenizer, no tensors."""
+    path = str(tmp_path / "vocab-only.gguf")
+    writer = gguf.GGUFWriter(path, "qwen2")
+    writer.add_block_count(1)
+    writer.add_embedding_length(64)
+    writer.add_feed_forward_length(128)
+    writer.add_head_count(4)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(["a", "b", "ab", "<|im_end|>"])
+    writer.add_token_types([1, 1, 1, 3])
+    writer.add_token_merges(["a b"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    model = load_gguf(path)
+    assert model.config.vocab_size == 4 and model.tensors == {} and model.tokenizer.pre == "qwen2"
 
 
 def test_truncated_and_missing_files_are_clear_errors(tmp_path):

@@ -8,22 +8,9 @@ import { before, test } from "node:test";
 
 import { createEngine } from "../../runtime-js/src/tessera.js";
 import { InterpretedFunction } from "../../runtime-js/src/interpreter.js";
-import { FIXTURES, bundle, pythonGreedyReply, tessera, tinyGGUF } from "../browser/bundle.mjs";
+import { FIXTURES, bundle, folderFetch, ORIGIN, pythonGreedyReply, tessera, tinyGGUF } from "../browser/bundle.mjs";
 
-const ORIGIN = "http://bundle.test/";
 let site;
-
-/** fetch() over a bundle folder on disk, recording the URLs asked for. */
-function folderFetch(root, requests = []) {
-  return async (url) => {
-    requests.push(url);
-    try {
-      return new Response(await readFile(join(root, new URL(url).pathname)));
-    } catch {
-      return new Response("not found", { status: 404 });
-    }
-  };
-}
 
 before(() => {
   site = bundle("tiny-site", tinyGGUF());

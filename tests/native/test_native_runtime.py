@@ -306,3 +306,26 @@ def test_a_build_for_an_instruction_set_this_cpu_lacks_is_refused_not_run(build,
     else:
         with pytest.raises(NativeError, match="x86-64-v4, which needs AVX-512"):
             NativeModel(v4)
+
+
+def test_the_gguf_zoo_chats_as_the_python_vm_does_or_is_refused_by_name(build, tmp_path):
+    """Qwen2 (ChatML, biases, its pre-tokenizer in the C tokenizer) replies as the Python VM does on the
+    same cpu build; Llama 2's template, which folds the system prompt into the first [INST], does not
+    reduce to chat-config.json's chat_format, and the native runtime says so rather than guessing."""
+    import warnings
+
+    from fixtures.zoo_gguf import write_llama_spm_gguf, write_qwen2_gguf
+
+    qwen2 = compile_tiny(write_qwen2_gguf(str(tmp_path / "qwen2.gguf"), vocab_size=2048), str(tmp_path / "qwen2"))
+    messages = [{"role": "user", "content": "What is the capital of France? 😀"}]
+    native = NativeModel(qwen2, n_threads=2).session().chat(messages, max_tokens=8)
+    python = ChatSession(qwen2).reply(messages, 8, GREEDY)
+    assert (native["reply"], native["prompt_tokens"]) == (python["reply"], python["prompt_tokens"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        llama2 = compile_tiny(write_llama_spm_gguf(str(tmp_path / "llama2.gguf"), vocab_size=2048),
+                              str(tmp_path / "llama2"))
+    with pytest.raises(NativeError, match="chat_format is null: tessera compile could not reduce this model's chat "
+                                          "template"):
+        NativeModel(llama2).session().chat(messages, max_tokens=4)
+    assert ChatSession(llama2).reply(messages, 4, GREEDY)["completion_tokens"] == 4

@@ -206,6 +206,19 @@ def test_sentencepiece_style_bpe(binary, tmp_path, metaspace):
     compare(binary, tmp_path, tokenizer, texts[:1000], 0, "SentencePiece-style BPE, special tokens as text")
 
 
+@pytest.mark.parametrize("family", ["qwen2", "llama-spm"])
+def test_gguf_zoo_vocabularies(binary, tmp_path, family):
+    """The vocabularies of tests/fixtures/zoo_gguf.py as build_tokenizer writes them: Qwen2's 151,936
+    tokens under the qwen2 split, and a Llama 2-style SentencePiece one (Prepend + Replace, byte fallback)."""
+    from fixtures.zoo_gguf import WRITERS
+    from tessera.frontend import load_gguf
+    from tessera.frontend.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer(load_gguf(WRITERS[family](str(tmp_path / f"{family}.gguf"))).tokenizer)
+    specials = ["<|im_start|>", "<|im_end|>", "[PAD151700]"] if family == "qwen2" else ["<s>", "</s>", "<unk>"]
+    compare(binary, tmp_path, tokenizer, corpus(2000, specials, seed=13), PARSE_SPECIAL, f"zoo {family}")
+
+
 # ---- llama.cpp's tokenizer test vectors ----
 
 def cache_dir() -> str:
@@ -302,7 +315,22 @@ def tokenizer_spec(path: str):
                          eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
                          chat_template=meta.get("tokenizer.chat_template"),
                          add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
-                         pre=meta.get("tokenizer.ggml.pre"))
+                         pre=meta.get("tokenizer.ggml.pre"), scores=meta.get("tokenizer.ggml.scores"),
+                         unknown_token_id=meta.get("tokenizer.ggml.unknown_token_id"),
+                         add_space_prefix=bool(meta.get("tokenizer.ggml.add_space_prefix", True)))
+
+
+def tokenizer_source_digest() -> str:
+    """A digest of the Python that builds tokenizer.json from a GGUF: a cached build of another is stale."""
+    import hashlib
+
+    from tessera.frontend import gguf_reader, tokenizer
+
+    digest = hashlib.sha256()
+    for module in (tokenizer, gguf_reader):
+        with open(module.__file__, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:10]
 
 
 def read_vectors(inp: str, out: str):
@@ -320,8 +348,9 @@ def test_llama_cpp_vocabularies(binary, tmp_path, llama_cpp_vocabs):
 
     summary, compared = [], 0
     for name, (gguf_path, inp, out) in llama_cpp_vocabs.items():
-        # gguf's reader takes ~10 s on a 150k-token vocabulary: keep what build_tokenizer made.
-        cached = f"{gguf_path}.{os.path.getsize(gguf_path)}.tokenizer.json"
+        # gguf's reader takes ~10 s on a 150k-token vocabulary: keep what build_tokenizer made (or
+        # that it refused), for this file and this build_tokenizer.
+        cached = f"{gguf_path}.{os.path.getsize(gguf_path)}.{tokenizer_source_digest()}.tokenizer.json"
         pre = None
         if os.path.exists(cached + ".refused"):
             with open(cached + ".refused", encoding="utf-8") as f:
