@@ -28,7 +28,7 @@ TEXT = ("Once upon a time, in a small village at the edge of a great forest, the
         "its walls, and listened to them tick together like rain on a roof. Children came to watch him work, "
         "and he told them stories about the gears: how each one turned another, and how a single missing tooth "
         "could stop the whole machine. One winter, a stranger arrived with a broken pocket watch that no one "
-        "else could repair. It was made of a metal Elias had never seen, and its hands moved backwards. ") * 4
+        "else could repair. It was made of a metal Elias had never seen, and its hands moved backwards. ") * 30
 
 
 def prompt_ids(directory: str, count: int) -> list[int]:
@@ -47,11 +47,21 @@ def run_native(directory: str, ids: list[int], steps: int, rounds: int, threads:
 
     model = NativeModel(directory, n_threads=threads)
     prompt = np.asarray(ids, np.int32)
+    with open(os.path.join(directory, "chat-config.json"), encoding="utf-8") as f:
+        chunk = json.load(f).get("prefill_chunk") or len(prompt)
+
+    def prefill():
+        """The prompt in chunks of the build's prefill chunk, each after the last (as the runtimes do)."""
+        for begin in range(0, len(prompt), chunk):
+            end = min(begin + chunk, len(prompt))
+            logits = model.call("prefill", prompt[begin:end], end)[0]
+        return logits
+
     results = []
     for _ in range(rounds + 1):
         model.reset_state()
         start = time.perf_counter()
-        logits = model.call("prefill", prompt, len(prompt))[0]
+        logits = prefill()
         prefilled = time.perf_counter()
         tokens = [int(logits[0].argmax())]
         while len(tokens) < steps:
@@ -61,7 +71,7 @@ def run_native(directory: str, ids: list[int], steps: int, rounds: int, threads:
         results.append((len(prompt) / (prefilled - start), (steps - 1) / (done - prefilled), tokens))
     model.profile(True)
     model.reset_state()
-    logits = model.call("prefill", prompt, len(prompt))[0]
+    logits = prefill()
     token = int(logits[0].argmax())
     model.profile(True)  # the decode steps only
     for step in range(32):

@@ -160,12 +160,13 @@ def _params(call, ctx, splits: int) -> dict:
 def decode_splits(capacity, rows, target) -> int:
     """How many workgroups per KV head share the keys of an attention with ``rows`` query positions:
     several only for decode (one position), so that a long cache is not one workgroup's loop, and
-    only as many as give each a few hundred keys of a full cache (more on GPUs, which have more
-    cores to fill than a CPU has threads)."""
+    only as many as give each a hundred or more keys of a full cache (more on GPUs, which have more
+    cores to fill than a CPU has threads; on a CPU, enough that a few KV heads still keep every
+    thread busy)."""
     capacity = arith.Analyzer().as_int(capacity)
     if arith.Analyzer().as_int(rows) != 1 or capacity is None:
         return 1
-    most, keys_each = (8, 512) if target is not None and target.cpu_adapter and target.serial_threads else (32, 256)
+    most, keys_each = (8, 128) if target is not None and target.cpu_adapter and target.serial_threads else (32, 256)
     return max(1, min(most, capacity // keys_each))
 
 
