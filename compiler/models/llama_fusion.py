@@ -39,12 +39,25 @@ def projection(x: ExprPattern) -> ExprPattern:
     return is_op("matmul")(x, weight) | is_op("quantized_matmul")(x, weight)
 
 
-def compile_patterns() -> list[FusionPattern]:
+def compile_patterns(target=None) -> list[FusionPattern]:
     """RoPE with the reshape of the projection it rotates (heads split out), and SwiGLU as the gate
-    projection's epilogue: the groups fuse_ops forms."""
+    projection's epilogue: the groups fuse_ops forms for ``target``. On C targets (serial threads on
+    a CPU) a quantized GEMM of more than one row takes no epilogue (fuse_ops's ``_epilogue_slows``):
+    there SwiGLU fuses into a quantized gate projection in decode only."""
     gate = swiglu_of(projection(wildcard("x")))
+    serial_cpu = target is not None and target.cpu_adapter and target.serial_threads
     return [FusionPattern("llama.rope", rope(is_op("reshape")(wildcard("projected"), wildcard()))),
-            FusionPattern("llama.swiglu", gate)]
+            FusionPattern("llama.swiglu", gate, _one_row if serial_cpu else None)]
+
+
+def _one_row(m) -> bool:
+    """No quantized projection of more than one row in the match."""
+    for member in m.members:
+        if member.value.op.name == "quantized_matmul":
+            shape = getattr(member.var.struct_info, "shape", None)
+            if shape is None or any(str(dim) != "1" for dim in shape[:-1]):
+                return False
+    return True
 
 
 def swiglu_of(gate: ExprPattern) -> ExprPattern:

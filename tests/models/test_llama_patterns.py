@@ -31,7 +31,7 @@ def test_the_compiled_patterns_give_the_kernels_fuse_ops_gives(variant):
     assert sorted(fp.name for fp, _ in found) == ["llama.rope"] * 4 + ["llama.swiglu"] * 2
     for target in ("webgpu", "wasm"):
         default, patterned = tessera.build(mod, target), tessera.build(mod, target, pipeline=with_patterns(
-            target, compile_patterns()))
+            target, compile_patterns(Target.preset(target))))
         assert patterned.modules == default.modules
         assert patterned.kernels == default.kernels
         assert patterned.functions == default.functions
