@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import arith
 from ..ir.errors import DeductionError
-from ..ir.expr import Call, PrimValue
+from ..ir.expr import Call
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..tir.compute import OpaqueDef
 from .common import require_float, tensor_input
@@ -57,13 +57,17 @@ def _deduce_inputs(call: Call, ctx):
             raise DeductionError("shape mismatch", f"{call.op.name} needs static head counts and head size")
         if heads % kv_heads:
             raise DeductionError("shape mismatch", f"{heads} query heads cannot share {kv_heads} KV heads evenly")
-        for other, what in ((keys, "keys"), (values, "values")):
-            for axis in (1, 2):
-                if analyzer.as_int(other.shape[axis] - keys.shape[axis]) not in (None, 0) or \
-                        axis == 2 and analyzer.as_int(other.shape[2] - q.shape[2]) not in (None, 0):
-                    raise DeductionError("shape mismatch", f"{what} rows are ({other.shape[1]}, {other.shape[2]}), "
-                                         f"q's head size {q.shape[2]}, keys' rows ({keys.shape[1]}, {keys.shape[2]})")
-        if analyzer.as_int(values.shape[0] - keys.shape[0]) not in (None, 0):
+        def differs(a, b) -> bool:
+            return analyzer.as_int(a - b) not in (None, 0)
+
+        # Keys carry q's head size; values match keys row for row.
+        what = "keys" if differs(keys.shape[2], q.shape[2]) else \
+            "values" if any(differs(values.shape[axis], keys.shape[axis]) for axis in (1, 2)) else None
+        if what:
+            other = keys if what == "keys" else values
+            raise DeductionError("shape mismatch", f"{what} rows are ({other.shape[1]}, {other.shape[2]}), "
+                                 f"q's head size {q.shape[2]}, keys' rows ({keys.shape[1]}, {keys.shape[2]})")
+        if differs(values.shape[0], keys.shape[0]):
             raise DeductionError("shape mismatch", f"keys hold {keys.shape[0]} rows, values {values.shape[0]}")
     return q, keys, values
 
@@ -197,7 +201,3 @@ register_op("nn.attention_partial", inputs=INPUTS, attrs={"splits": 1, "scale": 
 register_op("nn.attention_merge", inputs=("partial",), attrs={"dtype": "float32"}, deduce=_deduce_merge,
             reference=_reference_merge, legalize=_legalize_merge)
 
-
-def attention(q, keys, values, total, scale=None) -> Call:
-    """``nn.attention`` with ``total`` given as a shape expression."""
-    return make_call("nn.attention", q, keys, values, PrimValue(total), scale=scale)

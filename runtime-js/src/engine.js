@@ -75,7 +75,7 @@ export class Engine {
     this.tokenizer = parts.tokenizer;
     this.modelId = parts.modelId;
     /** The most positions one prefill call takes (see ``prefillChunk``). */
-    this.prefillChunk = parts.prefillChunk ?? parts.chatConfig?.prefill_chunk ?? parts.chatConfig?.context_length;
+    this.prefillChunk = parts.prefillChunk ?? prefillChunk(null, parts.chatConfig ?? {});
     this.device = parts.device;
     this.load = parts.load;
     /** @type {number[]} */ this.cached = [];  // the token ids the KV cache holds
