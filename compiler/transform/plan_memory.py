@@ -48,6 +48,7 @@ from ..ir.struct_info import ObjectStructInfo, TensorStructInfo
 from ..op.registry import make_call
 from ..target import LIMIT_DEFAULTS
 from ..tir.lower.storage import element_bytes
+from .arena_layout import Lifetime, layout, peak_bytes
 from .rewrite import function_references, map_graph_functions, recursive_functions, rewrite_function, used_vars
 
 # Without a target: WebGPU's defaults, which every adapter grants (targets pass their own).
@@ -211,16 +212,21 @@ def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
             last_use[tensor] = max(last_use[tensor], index)
     results = held(func.body.body)
 
-    tokens: list[StorageToken] = []
-    free: list[StorageToken] = []
-    var_token: dict[Var, int] = {}
-    live: dict[Var, StorageToken] = {}
-    peak = 0
     planned = {v for v in produced if not (results_outlive_call and v in results)}
     sizes = {v: device_bytes(v.struct_info) for v in planned}
     static = {v: None if recursive else analyzer.upper_bound(s) for v, s in sizes.items()}
+    # A tensor lives from the step that writes it to the last step that reads it; the results to the end.
+    lifetimes = {v: Lifetime(produced[v], len(steps) if v in results else last_use[v], static[v])
+                 for v in planned if static[v] is not None}
+    arena = _arena_layout(lifetimes, max_buffer_size, alignment)
+
+    tokens: list[StorageToken] = []
+    at_offset: dict[tuple[int, int], StorageToken] = {}  # (buffer, offset) -> the arena's token there
+    free: list[StorageToken] = []  # tokens allocated at run time, free again
+    var_token: dict[Var, int] = {}
+    live: dict[Var, StorageToken] = {}
     for index, step in enumerate(steps):
-        # Tokens whose tensors were last used before this step are free again.
+        # Run-time tokens whose tensors were last used before this step are free again.
         for tensor, token in list(live.items()):
             if last_use[tensor] < index and tensor not in results:
                 del live[tensor]
@@ -229,28 +235,31 @@ def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
         if step.var not in planned or step.binding is None:
             continue
         tensor = step.var
-        token = _reuse([t for t in free if t.static_size is not None or step.scope[:len(t.scope)] == t.scope],
-                       sizes[tensor], static[tensor], analyzer)
-        if token is None:
-            token = StorageToken(len(tokens), sizes[tensor], static[tensor], scope=step.scope)
-            tokens.append(token)
-        else:
-            free.remove(token)
-            if token.static_size is not None and static[tensor] is not None:
+        if tensor in arena.placements:  # tensors placed at one offset share a token, as large as the largest
+            place = arena.placements[tensor]
+            token = at_offset.get(place)
+            if token is None:
+                token = at_offset[place] = StorageToken(len(tokens), sizes[tensor], static[tensor], buffer=place[0],
+                                                        offset=place[1], scope=step.scope)
+                tokens.append(token)
+            elif not analyzer.prove_equal(token.size, sizes[tensor]):
                 token.static_size = max(token.static_size, static[tensor])
-                token.size = arith.IntImm(token.static_size) if not analyzer.prove_equal(token.size, sizes[tensor]) \
-                    else token.size
+                token.size = arith.IntImm(token.static_size)
+        else:  # without an upper bound: a run-time token of provably equal size, or a new one
+            token = _reuse([t for t in free if step.scope[:len(t.scope)] == t.scope], sizes[tensor], analyzer)
+            if token is None:
+                token = StorageToken(len(tokens), sizes[tensor], None, scope=step.scope)
+                tokens.append(token)
+            else:
+                free.remove(token)
+            live[tensor] = token
         token.tensors.append(tensor.name_hint)
         if static[tensor] is not None and static[tensor] > token.largest_size:
             token.largest, token.largest_size = _describe(tensor), static[tensor]
         var_token[tensor] = token.index
-        live[tensor] = token
-        if all(s is not None for s in static.values()):
-            peak = max(peak, sum(static[t] for t in live))
-    buffers = _layout([t for t in tokens if t.static_size is not None], max_buffer_size, alignment)
-    lower_bound = peak if all(s is not None for s in static.values()) else None
+    lower_bound = peak_bytes(list(lifetimes.values())) if len(lifetimes) == len(planned) else None
     names = {v.name_hint: t for v, t in var_token.items()}
-    return MemoryPlan(tokens, names, buffers, lower_bound, recursive, var_token)
+    return MemoryPlan(tokens, names, arena.buffers, lower_bound, recursive, var_token)
 
 
 @dataclass
@@ -283,16 +292,9 @@ def _is_kernel_call(value) -> bool:
                                                                                        "builtin.alloc_tensor")
 
 
-def _reuse(free: list[StorageToken], size, static_size, analyzer) -> StorageToken | None:
-    equal = [t for t in free if analyzer.prove_equal(t.size, size)]
-    if equal:
-        return equal[0]
-    if static_size is None or any(t.static_size is None for t in free):
-        return None
-    fitting = [t for t in free if t.static_size >= static_size]
-    if fitting:
-        return min(fitting, key=lambda t: t.static_size)
-    return max(free, key=lambda t: t.static_size) if free else None  # grown to fit
+def _reuse(free: list[StorageToken], size, analyzer) -> StorageToken | None:
+    """A free run-time token of provably the same size: without upper bounds, nothing else is known to fit."""
+    return next((t for t in free if analyzer.prove_equal(t.size, size)), None)
 
 
 def _describe(var) -> str:
@@ -307,26 +309,26 @@ def _mib(size: int) -> str:
     return f"{size / 2 ** 20:.0f} MiB"
 
 
-def _layout(tokens: list[StorageToken], max_buffer_size: int, alignment: int) -> list[int]:
-    """Place tokens in arena buffers: aligned offsets, no token across two buffers."""
-    buffers: list[int] = []
-    for token in sorted(tokens, key=lambda t: -t.static_size):
-        size = _align(max(token.static_size, 4), alignment)
-        if size > max_buffer_size:
-            names = token.largest or ", ".join(token.tensors[:3]) or f"storage {token.index}"
-            raise MemoryPlanError(f"tensor {names} needs {size} bytes ({_mib(size)}) "
-                                  f"at its sizes' upper bounds, more than the target's maxBufferSize "
-                                  f"{max_buffer_size} ({_mib(max_buffer_size)})", size, max_buffer_size,
-                                  tuple(token.tensors))
-        for index, used in enumerate(buffers):
-            if used + size <= max_buffer_size:
-                token.buffer, token.offset = index, used
-                buffers[index] = used + size
-                break
-        else:
-            token.buffer, token.offset = len(buffers), 0
-            buffers.append(size)
-    return buffers
+@dataclass
+class _Arena:
+    placements: dict[Var, tuple[int, int]]  # tensor -> (buffer, offset)
+    buffers: list[int]
+
+
+def _arena_layout(lifetimes: dict[Var, Lifetime], max_buffer_size: int, alignment: int) -> _Arena:
+    """Offsets for the tensors with an upper bound (arena_layout); a tensor larger than any buffer
+    can be is an error that names it."""
+    too_large = sorted((v for v, t in lifetimes.items() if _align(max(t.size, 4), alignment) > max_buffer_size),
+                       key=lambda v: (-lifetimes[v].size, lifetimes[v].start))
+    if too_large:
+        size = _align(lifetimes[too_large[0]].size, alignment)
+        raise MemoryPlanError(f"tensor {_describe(too_large[0])} needs {size} bytes ({_mib(size)}) "
+                              f"at its sizes' upper bounds, more than the target's maxBufferSize "
+                              f"{max_buffer_size} ({_mib(max_buffer_size)})", size, max_buffer_size,
+                              tuple(v.name_hint for v in too_large))
+    tensors = list(lifetimes)
+    result = layout([lifetimes[v] for v in tensors], alignment, max_buffer_size)
+    return _Arena(dict(zip(tensors, result.placements)), result.buffers)
 
 
 def _align(value: int, alignment: int) -> int:
