@@ -48,14 +48,14 @@ ORDERS = {
 }
 
 
-def layout(lifetimes: list[Lifetime], alignment: int, max_buffer_size: int) -> ArenaLayout:
-    """The smallest of the greedy layouts over ``ORDERS``. A tensor larger than ``max_buffer_size``
-    (once aligned) is the caller's to report; here it would get a buffer of its own."""
+def layout(lifetimes: list[Lifetime], alignment: int, max_buffer_size: int, orders=None) -> ArenaLayout:
+    """The smallest of the greedy layouts over ``orders`` (name -> sort key; ``ORDERS`` by default).
+    A tensor larger than ``max_buffer_size`` (once aligned) is the caller's to report."""
     sizes = [_align(max(t.size, 4), alignment) for t in lifetimes]
     region = max(max_buffer_size // alignment * alignment, alignment)  # buffers begin at aligned offsets
     coexisting = _coexisting(lifetimes)
     best, best_name = None, ""
-    for name, key in ORDERS.items():
+    for name, key in (orders or ORDERS).items():
         order = sorted(range(len(lifetimes)), key=lambda i: (key(lifetimes[i]), i))
         offsets = _greedy(order, sizes, coexisting, region)
         if best is None or _extent(offsets, sizes, region) < _extent(best, sizes, region):

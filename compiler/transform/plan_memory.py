@@ -2,15 +2,18 @@
 
 Works on a legalized function (its kernels are ``call_tir``). Each call's
 output is a tensor that lives from its binding to its last use (uses through
-aliases, tuples and tuple items count). Tensors are assigned to storage
-tokens in program order; a token is free again after the last use of the
-tensors in it. Sizes are symbolic byte counts compared with
-``tessera.arith``: without upper bounds a token is reused only by a tensor of
-provably equal size; a tensor whose size has an upper bound (every symbolic
-variable in it has one) goes into the function's arena, a token of which is
-reused by any tensor that fits (best fit) and grows to the largest tensor it
-holds; the others are allocated per call at run time. The function's results
-are never freed, so nothing later overwrites them.
+aliases, tuples and tuple items count). Sizes are symbolic byte counts. A
+tensor whose size has an upper bound (every symbolic variable in it has one)
+goes into the function's arena at an offset of its own, chosen over all the
+lifetimes at once (``arena_layout``: greedy best fit in several orders, the
+smallest kept); tensors at one offset share a storage token, as large as the
+largest of them, and tokens whose tensors never live at once may overlap. The
+others are allocated per call at run time, in storage tokens assigned in
+program order: a token is free again after the last use of the tensors in it
+and is reused only by a tensor of provably equal size (``tessera.arith``).
+The function's results are never freed, so nothing later overwrites them.
+The plan records the liveness lower bound: the most bytes live at any one
+step, which no layout can beat.
 
 Across control flow and calls (as TVM's StaticPlanBlockMemory): the arms of an
 ``If`` are planned one after the other, so each reuses what the other frees;
@@ -18,9 +21,9 @@ a function that another calls hands its results to the caller, so they are
 allocated at run time rather than in its arena; a recursive function may be
 active twice at once, so all its storage is allocated per call.
 
-The arena is laid out for the target's device: tokens at offsets aligned to its
-storage alignment (WebGPU: 256 bytes), split into buffers no larger than its
-``maxBufferSize`` with no token straddling two.
+The arena is laid out for the target's device: offsets aligned to its storage
+alignment (WebGPU: 256 bytes), split into buffers no larger than its
+``maxBufferSize`` with no tensor straddling two.
 The plan is stored on the function as the attribute ``memory_plan``.
 """
 

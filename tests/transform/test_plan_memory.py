@@ -67,3 +67,27 @@ def test_llama_layer_arena_is_close_to_the_liveness_lower_bound():
     plan = plan_function(lowered["layer"])
     assert plan.static
     assert plan.arena_bytes <= 1.10 * plan.liveness_lower_bound, (plan.arena_bytes, plan.liveness_lower_bound)
+
+
+@pytest.mark.parametrize("context", [1024, 8192])
+def test_smollm2_webgpu_arenas_are_within_five_percent_of_the_liveness_lower_bound(context):
+    """Issue 16: SmolLM2 for webgpu with the default prefill chunk (1024 at context 1024, 2048 at
+    8192); the plan only, without kernels. The greedy layout reaches the bound exactly today."""
+    from tessera import nn
+    from tessera.app.compile import default_prefill_chunk
+    from tessera.frontend import bundled_smollm2_path, load_gguf
+    from tessera.models.from_gguf import llama_from_gguf
+    from tessera.models.llama import export_llm
+    from tessera.transform.pipeline import Pipeline
+
+    target = Target.preset("webgpu")
+    model, weights = llama_from_gguf(load_gguf(bundled_smollm2_path()))
+    chunk = default_prefill_chunk(model.config, context, target)
+    mod = nn.bind_weights(export_llm(model, context, target.quantized_activations, chunk), weights)
+    lowered = Pipeline.default(target)(mod)
+    for name in ("prefill", "decode"):
+        plan = lowered[name].attr("memory_plan")
+        assert plan["static"] and len(plan["buffers"]) == 1, name
+        assert plan["arena_bytes"] <= 1.05 * plan["liveness_lower_bound_bytes"], (name, plan["arena_bytes"],
+                                                                                  plan["liveness_lower_bound_bytes"])
+    assert lowered["prefill"].attr("memory_plan")["arena_bytes"] < 64 * 10 ** 6
