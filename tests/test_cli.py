@@ -93,6 +93,9 @@ def test_inspect_prints_a_short_summary_the_full_plan_with_verbose_and_json(tmp_
     assert set(data) >= {"arena_bytes", "liveness_lower_bound_bytes", "kernels", "required_features",
                          "required_limits", "device_memory"}
     assert data["liveness_lower_bound_bytes"] <= data["arena_bytes"] <= 1.1 * data["liveness_lower_bound_bytes"]
+    layer = data["functions"]["layer"]  # each function's arena against its own bound
+    assert layer["arena_over_bound"] == round(layer["arena_bytes"] / layer["liveness_lower_bound_bytes"], 4)
+    assert sum(layer["arena_buffers"]) == layer["arena_bytes"]
     assert all(k["grid"] for k in data["kernels"])
     broken = run("inspect", str(tmp_path / "missing"))
     assert broken.returncode == 1 and "cannot read" in broken.stderr and "Traceback" not in broken.stderr

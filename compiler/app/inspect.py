@@ -90,6 +90,7 @@ def summarize(exe: Executable, download: int | None = None) -> dict:
             "launches": sum(1 for op in f["code"] if op["op"] == "launch"),
             "arena_bytes": memory["arena_bytes"],
             "liveness_lower_bound_bytes": memory["liveness_lower_bound_bytes"],
+            "arena_over_bound": _ratio(memory["arena_bytes"], memory["liveness_lower_bound_bytes"]),
             "arena_buffers": memory["buffers"],
             "storages": memory["storages"],
             "runtime_allocations": f.get("runtime_allocations", []),
@@ -188,10 +189,15 @@ def _arena(f: dict) -> str:
     text = f"{mib(f['arena_bytes'])} in {_count(len(f['arena_buffers']), 'buffer', 'buffers')}"
     bound = f["liveness_lower_bound_bytes"]
     if bound:
-        text += f"; liveness lower bound {mib(bound)} (arena / bound = {f['arena_bytes'] / bound:.3f})"
+        text += f"; liveness lower bound {mib(bound)} (arena / bound = {f['arena_over_bound']:.3f})"
     if f["runtime_allocations"]:
         text += "; the rest at run time"
     return text
+
+
+def _ratio(arena: int | None, bound: int | None) -> float | None:
+    """Arena over liveness lower bound, 1.0 for a perfect packing; None without a bound."""
+    return round(arena / bound, 4) if arena is not None and bound else None
 
 
 def _count(n: int, one: str, many: str) -> str:
