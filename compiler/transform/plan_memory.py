@@ -219,8 +219,9 @@ def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
     sizes = {v: device_bytes(v.struct_info) for v in planned}
     static = {v: None if recursive else analyzer.upper_bound(s) for v, s in sizes.items()}
     # A tensor lives from the step that writes it to the last step that reads it; the results to the end.
+    # In program order, not the set's: the layout breaks ties by position, and builds must be reproducible.
     lifetimes = {v: Lifetime(produced[v], len(steps) if v in results else last_use[v], static[v])
-                 for v in planned if static[v] is not None}
+                 for v in sorted(planned, key=produced.__getitem__) if static[v] is not None}
     arena = _arena_layout(lifetimes, max_buffer_size, alignment)
 
     tokens: list[StorageToken] = []
