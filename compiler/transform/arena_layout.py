@@ -51,20 +51,17 @@ ORDERS = {
 def layout(lifetimes: list[Lifetime], alignment: int, max_buffer_size: int, orders=None) -> ArenaLayout:
     """The smallest of the greedy layouts over ``orders`` (name -> sort key; ``ORDERS`` by default).
     A tensor larger than ``max_buffer_size`` (once aligned) is the caller's to report."""
+    # An empty tensor is still bound as one word, and every tensor starts at an aligned offset.
     sizes = [_align(max(t.size, 4), alignment) for t in lifetimes]
     region = max(max_buffer_size // alignment * alignment, alignment)  # buffers begin at aligned offsets
     coexisting = _coexisting(lifetimes)
-    best, best_name = None, ""
+    best = ArenaLayout([], [], "")
     for name, key in (orders or ORDERS).items():
         order = sorted(range(len(lifetimes)), key=lambda i: (key(lifetimes[i]), i))
-        offsets = _greedy(order, sizes, coexisting, region)
-        if best is None or _extent(offsets, sizes, region) < _extent(best, sizes, region):
-            best, best_name = offsets, name
-    return _buffers(best or [], sizes, region, best_name)
-
-
-def _extent(offsets: list[int], sizes: list[int], region: int) -> int:
-    return sum(_buffers(offsets, sizes, region, "").buffers)
+        candidate = _buffers(_greedy(order, sizes, coexisting, region), sizes, region, name)
+        if not best.order or candidate.total < best.total:
+            best = candidate
+    return best
 
 
 def _buffers(offsets: list[int], sizes: list[int], region: int, order: str) -> ArenaLayout:
