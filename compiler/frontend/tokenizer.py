@@ -4,7 +4,8 @@ template rendered with jinja2, as transformers renders it.
 Two kinds of vocabulary (``tokenizer.ggml.model``), each built as llama.cpp tokenizes it:
 
 - ``gpt2``: byte-level BPE (SmolLM2, Qwen2, Llama 3). The file's merges; text split first by the
-  pattern its pre-tokenizer type (``tokenizer.ggml.pre``) names, GPT-2's when it names none we know.
+  patterns its pre-tokenizer type (``tokenizer.ggml.pre``) names (pretokenizers.py), llama.cpp's
+  "default" ones when it names none; a name not in that table is refused.
 - ``llama``: SentencePiece BPE (Llama 2, TinyLlama, Mistral). No merges in the file, only a score per
   piece: llama.cpp repeatedly joins the adjacent pair whose join is the best-scored piece, which is
   BPE with the merges ranked by the score of what they make. Spaces are "▁" and the text gets one
@@ -17,16 +18,11 @@ from __future__ import annotations
 import functools
 
 from .gguf_reader import GGUFError, TokenizerSpec
+from .pretokenizers import PRE_TOKENIZERS, pre_tokenizer_of
 
 # GGUF token types (llama.cpp's llama_token_type).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 SPACE = "\u2581"  # "▁", SentencePiece's spelling of a space
-# tokenizer.ggml.pre -> how a byte-level vocabulary splits text before BPE: llama.cpp's pattern
-# (llama-vocab.cpp) for that pre-tokenizer type, its case-insensitive contractions spelled out as
-# llama.cpp spells them (older JavaScript engines refuse a (?i:...) group). A type not listed gets GPT-2's split.
-QWEN2_SPLIT = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-BYTE_LEVEL_SPLITS = {"qwen2": QWEN2_SPLIT, "deepseek-r1-qwen": QWEN2_SPLIT}  # the Qwen2 family, its R1 distills
 
 
 def build_tokenizer(spec: TokenizerSpec):
@@ -45,16 +41,17 @@ def build_tokenizer(spec: TokenizerSpec):
 def _byte_level(spec: TokenizerSpec):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
+    pre = pre_tokenizer_of(spec.pre)
+    if pre is None:
+        raise GGUFError(f"tokenizer.ggml.pre {spec.pre!r} is not a pre-tokenizer Tessera knows (its "
+                        f"{len(PRE_TOKENIZERS)}, by llama.cpp's names, are in tessera/frontend/pretokenizers.py)")
     vocab = {token: index for index, token in enumerate(spec.tokens)}
     merges = [tuple(merge.split(" ", 1)) for merge in spec.merges]
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    split = BYTE_LEVEL_SPLITS.get(spec.pre or "")
-    if split is None:
-        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    else:
-        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(split), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False,
+                                     ignore_merges=pre.ignore_merges))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(split), behavior="isolated") for split in pre.splits]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer
 
