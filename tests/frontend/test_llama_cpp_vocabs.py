@@ -5,7 +5,7 @@ SentencePiece ("llama"); vocabularies of other model types (WordPiece, Unigram, 
 left out by that type (tests/fixtures/llama_cpp_vocabs.py). Each text is encoded as llama.cpp's
 test-tokenizer-0 encodes it: no BOS/EOS added, control tokens in the text taken as text.
 
-runtime-js and runtime-native run the same cases in tests/js/test_llama_cpp_vocabs.py and
+runtime-js and runtime-native run the same cases in tests/js/test_runtime_js_vocabs.py and
 tests/native/test_tokenizer.py."""
 
 import pytest
