@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 
 from .gguf_reader import GGUFError, TokenizerSpec
-from .pretokenizers import PRE_TOKENIZERS, pre_tokenizer_of
+from .pretokenizers import PRE_TOKENIZERS, PreTokenizer, pre_tokenizer_of
 
 # GGUF token types (llama.cpp's llama_token_type).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -39,7 +39,7 @@ def build_tokenizer(spec: TokenizerSpec):
 
 
 def _byte_level(spec: TokenizerSpec):
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models
 
     pre = pre_tokenizer_of(spec.pre)
     if pre is None:
@@ -49,11 +49,18 @@ def _byte_level(spec: TokenizerSpec):
     merges = [tuple(merge.split(" ", 1)) for merge in spec.merges]
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False,
                                      ignore_merges=pre.ignore_merges))
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(Regex(split), behavior="isolated") for split in pre.splits]
-        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tokenizer.pre_tokenizer = byte_level_pre_tokenizer(pre)
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer
+
+
+def byte_level_pre_tokenizer(pre: PreTokenizer):
+    """`pre` as a Hugging Face pre-tokenizer: its splits in turn, each keeping its matches and what lies
+    between them, then the text spelled by GPT-2's byte symbols."""
+    from tokenizers import Regex, pre_tokenizers
+
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated") for split in pre.splits]
+                                   + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
 
 def _sentencepiece(spec: TokenizerSpec):

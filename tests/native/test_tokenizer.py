@@ -16,7 +16,14 @@ import subprocess
 import sys
 
 import pytest
-from fixtures.llama_cpp_vocabs import built_vocabularies, mismatches, tokenizer_json
+from fixtures.llama_cpp_vocabs import (
+    all_texts,
+    built_vocabularies,
+    mismatches,
+    pre_tokenizer_params,
+    tokenizer_json,
+    under_pre_tokenizer,
+)
 
 sys.path.insert(0, os.path.dirname(__file__))
 from tokenizer_corpus import corpus  # noqa: E402
@@ -239,3 +246,13 @@ def test_llama_cpp_vocabulary(binary, tmp_path, vocab):
     hf = Tokenizer.from_str(tokenizer)
     for (text, _), (ids, _, keep, stream) in zip(vocab.cases(), results):
         assert keep == stream == hf.decode(ids, skip_special_tokens=False), f"decoding the ids of {text!r}"
+
+
+@pytest.mark.parametrize("pre", pre_tokenizer_params())
+def test_every_pre_tokenizer(binary, tmp_path, pre):
+    """Each pre-tokenizer Tessera knows (by llama.cpp's names) splits in C as in Hugging Face's
+    Oniguruma, on GPT-2's vocabulary: the vocabularies above exercise a few of them only."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_str(under_pre_tokenizer(pre))
+    compare(binary, tmp_path, tokenizer, all_texts(), PARSE_SPECIAL, f"pre-tokenizer {pre}")
