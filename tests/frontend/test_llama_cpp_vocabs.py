@@ -1,8 +1,8 @@
 """Tessera's Python tokenizer (Hugging Face ``tokenizers`` running what build_tokenizer makes of the
 GGUF) gives llama.cpp's ids on every case of llama.cpp's tokenizer test vectors, one test per
-vocabulary of the llama-cpp-python sdist whose tokenizer.ggml.model is byte-level BPE ("gpt2") or
-SentencePiece ("llama"); vocabularies of other model types (WordPiece, Unigram, Gemma 4's, ...) are
-left out by that type (tests/fixtures/llama_cpp_vocabs.py). Each text is encoded as llama.cpp's
+vocabulary of the llama-cpp-python sdist whose tokenizer.ggml.model is byte-level BPE ("gpt2"),
+SentencePiece ("llama") or Gemma 4's BPE over SentencePiece pieces ("gemma4"); vocabularies of other
+model types (WordPiece "bert", Unigram "t5", RWKV, ...) are left out by that type (tests/fixtures/llama_cpp_vocabs.py). Each text is encoded as llama.cpp's
 test-tokenizer-0 encodes it: no BOS/EOS added, control tokens in the text taken as text.
 
 runtime-js and runtime-native run the same cases in tests/js/test_runtime_js_vocabs.py and

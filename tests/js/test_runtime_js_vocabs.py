@@ -1,6 +1,7 @@
 """runtime-js's tokenizer gives llama.cpp's ids on every case of llama.cpp's tokenizer test vectors,
 one test per vocabulary of the llama-cpp-python sdist whose tokenizer.ggml.model is byte-level BPE
-("gpt2") or SentencePiece ("llama"); vocabularies of other model types are left out by that type
+("gpt2"), SentencePiece ("llama") or Gemma 4's ("gemma4"); vocabularies of other model types
+(WordPiece "bert", Unigram "t5", RWKV, ...) are left out by that type
 (tests/fixtures/llama_cpp_vocabs.py). The tokenizer is the tokenizer.json Tessera bundles
 (build_tokenizer's), run by node through tests/js/encode_texts.mjs; each text is encoded as llama.cpp's
 test-tokenizer-0 encodes it: no BOS/EOS added, control tokens in the text taken as text."""

@@ -1,8 +1,8 @@
 """runtime-native's C tokenizer against Hugging Face `tokenizers` (what Tessera's Python side uses):
 the same ids and the same decoded text on thousands of strings, for SmolLM2's vocabulary as Tessera
 writes it, a SentencePiece-style BPE with byte fallback, Llama 3 / Qwen2 style Split pre-tokenizers;
-and llama.cpp's ids on its tokenizer test vectors, a test per byte-level BPE or SentencePiece
-vocabulary of the llama-cpp-python sdist.
+and llama.cpp's ids on its tokenizer test vectors, a test per byte-level BPE, SentencePiece or
+Gemma 4 vocabulary of the llama-cpp-python sdist.
 
 The C side is the ctest binary test_tokenizer in its driver mode (`--encode JSON INPUT FLAGS`), built
 with CMake into build/native/release when it is missing."""
@@ -230,10 +230,10 @@ def test_gguf_zoo_vocabularies(binary, tmp_path, family):
 
 @pytest.mark.parametrize("vocab", built_vocabularies())
 def test_llama_cpp_vocabulary(binary, tmp_path, vocab):
-    """Every case of llama.cpp's test vectors for a byte-level BPE or SentencePiece vocabulary of the
-    llama-cpp-python sdist (other model types are left out by tokenizer.ggml.model; see
-    tests/fixtures/llama_cpp_vocabs.py), encoded as test-tokenizer-0 encodes it: no BOS/EOS added,
-    control tokens in the text taken as text (flags 0). The ids decode as Hugging Face decodes them."""
+    """Every case of llama.cpp's test vectors for a byte-level BPE, SentencePiece or Gemma 4 vocabulary
+    of the llama-cpp-python sdist (other model types, WordPiece "bert", Unigram "t5", RWKV, ..., are
+    left out by tokenizer.ggml.model; see tests/fixtures/llama_cpp_vocabs.py), encoded as
+    test-tokenizer-0 encodes it: no BOS/EOS added, control tokens in the text taken as text (flags 0). The ids decode as Hugging Face decodes them."""
     from tokenizers import Tokenizer
 
     if isinstance(vocab, Exception):
