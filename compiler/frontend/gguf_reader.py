@@ -64,7 +64,7 @@ class QuantizedWeight:
 
 @dataclass
 class TokenizerSpec:
-    model: str  # "gpt2" (byte-level BPE) or "llama" (SentencePiece)
+    model: str  # "gpt2" (byte-level BPE), "llama" (SentencePiece) or "gemma4" (see tokenizer.py)
     tokens: list[str]
     token_types: list[int]
     merges: list[str]
