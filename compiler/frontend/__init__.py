@@ -1,5 +1,14 @@
 """Model frontends: GGUF files (llama.cpp's format) first."""
 
-from .gguf_reader import GGUFError, GGUFHyperparameters, GGUFModel, QuantizedWeight, bundled_smollm2_path, load_gguf
+from .gguf_reader import (
+    GGUFError,
+    GGUFHyperparameters,
+    GGUFModel,
+    QuantizedWeight,
+    bundled_smollm2_path,
+    load_gguf,
+    load_tokenizer,
+)
 
-__all__ = ["GGUFError", "GGUFHyperparameters", "GGUFModel", "QuantizedWeight", "bundled_smollm2_path", "load_gguf"]
+__all__ = ["GGUFError", "GGUFHyperparameters", "GGUFModel", "QuantizedWeight", "bundled_smollm2_path", "load_gguf",
+           "load_tokenizer"]

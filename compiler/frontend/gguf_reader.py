@@ -64,7 +64,7 @@ class QuantizedWeight:
 
 @dataclass
 class TokenizerSpec:
-    model: str  # "gpt2" (byte-level BPE) or "llama" (SentencePiece)
+    model: str  # "gpt2" (byte-level BPE), "llama" (SentencePiece) or "gemma4" (see tokenizer.py)
     tokens: list[str]
     token_types: list[int]
     merges: list[str]
@@ -72,7 +72,7 @@ class TokenizerSpec:
     eos_token_id: int | None
     chat_template: str | None
     add_bos_token: bool
-    pre: str | None  # byte-level BPE: how text is split before the merges (tokenizer/BYTE_LEVEL_SPLITS)
+    pre: str | None  # byte-level BPE: how text is split before the merges (frontend/pretokenizers.py)
     scores: list[float] | None = None  # SentencePiece: the score of each piece, which orders the merges
     unknown_token_id: int | None = None
     add_space_prefix: bool = True  # SentencePiece: a "▁" in front of the text
@@ -159,6 +159,25 @@ def _config(meta: dict, arch: str, tensors: dict, path: str) -> GGUFHyperparamet
         tie_word_embeddings="output.weight" not in tensors,
         attention_bias="blk.0.attn_q.bias" in tensors,
     )
+
+
+def load_tokenizer(path: str) -> TokenizerSpec:
+    """The tokenizer of a GGUF file, which need not hold a model (llama.cpp's vocabulary-only files)."""
+    try:
+        import gguf
+    except ImportError as error:  # pragma: no cover - a dependency
+        raise GGUFError(f"the gguf package is missing: {error}") from None
+    if not os.path.exists(path):
+        raise GGUFError(f"no GGUF file at {path}")
+    try:
+        metadata = read_gguf_file(path, gguf).metadata
+    except Exception as error:  # the parsers raise many kinds on truncated or corrupted input
+        raise GGUFError(f"cannot read GGUF file {path}: truncated or corrupted ({type(error).__name__}: "
+                        f"{error})") from None
+    spec = _tokenizer(metadata)
+    if spec is None:
+        raise GGUFError(f"{os.path.basename(path)} has no tokenizer (tokenizer.ggml.tokens)")
+    return spec
 
 
 def _tokenizer(meta: dict) -> TokenizerSpec | None:

@@ -1,10 +1,13 @@
 """Tokenizers from GGUF metadata, as Hugging Face ``tokenizers`` objects (tokenizer.json), and the chat
 template rendered with jinja2, as transformers renders it.
 
-Two kinds of vocabulary (``tokenizer.ggml.model``), each built as llama.cpp tokenizes it:
+Three kinds of vocabulary (``tokenizer.ggml.model``), each built as llama.cpp tokenizes it:
 
 - ``gpt2``: byte-level BPE (SmolLM2, Qwen2, Llama 3). The file's merges; text split first by the
-  pattern its pre-tokenizer type (``tokenizer.ggml.pre``) names, GPT-2's when it names none we know.
+  patterns its pre-tokenizer type (``tokenizer.ggml.pre``) names (pretokenizers.py), llama.cpp's
+  "default" ones when it names none; a name not in that table is refused.
+- ``gemma4``: Gemma 4's pieces, SentencePiece's spelling ("▁", ``<0xNN>`` byte fallback) with BPE
+  merges in the file, as llama.cpp tokenizes them: no "▁" in front, text cut at newline runs only.
 - ``llama``: SentencePiece BPE (Llama 2, TinyLlama, Mistral). No merges in the file, only a score per
   piece: llama.cpp repeatedly joins the adjacent pair whose join is the best-scored piece, which is
   BPE with the merges ranked by the score of what they make. Spaces are "▁" and the text gets one
@@ -17,46 +20,51 @@ from __future__ import annotations
 import functools
 
 from .gguf_reader import GGUFError, TokenizerSpec
+from .pretokenizers import PRE_TOKENIZERS, PreTokenizer, pre_tokenizer_of
 
 # GGUF token types (llama.cpp's llama_token_type).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 SPACE = "\u2581"  # "▁", SentencePiece's spelling of a space
-# tokenizer.ggml.pre -> how a byte-level vocabulary splits text before BPE: llama.cpp's pattern
-# (llama-vocab.cpp) for that pre-tokenizer type, its case-insensitive contractions spelled out as
-# llama.cpp spells them (older JavaScript engines refuse a (?i:...) group). A type not listed gets GPT-2's split.
-QWEN2_SPLIT = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-BYTE_LEVEL_SPLITS = {"qwen2": QWEN2_SPLIT, "deepseek-r1-qwen": QWEN2_SPLIT}  # the Qwen2 family, its R1 distills
 
 
 def build_tokenizer(spec: TokenizerSpec):
-    """The GGUF vocabulary as a Hugging Face tokenizer: byte-level BPE ("gpt2") or SentencePiece ("llama")."""
+    """The GGUF vocabulary as a Hugging Face tokenizer: byte-level BPE ("gpt2"), SentencePiece ("llama") or
+    Gemma 4's ("gemma4")."""
     if spec.model == "gpt2":
         tokenizer = _byte_level(spec)
     elif spec.model == "llama":
         tokenizer = _sentencepiece(spec)
+    elif spec.model == "gemma4":
+        tokenizer = _gemma4(spec)
     else:
         raise GGUFError(f"tokenizer.ggml.model {spec.model!r} is not supported (supported: gpt2, byte-level BPE; "
-                        "llama, SentencePiece BPE)")
+                        "llama, SentencePiece BPE; gemma4, SentencePiece pieces with BPE merges)")
     _add_marked_tokens(tokenizer, spec)
     return tokenizer
 
 
 def _byte_level(spec: TokenizerSpec):
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models
 
+    pre = pre_tokenizer_of(spec.pre)
+    if pre is None:
+        raise GGUFError(f"tokenizer.ggml.pre {spec.pre!r} is not a pre-tokenizer Tessera knows (its "
+                        f"{len(PRE_TOKENIZERS)}, by llama.cpp's names, are in tessera/frontend/pretokenizers.py)")
     vocab = {token: index for index, token in enumerate(spec.tokens)}
-    merges = [tuple(merge.split(" ", 1)) for merge in spec.merges]
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    split = BYTE_LEVEL_SPLITS.get(spec.pre or "")
-    if split is None:
-        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    else:
-        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(split), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=_merge_pairs(spec), fuse_unk=False, byte_fallback=False,
+                                     ignore_merges=pre.ignore_merges))
+    tokenizer.pre_tokenizer = byte_level_pre_tokenizer(pre)
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer
+
+
+def byte_level_pre_tokenizer(pre: PreTokenizer):
+    """`pre` as a Hugging Face pre-tokenizer: its splits in turn, each keeping its matches and what lies
+    between them, then the text spelled by GPT-2's byte symbols."""
+    from tokenizers import Regex, pre_tokenizers
+
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated") for split in pre.splits]
+                                   + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
 
 def _sentencepiece(spec: TokenizerSpec):
@@ -83,6 +91,32 @@ def _sentencepiece(spec: TokenizerSpec):
     tokenizer.normalizer = normalizers.Sequence(spaces)
     tokenizer.decoder = decoders.Sequence(decode)
     return tokenizer
+
+
+def _gemma4(spec: TokenizerSpec):
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    vocab = {token: index for index, token in enumerate(spec.tokens)}
+    unknown = spec.unknown_token_id
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=_merge_pairs(spec), fuse_unk=True, byte_fallback=True,
+                                     unk_token=spec.tokens[unknown] if unknown is not None else None))
+    # Spaces are "▁" with none put in front; llama.cpp cuts the text only where newline runs start and end.
+    tokenizer.normalizer = normalizers.Replace(" ", SPACE)
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[^\n]+|[\n]+"), behavior="isolated")
+    tokenizer.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
+    return tokenizer
+
+
+def _merge_pairs(spec: TokenizerSpec) -> list[tuple[str, str]]:
+    """The file's merges, "left right", cut at the first space after the first character as llama.cpp
+    cuts them (a left side may itself be a space)."""
+    pairs = []
+    for merge in spec.merges:
+        cut = merge.find(" ", 1)
+        if cut < 0:
+            raise GGUFError(f"tokenizer.ggml.merges holds {merge!r}, which is not two tokens and a space")
+        pairs.append((merge[:cut], merge[cut + 1:]))
+    return pairs
 
 
 def sentencepiece_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str]]:

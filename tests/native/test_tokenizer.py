@@ -1,7 +1,8 @@
 """runtime-native's C tokenizer against Hugging Face `tokenizers` (what Tessera's Python side uses):
 the same ids and the same decoded text on thousands of strings, for SmolLM2's vocabulary as Tessera
-writes it, a SentencePiece-style BPE with byte fallback, Llama 3 / Qwen2 style Split pre-tokenizers,
-and every byte-level vocabulary of llama.cpp's tokenizer tests (their .inp strings).
+writes it, a SentencePiece-style BPE with byte fallback, Llama 3 / Qwen2 style Split pre-tokenizers;
+and llama.cpp's ids on its tokenizer test vectors, a test per byte-level BPE, SentencePiece or
+Gemma 4 vocabulary of the llama-cpp-python sdist.
 
 The C side is the ctest binary test_tokenizer in its driver mode (`--encode JSON INPUT FLAGS`), built
 with CMake into build/native/release when it is missing."""
@@ -13,9 +14,16 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 
 import pytest
+from fixtures.llama_cpp_vocabs import (
+    all_texts,
+    built_vocabularies,
+    mismatches,
+    pre_tokenizer_params,
+    tokenizer_json,
+    under_pre_tokenizer,
+)
 
 sys.path.insert(0, os.path.dirname(__file__))
 from tokenizer_corpus import corpus  # noqa: E402
@@ -23,7 +31,6 @@ from tokenizer_corpus import corpus  # noqa: E402
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.path.join(ROOT, "build", "native", "release")
 BINARY = os.path.join(BUILD, "test_tokenizer")
-LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
 
 PARSE_SPECIAL, ADD_SPECIAL = 1, 2
 
@@ -221,162 +228,31 @@ def test_gguf_zoo_vocabularies(binary, tmp_path, family):
 
 # ---- llama.cpp's tokenizer test vectors ----
 
-def cache_dir() -> str:
-    base = os.environ.get("TESSERA_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tessera")
-    path = os.path.join(base, "downloads")
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-@pytest.fixture(scope="module")
-def llama_cpp_vocabs():
-    """{name: (gguf path, inp path, out path)} from the llama-cpp-python sdist (downloaded once)."""
-    downloads = cache_dir()
-    sdist = os.path.join(downloads, "llama_cpp_python-0.3.36.tar.gz")
-    if not os.path.exists(sdist):
-        result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                                 LLAMA_CPP_PYTHON, "-d", downloads], capture_output=True, text=True)
-        if result.returncode != 0 or not os.path.exists(sdist):
-            pytest.fail(f"cannot download the {LLAMA_CPP_PYTHON} sdist (llama.cpp's tokenizer test vectors) from "
-                        f"PyPI; is there network access?\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
-    target = os.path.join(downloads, "llama_cpp_python-0.3.36-vocab")
-    models_dir = os.path.join(target, "llama_cpp_python-0.3.36", "vendor", "llama.cpp", "models")
-    if not os.path.isdir(models_dir):
-        with tarfile.open(sdist) as tar:
-            members = [m for m in tar.getmembers() if "/vendor/llama.cpp/models/ggml-vocab-" in m.name and m.isfile()]
-            tar.extractall(target, members=members)
-    vocabs = {}
-    for name in sorted(os.listdir(models_dir)):
-        if name.endswith(".gguf") and os.path.exists(os.path.join(models_dir, name + ".inp")):
-            vocabs[name[len("ggml-vocab-"):-len(".gguf")]] = tuple(
-                os.path.join(models_dir, name + ext) for ext in ("", ".inp", ".out"))
-    assert vocabs, f"no ggml-vocab-*.gguf with test vectors under {models_dir}"
-    return vocabs
-
-
-def read_gguf_metadata(path: str) -> dict:
-    """The key/value metadata of a GGUF file (its header only), read directly: gguf's GGUFReader
-    makes a Python object per array element and takes minutes for a 150k-token vocabulary."""
-    import struct
-
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:4] != b"GGUF":
-        raise ValueError(f"{path} is not a GGUF file")
-    scalars = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-    at = 24  # magic, version (u32), tensor count (u64)
-    (count,) = struct.unpack_from("<Q", data, 16)
-
-    def string() -> str:
-        nonlocal at
-        (n,) = struct.unpack_from("<Q", data, at)
-        text = data[at + 8:at + 8 + n].decode("utf-8", errors="replace")
-        at += 8 + n
-        return text
-
-    def value(kind: int):
-        nonlocal at
-        if kind == 8:
-            return string()
-        if kind == 9:
-            item, n = struct.unpack_from("<IQ", data, at)
-            at += 12
-            if item == 8:
-                return [string() for _ in range(n)]
-            fmt = scalars[item]
-            size = struct.calcsize(fmt)
-            items = list(struct.unpack_from(f"<{n}{fmt[1]}", data, at))
-            at += n * size
-            return items
-        fmt = scalars[kind]
-        (result,) = struct.unpack_from(fmt, data, at)
-        at += struct.calcsize(fmt)
-        return result
-
-    metadata = {}
-    for _ in range(count):
-        key = string()
-        (kind,) = struct.unpack_from("<I", data, at)
-        at += 4
-        metadata[key] = value(kind)
-    return metadata
-
-
-def tokenizer_spec(path: str):
-    """The TokenizerSpec of a vocabulary-only GGUF (load_gguf wants a whole model; these have no tensors)."""
-    from tessera.frontend.gguf_reader import TokenizerSpec
-
-    meta = read_gguf_metadata(path)
-    tokens = meta["tokenizer.ggml.tokens"]
-    return TokenizerSpec(model=meta.get("tokenizer.ggml.model", "gpt2"), tokens=tokens,
-                         token_types=meta.get("tokenizer.ggml.token_type") or [1] * len(tokens),
-                         merges=meta.get("tokenizer.ggml.merges") or [],
-                         bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
-                         eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
-                         chat_template=meta.get("tokenizer.chat_template"),
-                         add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
-                         pre=meta.get("tokenizer.ggml.pre"), scores=meta.get("tokenizer.ggml.scores"),
-                         unknown_token_id=meta.get("tokenizer.ggml.unknown_token_id"),
-                         add_space_prefix=bool(meta.get("tokenizer.ggml.add_space_prefix", True)))
-
-
-def tokenizer_source_digest() -> str:
-    """A digest of the Python that builds tokenizer.json from a GGUF: a cached build of another is stale."""
-    import hashlib
-
-    from tessera.frontend import gguf_reader, tokenizer
-
-    digest = hashlib.sha256()
-    for module in (tokenizer, gguf_reader):
-        with open(module.__file__, "rb") as f:
-            digest.update(f.read())
-    return digest.hexdigest()[:10]
-
-
-def read_vectors(inp: str, out: str):
-    with open(inp, encoding="utf-8", newline="") as f:
-        texts = f.read().split("\n__ggml_vocab_test__\n")[:-1]
-    with open(out, encoding="utf-8") as f:
-        expected = [[int(i) for i in line.split()] for line in f.read().split("\n")[:len(texts)]]
-    return texts, expected
-
-
-def test_llama_cpp_vocabularies(binary, tmp_path, llama_cpp_vocabs):
-    from tessera.frontend.gguf_reader import GGUFError
-    from tessera.frontend.tokenizer import build_tokenizer
+@pytest.mark.parametrize("vocab", built_vocabularies())
+def test_llama_cpp_vocabulary(binary, tmp_path, vocab):
+    """Every case of llama.cpp's test vectors for a byte-level BPE, SentencePiece or Gemma 4 vocabulary
+    of the llama-cpp-python sdist (other model types, WordPiece "bert", Unigram "t5", RWKV, ..., are
+    left out by tokenizer.ggml.model; see tests/fixtures/llama_cpp_vocabs.py), encoded as
+    test-tokenizer-0 encodes it: no BOS/EOS added, control tokens in the text taken as text (flags 0). The ids decode as Hugging Face decodes them."""
     from tokenizers import Tokenizer
 
-    summary, compared = [], 0
-    for name, (gguf_path, inp, out) in llama_cpp_vocabs.items():
-        # gguf's reader takes ~10 s on a 150k-token vocabulary: keep what build_tokenizer made (or
-        # that it refused), for this file and this build_tokenizer.
-        cached = f"{gguf_path}.{os.path.getsize(gguf_path)}.{tokenizer_source_digest()}.tokenizer.json"
-        pre = None
-        if os.path.exists(cached + ".refused"):
-            with open(cached + ".refused", encoding="utf-8") as f:
-                summary.append(f"  {name:18s} skipped: Python side refuses it ({f.read()})")
-            continue
-        if os.path.exists(cached):
-            tokenizer = Tokenizer.from_file(cached)
-        else:
-            spec = tokenizer_spec(gguf_path)
-            pre = spec.pre
-            try:
-                tokenizer = build_tokenizer(spec)
-            except GGUFError as error:
-                with open(cached + ".refused", "w", encoding="utf-8") as f:
-                    f.write(str(error))
-                summary.append(f"  {name:18s} skipped: Python side refuses it ({error})")
-                continue
-            except Exception as error:  # e.g. merges naming tokens the vocabulary lacks
-                summary.append(f"  {name:18s} skipped: build_tokenizer fails ({type(error).__name__}: {error})")
-                continue
-            tokenizer.save(cached)
-        texts, expected = read_vectors(inp, out)
-        hf_ids = compare(binary, tmp_path, tokenizer, texts, PARSE_SPECIAL, f"llama.cpp vocab {name}")
-        compared += 1
-        same = sum(1 for a, b in zip(hf_ids, expected) if a == b)
-        summary.append(f"  {name:18s} C == Python on {len(texts)} strings; Python == llama.cpp .out on "
-                       f"{same}/{len(texts)}" + (f" (GGUF pre-tokenizer {pre!r})" if pre else ""))
-    print("llama.cpp vocabularies:\n" + "\n".join(summary))
-    assert compared >= 5, "\n".join(summary)
+    if isinstance(vocab, Exception):
+        pytest.fail(str(vocab))
+    with open(tokenizer_json(vocab), encoding="utf-8") as f:
+        tokenizer = f.read()
+    results = run_c(binary, tmp_path, tokenizer, [text for text, _ in vocab.cases()], 0)
+    report = mismatches(vocab, [ids for ids, *_ in results], "runtime-native")
+    assert not report, report
+    hf = Tokenizer.from_str(tokenizer)
+    for (text, _), (ids, _, keep, stream) in zip(vocab.cases(), results):
+        assert keep == stream == hf.decode(ids, skip_special_tokens=False), f"decoding the ids of {text!r}"
+
+
+@pytest.mark.parametrize("pre", pre_tokenizer_params())
+def test_every_pre_tokenizer(binary, tmp_path, pre):
+    """Each pre-tokenizer Tessera knows (by llama.cpp's names) splits in C as in Hugging Face's
+    Oniguruma, on GPT-2's vocabulary: the vocabularies above exercise a few of them only."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_str(under_pre_tokenizer(pre))
+    compare(binary, tmp_path, tokenizer, all_texts(), PARSE_SPECIAL, f"pre-tokenizer {pre}")
