@@ -3,9 +3,14 @@ for Tessera on WebGPU-over-CPU (llvmpipe), llama.cpp on the CPU (llama-cpp-pytho
 transformers on torch CPU, in one run.
 
     make bench        # or: .venv/bin/python bench/llm.py   (needs the bench extra for llama.cpp)
+    .venv/bin/python bench/llm.py --prompt-tokens 256,3000 --decode-tokens 64
 
-Every engine gets the same 128-token prompt and then decodes 128 tokens greedily, ignoring stop
-tokens, so all do the same work. Each engine runs in a subprocess of its own, so its peak resident
+Every engine gets the same prompt (128 tokens unless ``--prompt-tokens`` says otherwise; each
+length is a row of its own, so decode speed is seen at a short and a long context) and then
+decodes greedily, ignoring stop tokens, so all do the same work. ``tessera`` is the float32
+llvmpipe build, ``tessera-f16`` the ``webgpu-f16`` build (float16 activations and KV cache) on the
+same adapter; both compile for the smallest power-of-two context (at least 1024) that holds the
+prompt and the reply. Each engine runs in a subprocess of its own, so its peak resident
 memory (ru_maxrss) is its own; the first run of each is a warm-up (kernel compilation, caches) and
 the second is timed. An engine that is not installed is reported as missing, not skipped silently.
 For Tessera the script also prints where one decode step's time goes: every kernel launch timed
@@ -21,7 +26,7 @@ import subprocess
 import sys
 import time
 
-PROMPT_TOKENS = 128
+PROMPT_TOKENS = [128]
 DECODE_TOKENS = 128
 THREADS = 2
 SEED_TEXT = ("The history of the printing press begins in the fifteenth century, when movable type made books "
@@ -30,23 +35,35 @@ SEED_TEXT = ("The history of the printing press begins in the fifteenth century,
 
 def prompt_ids(tokenizer_encode) -> list[int]:
     ids: list[int] = []
-    while len(ids) < PROMPT_TOKENS:
+    while len(ids) < PROMPT_TOKENS[0]:
         ids += tokenizer_encode(SEED_TEXT)
-    return ids[:PROMPT_TOKENS]
+    return ids[:PROMPT_TOKENS[0]]
 
 
-def run_tessera(path: str) -> dict:
+def context_length() -> int:
+    """The smallest power of two, at least 1024, that holds the prompt and the reply."""
+    context = 1024
+    while context < PROMPT_TOKENS[0] + DECODE_TOKENS + 1:
+        context *= 2
+    return context
+
+
+def run_tessera(path: str, target: str = "llvmpipe") -> dict:
     import numpy as np
     from tessera.app import ChatSession, cached_compile
 
-    session = ChatSession(cached_compile(path))
+    session = ChatSession(cached_compile(path, target, context_length()))
     ids = prompt_ids(lambda t: session.tokenizer.encode(t, add_special_tokens=False).ids)
     vm = session.vm
+
+    chunk = session.prefill_chunk
 
     def generate():
         session.reset()
         start = time.perf_counter()
-        logits = vm["prefill"](np.asarray(ids, np.int32), len(ids))[0]
+        for begin in range(0, len(ids), chunk):  # in the build's prefill chunks, as a chat does
+            end = min(begin + chunk, len(ids))
+            logits = vm["prefill"](np.asarray(ids[begin:end], np.int32), end)[0]
         prefill = time.perf_counter() - start
         tokens = list(ids)
         start = time.perf_counter()
@@ -79,7 +96,7 @@ def run_llama_cpp(path: str) -> dict:
     import numpy as np
     from llama_cpp import Llama
 
-    llm = Llama(model_path=path, n_ctx=1024, n_threads=THREADS, n_threads_batch=THREADS, n_batch=512,
+    llm = Llama(model_path=path, n_ctx=context_length(), n_threads=THREADS, n_threads_batch=THREADS, n_batch=512,
                 verbose=False)
     ids = prompt_ids(lambda t: llm.tokenize(t.encode(), add_bos=False, special=False))
 
@@ -135,41 +152,58 @@ def run_transformers(path: str) -> dict:
 
 def _result(prefill: float, decode: float, generated: list[int], profile: dict | None = None) -> dict:
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"prefill_tok_s": PROMPT_TOKENS / prefill, "decode_tok_s": DECODE_TOKENS / decode,
+    return {"prefill_tok_s": PROMPT_TOKENS[0] / prefill, "decode_tok_s": DECODE_TOKENS / decode,
             "peak_mib": peak_mib, "first_tokens": generated[:8], "profile": profile}
 
 
-ENGINES = {"tessera": run_tessera, "llama.cpp": run_llama_cpp, "transformers": run_transformers}
+ENGINES = {"tessera": run_tessera, "tessera-f16": lambda path: run_tessera(path, "webgpu-f16"),
+           "llama.cpp": run_llama_cpp, "transformers": run_transformers}
 
 
 def main() -> int:
-    if len(sys.argv) == 3:  # a child: one engine
-        print(json.dumps(ENGINES[sys.argv[1]](sys.argv[2])))
+    global DECODE_TOKENS
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompt-tokens", default="128", help="prompt lengths, comma separated (default 128)")
+    parser.add_argument("--decode-tokens", type=int, default=DECODE_TOKENS)
+    parser.add_argument("--engines", default=",".join(ENGINES), help=f"default {','.join(ENGINES)}")
+    parser.add_argument("--child", nargs=2, metavar=("ENGINE", "MODEL"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    DECODE_TOKENS = args.decode_tokens
+    lengths = [int(n) for n in args.prompt_tokens.split(",")]
+    if args.child:  # a child: one engine, one prompt length
+        PROMPT_TOKENS[0] = lengths[0]
+        print(json.dumps(ENGINES[args.child[0]](args.child[1])))
         return 0
     from tessera.frontend import bundled_smollm2_path
 
     path = bundled_smollm2_path()
-    results = {}
-    for engine in ENGINES:
-        run = subprocess.run([sys.executable, __file__, engine, path], capture_output=True, text=True)
-        if run.returncode != 0:
-            last = (run.stderr.strip().splitlines() or ["no output"])[-1]
-            print(f"{engine}: failed or missing ({last})")
-            continue
-        results[engine] = json.loads(run.stdout.strip().splitlines()[-1])
-    print(f"SmolLM2-135M-Instruct Q4_1, prompt {PROMPT_TOKENS} tokens, decode {DECODE_TOKENS} tokens, "
-          f"{THREADS} threads")
-    print("| engine | prefill tok/s | decode tok/s | peak RSS MiB | decode vs llama.cpp | first tokens |")
-    print("|---|---|---|---|---|---|")
-    reference = results.get("llama.cpp", {}).get("decode_tok_s")
-    for engine, r in results.items():
-        ratio = f"{r['decode_tok_s'] / reference:.3f}" if reference else "-"
-        print(f"| {engine} | {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.2f} | {r['peak_mib']:.0f} | {ratio} "
-              f"| {r['first_tokens']} |")
-    profile = results.get("tessera", {}).get("profile")
-    if profile:
-        print(f"\nTessera decode step: {profile['step_ms']:.1f} ms wall, {profile['launches']} launches, "
-              f"{profile['kernel_ms']:.1f} ms in kernels timed one by one")
+    engines = args.engines.split(",")
+    print(f"SmolLM2-135M-Instruct Q4_1, decode {DECODE_TOKENS} tokens after each prompt, {THREADS} threads")
+    print("| prompt | engine | prefill tok/s | decode tok/s | peak RSS MiB | decode vs llama.cpp | first tokens |")
+    print("|---|---|---|---|---|---|---|")
+    profiles = []
+    for length in lengths:
+        results = {}
+        for engine in engines:
+            run = subprocess.run([sys.executable, __file__, "--child", engine, path, "--prompt-tokens", str(length),
+                                  "--decode-tokens", str(DECODE_TOKENS)], capture_output=True, text=True)
+            if run.returncode != 0:
+                last = (run.stderr.strip().splitlines() or ["no output"])[-1]
+                print(f"| {length} | {engine} | failed or missing ({last}) |")
+                continue
+            results[engine] = json.loads(run.stdout.strip().splitlines()[-1])
+        reference = results.get("llama.cpp", {}).get("decode_tok_s")
+        for engine, r in results.items():
+            ratio = f"{r['decode_tok_s'] / reference:.3f}" if reference else "-"
+            print(f"| {length} | {engine} | {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.2f} | {r['peak_mib']:.0f} "
+                  f"| {ratio} | {r['first_tokens']} |", flush=True)
+            if r.get("profile"):
+                profiles.append((length, engine, r["profile"]))
+    for length, engine, profile in profiles:
+        print(f"\n{engine} decode step after {length} prompt tokens: {profile['step_ms']:.1f} ms wall, "
+              f"{profile['launches']} launches, {profile['kernel_ms']:.1f} ms in kernels timed one by one")
         for name, ms, count in profile["top"]:
             print(f"  {name}: {ms:.2f} ms in {count} launches")
     return 0

@@ -61,9 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     bundle = commands.add_parser("bundle", help="write a static web site that chats with a model")
     bundle.add_argument("model", nargs="?", help="a .gguf file (default: the bundled SmolLM2)")
     bundle.add_argument("-o", "--output", default="dist", help="the folder to write (default dist/)")
-    bundle.add_argument("--targets", default="webgpu,wasm",
-                        help="builds in order of preference (default webgpu,wasm: WebGPU with spec-default "
-                             "limits, then the WebAssembly CPU fallback)")
+    bundle.add_argument("--targets", default="webgpu-f16,webgpu,wasm",
+                        help="builds in order of preference (default webgpu-f16,webgpu,wasm: WebGPU with "
+                             "float16 activations for adapters with shader-f16, WebGPU in float32 with "
+                             "spec-default limits, then the WebAssembly CPU fallback)")
     bundle.add_argument("--context", type=int, default=1024, help="KV cache positions (default 1024)")
 
     serve = commands.add_parser("serve", help="serve a bundle on 127.0.0.1")

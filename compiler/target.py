@@ -86,6 +86,7 @@ class _Preset:
     cpu_adapter: bool
     description: str
     cpu: str
+    activation_dtype: str
 
 
 _KINDS: dict[str, TargetKind] = {}
@@ -97,16 +98,20 @@ def register_kind(kind: TargetKind) -> None:
 
 
 def register_preset(name: str, kind: str, features=(), limits: dict[str, int] | None = None,
-                    cpu_adapter: bool = False, description: str = "", cpu: str = "") -> None:
+                    cpu_adapter: bool = False, description: str = "", cpu: str = "",
+                    activation_dtype: str = "float32") -> None:
     """A named target users pick with ``--target NAME``: a kind with its features and limits (and,
-    for kinds whose code is machine code, the ``cpu`` it is built for)."""
+    for kinds whose code is machine code, the ``cpu`` it is built for; ``activation_dtype``: see
+    ``Target``)."""
     if kind not in _KINDS:
         raise ValueError(f"preset {name!r} names the unknown target kind {kind!r}")
     unknown = set(limits or {}) - set(LIMIT_DEFAULTS)
     if unknown:
         raise ValueError(f"preset {name!r} sets unknown limits {', '.join(sorted(unknown))}")
+    if activation_dtype == "float16" and SHADER_F16 not in features:
+        raise ValueError(f"preset {name!r} computes in float16 but lacks the {SHADER_F16} feature")
     _PRESETS[name] = _Preset(kind, frozenset(features), tuple(sorted((limits or {}).items())), cpu_adapter,
-                             description, cpu)
+                             description, cpu, activation_dtype)
 
 
 def presets() -> dict[str, str]:
@@ -122,13 +127,19 @@ class Target:
     name: str = ""
     cpu_adapter: bool = False
     cpu: str = ""
+    activation_dtype: str = "float32"
 
     def __init__(self, kind: str, features=(), limits=None, name: str = "", cpu_adapter: bool = False,
-                 cpu: str = ""):
+                 cpu: str = "", activation_dtype: str = "float32"):
         """``cpu_adapter``: the device is a CPU emulating a GPU (llvmpipe, SwiftShader, WASM), where
         workgroup memory and barriers cost more than they save and per-thread work should be wide.
         ``cpu``: the instruction set machine code is built for (a compiler's ``-march`` value such as
-        ``x86-64-v3``, or ``native``: this machine's); empty for kinds whose modules a driver compiles."""
+        ``x86-64-v3``, or ``native``: this machine's); empty for kinds whose modules a driver compiles.
+        ``activation_dtype``: the float type a model's activations and KV cache are kept in;
+        "float16" (which needs shader-f16) halves their memory and traffic, while reductions,
+        softmax and dot products still accumulate in float32 (transform/mixed_precision.py)."""
+        if activation_dtype not in ("float32", "float16"):
+            raise ValueError(f"activation_dtype must be float32 or float16, got {activation_dtype!r}")
         if kind not in _KINDS:
             raise ValueError(f"unknown target kind {kind!r}; known: {', '.join(sorted(_KINDS))}")
         merged = dict(LIMIT_DEFAULTS)
@@ -140,13 +151,14 @@ class Target:
         object.__setattr__(self, "name", name or kind)
         object.__setattr__(self, "cpu_adapter", cpu_adapter)
         object.__setattr__(self, "cpu", cpu)
+        object.__setattr__(self, "activation_dtype", activation_dtype)
 
     @staticmethod
     def preset(name: str) -> Target:
         if name not in _PRESETS:
             raise ValueError(f"unknown target preset {name!r}; known: {', '.join(sorted(_PRESETS))}")
         p = _PRESETS[name]
-        return Target(p.kind, p.features, dict(p.limits), name, p.cpu_adapter, p.cpu)
+        return Target(p.kind, p.features, dict(p.limits), name, p.cpu_adapter, p.cpu, p.activation_dtype)
 
     # -- capabilities --------------------------------------------------------------------------
 
@@ -198,4 +210,6 @@ class Target:
 
     def __str__(self) -> str:
         extra = f" with {', '.join(sorted(self.features))}" if self.features else ""
+        if self.activation_dtype != "float32":
+            extra += f", {self.activation_dtype} activations"
         return f"{self.name}{extra}"

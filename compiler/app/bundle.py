@@ -47,7 +47,7 @@ def model_id(gguf_path: str) -> str:
 
 # The builds `tessera bundle` knows, best first for a GPU; the runtime takes the first that fits the device.
 TARGETS = ("webgpu-f16", "webgpu", "wasm")
-DEFAULT_TARGETS = ("webgpu", "wasm")
+DEFAULT_TARGETS = TARGETS
 
 
 def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title: str | None = None,

@@ -159,7 +159,8 @@ def describe_target(target: dict) -> str:
     """``llvmpipe (webgpu, wgsl; features shader-f16, subgroup)``: the preset, its kind and backend."""
     kind = ", ".join(filter(None, (target.get("kind"), target.get("backend"))))
     features = f"; features {', '.join(target['features'])}" if target.get("features") else ""
-    return f"{target['name']} ({kind}{features})"
+    activations = f"; {target['activations']} activations" if target.get("activations") else ""
+    return f"{target['name']} ({kind}{features}{activations})"
 
 
 def _params(params: list[dict]) -> str:

@@ -152,6 +152,10 @@ class Op(Expr):
     variadic: bool = False
     legalize: Callable | None = None
     struct_info: StructInfo | None = None
+    # What a float16 build does with the op (transform/mixed_precision.py): "always" computes it
+    # in float16 (its kernels accumulate in float32), "follow" in float16 when a computed input
+    # is, "never" in float32.
+    precision: str = "follow"
 
     @property
     def attr_defaults(self) -> dict[str, Any]:

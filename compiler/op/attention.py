@@ -195,7 +195,7 @@ def _legalize_merge(call, ctx):
 
 INPUTS = ("q", "keys", "values", "total")
 register_op("nn.attention", inputs=INPUTS, attrs={"scale": None}, deduce=_deduce_attention,
-            reference=_reference_attention, legalize=_legalize_attention)
+            reference=_reference_attention, legalize=_legalize_attention, precision="always")
 register_op("nn.attention_partial", inputs=INPUTS, attrs={"splits": 1, "scale": None}, deduce=_deduce_partial,
             reference=_reference_partial, legalize=_legalize_partial)
 register_op("nn.attention_merge", inputs=("partial",), attrs={"dtype": "float32"}, deduce=_deduce_merge,

@@ -122,7 +122,7 @@ def _inside(row, height, col, width):
 register_op("nn.conv2d", inputs=("data", "weight"),
             attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
                    "data_layout": "NCHW", "kernel_layout": "OIHW", "out_dtype": ""},
-            deduce=_deduce_conv2d, reference=_conv2d_reference, legalize=_legalize_conv2d)
+            deduce=_deduce_conv2d, reference=_conv2d_reference, legalize=_legalize_conv2d, precision="always")
 
 
 def _deduce_pool(call, ctx):

@@ -55,10 +55,12 @@ def _deduce_call_pure_packed(call, ctx):
     return call.sinfo_args[0] if call.sinfo_args else ObjectStructInfo()
 
 
-register_op("call_tir", inputs=("func", "args", "tir_vars"), deduce=_deduce_call_tir, variadic=True)
+register_op("call_tir", inputs=("func", "args", "tir_vars"), deduce=_deduce_call_tir, variadic=True,
+            precision="never")
 register_op("call_dps_library", inputs=("func", "args", "tir_vars"), deduce=_deduce_call_dps_library,
-            variadic=True)
-register_op("call_pure_packed", inputs=("func", "args"), deduce=_deduce_call_pure_packed, variadic=True)
+            variadic=True, precision="never")
+register_op("call_pure_packed", inputs=("func", "args"), deduce=_deduce_call_pure_packed, variadic=True,
+            precision="never")
 
 
 def _dps_call(op_name, func, args, out_sinfo, tir_vars):

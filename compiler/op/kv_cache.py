@@ -56,4 +56,4 @@ def _legalize(call, ctx):
 
 
 register_op("kv_cache_write", inputs=("cache", "value", "offset"), deduce=_deduce, reference=_reference,
-            legalize=_legalize)
+            legalize=_legalize, precision="always")

@@ -113,4 +113,4 @@ def _broadcast_batch(own, batch):
 
 
 register_op("matmul", inputs=("x1", "x2"), attrs={"out_dtype": ""}, deduce=_deduce_matmul,
-            reference=_matmul_reference, legalize=_legalize_matmul)
+            reference=_matmul_reference, legalize=_legalize_matmul, precision="always")

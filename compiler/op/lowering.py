@@ -44,12 +44,18 @@ class LegalizeContext:
         return LegalizeError(f"cannot legalize R.{self.call.op.name}: {reason}")
 
     def elementwise(self, fn, inputs=None) -> ComputeDef:
-        """out[i] = fn(reads of each input at i, broadcast as numpy does)."""
+        """out[i] = fn(reads of each input at i, broadcast as numpy does). A float16 result is
+        computed in float32 from float32 copies of its float16 inputs and rounded once, when
+        stored: float16 is a storage type here (WGSL's f16 exp and division lose digits that a
+        float16 model's SiLU needs; transform/mixed_precision.py)."""
         inputs = list(self.inputs if inputs is None else inputs)
         out = self.output
 
         def body(idx):
-            return fn(*[broadcast_read(buf, idx, out.shape) for buf in inputs])
+            reads = [broadcast_read(buf, idx, out.shape) for buf in inputs]
+            if out.dtype != "f16":
+                return fn(*reads)
+            return cast(fn(*[cast(r, "f32") if r.dtype == "f16" else r for r in reads]), "f16")
 
         return ComputeDef(self.kernel_name, tuple(inputs), out, body)
 

@@ -168,7 +168,7 @@ def _legalize(call, ctx):
 
 register_op("quantized_matmul", inputs=("x", "weight"),
             attrs={"format": "q4_1", "k": 0, "out_dtype": "", "activations": ""},
-            deduce=_deduce, reference=_reference, legalize=_legalize)
+            deduce=_deduce, reference=_reference, legalize=_legalize, precision="always")
 
 
 # -- quantized_take: rows of a quantized table (embeddings) -------------------------------------

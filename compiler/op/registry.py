@@ -19,14 +19,20 @@ from ..ir.expr import Call, Expr, Op, ShapeExpr, Tuple
 from ..ir.struct_info import StructInfo
 
 _REGISTRY: dict[str, Op] = {}
+PRECISIONS = ("always", "follow", "never")
 
 
 def register_op(name: str, *, inputs: tuple[str, ...], deduce: Callable,
                 attrs: dict[str, Any] | None = None, reference: Callable | None = None,
-                legalize: Callable | None = None, pure: bool = True, variadic: bool = False) -> Op:
+                legalize: Callable | None = None, pure: bool = True, variadic: bool = False,
+                precision: str = "follow") -> Op:
+    """``precision``: what a float16 build does with the op (``Op``): "always", "follow" or "never"."""
     if name in _REGISTRY:
         raise ValueError(f"operator {name!r} is registered twice")
-    op = Op(name, tuple(inputs), tuple((attrs or {}).items()), deduce, reference, pure, variadic, legalize)
+    if precision not in PRECISIONS:
+        raise ValueError(f"operator {name!r}: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    op = Op(name, tuple(inputs), tuple((attrs or {}).items()), deduce, reference, pure, variadic, legalize,
+            precision=precision)
     _REGISTRY[name] = op
     return op
 

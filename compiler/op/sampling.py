@@ -92,4 +92,4 @@ def _legalize(call, ctx):
 
 
 register_op("sample_token", inputs=("logits", "history", "params"), attrs={"greedy": False}, deduce=_deduce,
-            reference=reference, legalize=_legalize)
+            reference=reference, legalize=_legalize, precision="never")

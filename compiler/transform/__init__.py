@@ -7,6 +7,7 @@ from .inline import inline_functions
 from .lambda_lift import lambda_lift
 from .legalize import legalize_ops
 from .lower_vm import explicit_allocation, to_non_dataflow, vm_shape_lowering
+from .mixed_precision import to_mixed_precision
 from .pipeline import Pipeline
 from .plan_memory import plan_memory
 from .quantize_activations import quantize_activations
@@ -15,4 +16,5 @@ from .unalias import unalias_kernel_args
 
 __all__ = ["FusionPattern", "Pipeline", "dead_code_elimination", "explicit_allocation", "find_matches",
            "fold_constants", "fuse_ops", "fuse_ops_by_pattern", "fuse_tir", "inline_functions", "lambda_lift",
-           "legalize_ops", "normalize", "quantize_activations", "plan_memory", "to_non_dataflow", "vm_shape_lowering"]
+           "legalize_ops", "normalize", "quantize_activations", "plan_memory", "to_mixed_precision",
+           "to_non_dataflow", "vm_shape_lowering"]

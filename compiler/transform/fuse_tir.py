@@ -16,7 +16,7 @@ from ..ir.expr import Call, Constant, Function, GlobalVar, Var, VarBinding
 from ..ir.module import IRModule
 from ..target import Target
 from ..tir.compute import ComputeDef, TensorRead, placeholder
-from ..tir.ir import Const, TExpr, map_children
+from ..tir.ir import Cast, Const, TExpr, cast, map_children
 from .legalize import KernelTable, call_signature, describe_call
 from .rewrite import rewrite_function
 
@@ -98,7 +98,9 @@ def _compose(name: str, func: Function, target: Target):
         if defn.reduction is not None:
             if acc is None:
                 raise ValueError("a reduction's value is only available as its epilogue's input")
-            return defn.finalize(acc, indices) if defn.finalize else acc
+            # The member's result in its own dtype (a float16 matmul's float32 accumulator is
+            # rounded before an epilogue reads it, as the graph says).
+            return cast(defn.finalize(acc, indices) if defn.finalize else acc, defn.output.dtype)
         return _replace_reads(defn.value(indices), lambda read: resolve(var, read, acc))
 
     def resolve(owner: Var, read: TensorRead, acc) -> TExpr:
@@ -115,15 +117,15 @@ def _compose(name: str, func: Function, target: Target):
     reduction = next((b.var for b in bindings if member_defs[b.var].reduction is not None), None)
     inputs = tuple(p for p in params if p is not None)
     if reduction is None:
-        defn = ComputeDef(name, inputs, out, lambda idx: value_of(root, idx))
+        defn = ComputeDef(name, inputs, out, lambda idx: _keep_wide(value_of(root, idx)))
         return defn, params
     base = member_defs[reduction]
 
     def body(idx, ridx):
-        return _replace_reads(base.value(idx, ridx), lambda read: resolve(reduction, read, None))
+        return _keep_wide(_replace_reads(base.value(idx, ridx), lambda read: resolve(reduction, read, None)))
 
     def finalize(acc, idx):
-        return value_of(root, idx, acc) if root is not reduction else value_of(reduction, idx, acc)
+        return _keep_wide(value_of(root, idx, acc) if root is not reduction else value_of(reduction, idx, acc))
 
     attrs = dict(base.attrs)
     if "quantized_matmul" in attrs:
@@ -137,6 +139,17 @@ def _compose(name: str, func: Function, target: Target):
         attrs["matmul"] = replace(info, a=buffer_of[a_var], b=buffer_of[b_var])
     defn = ComputeDef(name, inputs, out, body, base.reduction, finalize, base.accumulate_dtype, attrs)
     return defn, params
+
+
+def _keep_wide(e: TExpr) -> TExpr:
+    """``e`` without float32 -> float16 -> float32 round trips: inside one kernel a member's
+    float16 result (computed in float32, op/lowering.py) reaches the next member unrounded; only
+    what the kernel stores is rounded to its dtype."""
+    e = map_children(e, _keep_wide)
+    if isinstance(e, Cast) and e.dtype == "f32" and isinstance(e.x, Cast) and e.x.dtype == "f16" \
+            and e.x.x.dtype == "f32":
+        return e.x.x
+    return e
 
 
 def _replace_reads(e: TExpr, fn) -> TExpr:

@@ -14,6 +14,7 @@ from .inline import inline_functions
 from .lambda_lift import lambda_lift
 from .legalize import legalize_ops
 from .lower_vm import explicit_allocation, to_non_dataflow, vm_shape_lowering
+from .mixed_precision import to_mixed_precision
 from .normalize import bind_results
 from .plan_memory import plan_memory
 from .simplify import dead_code_elimination, fold_constants
@@ -33,6 +34,8 @@ class Pipeline:
         passes = [("lambda_lift", lambda_lift), ("inline_functions", inline_functions),
                   ("bind_results", bind_results), ("fold_constants", fold_constants),
                   ("dead_code_elimination", dead_code_elimination)]
+        if target.activation_dtype != "float32":
+            passes += [("to_mixed_precision", lambda m: to_mixed_precision(m, target.activation_dtype))]
         if fuse:
             passes += [("fuse_ops", lambda m: fuse_ops(m, target)), ("fuse_tir", lambda m: fuse_tir(m, target))]
         passes += [("legalize_ops", lambda m: legalize_ops(m, target)),

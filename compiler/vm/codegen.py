@@ -101,6 +101,8 @@ def compile_vm(mod: IRModule, target: Target, compiled, upper_bounds: dict[str, 
                  "features": sorted(target.features)}
     if target.cpu:  # machine code: the instruction set it was built for
         described["cpu"] = target.cpu
+    if target.activation_dtype != "float32":  # activations and the KV cache (transform/mixed_precision.py)
+        described["activations"] = target.activation_dtype
     return Executable(described,
                       functions, kernels, features, _required_limits(kernels, functions), constants,
                       dict(compiled.modules), sorted(libraries))
