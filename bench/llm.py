@@ -87,8 +87,11 @@ def run_tessera(path: str, target: str = "llvmpipe") -> dict:
         entry[0] += seconds
         entry[1] += 1
     top = sorted(by_kernel.items(), key=lambda kv: -kv[1][0])[:6]
+    from tessera.app.memory import device_memory
+
     profile = {"launches": len(kernels), "kernel_ms": 1e3 * sum(s for _, s in kernels),
-               "step_ms": 1e3 * step_seconds, "top": [(n, 1e3 * s, count) for n, (s, count) in top]}
+               "step_ms": 1e3 * step_seconds, "top": [(n, 1e3 * s, count) for n, (s, count) in top],
+               "weight_bytes": device_memory(vm.exe).weights}
     return _result(prefill, decode, generated, profile)
 
 
@@ -150,13 +153,36 @@ def run_transformers(path: str) -> dict:
     return _result(*generate())
 
 
+def gemv_bandwidth() -> float:
+    """Bytes/s of bench/kernels.py's best float32 GEMV on llvmpipe (the shapes a SmolLM2 step
+    reads): the ceiling a decode step's weight reads could reach through this adapter."""
+    import importlib.util
+
+    import numpy as np
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("bench_kernels", os.path.join(here, "kernels.py"))
+    kernels = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kernels)
+    runner = kernels.open_runner("webgpu")
+    rng = np.random.default_rng(0)
+    best = 0.0
+    for n, k in kernels.SHAPES:
+        w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+        x = rng.standard_normal((1, k)).astype(np.float32)
+        _, seconds = kernels.measure_kernel(runner, "llvmpipe", x, w, 0.5)
+        best = max(best, 4.0 * k * n / seconds)
+    return best
+
+
 def _result(prefill: float, decode: float, generated: list[int], profile: dict | None = None) -> dict:
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"prefill_tok_s": PROMPT_TOKENS[0] / prefill, "decode_tok_s": DECODE_TOKENS / decode,
             "peak_mib": peak_mib, "first_tokens": generated[:8], "profile": profile}
 
 
-ENGINES = {"tessera": run_tessera, "tessera-f16": lambda path: run_tessera(path, "webgpu-f16"),
+ENGINES = {"gemv-bandwidth": lambda path: {"bytes_per_s": gemv_bandwidth()},
+           "tessera": run_tessera, "tessera-f16": lambda path: run_tessera(path, "webgpu-f16"),
            "llama.cpp": run_llama_cpp, "transformers": run_transformers}
 
 
@@ -179,7 +205,12 @@ def main() -> int:
     from tessera.frontend import bundled_smollm2_path
 
     path = bundled_smollm2_path()
-    engines = args.engines.split(",")
+    engines = [e for e in args.engines.split(",") if e != "gemv-bandwidth"]
+    bandwidth = None
+    if any(e.startswith("tessera") for e in engines):  # llvmpipe's roofline, measured in this run
+        run = subprocess.run([sys.executable, __file__, "--child", "gemv-bandwidth", "-"], capture_output=True,
+                             text=True)
+        bandwidth = json.loads(run.stdout.strip().splitlines()[-1])["bytes_per_s"] if run.returncode == 0 else None
     print(f"SmolLM2-135M-Instruct Q4_1, decode {DECODE_TOKENS} tokens after each prompt, {THREADS} threads")
     print("| prompt | engine | prefill tok/s | decode tok/s | peak RSS MiB | decode vs llama.cpp | first tokens |")
     print("|---|---|---|---|---|---|---|")
@@ -204,6 +235,11 @@ def main() -> int:
     for length, engine, profile in profiles:
         print(f"\n{engine} decode step after {length} prompt tokens: {profile['step_ms']:.1f} ms wall, "
               f"{profile['launches']} launches, {profile['kernel_ms']:.1f} ms in kernels timed one by one")
+        if bandwidth:
+            ceiling = bandwidth / profile["weight_bytes"]
+            print(f"  roofline: {profile['weight_bytes'] / 2**20:.1f} MiB of weights a token at the best GEMV's "
+                  f"{bandwidth / 1e9:.2f} GB/s (bench/kernels.py, llvmpipe, this run) = {ceiling:.1f} tok/s; "
+                  f"this step reaches {1e3 / profile['step_ms'] / ceiling:.2f} of it")
         for name, ms, count in profile["top"]:
             print(f"  {name}: {ms:.2f} ms in {count} launches")
     return 0
