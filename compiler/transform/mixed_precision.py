@@ -7,7 +7,9 @@ largest integer float16 holds exactly is 2048) lose too much. As TVM's ToMixedPr
 this pass decides per operator from its registered ``precision`` (tessera.op.registry):
 
 - "always" (matmul, quantized_matmul, attention, conv2d, the KV-cache write): inputs become
-  float16 and so does the result; the kernels accumulate in float32 (their ComputeDefs say so);
+  float16 and so does the result; the kernels accumulate in float32 (their ComputeDefs say so).
+  An op with one float operand and an ``out_dtype`` (quantized_matmul) reads that operand as it
+  comes and writes float16: a float32 norm's output needs no cast kernel and loses nothing;
 - "follow" (elementwise ops, norms, reshapes, embeddings): float16 when every computed float
   input is float16 (constants follow them), float32 otherwise;
 - "never" (sampling, opaque calls, calls of other functions): float32 inputs.
@@ -42,12 +44,14 @@ from ..ir.deduce import DeduceContext, deduce
 from ..ir.expr import (
     Call,
     Constant,
+    DataflowBlock,
     DataflowVar,
     Expr,
     Function,
     If,
     MatchCast,
     Op,
+    SeqExpr,
     Tuple,
     TupleGetItem,
     Var,
@@ -57,7 +61,7 @@ from ..ir.expr import (
 from ..ir.module import IRModule
 from ..ir.struct_info import TensorStructInfo
 from ..op.registry import make_call
-from .rewrite import map_graph_functions, rewrite_function, walk_bindings
+from .rewrite import map_graph_functions, walk_bindings
 
 WIDE = "float32"
 
@@ -98,8 +102,14 @@ class _FunctionRewriter:
                 params.append(new)
             else:
                 params.append(p)
-        rewritten = rewrite_function(self.func, self._binding, body=lambda e: self._operand(e))
-        return Function(tuple(params), rewritten.body, self.func.ret_struct_info, self.func.attrs, self.func.pure)
+        blocks = []
+        for block in self.func.body.blocks:
+            dataflow = isinstance(block, DataflowBlock)
+            self.casts: dict[tuple[Var, str], Var] = {}  # one cast of a value per block, shared by its readers
+            bindings = [new for binding in block.bindings for new in self._binding(binding, dataflow)]
+            blocks.append(type(block)(tuple(bindings)))
+        body = SeqExpr(tuple(blocks), self._operand(self.func.body.body))
+        return Function(tuple(params), body, self.func.ret_struct_info, self.func.attrs, self.func.pure)
 
     # -- bindings ----------------------------------------------------------------------------
 
@@ -150,11 +160,19 @@ class _FunctionRewriter:
             args = [self._map_leaves(a, lambda e: self._cast(e, WIDE, dataflow) if _is_float(e.struct_info, "float16")
                                      else e) for a in args]
             return Call(call.op, tuple(args), call.attrs, call.sinfo_args)
+        attrs = dict(call.attrs)
+        floats = [leaf for a in args for leaf in _leaves(a) if _is_float(leaf.struct_info)]
+        if precision == "always" and attrs.get("out_dtype") in ("", WIDE) and len(floats) == 1:
+            # One float operand and a result dtype of its own (quantized_matmul's activations): it is
+            # read as it comes, a float32 norm's output without a cast kernel or a rounding, and the
+            # result is written in float16.
+            attrs["out_dtype"] = "float16"
+            if isinstance(floats[0], Var):
+                return make_call(call.op.name, *args, sinfo_args=call.sinfo_args, **attrs)
+        elif precision == "always" and attrs.get("out_dtype") in ("", WIDE):
+            attrs["out_dtype"] = "float16"
         args = [self._map_leaves(a, lambda e: self._cast(e, "float16", dataflow) if _is_float(e.struct_info, WIDE)
                                  else e) for a in args]
-        attrs = dict(call.attrs)
-        if precision == "always" and attrs.get("out_dtype") in ("", WIDE):
-            attrs["out_dtype"] = "float16"
         return make_call(call.op.name, *args, sinfo_args=call.sinfo_args, **attrs)
 
     # -- operands --------------------------------------------------------------------------------
@@ -194,11 +212,13 @@ class _FunctionRewriter:
                 self.converted[key] = Constant(expr.data.astype(np.float16), name=name)
             return self.converted[key]
         if isinstance(expr, Var):
-            value = self._astype(expr, dtype)
-            var = self._fresh(f"{expr.name_hint}_{'f16' if dtype == 'float16' else 'f32'}", value.struct_info,
-                              dataflow)
-            self.extra.append(VarBinding(var, value))
-            return var
+            if (expr, dtype) not in self.casts:
+                value = self._astype(expr, dtype)
+                var = self._fresh(f"{expr.name_hint}_{'f16' if dtype == 'float16' else 'f32'}", value.struct_info,
+                                  dataflow)
+                self.extra.append(VarBinding(var, value))
+                self.casts[(expr, dtype)] = var
+            return self.casts[(expr, dtype)]
         return expr
 
     def _astype(self, expr: Expr, dtype: str) -> Expr:
