@@ -119,8 +119,10 @@ def test_bundle_json_records_what_each_build_downloads_and_needs(site, tiny_gguf
                            "kv_cache_bytes": memory.kv_cache, "total_bytes": memory.total,
                            "largest_buffer_bytes": memory.largest_buffer, "largest_binding_bytes": memory.largest_binding}
         assert figures["total_bytes"] == figures["weights_bytes"] + figures["arena_bytes"] + figures["kv_cache_bytes"]
-        # Two layers, K and V of 64 positions x 2 KV heads x 16 float32; the largest buffer: a 49152-row head.
-        assert figures["kv_cache_bytes"] == 4 * 64 * 2 * 16 * 4
+        # Two layers, K and V of 64 positions x 2 KV heads x 16 values, float16 in the webgpu-f16 build
+        # (half the bytes), float32 in the others; the largest buffer: a 49152-row head.
+        value_bytes = 2 if build["name"] == "webgpu-f16" else 4
+        assert figures["kv_cache_bytes"] == 4 * 64 * 2 * 16 * value_bytes
         assert figures["largest_buffer_bytes"] == max(a.nbytes for a in exe.constants.values())
         assert figures["largest_buffer_bytes"] > exe.required_limits["maxBufferSize"], "weights count, not only arenas"
         assert build["kind"] == exe.target["kind"] and build["features"] == exe.required_features

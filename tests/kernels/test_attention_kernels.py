@@ -8,12 +8,17 @@ import numpy as np
 import pytest
 from harness import COVERED_OPS, _record_browser_shaders, build, target_for
 from tessera import arith, op
+from tessera.target import Target
 from tessera.ir import Function, PrimStructInfo, PrimValue, Tensor, interpret
 from tessera.tir.verify import verify_kernel
 from tessera.transform import legalize_ops
 
 F32 = "float32"
 TOTAL = arith.Var("total")
+# Each device runs both shapes of the kernel: its own preset's (a CPU adapter here: the rows rule)
+# and a real GPU's (spec-default WebGPU, not a CPU adapter: workgroup tiles), so the GPU rule is
+# checked on this machine too.
+RULES = {"cpu": None, "gpu": Target.preset("webgpu")}
 
 
 def numpy_attention(q, keys, values, total):
@@ -42,6 +47,8 @@ def run_attention(runner, mod, cases, capacity, shape, target=None, seed=0, dtyp
     """Legalize ``mod`` for the runner's device, run it for each (n, total) and compare with numpy.
     In float16 the inputs are float16 values and the result is rounded to float16 once (the
     kernels accumulate in float32): within 2e-3 of numpy's float64 on the same values."""
+    if target is not None and not target.cpu_adapter and runner.target.serial_threads:
+        pytest.skip("C kernels run a workgroup's threads one after another: attention has only the rows shape")
     target = target_for(runner, target)
     COVERED_OPS.add("nn.attention")
     lowered = legalize_ops(mod, target)
@@ -67,31 +74,34 @@ def run_attention(runner, mod, cases, capacity, shape, target=None, seed=0, dtyp
     return kernels
 
 
-def test_prefill_attention_over_a_cache(runner):
+@pytest.mark.parametrize("rules", RULES)
+def test_prefill_attention_over_a_cache(runner, rules):
     """Prompts from the first position and continued after cached ones (chunks), grouped-query heads,
     a last workgroup with fewer positions than it holds, and key tiles cut short by the causal bound."""
     kernels = run_attention(runner, attention_module(4, 2, 16, 80), [(1, 1), (5, 5), (3, 37), (40, 40), (17, 80)],
-                            80, (4, 2, 16))
-    assert [k.attrs["rule"] for k in kernels] == [_rule(runner, "attention")]
+                            80, (4, 2, 16), target=RULES[rules])
+    assert [k.attrs["rule"] for k in kernels] == [_rule(runner, rules)]
 
 
-def test_decode_attention_splits_the_keys_across_workgroups(runner):
+@pytest.mark.parametrize("rules", RULES)
+def test_decode_attention_splits_the_keys_across_workgroups(runner, rules):
     """One position over a long cache: partial shares of the keys, then the merge (split-K). Shares
     past a short sequence are empty and must not count."""
     mod = attention_module(9, 3, 64, 2048, rows=1)
-    kernels = run_attention(runner, mod, [(1, 1), (1, 37), (1, 2048)], 2048, (9, 3, 64))
-    assert [k.attrs["rule"] for k in kernels] == [_rule(runner, "attention"), "attention-merge"]
+    kernels = run_attention(runner, mod, [(1, 1), (1, 37), (1, 2048)], 2048, (9, 3, 64), target=RULES[rules])
+    assert [k.attrs["rule"] for k in kernels] == [_rule(runner, rules), "attention-merge"]
     assert kernels[0].grid[1].value > 1  # several shares per KV head
     COVERED_OPS.update({"nn.attention_partial", "nn.attention_merge"})
 
 
+@pytest.mark.parametrize("rules", RULES)
 @pytest.mark.parametrize("shape", [(6, 3, 8), (2, 1, 6)])
-def test_decode_attention_small_heads(runner, shape):
+def test_decode_attention_small_heads(runner, shape, rules):
     """A short cache is not split; a head size that is no multiple of the CPU rule's dot lanes."""
     heads, kv_heads, d = shape
     kernels = run_attention(runner, attention_module(heads, kv_heads, d, 64, rows=1), [(1, 1), (1, 40), (1, 64)], 64,
-                            shape)
-    assert [k.attrs["rule"] for k in kernels] == [_rule(runner, "attention")]
+                            shape, target=RULES[rules])
+    assert [k.attrs["rule"] for k in kernels] == [_rule(runner, rules)]
 
 
 def test_partial_shares_and_merge_as_operators(runner):
@@ -116,17 +126,20 @@ def test_partial_shares_and_merge_as_operators(runner):
         np.testing.assert_allclose(interpret(merge, "main", want), expected, rtol=1e-5, atol=1e-6)
 
 
-def test_attention_in_float16(runner):
+@pytest.mark.parametrize("rules", RULES)
+def test_attention_in_float16(runner, rules):
     """What a webgpu-f16 build runs: float16 queries and cache, float32 scores, softmax and sums;
     prefill over a chunk after cached rows, and decode split across workgroups."""
+    gpu = RULES[rules] and Target("webgpu", {"shader-f16"})
     prefill = run_attention(runner, attention_module(4, 2, 16, 80, dtype="float16"), [(5, 5), (17, 80)], 80,
-                            (4, 2, 16), dtype="float16")
-    assert [k.attrs["rule"] for k in prefill] == [_rule(runner, "attention")]
+                            (4, 2, 16), target=gpu, dtype="float16")
+    assert [k.attrs["rule"] for k in prefill] == [_rule(runner, rules)]
     decode = run_attention(runner, attention_module(6, 2, 32, 1024, rows=1, dtype="float16"), [(1, 3), (1, 1024)],
-                           1024, (6, 2, 32), dtype="float16")
-    assert [k.attrs["rule"] for k in decode] == [_rule(runner, "attention"), "attention-merge"]
+                           1024, (6, 2, 32), target=gpu, dtype="float16")
+    assert [k.attrs["rule"] for k in decode] == [_rule(runner, rules), "attention-merge"]
 
 
-def _rule(runner, rule: str) -> str:
-    serial = runner.target.serial_threads and runner.target.cpu_adapter
-    return {"attention": "attention-rows"}.get(rule, rule) if serial else rule
+def _rule(runner, rules: str) -> str:
+    """The rule attention gets: the rows rule for a CPU adapter (this machine's presets), tiles of
+    workgroup memory for a GPU."""
+    return "attention-rows" if target_for(runner, RULES[rules]).cpu_adapter else "attention"
