@@ -3,8 +3,7 @@
 Two kinds. ``compile_patterns()`` are the blocks one generated kernel computes: RoPE's
 rotate-half (with the reshape that splits the projection into heads; a model without a KV cache,
 ``forward``, rotates so: with one, ``op.rope_append`` does) and SwiGLU's ``silu(gate) * up`` (as
-the gate projection's epilogue, or read from the halves of the gate and up projections that
-combine_parallel_matmul made one). fuse_ops finds the same groups from the operators'
+the gate projection's epilogue). fuse_ops finds the same groups from the operators'
 pattern kinds alone, and matching them first gives the same fused functions, under the same names,
 so the kernels are byte for byte the ones the default build writes (tests/transform/test_llama_patterns.py):
 these patterns say what the blocks are, and leave room to match a block differently from fuse_ops.
@@ -46,12 +45,9 @@ def compile_patterns(target=None) -> list[FusionPattern]:
     a CPU) a quantized GEMM of more than one row takes no epilogue (fuse_ops's ``_epilogue_slows``):
     there SwiGLU fuses into a quantized gate projection in decode only."""
     gate = swiglu_of(projection(wildcard("x")))
-    gate_up = wildcard("gate_up")  # one node: both halves of one tensor
-    halves = is_op("multiply")(is_op("nn.silu")(is_op("strided_slice")(gate_up)), is_op("strided_slice")(gate_up))
     serial_cpu = target is not None and target.cpu_adapter and target.serial_threads
     return [FusionPattern("llama.rope", rope(is_op("reshape")(wildcard("projected"), wildcard()))),
-            FusionPattern("llama.swiglu", gate, _one_row if serial_cpu else None),
-            FusionPattern("llama.swiglu", halves)]
+            FusionPattern("llama.swiglu", gate, _one_row if serial_cpu else None)]
 
 
 def _one_row(m) -> bool:

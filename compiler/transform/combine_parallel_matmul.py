@@ -7,7 +7,9 @@ the same). Each is a GEMV in decode: a launch, and a pass of x through the workg
 ``quantized_matmul(x, W)`` by the weights' rows stacked (a quantized row is whole blocks, so
 stacking rows keeps every block); float ``matmul(x, W_i)`` with constant (in, out_i) weights
 stack their columns alike. Each original result becomes a slice of the last axis of the combined
-one, which fuses into whatever reads it.
+one, which fuses into whatever reads it. Projections whose results meet in an elementwise call
+(SwiGLU's ``silu(gate) * up``) stay apart: there the gate's GEMV takes the rest as its epilogue,
+one launch for the two as it is, and a combined GEMV would need a kernel of its own for it.
 
 The combined weight is a constant named after its parts (``model.layers.0.self_attn.
 q_proj+k_proj+v_proj.weight``), so that the functions of one module (prefill and decode) name
@@ -29,7 +31,10 @@ from ..ir.deduce import DeduceContext, deduce
 from ..ir.expr import Call, Constant, DataflowBlock, Function, Op, Tuple, Var, VarBinding, with_struct_info
 from ..ir.module import IRModule
 from ..ir.struct_info import TensorStructInfo
+from ..op.elementwise import BINARY, UNARY
 from .rewrite import map_graph_functions, rewrite_function
+
+ELEMENTWISE = frozenset(BINARY) | frozenset(UNARY)
 
 
 def combine_parallel_matmul(mod: IRModule) -> IRModule:
@@ -47,9 +52,10 @@ def _combine(func: Function, stacked: dict) -> Function:
                 if key is not None:
                     groups.setdefault((id(block),) + key, []).append(binding)
     first: dict[int, list[VarBinding]] = {}  # id(first member) -> the group
-    for members in groups.values():
-        if len(members) > 1:
-            first[id(members[0])] = members
+    for block in func.body.blocks:
+        for key, members in groups.items():
+            if key[0] == id(block) and len(members) > 1 and not _meet_elementwise(block, members):
+                first[id(members[0])] = members
     member_of = {id(b): members for members in first.values() for b in members}
     combined_var: dict[int, Var] = {}  # id(group's first member) -> the combined result
     slices: dict[Var, tuple] = {}  # a slice's var -> (source, begin, end) on the last axis
@@ -74,6 +80,20 @@ def _combine(func: Function, stacked: dict) -> Function:
         return out
 
     return rewrite_function(func, rewrite)
+
+
+def _meet_elementwise(block, members: list[VarBinding]) -> bool:
+    """Whether an elementwise call reads, through elementwise calls only, two members' results."""
+    reach = {m.var: frozenset((index,)) for index, m in enumerate(members)}
+    for binding in block.bindings:
+        value = binding.value
+        if isinstance(value, Call) and isinstance(value.op, Op) and value.op.name in ELEMENTWISE:
+            reached = frozenset().union(*(reach.get(a, frozenset()) for a in value.args if isinstance(a, Var)))
+            if len(reached) > 1:
+                return True
+            if reached:
+                reach[binding.var] = reached
+    return False
 
 
 def _key(binding) -> tuple | None:
