@@ -317,8 +317,9 @@ class BlockBuilder:
 
         The same expression object used as an operand twice is bound once: model code passes
         unbound expressions around (a normed input feeds q, k and v) and must not compute them
-        again for every use."""
-        if isinstance(expr, Call | If):
+        again for every use. A field of a call's tuple (``TupleGetItem``) is bound too: passes read
+        an operator's tensor arguments as variables."""
+        if isinstance(expr, Call | If | TupleGetItem):
             frame = self._require_frame()
             bound = frame.bound_operands.get(id(expr))
             if bound is not None and bound[0] is expr:

@@ -153,8 +153,8 @@ class Op(Expr):
     legalize: Callable | None = None
     struct_info: StructInfo | None = None
     # What a float16 build does with the op (transform/mixed_precision.py): "always" computes it
-    # in float16 (its kernels accumulate in float32), "follow" in float16 when a computed input
-    # is, "never" in float32.
+    # in float16 (its kernels accumulate in float32), "follow" in float16 when every computed
+    # input is, "never" in float32, "keep" takes its inputs as they come (its kernel mixes them).
     precision: str = "follow"
 
     @property

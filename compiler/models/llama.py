@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import arith, op
 from ..ir import Constant, PrimValue
-from ..ir.expr import Expr
+from ..ir.expr import Expr, TupleGetItem
 from ..nn import Embedding, Linear, Module, ModuleList, RMSNorm
 
 
@@ -48,10 +48,12 @@ class LlamaAttention(Module):
 
     def cached(self, x: Expr, cos: Expr, sin: Expr, n, start, end, cache) -> Expr:
         """Attention of n new positions over ``end`` cached ones, writing the new keys and values.
-        The attention kernel reads the cache where it lies, rows 0 .. end - 1 only."""
-        q, k, v = self._qkv(x, cos, sin, n)
-        keys = op.kv_cache_write(cache[0], k, PrimValue(start))
-        values = op.kv_cache_write(cache[1], v, PrimValue(start))  # v's rows as they are: no reshape copy
+        One kernel rotates q and k and appends k and v to the caches (op.rope_append), reading the
+        projections side by side: the concat is no copy once combine_parallel_matmul has made them
+        one GEMV. The attention kernel reads the cache where it lies, rows 0 .. end - 1 only."""
+        qkv = op.concat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), axis=1)
+        appended = op.rope_append(qkv, cos, sin, cache[0], cache[1], PrimValue(start))
+        q, keys, values = (TupleGetItem(appended, i) for i in range(3))
         return self.o_proj(self._attend(q, keys, values, end))
 
     def _qkv(self, x: Expr, cos: Expr, sin: Expr, n):

@@ -1,8 +1,9 @@
 """The Llama blocks as fusion patterns (tessera.transform.fuse_ops_by_pattern).
 
 Two kinds. ``compile_patterns()`` are the blocks one generated kernel computes: RoPE's
-rotate-half (with the reshape that splits the projection into heads) and SwiGLU's
-``silu(gate) * up`` (as the gate projection's epilogue). fuse_ops finds the same groups from the operators'
+rotate-half (with the reshape that splits the projection into heads; a model without a KV cache,
+``forward``, rotates so: with one, ``op.rope_append`` does) and SwiGLU's ``silu(gate) * up`` (as
+the gate projection's epilogue). fuse_ops finds the same groups from the operators'
 pattern kinds alone, and matching them first gives the same fused functions, under the same names,
 so the kernels are byte for byte the ones the default build writes (tests/transform/test_llama_patterns.py):
 these patterns say what the blocks are, and leave room to match a block differently from fuse_ops.
@@ -10,8 +11,7 @@ these patterns say what the blocks are, and leave room to match a block differen
 ``offload_patterns(prefix)`` are the blocks fuse_tir cannot compose into one kernel, which a
 hand-written library kernel may run whole: RMSNorm into the projection that reads it (a row
 operator as a GEMV prologue), SwiGLU into the down projection (a matmul reads its operands from
-memory), and RoPE into the KV-cache append (the cache write is an opaque kernel). Each becomes
-``R.call_dps_library(prefix + name, ...)``.
+memory). Each becomes ``R.call_dps_library(prefix + name, ...)``.
 """
 
 from __future__ import annotations
@@ -67,14 +67,12 @@ def swiglu_of(gate: ExprPattern) -> ExprPattern:
 def offload_patterns(prefix: str = "llama.") -> list[FusionPattern]:
     """Each library function receives the group's inputs in the order the group first reads them:
     ``rms_norm_last_row_projection(x, norm_weight, weight)`` (the head reads the final norm's last
-    row only, llama.py's ``step``), ``rms_norm_projection(x, norm_weight, weight)``,
-    ``swiglu_down(gate, up, weight)`` and ``rope_append(k, cos, sin, cache, offset)``."""
+    row only, llama.py's ``step``), ``rms_norm_projection(x, norm_weight, weight)`` and
+    ``swiglu_down(gate, up, weight)``."""
     def norm():
         return is_op("nn.rms_norm")(wildcard("x"), wildcard("norm_weight"))
 
-    append = is_op("kv_cache_write")(wildcard("cache"), rope(), wildcard("offset"))
     found = [("rms_norm_last_row_projection", projection(is_op("strided_slice")(norm()))),
              ("rms_norm_projection", projection(norm())),
-             ("swiglu_down", projection(swiglu())),
-             ("rope_append", append)]
+             ("swiglu_down", projection(swiglu()))]
     return [FusionPattern(name, pattern, None, prefix + name) for name, pattern in found]

@@ -19,14 +19,15 @@ from ..ir.expr import Call, Expr, Op, ShapeExpr, Tuple
 from ..ir.struct_info import StructInfo
 
 _REGISTRY: dict[str, Op] = {}
-PRECISIONS = ("always", "follow", "never")
+PRECISIONS = ("always", "follow", "never", "keep")
 
 
 def register_op(name: str, *, inputs: tuple[str, ...], deduce: Callable,
                 attrs: dict[str, Any] | None = None, reference: Callable | None = None,
                 legalize: Callable | None = None, pure: bool = True, variadic: bool = False,
                 precision: str = "follow") -> Op:
-    """``precision``: what a float16 build does with the op (``Op``): "always", "follow" or "never"."""
+    """``precision``: what a float16 build does with the op (``Op``): "always", "follow", "never"
+    or "keep"."""
     if name in _REGISTRY:
         raise ValueError(f"operator {name!r} is registered twice")
     if precision not in PRECISIONS:

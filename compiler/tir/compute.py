@@ -166,6 +166,7 @@ class OpaqueDef:
     inputs: tuple[Buffer, ...]
     output: Buffer
     params: dict = field(default_factory=dict)  # what the rule needs beyond the buffers, by name
+    more_outputs: tuple[Buffer, ...] = ()  # of an operator whose value is a tuple: fields 1, 2, ...
 
 
 def row_major_index(indices, shape) -> TExpr:

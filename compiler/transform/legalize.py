@@ -87,6 +87,9 @@ def _legalize(binding: VarBinding, in_dataflow: bool, kernels: KernelTable, anal
     described.require_shapes()
     key = call_signature(call, _var_signature)
     if isinstance(described.result, OpaqueDef):  # its rule may add scratch outputs to the kernel
+        if described.result.more_outputs:  # an operator whose value is a tuple: one kernel writes each field
+            return [VarBinding(binding.var, kernels.call(described.result, described.args, described.inputs,
+                                                         described.out_sinfos, _part(key, 0)))]
         kernel_call = kernels.call(described.result, described.args, described.inputs, described.out_sinfos[0],
                                    _part(key, 0))
         if not isinstance(kernel_call.struct_info, TupleStructInfo):
@@ -203,13 +206,17 @@ class KernelTable:
     def call_kernel(self, func: PrimFunc, args, out_sinfo) -> Call:
         """Add ``func`` and return the call_tir running it on ``args`` (its inputs, in order).
 
-        A kernel with scratch outputs returns a tuple whose first field is the result."""
+        A kernel with scratch outputs returns a tuple whose first field is the result; so does a
+        kernel of a tuple of ``out_sinfo`` (a list), with a field for each."""
         limit = self.target.limit("maxStorageBuffersPerShaderStage")
         if len(func.params) > limit:
             raise LegalizeError(f"kernel {func.name} needs {len(func.params)} storage buffers, target "
                                 f"{self.target} allows {limit} (maxStorageBuffersPerShaderStage)")
         name = self.add(func)
         tir_vars = [arith.Var(s) for s in func.scalars] or None
+        if isinstance(out_sinfo, list):
+            return with_struct_info(call_tir(GlobalVar(name), args, out_sinfo, tir_vars=tir_vars),
+                                    TupleStructInfo(tuple(out_sinfo)))
         scratch = func.outputs[len(func.outputs) - func.attrs.get("scratch_outputs", 0):]
         if not scratch:
             return with_struct_info(call_tir(GlobalVar(name), args, out_sinfo, tir_vars=tir_vars), out_sinfo)

@@ -74,6 +74,20 @@ def explicit_allocation(mod: IRModule) -> IRModule:
             dps = with_struct_info(make_call("call_tir_dps", value.args[0], value.args[1], *value.args[2:]),
                                    ObjectStructInfo())
             return [VarBinding(Var(f"{out.name_hint}_done", ObjectStructInfo()), dps), VarBinding(out, target)]
+        if "results_in_inputs" in kernel_attrs:
+            # A tuple of results of which some are inputs updated in place: only the others are allocated.
+            in_inputs = {int(o): i for o, i in kernel_attrs["results_in_inputs"].items()}
+            fields = list(sinfo.fields)
+            outs = [value.args[1].fields[in_inputs[i]] if i in in_inputs else Var(f"{out.name_hint}_{i}", f)
+                    for i, f in enumerate(fields)]
+            result = [VarBinding(var, with_struct_info(make_call("builtin.alloc_tensor", ShapeExpr(f.shape),
+                                                                 dtype=f.dtype), f))
+                      for i, (var, f) in enumerate(zip(outs, fields)) if i not in in_inputs]
+            written = tuple(var for i, var in enumerate(outs) if i not in in_inputs)
+            args = Tuple(tuple(value.args[1].fields) + written)
+            dps = with_struct_info(make_call("call_tir_dps", value.args[0], args, *value.args[2:]), ObjectStructInfo())
+            return result + [VarBinding(Var(f"{out.name_hint}_done", ObjectStructInfo()), dps),
+                             VarBinding(out, Tuple(tuple(outs)))]
         inplace = kernel_attrs.get("inplace")
         if inplace:
             # The kernel writes into one of its inputs: no allocation, the result is that input.

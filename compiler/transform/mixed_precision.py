@@ -12,7 +12,9 @@ this pass decides per operator from its registered ``precision`` (tessera.op.reg
   comes and writes float16: a float32 norm's output needs no cast kernel and loses nothing;
 - "follow" (elementwise ops, norms, reshapes, embeddings): float16 when every computed float
   input is float16 (constants follow them), float32 otherwise;
-- "never" (sampling, opaque calls, calls of other functions): float32 inputs.
+- "never" (sampling, opaque calls, calls of other functions): float32 inputs;
+- "keep" (rope_append): inputs as they come; the op's kernel reads float16 q/k/v and caches and
+  float32 angles, and computes in float32.
 
 In a Llama this keeps the big tensors in float16 (the KV cache, q/k/v, attention's output, the
 MLP's activations) and the residual stream in float32: the embedding is float32, and a float16
@@ -144,6 +146,8 @@ class _FunctionRewriter:
     def _call(self, call: Call, dataflow: bool, is_output: bool) -> Expr:
         args = [self._operand(a) for a in call.args]
         precision = call.op.precision
+        if precision == "keep":  # the op reads mixed dtypes itself (rope_append: float32 angles)
+            return Call(call.op, tuple(args), call.attrs, call.sinfo_args)
         if is_output and _dtype_of(call.struct_info) == WIDE:
             # What the function returns in float32 (a model's logits, which choose tokens) is
             # computed from float32 inputs: it costs one small kernel's reads.

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ..ir.module import IRModule
 from ..target import Target
+from .combine_parallel_matmul import combine_parallel_matmul
 from .data_dependent import split_data_dependent
 from .fuse_ops import fuse_ops
 from .fuse_tir import fuse_tir
@@ -37,6 +38,7 @@ class Pipeline:
         if target.activation_dtype != "float32":
             passes += [("to_mixed_precision", lambda m: to_mixed_precision(m, target.activation_dtype))]
         if fuse:
+            passes.insert(4, ("combine_parallel_matmul", combine_parallel_matmul))  # after fold_constants
             passes += [("fuse_ops", lambda m: fuse_ops(m, target)), ("fuse_tir", lambda m: fuse_tir(m, target))]
         passes += [("legalize_ops", lambda m: legalize_ops(m, target)),
                    ("split_data_dependent", split_data_dependent),

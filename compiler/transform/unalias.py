@@ -9,7 +9,9 @@ patterns would bind one tensor twice: a call that passes the same tensor twice (
 - a repeated input is merged into its first occurrence;
 - an in-place output is merged into the input it updates; the kernel then has no output of its
   own, and ``attrs["result_is_input"]`` names the input that holds the result
-  (explicit_allocation binds the call's value to that input).
+  (explicit_allocation binds the call's value to that input). A kernel of several results
+  (``rope_append``) keeps the others; ``attrs["results_in_inputs"]`` maps each merged result's
+  position to its input.
 
 Runs after legalization (and fusion), before explicit_allocation.
 """
@@ -51,9 +53,12 @@ def unalias_kernel_args(mod: IRModule) -> IRModule:
             inputs = tuple(b for i, b in enumerate(func.inputs) if i not in merged_inputs)
             outputs = tuple(b for o, b in enumerate(func.outputs) if o not in inplace)
             attrs = {k: v for k, v in func.attrs.items() if k != "inplace"}
-            if inplace:
+            if len(func.outputs) == 1 and inplace:
                 (target,) = inplace.values()  # one in-place output: the kernel's result
                 attrs["result_is_input"] = inputs.index(func.inputs[merged_inputs.get(target, target)])
+            elif inplace:  # a tuple of results, some of them inputs updated in place
+                attrs["results_in_inputs"] = {o: inputs.index(func.inputs[merged_inputs.get(i, i)])
+                                              for o, i in inplace.items()}
             new_name = f"{name}_unaliased" if merged_inputs else name
             while new_name in functions and new_name != name:
                 new_name += "_"

@@ -255,6 +255,13 @@ class _FunctionCompiler:
             return
         if isinstance(value, TupleGetItem):
             src = self._operand(value.tuple_value)
+            for op in self.code:
+                if op.get("op") == "tuple" and op["dst"] == src and \
+                        self.locations.get(op["fields"][value.index], {}).get("kind") == "param":
+                    # A parameter updated in place (rope_append's caches): runtimes find a parameter's
+                    # buffer by its own register, so the field is that register, not a copy of it.
+                    self.registers[binding.var] = op["fields"][value.index]
+                    return
             reg = self.register(binding.var)
             self.code.append({"op": "get", "dst": reg, "src": src, "index": value.index})
             for op in self.code:

@@ -114,3 +114,29 @@ def test_kv_cache_write_updates_rows_in_place(runner):
     # New rows that come flat, (n, heads * dim), as a projection writes them: the same rows.
     check_op(runner, lambda cache, value: op.kv_cache_write(cache, value, PrimValue(3)),
              [Tensor(("n + 3", 2, 4), F32), Tensor(("n", 8), F32)], rtol=0, atol=0)
+
+
+def test_rope_append_rotates_q_and_k_and_appends_k_and_v_in_one_kernel(runner):
+    """qkv holds 3 query heads, then 2 KV heads of keys and of values (head size 8): q comes out
+    rotated, the caches get the rotated keys and the values in rows 3 .. n + 2, in place."""
+    from tessera.ir import PrimValue, interpret
+
+    params = [Tensor(("n", 7 * 8), F32), Tensor(("n", 1, 8), F32), Tensor(("n", 1, 8), F32),
+              Tensor(("n + 3", 2, 8), F32), Tensor(("n + 3", 2, 8), F32)]
+    lowered, kernels = check_op(runner, lambda qkv, cos, sin, k, v: op.rope_append(qkv, cos, sin, k, v, PrimValue(3)),
+                                params)
+    assert [k.attrs["rule"] for k in kernels] == ["rope-append"] and kernels[0].attrs["inplace"] == {1: 3, 2: 4}
+    rng = np.random.default_rng(1)
+    qkv = rng.standard_normal((2, 56)).astype(np.float32)
+    angles = rng.standard_normal((2, 1, 8)).astype(np.float32)
+    keys, values = np.full((5, 2, 8), 7, np.float32), np.full((5, 2, 8), 9, np.float32)
+    q, got_keys, got_values = interpret(lowered, "main", qkv, np.cos(angles), np.sin(angles), keys.copy(),
+                                        values.copy(), kernel_runner=runner)
+
+    def rope(x):  # rotate-half, as models/llama.py's _rope
+        return x * np.cos(angles) + np.concatenate((-x[..., 4:], x[..., :4]), axis=-1) * np.sin(angles)
+
+    np.testing.assert_allclose(q, rope(qkv[:, :24].reshape(2, 3, 8)), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got_keys[:3], keys[:3])  # rows before the offset kept
+    np.testing.assert_allclose(got_keys[3:], rope(qkv[:, 24:40].reshape(2, 2, 8)), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got_values[3:], qkv[:, 40:].reshape(2, 2, 8))

@@ -94,6 +94,9 @@ def test_the_llm_kernels_as_wasm(wasm):
              inputs=lambda env, rng: [table, rng.integers(0, 30, env["n"]).astype(np.int32)])
     check_op(wasm, lambda c, v: op.kv_cache_write(c, v, PrimValue(3)), [Tensor((1010, 2, 4), F32),
                                                                          Tensor(("n", 2, 4), F32)], target=WASM)
+    check_op(wasm, lambda qkv, cos, sin, k, v: op.rope_append(qkv, cos, sin, k, v, PrimValue(3)),
+             [Tensor(("n", 32), F32), Tensor(("n", 1, 8), F32), Tensor(("n", 1, 8), F32),
+              Tensor((1010, 1, 8), F32), Tensor((1010, 1, 8), F32)], target=WASM)
 
     def sampler_inputs(env, rng):
         return [(rng.standard_normal((1, 1000)) * 3).astype(np.float32), rng.integers(0, 1000, env["m"]).astype(np.int32),

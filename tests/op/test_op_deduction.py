@@ -518,3 +518,21 @@ def test_kv_cache_write_deduction():
         == tensor_text(["2048", "3", "64"])
     with pytest.raises(DeductionError, match=r"cache rows are \(3, 64\), new rows \(190\)"):
         deduced(lambda c, v: op.kv_cache_write(c, v, PrimValue(0)), T((16, 3, 64), F32), T((1, 190), F32))
+
+
+@covers("rope_append")
+def test_rope_append_deduction():
+    """qkv holds 9 query heads, then 3 KV heads of keys and of values: q (n, 9, 64) and both caches."""
+    from tessera.ir import PrimValue
+
+    def append(qkv, cos, sin, k, v):
+        return op.rope_append(qkv, cos, sin, k, v, PrimValue(0))
+
+    cache = T((2048, 3, 64), F32)
+    angles = T(("n", 1, 64), F32)
+    assert deduced(append, T(("n", 960), F32), angles, angles, cache, cache) == \
+        f'R.Tuple({tensor_text(["n", "9", "64"])}, {tensor_text(["2048", "3", "64"])}, {tensor_text(["2048", "3", "64"])})'
+    with pytest.raises(DeductionError, match=r"qkv rows of 384 do not hold q heads and k and v"):
+        deduced(append, T(("n", 384), F32), angles, angles, cache, cache)
+    with pytest.raises(DeductionError, match=r"keys are \(2048, 3, 64\), values \(16, 3, 64\)"):
+        deduced(append, T(("n", 960), F32), angles, angles, cache, T((16, 3, 64), F32))

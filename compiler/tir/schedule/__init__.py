@@ -16,7 +16,7 @@ from ..ir import SCALAR_PREFIX, Local, PrimFunc, walk_expr, walk_stmts
 from ..pattern import Pattern, analyze_pattern
 from .attention import schedule_attention, schedule_attention_merge
 from .injective import schedule_injective, schedule_injective_rows, vectorize_elementwise
-from .kv_cache import schedule_kv_cache_write
+from .kv_cache import schedule_kv_cache_write, schedule_rope_append
 from .matmul import (
     is_gemv,
     is_lane_rows,
@@ -43,6 +43,7 @@ OPAQUE_RULES = {
     "attention": schedule_attention,
     "attention-merge": schedule_attention_merge,
     "kv-cache-write": schedule_kv_cache_write,
+    "rope-append": schedule_rope_append,
     "sample-token": schedule_sample_token,
 }
 
