@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from harness import COVERED_OPS, _record_browser_shaders, build, target_for
 from tessera import arith, op
-from tessera.target import Target
 from tessera.ir import Function, PrimStructInfo, PrimValue, Tensor, interpret
+from tessera.target import Target
 from tessera.tir.verify import verify_kernel
 from tessera.transform import legalize_ops
 

@@ -81,7 +81,8 @@ def schedule_rope_append(defn: OpaqueDef, target, name: str) -> PrimFunc:
                             IfThen(binary("<", cache_at, from_prim(keys_out.size)),
                                    (Store(keys_out, cache_at, cast(rope_value(), keys_out.dtype)),)))),),
                        (Declare(cache_at, binary("+", cache_row, v_col)),
-                        IfThen(binary("<", cache_at, from_prim(values_out.size)), (Store(values_out, cache_at, cast(x, values_out.dtype)),)))),
+                        IfThen(binary("<", cache_at, from_prim(values_out.size)),
+                               (Store(values_out, cache_at, cast(x, values_out.dtype)),)))),
             )),)
     grid = grid_for(arith.simplify((count + threads - 1) // threads), target)
     scalars = tuple(dict.fromkeys(scalars_of(qkv, cos, keys, q_out) + tuple(v.name for v in arith.free_vars(offset))))
