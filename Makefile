@@ -93,7 +93,8 @@ lint:
 # tests need nothing of the rest, so they run beside it in processes of their own, to keep CI within its
 # time on 2 cores; their logs are printed when all are done, and any failing fails the target.
 KERNEL_TESTS ?= tests/kernels
-PYTEST_ARGS ?=
+# Tests marked long (half an hour or more on 2 cores) are left to `pytest -m long`.
+PYTEST_ARGS ?= -m "not long"
 test-python: native node-deps
 	@mkdir -p build
 	@( $(PY) -m pytest -p no:cacheprovider $(KERNEL_TESTS) > build/test-kernels.log 2>&1; \
