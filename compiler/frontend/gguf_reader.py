@@ -87,7 +87,8 @@ class GGUFModel:
     metadata: dict = field(default_factory=dict)
 
 
-def load_gguf(path: str) -> GGUFModel:
+def _read(path: str):
+    """(the file's contents, the gguf module), or a GGUFError naming what is wrong with the file."""
     try:
         import gguf
     except ImportError as error:  # pragma: no cover - a dependency
@@ -95,10 +96,14 @@ def load_gguf(path: str) -> GGUFModel:
     if not os.path.exists(path):
         raise GGUFError(f"no GGUF file at {path}")
     try:
-        contents = read_gguf_file(path, gguf)
+        return read_gguf_file(path, gguf), gguf
     except Exception as error:  # the parsers raise many kinds on truncated or corrupted input
         raise GGUFError(f"cannot read GGUF file {path}: truncated or corrupted ({type(error).__name__}: "
                         f"{error})") from None
+
+
+def load_gguf(path: str) -> GGUFModel:
+    contents, gguf = _read(path)
     metadata = contents.metadata
     arch = metadata.get("general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
@@ -163,18 +168,7 @@ def _config(meta: dict, arch: str, tensors: dict, path: str) -> GGUFHyperparamet
 
 def load_tokenizer(path: str) -> TokenizerSpec:
     """The tokenizer of a GGUF file, which need not hold a model (llama.cpp's vocabulary-only files)."""
-    try:
-        import gguf
-    except ImportError as error:  # pragma: no cover - a dependency
-        raise GGUFError(f"the gguf package is missing: {error}") from None
-    if not os.path.exists(path):
-        raise GGUFError(f"no GGUF file at {path}")
-    try:
-        metadata = read_gguf_file(path, gguf).metadata
-    except Exception as error:  # the parsers raise many kinds on truncated or corrupted input
-        raise GGUFError(f"cannot read GGUF file {path}: truncated or corrupted ({type(error).__name__}: "
-                        f"{error})") from None
-    spec = _tokenizer(metadata)
+    spec = _tokenizer(_read(path)[0].metadata)
     if spec is None:
         raise GGUFError(f"{os.path.basename(path)} has no tokenizer (tokenizer.ggml.tokens)")
     return spec
