@@ -44,17 +44,17 @@ def combine_parallel_matmul(mod: IRModule) -> IRModule:
 
 def _combine(func: Function, stacked: dict) -> Function:
     ctx = DeduceContext(analyzer_for(dict(func.attrs or ())))
-    groups: dict[tuple, list[VarBinding]] = {}
-    for block in func.body.blocks:
-        if isinstance(block, DataflowBlock):
-            for binding in block.bindings:
-                key = _key(binding)
-                if key is not None:
-                    groups.setdefault((id(block),) + key, []).append(binding)
     first: dict[int, list[VarBinding]] = {}  # id(first member) -> the group
     for block in func.body.blocks:
-        for key, members in groups.items():
-            if key[0] == id(block) and len(members) > 1 and not _meet_elementwise(block, members):
+        if not isinstance(block, DataflowBlock):
+            continue
+        groups: dict[tuple, list[VarBinding]] = {}
+        for binding in block.bindings:
+            key = _key(binding)
+            if key is not None:
+                groups.setdefault(key, []).append(binding)
+        for members in groups.values():
+            if len(members) > 1 and not _meet_elementwise(block, members):
                 first[id(members[0])] = members
     member_of = {id(b): members for members in first.values() for b in members}
     combined_var: dict[int, Var] = {}  # id(group's first member) -> the combined result
