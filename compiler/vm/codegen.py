@@ -255,19 +255,17 @@ class _FunctionCompiler:
             return
         if isinstance(value, TupleGetItem):
             src = self._operand(value.tuple_value)
-            for op in self.code:
-                if op.get("op") == "tuple" and op["dst"] == src and \
-                        self.locations.get(op["fields"][value.index], {}).get("kind") == "param":
-                    # A parameter updated in place (rope_append's caches): runtimes find a parameter's
-                    # buffer by its own register, so the field is that register, not a copy of it.
-                    self.registers[binding.var] = op["fields"][value.index]
-                    return
+            built = next((op for op in self.code if op.get("op") == "tuple" and op["dst"] == src), None)
+            field = built["fields"][value.index] if built is not None else None
+            if self.locations.get(field, {}).get("kind") == "param":
+                # A parameter updated in place (rope_append's caches): runtimes find a parameter's
+                # buffer by its own register, so the field is that register, not a copy of it.
+                self.registers[binding.var] = field
+                return
             reg = self.register(binding.var)
             self.code.append({"op": "get", "dst": reg, "src": src, "index": value.index})
-            for op in self.code:
-                if op.get("op") == "tuple" and op["dst"] == src and op["fields"][value.index] in self.locations:
-                    field = op["fields"][value.index]
-                    self.locations[reg], self.tensors[reg] = self.locations[field], self.tensors[field]
+            if field in self.locations:
+                self.locations[reg], self.tensors[reg] = self.locations[field], self.tensors[field]
             return
         raise VMCompileError(f"the VM does not support {type(value).__name__} bindings")
 
