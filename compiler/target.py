@@ -45,6 +45,11 @@ REQUIRED_LIMITS = ("maxComputeInvocationsPerWorkgroup", "maxStorageBuffersPerSha
 # Feature names. Subgroup operations go by two names: "subgroup" in wgpu-native (no directive in
 # the kernel) and "subgroups" in browsers (which want `enable subgroups;`).
 SHADER_F16 = "shader-f16"
+# Mesa's CPU drivers (llvmpipe behind WebGPU, lavapipe behind Vulkan) end every loop of an
+# invocation once that invocation has run this many loop iterations in all, silently (gallivm's
+# loop limiter, LP_MAX_TGSI_LOOP_ITERATIONS, shared by all loops of a shader): kernels for them
+# must keep each invocation's loops within it.
+MESA_LOOP_BUDGET = 65535
 SUBGROUP_FEATURES = ("subgroups", "subgroup")
 TIMESTAMP_QUERY = "timestamp-query"
 
@@ -87,6 +92,7 @@ class _Preset:
     description: str
     cpu: str
     activation_dtype: str
+    loop_budget: int
 
 
 _KINDS: dict[str, TargetKind] = {}
@@ -99,10 +105,10 @@ def register_kind(kind: TargetKind) -> None:
 
 def register_preset(name: str, kind: str, features=(), limits: dict[str, int] | None = None,
                     cpu_adapter: bool = False, description: str = "", cpu: str = "",
-                    activation_dtype: str = "float32") -> None:
+                    activation_dtype: str = "float32", loop_budget: int = 0) -> None:
     """A named target users pick with ``--target NAME``: a kind with its features and limits (and,
-    for kinds whose code is machine code, the ``cpu`` it is built for; ``activation_dtype``: see
-    ``Target``)."""
+    for kinds whose code is machine code, the ``cpu`` it is built for; ``activation_dtype`` and
+    ``loop_budget``: see ``Target``)."""
     if kind not in _KINDS:
         raise ValueError(f"preset {name!r} names the unknown target kind {kind!r}")
     unknown = set(limits or {}) - set(LIMIT_DEFAULTS)
@@ -111,7 +117,7 @@ def register_preset(name: str, kind: str, features=(), limits: dict[str, int] | 
     if activation_dtype == "float16" and SHADER_F16 not in features:
         raise ValueError(f"preset {name!r} computes in float16 but lacks the {SHADER_F16} feature")
     _PRESETS[name] = _Preset(kind, frozenset(features), tuple(sorted((limits or {}).items())), cpu_adapter,
-                             description, cpu, activation_dtype)
+                             description, cpu, activation_dtype, loop_budget)
 
 
 def presets() -> dict[str, str]:
@@ -128,16 +134,19 @@ class Target:
     cpu_adapter: bool = False
     cpu: str = ""
     activation_dtype: str = "float32"
+    loop_budget: int = 0
 
     def __init__(self, kind: str, features=(), limits=None, name: str = "", cpu_adapter: bool = False,
-                 cpu: str = "", activation_dtype: str = "float32"):
+                 cpu: str = "", activation_dtype: str = "float32", loop_budget: int = 0):
         """``cpu_adapter``: the device is a CPU emulating a GPU (llvmpipe, SwiftShader, WASM), where
         workgroup memory and barriers cost more than they save and per-thread work should be wide.
         ``cpu``: the instruction set machine code is built for (a compiler's ``-march`` value such as
         ``x86-64-v3``, or ``native``: this machine's); empty for kinds whose modules a driver compiles.
         ``activation_dtype``: the float type a model's activations and KV cache are kept in;
         "float16" (which needs shader-f16) halves their memory and traffic, while reductions,
-        softmax and dot products still accumulate in float32 (transform/mixed_precision.py)."""
+        softmax and dot products still accumulate in float32 (transform/mixed_precision.py).
+        ``loop_budget``: the most loop iterations one invocation may run, all its loops together
+        (``MESA_LOOP_BUDGET`` on Mesa's CPU drivers); 0 when the driver sets no such bound."""
         if activation_dtype not in ("float32", "float16"):
             raise ValueError(f"activation_dtype must be float32 or float16, got {activation_dtype!r}")
         if kind not in _KINDS:
@@ -152,13 +161,15 @@ class Target:
         object.__setattr__(self, "cpu_adapter", cpu_adapter)
         object.__setattr__(self, "cpu", cpu)
         object.__setattr__(self, "activation_dtype", activation_dtype)
+        object.__setattr__(self, "loop_budget", int(loop_budget))
 
     @staticmethod
     def preset(name: str) -> Target:
         if name not in _PRESETS:
             raise ValueError(f"unknown target preset {name!r}; known: {', '.join(sorted(_PRESETS))}")
         p = _PRESETS[name]
-        return Target(p.kind, p.features, dict(p.limits), name, p.cpu_adapter, p.cpu, p.activation_dtype)
+        return Target(p.kind, p.features, dict(p.limits), name, p.cpu_adapter, p.cpu, p.activation_dtype,
+                      p.loop_budget)
 
     # -- capabilities --------------------------------------------------------------------------
 

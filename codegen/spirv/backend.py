@@ -6,7 +6,7 @@ constants (``{"passed": "push_constant", "offset": 4 * i}`` in the ABI).
 
 from __future__ import annotations
 
-from tessera.target import SHADER_F16, TargetKind, register_kind, register_preset
+from tessera.target import MESA_LOOP_BUDGET, SHADER_F16, TargetKind, register_kind, register_preset
 from tessera.tir.lower import lower_kernel
 
 from .. import ModulePerKernelBackend, register_backend
@@ -39,4 +39,4 @@ register_preset("lavapipe", "vulkan", {SHADER_F16, "subgroup"}, {
     "maxComputeWorkgroupSizeX": 1024,
     "maxComputeWorkgroupSizeY": 1024,
     "maxStorageBuffersPerShaderStage": 32,
-}, cpu_adapter=True, description="Mesa's CPU Vulkan driver")
+}, cpu_adapter=True, loop_budget=MESA_LOOP_BUDGET, description="Mesa's CPU Vulkan driver")

@@ -5,7 +5,7 @@ Registers the ``webgpu`` target kind and the presets users pick with ``--target`
 
 from __future__ import annotations
 
-from tessera.target import SHADER_F16, TargetKind, register_kind, register_preset
+from tessera.target import MESA_LOOP_BUDGET, SHADER_F16, TargetKind, register_kind, register_preset
 from tessera.tir.lower import lower_kernel
 
 from .. import ModulePerKernelBackend, register_backend
@@ -41,7 +41,7 @@ register_preset("llvmpipe", "webgpu", {SHADER_F16, "subgroup", "timestamp-query"
     "maxComputeWorkgroupSizeX": 1024,
     "maxComputeWorkgroupSizeY": 1024,
     "maxStorageBuffersPerShaderStage": 32,
-}, cpu_adapter=True, description="Mesa's CPU Vulkan driver behind wgpu-py")
+}, cpu_adapter=True, loop_budget=MESA_LOOP_BUDGET, description="Mesa's CPU Vulkan driver behind wgpu-py")
 # Chromium names the feature "subgroups" and wants `enable subgroups;` in WGSL.
 register_preset("swiftshader", "webgpu", {"subgroups"}, {"maxStorageBuffersPerShaderStage": 10}, cpu_adapter=True,
                 description="Chromium's CPU WebGPU adapter")

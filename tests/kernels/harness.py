@@ -62,7 +62,8 @@ def target_for(runner, target: Target | None = None) -> Target:
     if target.name == TARGET.name:
         return Target.preset(KERNEL_DEVICES[kind][1])
     return Target(kind, target.features & runner.target.features, dict(target.limits),
-                  name=f"{target.name} as {kind}", cpu_adapter=target.cpu_adapter)
+                  name=f"{target.name} as {kind}", cpu_adapter=target.cpu_adapter,
+                  loop_budget=runner.target.loop_budget)
 
 
 # CPU targets whose workgroup threads run one after another (C kernels) replace the rules that spread

@@ -4,12 +4,15 @@ The expected values come from a plain numpy statement of attention (scores, a ca
 softmax, a weighted sum), not from the operator's reference, which is checked against the same.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 from harness import COVERED_OPS, _record_browser_shaders, build, target_for
 from tessera import arith, op
 from tessera.ir import Function, PrimStructInfo, PrimValue, Tensor, interpret
 from tessera.target import Target
+from tessera.tir.schedule.attention import lanes_loop_iterations, splits_within_loop_budget
 from tessera.tir.verify import verify_kernel
 from tessera.transform import legalize_ops
 
@@ -139,8 +142,25 @@ def test_attention_in_float16(runner, rules):
     assert [k.attrs["rule"] for k in decode] == [_rule(runner, rules), "attention-merge"]
 
 
+def test_prefill_attention_over_a_long_cache(runner):
+    """A prompt's chunk over a cache of 2,048 keys: what a rule that walks a row's keys in one
+    invocation must get right within Mesa's loop budget (65,535 loop iterations an invocation,
+    Target.loop_budget), and the shares a budget too small for the cache asks for."""
+    target = target_for(runner)
+    run_attention(runner, attention_module(9, 3, 64, 2048), [(64, 2048), (5, 1900), (3, 3)], 2048, (9, 3, 64))
+    if target.loop_budget:
+        assert lanes_loop_iterations(2048) <= target.loop_budget
+        tight = dataclasses.replace(target, loop_budget=lanes_loop_iterations(1024))
+        assert splits_within_loop_budget(tight, 2048) == 2
+        kernels = run_attention(runner, attention_module(9, 3, 64, 2048), [(64, 2048), (5, 1900)], 2048, (9, 3, 64),
+                                target=tight)
+        assert [k.attrs["rule"] for k in kernels] == ["attention-lanes", "attention-merge"]
+
+
 def _rule(runner, rules: str) -> str:
-    """The rule attention gets: the rows rule for C and WASM, tiles of workgroup memory for GPU
-    languages (llvmpipe included: see tir/schedule/attention.py)."""
+    """The rule attention gets: rows for C and WASM, lanes for GPU languages on a CPU adapter
+    (llvmpipe, lavapipe, PoCL), tiles of workgroup memory for GPUs (tir/schedule/attention.py)."""
     target = target_for(runner, RULES[rules])
-    return "attention-rows" if target.cpu_adapter and target.serial_threads else "attention"
+    if not target.cpu_adapter:
+        return "attention"
+    return "attention-rows" if target.serial_threads else "attention-lanes"

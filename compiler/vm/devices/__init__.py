@@ -41,6 +41,7 @@ class Device:
     name: str = ""  # the adapter or machine, for people
     features: frozenset[str] = frozenset()
     cpu_adapter: bool = False  # a CPU standing in for a GPU (llvmpipe, lavapipe, PoCL)
+    loop_budget: int = 0  # the most loop iterations an invocation may run (Target.loop_budget); 0: no bound
 
     # -- what the executable needs -------------------------------------------------------------
 
@@ -52,7 +53,8 @@ class Device:
         """The target whose kernels this device runs best: its kind with the device's own features
         and limits (the kernel runners compile for it)."""
         limits = {name: self.limit(name) for name in LIMIT_DEFAULTS if self.limit(name)}
-        return Target(self.kind, self.features, limits, name=self.name, cpu_adapter=self.cpu_adapter)
+        return Target(self.kind, self.features, limits, name=self.name, cpu_adapter=self.cpu_adapter,
+                      loop_budget=self.loop_budget)
 
     def check(self, exe) -> None:
         """Raise DeviceError naming the first backend, feature or limit ``exe`` needs and this lacks."""

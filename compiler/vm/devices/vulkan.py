@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...target import TIMESTAMP_QUERY
+from ...target import MESA_LOOP_BUDGET, TIMESTAMP_QUERY
 from . import Device, DeviceError, View
 from .vulkan_adapter import (
     ValidationMessages,
@@ -148,6 +148,11 @@ class VulkanDevice(Device):
     @property
     def cpu_adapter(self) -> bool:
         return self.adapter.device_type == self.vk.VK_PHYSICAL_DEVICE_TYPE_CPU
+
+    @property
+    def loop_budget(self) -> int:
+        """lavapipe shares llvmpipe's loop limiter (tessera.target.MESA_LOOP_BUDGET)."""
+        return MESA_LOOP_BUDGET if self.cpu_adapter and "llvmpipe" in self.name.lower() else 0
 
     @property
     def validation_messages(self) -> list[str]:

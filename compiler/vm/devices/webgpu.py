@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from ...target import LIMIT_DEFAULTS, SHADER_F16, SUBGROUP_FEATURES, TIMESTAMP_QUERY, limit_key
+from ...target import LIMIT_DEFAULTS, MESA_LOOP_BUDGET, SHADER_F16, SUBGROUP_FEATURES, TIMESTAMP_QUERY, limit_key
 from . import Device, DeviceError, View
 
 
@@ -72,6 +72,7 @@ class WebGPUDevice(Device):
                   if limit_key(name) in adapter.limits}
         self.gpu = adapter.request_device_sync(required_features=sorted(self.features), required_limits=limits)
         self.name = adapter.info.get("device", "unknown adapter")
+        self.loop_budget = MESA_LOOP_BUDGET if "llvmpipe" in self.name.lower() else 0
         usage = wgpu.BufferUsage
         self.storage_usage = usage.STORAGE | usage.COPY_SRC | usage.COPY_DST
         self.buffers_created = 0
