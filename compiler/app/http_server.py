@@ -225,8 +225,8 @@ class _EventStream(Response):
 
     @staticmethod
     async def _send(send, data: dict) -> None:
-        await send({"type": "http.response.body", "body": b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n",
-                    "more_body": True})
+        line = b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+        await send({"type": "http.response.body", "body": line, "more_body": True})
 
 
 class _RequireKey:

@@ -74,32 +74,13 @@ def serve(source: str, host: str = "127.0.0.1", port: int = 8000, api_key: str |
 
 
 def run_app(app, host: str, port: int, api_key: str | None, what: str, ready=None) -> None:
-    """Run ``app`` under uvicorn with the limits above, on a socket bound here (port 0: a free one)."""
-    import uvicorn
-
+    """Run ``app`` until interrupted, saying where (and warning when the model is open to a network)."""
     if not is_loopback(host) and not api_key:
         print(f"warning: serving on {host}, which is not a loopback address, without --api-key: anyone who can "
               f"reach this machine's port can use the model; pass --api-key KEY, or bind 127.0.0.1", file=sys.stderr,
               flush=True)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as error:
-        sock.close()
-        raise ServeError(f"cannot listen on {host}:{port}: {error.strerror}") from None
-    bound = sock.getsockname()[1]
-    url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}/"
+    server, sock, url = uvicorn_server(app, host, port)
     print(f"serving {what} at {url}", flush=True)
-    from .http_server import HeadTimeoutProtocol
-
-    config = uvicorn.Config(app, http=HeadTimeoutProtocol, timeout_keep_alive=IDLE_TIMEOUT_S,
-                            limit_concurrency=MAX_CONNECTIONS, h11_max_incomplete_event_size=MAX_HEADER_BYTES,
-                            log_level="info" if os.environ.get("TESSERA_SERVE_LOG") else "warning",
-                            access_log=bool(os.environ.get("TESSERA_SERVE_LOG")), server_header=False,
-                            lifespan="off")
-    server = uvicorn.Server(config)
     if ready is not None:
         ready(url)
     try:
@@ -107,6 +88,31 @@ def run_app(app, host: str, port: int, api_key: str | None, what: str, ready=Non
     finally:
         sock.close()
         print("stopped", file=sys.stderr)
+
+
+def uvicorn_server(app, host: str = "127.0.0.1", port: int = 0):
+    """A uvicorn server for ``app`` with the limits above, its socket bound here (port 0: a free one) and
+    its URL; ``server.run(sockets=[sock])`` serves."""
+    import uvicorn
+
+    from .http_server import HeadTimeoutProtocol
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # connections made as soon as the URL is printed wait for uvicorn in the backlog
+    except OSError as error:
+        sock.close()
+        raise ServeError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{sock.getsockname()[1]}/"
+    logging = bool(os.environ.get("TESSERA_SERVE_LOG"))
+    config = uvicorn.Config(app, http=HeadTimeoutProtocol, timeout_keep_alive=IDLE_TIMEOUT_S,
+                            limit_concurrency=MAX_CONNECTIONS, h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+                            log_level="info" if logging else "warning", access_log=logging, server_header=False,
+                            lifespan="off")
+    return uvicorn.Server(config), sock, url
 
 
 def open_model(source: str, device: str = "auto", context: int = 1024, prefill_chunk: int | None = None,
