@@ -267,7 +267,7 @@ class SerialEngine:
         else:
             computed = result["prompt_tokens"]
         completion_tokens = result["completion_tokens"]
-        full = completion_tokens >= max_tokens or prompt_tokens + completion_tokens + 1 >= self.context_length
+        full = completion_tokens >= max_tokens or prompt_tokens + completion_tokens >= self.context_length
         return Completion(visible.reply, "length" if full and not visible.stopped else "stop", prompt_tokens,
                           prompt_tokens - computed, completion_tokens, result["prefill_tokens_per_s"],
                           result["decode_tokens_per_s"])
