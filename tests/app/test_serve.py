@@ -352,3 +352,22 @@ def test_tessera_serve_a_gguf_warns_off_loopback_and_refuses_a_batch(tiny_gguf):
         child.terminate()
         _, stderr = child.communicate(timeout=30)
     assert "warning: serving on 0.0.0.0, which is not a loopback address, without --api-key" in stderr
+
+
+def test_runtime_native_behind_the_engine_stops_at_a_stop_string_with_its_usage(tiny_gguf, serve_app):
+    from openai import OpenAI
+    from tessera.app.chat import NativeChatSession
+    from tessera.app.chat_build import native_runtime_problem
+
+    if native_runtime_problem():
+        pytest.skip(native_runtime_problem())
+    session = NativeChatSession(cached_compile(tiny_gguf, "cpu", CONTEXT), n_threads=1)
+    whole = session.reply(HELLO, 12, Sampling(temperature=0.0))
+    server = serve_app(create_app(engine_for(session)))
+    client = OpenAI(base_url=server.url + "v1", api_key="none", max_retries=0, timeout=60)
+    word = whole["reply"].split()[1]
+    stopped = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=12, temperature=0, stop=word)
+    assert stopped.choices[0].message.content == whole["reply"][:whole["reply"].index(word)]
+    assert stopped.choices[0].finish_reason == "stop"
+    assert 0 < stopped.usage.completion_tokens < 12 and stopped.usage.prompt_tokens == whole["prompt_tokens"]
+    assert stopped.usage.prompt_tokens_details.cached_tokens == whole["prompt_tokens"] - 1
