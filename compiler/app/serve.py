@@ -139,9 +139,10 @@ def open_model(source: str, device: str = "auto", context: int = 1024, prefill_c
         wanted = {"webgpu": "webgpu", "wasm": "wasm", "native": "cpu"}.get(device)
         if wanted and built_for != wanted:
             raise ServeError(f"--device {device} runs a {wanted} build; {source} holds a {built_for} build")
-        runtime = {"native": "native", "webgpu": "python", "wasm": "python"}.get(device)
-        choice = choose_chat_build([], native_runtime_problem() if runtime is None else None, runtime, built_for,
-                                   has_chat_format)
+        if device == "auto":
+            choice = choose_chat_build([], native_runtime_problem(), None, built_for, has_chat_format)
+        else:
+            choice = ChatBuild("native" if device == "native" else "python", built_for, f"--device {device}")
         directory, name = source, os.path.basename(os.path.normpath(source))
     else:
         if device == "auto":

@@ -371,3 +371,22 @@ def test_runtime_native_behind_the_engine_stops_at_a_stop_string_with_its_usage(
     assert stopped.choices[0].finish_reason == "stop"
     assert 0 < stopped.usage.completion_tokens < 12 and stopped.usage.prompt_tokens == whole["prompt_tokens"]
     assert stopped.usage.prompt_tokens_details.cached_tokens == whole["prompt_tokens"] - 1
+
+
+def test_a_bundles_model_folder_serves_its_wasm_build_and_a_compiled_folder_its_own(tiny_gguf, compiled, tmp_path):
+    from tessera.app.bundle import bundle_model
+    from tessera.app.serve import ServeError, open_model
+
+    said = []
+    model_dir = bundle_model(tiny_gguf, str(tmp_path / "site"), CONTEXT, targets=("wasm",))
+    session, name = open_model(model_dir, say=said.append)
+    assert name == "tiny" and session.vm.device.kind == "wasm"
+    assert said == ["using the Python VM with the bundle's wasm build"]
+    with pytest.raises(ServeError, match="has no webgpu build that runs here"):
+        open_model(model_dir, "webgpu", say=said.append)
+    with pytest.raises(ServeError, match="--device webgpu runs a webgpu build; .* holds a wasm build"):
+        open_model(compiled, "webgpu", say=said.append)
+    with pytest.raises(ServeError, match="is neither a compiled model"):
+        open_model(str(tmp_path), say=said.append)
+    session, name = open_model(compiled, "wasm", say=said.append)
+    assert name == os.path.basename(compiled) and said[-1] == "using the Python VM: --device wasm"
