@@ -67,9 +67,26 @@ def _parser() -> argparse.ArgumentParser:
                              "spec-default limits, then the WebAssembly CPU fallback)")
     bundle.add_argument("--context", type=int, default=1024, help="KV cache positions (default 1024)")
 
-    serve = commands.add_parser("serve", help="serve a bundle on 127.0.0.1")
-    serve.add_argument("directory", nargs="?", default="dist")
+    serve = commands.add_parser("serve", help="serve a model over the OpenAI chat API with its chat page, or a "
+                                "bundle's site (docs/serve.md)")
+    serve.add_argument("model", nargs="?", default="dist", metavar="MODEL_OR_DIR",
+                       help="a .gguf file, a compiled folder, a bundle's model folder (models/<id>), or a bundle's "
+                            "site, served as static files (default dist)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="the address to listen on (default 127.0.0.1: this machine only)")
     serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    serve.add_argument("--api-key", default=os.environ.get("TESSERA_API_KEY"),
+                       help="the key /v1/ requires as 'Authorization: Bearer KEY' (default $TESSERA_API_KEY)")
+    serve.add_argument("--device", default="auto", choices=("auto", "webgpu", "wasm", "native"),
+                       help="where the model runs: the Python VM on WebGPU or on WASM, or runtime-native on the CPU "
+                            "(default auto: as `tessera chat` chooses)")
+    serve.add_argument("--max-batch", type=int, default=1,
+                       help="requests decoded together; only 1 for now (batched decode is not built yet)")
+    serve.add_argument("--max-queue", type=int, default=8,
+                       help="requests waiting beyond the running ones; past it a 503 with Retry-After (default 8)")
+    serve.add_argument("--context", type=int, default=1024, help="when compiling a GGUF: KV cache positions")
+    serve.add_argument("--prefill-chunk", type=int, help="when compiling a GGUF: as for `tessera compile`")
+    serve.add_argument("--threads", type=int, default=0, help="--device native: CPU threads (default: all)")
 
     commands.add_parser("ops", help="list the registered graph operators")
     commands.add_parser("targets", help="list the target presets --target accepts")
@@ -194,7 +211,8 @@ def _bundle(args) -> int:
 def _serve(args) -> int:
     from .app.serve import serve
 
-    serve(args.directory, args.port)
+    serve(args.model, args.host, args.port, args.api_key, args.device, args.max_batch, args.max_queue, args.context,
+          args.prefill_chunk, args.threads)
     return 0
 
 

@@ -3,7 +3,10 @@
     compile.py   `tessera compile`: a GGUF chat model into a directory, and the compile cache
     chat.py      `tessera chat`: a conversation with a compiled model in the Python VM
     bundle.py    `tessera bundle`: a static web site that chats with a model in the browser
-    serve.py     `tessera serve`: a bundle over HTTP on 127.0.0.1
+    serve.py     `tessera serve`: a model behind the OpenAI API with its chat page, or a bundle's site
+    engine.py    the request queue behind it, one request at a time in a worker thread
+    openai_api.py  its requests checked, its replies and errors in OpenAI's JSON
+    http_server.py the Starlette application: the API, the page, static files
     inspect.py   `tessera inspect`: what an executable holds
     memory.py    what an executable needs on the device: weights, arenas, the KV cache
     progress.py  a build's progress on stderr: redrawn on a terminal, a line per stage elsewhere

@@ -146,10 +146,18 @@ def _source_tree() -> Path:
 
 
 def _render_page(templates: Path, output: str, name: str, title: str) -> None:
-    from jinja2 import Environment, FileSystemLoader, select_autoescape
-
-    env = Environment(loader=FileSystemLoader(templates), autoescape=select_autoescape(["html", "j2"]))
-    html = env.get_template("index.html.j2").render(title=title, model_url=f"models/{name}/",
-                                                     runtime_url="runtime/tessera.js")
+    html = render_page(title, model_url=f"models/{name}/", runtime_url="runtime/tessera.js", templates=templates)
     with open(os.path.join(output, "index.html"), "w", encoding="utf-8") as f:
         f.write(html)
+
+
+def render_page(title: str, model_url: str = "", runtime_url: str = "", api_url: str = "",
+                templates: Path | None = None) -> str:
+    """The chat page: running the model at ``model_url`` in the browser with the runtime at ``runtime_url``
+    (a bundle), or talking to the OpenAI API at ``api_url`` (the page `tessera serve` serves with a model)."""
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    env = Environment(loader=FileSystemLoader(templates or web_folder() / "templates"),
+                      autoescape=select_autoescape(["html", "j2"]))
+    return env.get_template("index.html.j2").render(title=title, model_url=model_url, runtime_url=runtime_url,
+                                                    api_url=api_url)

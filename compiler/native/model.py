@@ -224,24 +224,34 @@ class NativeSession:
     def chat(self, messages: list[dict], max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
              top_k: int = 0, repetition_penalty: float = 1.0, seed: int = 0, on_piece=None) -> dict:
         """One turn: the assistant's reply to ``messages`` (the whole conversation), streamed to
-        ``on_piece(text)``; a dict with the reply and the usage, as tessera.app.chat reports it."""
+        ``on_piece(text)`` (which may return True to end the reply there); a dict with the reply and the
+        usage, as tessera.app.chat reports it."""
         sampling = self._lib.tessera_sampling_default_params()
         sampling.temperature, sampling.top_p, sampling.top_k = temperature, top_p, top_k
         sampling.repetition_penalty, sampling.seed, sampling.max_tokens = repetition_penalty, seed, max_tokens
         encoded = [(m["role"].encode("utf-8"), m["content"].encode("utf-8")) for m in messages]
         array = (Message * max(len(encoded), 1))(*[Message(r, c) for r, c in encoded])
         pieces: list[bytes] = []
+        raised: list[BaseException] = []
 
         def piece(text, user):
+            # As the C API's callback: a true result stops the reply. An exception cannot cross the C
+            # frames, so it stops the reply too and is raised again once tessera_chat_completion returns.
             pieces.append(text)
-            if on_piece is not None:
-                on_piece(text.decode("utf-8", "replace"))
-            return 0
+            if on_piece is None:
+                return 0
+            try:
+                return 1 if on_piece(text.decode("utf-8", "replace")) else 0
+            except BaseException as error:  # noqa: BLE001 (re-raised below)
+                raised.append(error)
+                return 1
 
         callback = PIECE_FN(piece)
         usage = Usage()
         status = self._lib.tessera_chat_completion(self._handle, array, len(encoded), ctypes.byref(sampling),
                                                    callback, None, ctypes.byref(usage))
+        if raised:
+            raise raised[0]
         if status != 0:
             raise_last(self._lib, status)
         return {"reply": b"".join(pieces).decode("utf-8", "replace"), "prompt_tokens": usage.prompt_tokens,

@@ -65,9 +65,10 @@ export function folderFetch(root, requests = []) {
   };
 }
 
-/** `tessera serve DIR --port 0`; resolves with its URL and a stop function. */
-export function serve(directory) {
-  const child = spawn(join(VENV_BIN, "tessera"), ["serve", directory, "--port", "0"], { cwd: ROOT });
+/** `tessera serve SOURCE --port 0 [ARGS]` (a bundle's site, or a model served with its API); resolves with its URL
+ * and a stop function. */
+export function serve(source, args = []) {
+  const child = spawn(join(VENV_BIN, "tessera"), ["serve", source, "--port", "0", ...args], { cwd: ROOT });
   return new Promise((resolvePromise, reject) => {
     let output = "";
     child.stdout.on("data", (data) => {

@@ -65,6 +65,25 @@ def test_a_second_turn_prefills_only_what_the_cache_lacks(build, tiny_cpu):
     assert fresh["reply"] == two["reply"]
 
 
+def test_a_piece_callback_ends_the_reply_by_returning_true_or_raising(build, tiny_cpu):
+    """As the C API's callback: a true result stops the reply there, with its usage (`tessera serve` stops at
+    a stop string this way); an exception stops it too and comes out of chat() once the C call returns."""
+    session = NativeModel(tiny_cpu, n_threads=1).session()
+    messages = [{"role": "user", "content": "Hello there"}]
+    whole = session.chat(messages, max_tokens=8)
+    pieces = []
+    stopped = session.chat(messages, max_tokens=8, on_piece=lambda piece: pieces.append(piece) or len(pieces) == 2)
+    assert stopped["completion_tokens"] == 2 and stopped["reply"] == "".join(pieces)
+    assert whole["reply"].startswith(stopped["reply"]) and whole["completion_tokens"] == 8
+
+    def leave(piece):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        session.chat(messages, max_tokens=8, on_piece=leave)
+    assert session.chat(messages, max_tokens=8)["reply"] == whole["reply"], "the session goes on"
+
+
 def test_replies_equal_the_python_vms_on_the_same_build(build, tiny_cpu):
     native = NativeModel(tiny_cpu, n_threads=2).session()
     python = ChatSession(tiny_cpu)

@@ -2,7 +2,8 @@
 // Query parameters set the sampling (?temperature=0&max_tokens=32&top_p=0.9&seed=1) and may pick
 // the backend (?backend=wasm or ?backend=webgpu; the default tries the bundle's builds in order, WASM
 // first when the WebGPU adapter is a software renderer such as SwiftShader); ?worker=0 runs the engine on
-// the page's own thread instead of a Web Worker.
+// the page's own thread instead of a Web Worker. Served by `tessera serve` with a model (the body has
+// data-api-url), the page talks to the server's OpenAI API instead (http-engine.js).
 const body = document.body;
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -49,7 +50,7 @@ async function send(text) {
     for await (const chunk of stream) {
       content += chunk.choices[0]?.delta?.content ?? "";
       reply.textContent = content;
-      if (chunk.usage) {
+      if (chunk.usage?.extra) {
         const { prefill_tokens_per_s: prefill, decode_tokens_per_s: decode } = chunk.usage.extra;
         $("stats").textContent = `${chunk.usage.completion_tokens} tokens · prefill ${prefill.toFixed(1)} tok/s · ` +
           `decode ${decode.toFixed(1)} tok/s`;
@@ -83,7 +84,16 @@ $("input").addEventListener("keydown", (event) => {
 });
 $("stop").addEventListener("click", () => engine?.interruptGenerate());
 
-try {
+/** The server's engine: the model runs there, the page only streams its replies. */
+async function startServerEngine() {
+  const { createHttpEngine } = await import("./http-engine.js");
+  engine = await createHttpEngine(body.dataset.apiUrl, { askKey: () => window.prompt("This server needs an API key:") });
+  $("device").textContent = `Running on the server: ${engine.device.name}`;
+  $("device-reason").textContent = engine.device.reason;
+}
+
+/** The browser runtime's engine: the bundle's model downloaded and run on this device. */
+async function startBrowserEngine() {
   const runtime = await import(new URL(body.dataset.runtimeUrl, location.href).href);
   // The engine runs in a Web Worker unless ?worker=0: the page never waits on a kernel.
   const create = params.get("worker") === "0" ? runtime.createEngine : runtime.createWorkerEngine;
@@ -99,6 +109,10 @@ try {
   $("device").textContent = `Running on ${engine.device.kind === "webgpu" ? "WebGPU" : "WASM"}: ${engine.device.name} · ${weights}`;
   // Which build runs and why (a software WebGPU adapter runs the WASM build; ?backend=webgpu overrides).
   $("device-reason").textContent = `${engine.device.kind === "webgpu" ? "WebGPU" : "WASM"} build: ${engine.device.reason}`;
+}
+
+try {
+  await (body.dataset.apiUrl ? startServerEngine() : startBrowserEngine());
   $("loading").hidden = true;
   $("input").disabled = $("send").disabled = false;
   body.dataset.state = "ready";
