@@ -8,7 +8,7 @@
 // the longest prefix the cache already holds. Tokens are chosen on the GPU (the executable's
 // sample / sample_greedy functions), so each step reads back one id.
 
-import { Template } from "./vendor/jinja.js";
+import { renderChatTemplate } from "./chat-template.js";
 import { Tokenizer } from "./vendor/tokenizers.js";
 import { DeviceError, requestAdapter, requestDeviceFor, softwareRenderer } from "./device.js";
 import { WASM_MEMORY_LIMIT, wasmMisfit, webgpuMisfit } from "./fit.js";
@@ -100,7 +100,7 @@ export class Engine {
     if (!Array.isArray(messages) || messages.length === 0) throw new ChatError("messages must be a non-empty array");
     const template = this.chatConfig.chat_template;
     const text = template
-      ? new Template(template).render({ messages, add_generation_prompt: true, bos_token: this.chatConfig.bos_token ?? "",
+      ? renderChatTemplate(template, { messages, add_generation_prompt: true, bos_token: this.chatConfig.bos_token ?? "",
         eos_token: this.chatConfig.eos_token ?? "" })
       : messages.map((m) => m.content).join("");
     return this.tokenizer.encode(text).ids;
