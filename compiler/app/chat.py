@@ -43,7 +43,7 @@ class NativeChatSession:
 
         self.model = NativeModel(directory, n_threads=n_threads)  # refuses a context past the build's
         self.session = self.model.session()
-        self.context_length = self.model.context_length()
+        self.context_length = self.model.context_length
         with open(os.path.join(directory, "chat-config.json"), encoding="utf-8") as f:
             chat_format = json.load(f).get("chat_format")
         # The C runtime lays the conversation out with the chat format; so does fit, to count its tokens.

@@ -228,6 +228,7 @@ def test_the_native_runtime_chat_goes_on_past_the_context_too(compiled_cpu, tmp_
     assert fitted.dropped and fitted.messages[0]["role"] == "system" and len(fitted.prompt_ids) <= CONTEXT - 8
     reply = session.reply(messages, 8, Sampling(temperature=0))
     assert reply["dropped_messages"] == fitted.dropped and reply["completion_tokens"] >= 1
+    assert reply["prompt_tokens"] == len(fitted.prompt_ids)  # fit counts the tokens as the C runtime lays them out
     folder = with_chat_config(compiled_cpu, tmp_path, "native-larger-context", context_length=CONTEXT + 1)
     refused = run("chat", folder, "--prompt", "Hi", "--runtime", "native")
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
