@@ -136,12 +136,17 @@ def _chat(args) -> int:
     from .app.chat import ChatSession, NativeChatSession, Sampling, chat_interactive, chat_once
     from .app.chat_build import choose_chat_build, compiled_build, native_runtime_problem, webgpu_adapters
     from .app.compile import cached_compile
+    from .app.conversation import check_max_tokens, check_messages
     from .app.progress import ProgressBar
     from .frontend import bundled_smollm2_path
 
     def say(line: str) -> None:
         if not args.json:
             print(line, file=sys.stderr)
+
+    check_max_tokens(args.max_tokens)  # before a model is compiled or loaded
+    if args.prompt is not None:
+        check_messages([{"role": "user", "content": args.prompt}])
 
     source = args.model or bundled_smollm2_path()
     native_problem = native_runtime_problem() if args.runtime is None else None

@@ -1,22 +1,26 @@
 """`tessera chat`: talk to a compiled model on this machine, through the Python VM.
 
 A chat keeps its KV cache across turns: a new turn prefills only its new tokens. Tokens are chosen
-on the device by the executable's ``sample`` functions; only the id comes back.
+on the device by the executable's ``sample`` functions; only the id comes back. A conversation that
+no longer fits the context loses its oldest turns, and the user is told (conversation.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
 
 import numpy as np
-from tessera.ir import RuntimeCheckError, TesseraError
+from tessera.frontend.chat_template import ChatTemplateError
+from tessera.ir import RuntimeCheckError
 
+from .conversation import ChatError, FittedConversation, check_max_tokens, check_messages, fit_conversation
 
-class ChatError(TesseraError):
-    """A turn that cannot be run (e.g. longer than the context window)."""
+__all__ = ["ChatError", "ChatSession", "NativeChatSession", "Sampling", "chat_interactive", "chat_once",
+           "compiled_context"]
 
 
 @dataclass
@@ -34,22 +38,42 @@ class NativeChatSession:
     lacks, samples and streams."""
 
     def __init__(self, directory: str, n_threads: int = 0):
+        from tessera.frontend.chat_format import ChatFormat
         from tessera.native import NativeModel
 
-        self.model = NativeModel(directory, n_threads=n_threads)
+        self.model = NativeModel(directory, n_threads=n_threads)  # refuses a context past the build's
         self.session = self.model.session()
+        self.context_length = self.model.context_length
+        with open(os.path.join(directory, "chat-config.json"), encoding="utf-8") as f:
+            chat_format = json.load(f).get("chat_format")
+        # The C runtime lays the conversation out with the chat format; so does fit, to count its tokens.
+        self.chat_format = ChatFormat.from_json(chat_format) if chat_format else None
 
     def reset(self) -> None:
         self.session.reset()
 
+    def fit(self, messages: list[dict], max_tokens: int) -> FittedConversation:
+        """``messages`` without the oldest turns that no longer fit (conversation.fit_conversation)."""
+        if self.chat_format is None:  # the C runtime refuses to chat, and says why
+            check_messages(messages)
+            return FittedConversation(messages, [], 0, self.context_length)
+        return fit_conversation(messages, self.encode_chat, self.context_length, max_tokens)
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        return self.model.tokenize(self.chat_format.render(messages), add_special=True, parse_special=True)
+
     def reply(self, messages: list[dict], max_tokens: int, sampling: Sampling, on_text=None) -> dict:
+        """One turn: the reply to ``messages`` (the whole conversation so far, its oldest turns left out
+        if it no longer fits: ``dropped_messages`` says how many)."""
         from tessera.native import NativeError
 
+        fitted = self.fit(messages, max_tokens)
+        messages = fitted.messages
         try:
             return self.session.chat(messages, max_tokens=max_tokens, temperature=sampling.temperature,
                                      top_p=sampling.top_p, top_k=sampling.top_k,
                                      repetition_penalty=sampling.repetition_penalty, seed=sampling.seed or 0,
-                                     on_piece=on_text)
+                                     on_piece=on_text) | {"dropped_messages": fitted.dropped}
         except NativeError as error:
             raise ChatError(str(error)) from None
 
@@ -68,6 +92,11 @@ class ChatSession:
         # Whatever the build's target: the VM picks the device that runs it, or says why it cannot.
         self.vm = VirtualMachine(Executable.load(directory, files.tensor_cache))
         self.context_length = self.config["context_length"]
+        compiled = compiled_context(self.vm.exe.functions)
+        if compiled is not None and self.context_length > compiled:
+            raise ChatError(f"chat-config.json asks for a context of {self.context_length} tokens, but this build "
+                            f"was compiled for {compiled}: recompile with --context {self.context_length}, or set "
+                            f"context_length to at most {compiled}")
         # The bound prefill's new positions (its symbol n) were planned for: this build's own, where
         # chat-config.json may be shared by a bundle's builds; older builds plan the whole context.
         bound = self.vm.exe.functions.get("prefill", {}).get("symbols", {}).get("n", {}).get("upper_bound")
@@ -88,6 +117,10 @@ class ChatSession:
             "".join(m["content"] for m in messages)
         return self.tokenizer.encode(text).ids
 
+    def fit(self, messages: list[dict], max_tokens: int) -> FittedConversation:
+        """``messages`` without the oldest turns that no longer fit (conversation.fit_conversation)."""
+        return fit_conversation(messages, self.encode_chat, self.context_length, max_tokens)
+
     def _prefill(self, prompt_ids: list[int], common: int):
         """Prefill ``prompt_ids[common:]`` in chunks of at most the build's prefill chunk, each call after
         the last; the last chunk's logits are the prompt's."""
@@ -103,6 +136,9 @@ class ChatSession:
         """Continue the cached conversation with ``prompt_ids`` (all tokens of the conversation so far;
         the part already in the cache is not computed again) and generate up to ``max_tokens``."""
         sampling = sampling or Sampling()
+        check_max_tokens(max_tokens)
+        if not prompt_ids:
+            raise ChatError("the prompt is empty once laid out by the chat template and tokenized")
         common = 0
         while common < min(len(self.tokens), len(prompt_ids)) and self.tokens[common] == prompt_ids[common]:
             common += 1
@@ -141,8 +177,10 @@ class ChatSession:
                 "decode_tokens_per_s": max(len(generated) - 1, 0) / decode_seconds if decode_seconds else 0.0}
 
     def reply(self, messages: list[dict], max_tokens: int, sampling: Sampling, on_text=None) -> dict:
-        """One turn: the reply to the conversation ``messages`` (the whole of it so far)."""
-        return self.generate(self.encode_chat(messages), max_tokens, sampling, on_text)
+        """One turn: the reply to the conversation ``messages`` (the whole of it so far, its oldest turns
+        left out if it no longer fits: ``dropped_messages`` says how many)."""
+        fitted = self.fit(messages, max_tokens)
+        return self.generate(fitted.prompt_ids, max_tokens, sampling, on_text) | {"dropped_messages": fitted.dropped}
 
     def next_token(self, logits, history: list[int], sampling: Sampling, rng) -> int:
         """The next id, chosen on the device by the executable's ``sample`` functions: only the id
@@ -153,6 +191,15 @@ class ChatSession:
                            0.0 if greedy else rng.random()], np.float32)
         ids = np.asarray(history[-self.context_length:], np.int32)
         return int(self.vm["sample_greedy" if greedy else "sample"](logits, ids, params)[0])
+
+
+def compiled_context(functions: dict) -> int | None:
+    """The context a build was compiled for: the upper bound of prefill's and decode's ``total`` (the
+    positions in the KV cache); None for a build that states none."""
+    bounds = [f.get("symbols", {}).get("total", {}).get("upper_bound") for name, f in functions.items()
+              if name in ("prefill", "decode")]
+    bounds = [int(b) for b in bounds if b is not None]
+    return min(bounds) if bounds else None
 
 
 def chat_once(session: ChatSession, prompt: str, max_tokens: int, sampling: Sampling, as_json: bool = False) -> None:
@@ -167,7 +214,8 @@ def chat_once(session: ChatSession, prompt: str, max_tokens: int, sampling: Samp
 
 def chat_interactive(session: ChatSession, max_tokens: int, sampling: Sampling) -> None:
     """Turns read from stdin until an empty line or end of input; a failed turn is reported and the
-    conversation goes on without it."""
+    conversation goes on without it. When the conversation no longer fits the context, its oldest
+    turns are left out for good, and a note on stderr says so."""
     messages: list[dict] = []
     print("Chat with the model; an empty line or Ctrl-D ends.", file=sys.stderr)
     while True:
@@ -179,8 +227,12 @@ def chat_interactive(session: ChatSession, max_tokens: int, sampling: Sampling) 
             return
         messages.append({"role": "user", "content": line})
         try:
+            fitted = session.fit(messages, max_tokens)
+            if fitted.dropped:
+                print(f"note: {fitted.notice}", file=sys.stderr)
+                messages[:] = fitted.messages
             result = session.reply(messages, max_tokens, sampling, on_text=_stream)
-        except ChatError as error:
+        except (ChatError, ChatTemplateError) as error:
             messages.pop()
             print(f"error: {error}", file=sys.stderr)
             continue

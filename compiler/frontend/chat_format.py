@@ -20,16 +20,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from .tokenizer import render_chat
+from .chat_template import ChatTemplateError, TemplateRaised, check_template_syntax, render_chat_template
 
 FORMAT_VERSION = 1
 ROLES = ("system", "user", "assistant")
 # How many random conversations must render identically before a reduction is accepted.
 DEFAULT_SAMPLES = 240
-
-
-class TemplateRaised(Exception):
-    """The template called raise_exception (it refuses this order of roles)."""
 
 
 class _Irreducible(Exception):
@@ -109,24 +105,18 @@ def analyze_chat_template(template: str, bos_token: str = "", eos_token: str = "
 
 def render_jinja(template: str, messages: list[dict], bos_token: str = "", eos_token: str = "",
                  add_generation_prompt: bool = True) -> str:
-    """The template's own rendering, with the variables the reduction assumes (raise_exception raises)."""
-    return render_chat(template, messages, add_generation_prompt=add_generation_prompt, bos_token=bos_token,
-                       eos_token=eos_token, raise_exception=_raise)
-
-
-def _raise(message):
-    raise TemplateRaised(str(message))
+    """The template's own rendering, with the variables the reduction assumes (raise_exception raises
+    TemplateRaised)."""
+    return render_chat_template(template, messages, add_generation_prompt, bos_token=bos_token, eos_token=eos_token)
 
 
 class _Renderer:
     def __init__(self, template, bos_token, eos_token):
         self.template, self.bos_token, self.eos_token = template, bos_token, eos_token
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
         try:  # a syntax error is a reason, not a crash of the compile
-            ImmutableSandboxedEnvironment().parse(template)
-        except Exception as error:
-            raise _Irreducible(f"the template does not parse: {error}") from None
+            check_template_syntax(template)
+        except ChatTemplateError as error:
+            raise _Irreducible(str(error)) from None
 
     def render(self, messages, add_generation_prompt=True):
         return render_jinja(self.template, messages, self.bos_token, self.eos_token, add_generation_prompt)

@@ -1,5 +1,5 @@
 """Tokenizers from GGUF metadata, as Hugging Face ``tokenizers`` objects (tokenizer.json), and the chat
-template rendered with jinja2, as transformers renders it.
+template rendered with jinja2, as transformers renders it (chat_template.py).
 
 Three kinds of vocabulary (``tokenizer.ggml.model``), each built as llama.cpp tokenizes it:
 
@@ -16,8 +16,6 @@ Three kinds of vocabulary (``tokenizer.ggml.model``), each built as llama.cpp to
 """
 
 from __future__ import annotations
-
-import functools
 
 from .gguf_reader import GGUFError, TokenizerSpec
 from .pretokenizers import PRE_TOKENIZERS, PreTokenizer, pre_tokenizer_of
@@ -149,15 +147,8 @@ def _add_marked_tokens(tokenizer, spec: TokenizerSpec) -> None:
 
 
 def render_chat(template: str, messages: list[dict], add_generation_prompt: bool = True, **extra) -> str:
-    """The conversation as the model's chat template lays it out (jinja2, sandboxed)."""
-    return _compiled_template(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                               **extra)
+    """The conversation as the model's chat template lays it out (jinja2, sandboxed and within a budget:
+    frontend/chat_template.py)."""
+    from .chat_template import render_chat_template
 
-
-@functools.lru_cache(maxsize=8)
-def _compiled_template(template: str):
-    """Compiling a template costs about 100 renderings of it: `tessera compile` renders one ~250
-    times to check its reduction (frontend/chat_format.py), a chat once per turn."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(template)
+    return render_chat_template(template, messages, add_generation_prompt, **extra)

@@ -1,7 +1,7 @@
 // Copy the runtime's two npm dependencies next to its sources (src/vendor/), so that the runtime is
 // plain ES modules with relative imports: a page can import it from any folder, with no bundler
 // and no import map. `make setup` runs it after `npm ci`.
-import { copyFileSync, mkdirSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -20,6 +20,19 @@ for (const [target, [name, file]] of Object.entries(packages)) {
   copyFileSync(join(root, "LICENSE"), join(vendor, `${target.replace(".js", "")}.LICENSE`));
 }
 
+// @huggingface/jinja exports its Interpreter and Environment, which the runtime extends to render a chat
+// template within a budget (src/chat-template.js), but not two things that needs: the globals a template
+// starts with (setupGlobals: range, strftime_now, ...) and the class of string values. They are added
+// to its exports; a version without them stops this script rather than the chat.
+const jinja = join(vendor, "jinja.js");
+const source = readFileSync(jinja, "utf8");
+for (const declaration of ["function setupGlobals(env)", "var StringValue = class"]) {
+  if (!source.includes(declaration)) {
+    throw new Error(`${jinja}: no "${declaration}" in this version of @huggingface/jinja (src/chat-template.js uses it)`);
+  }
+}
+writeFileSync(jinja, `${source}export { setupGlobals, StringValue };\n`);
+
 // The parts of their APIs the runtime uses, for `tsc --checkJs` (make lint): the type checker reads
 // these instead of the bundled JavaScript.
 writeFileSync(join(vendor, "tokenizers.d.ts"), `export class Tokenizer {
@@ -30,6 +43,25 @@ writeFileSync(join(vendor, "tokenizers.d.ts"), `export class Tokenizer {
 `);
 writeFileSync(join(vendor, "jinja.d.ts"), `export class Template {
   constructor(template: string);
+  parsed: any;
   render(context: Record<string, unknown>): string;
 }
+export class Environment {
+  constructor(parent?: Environment);
+  set(name: string, value: unknown): any;
+}
+export class Interpreter {
+  constructor(env?: Environment);
+  run(program: any): any;
+  evaluate(statement: any, environment: Environment): any;
+  evaluateBlock(statements: any[], environment: Environment): any;
+  evaluateCallExpression(expr: any, environment: Environment): any;
+  evaluateArguments(args: any[], environment: Environment): [any[], Map<string, any>];
+  applyFilter(operand: any, filterNode: any, environment: Environment): any;
+}
+export class StringValue {
+  constructor(value: string);
+  value: string;
+}
+export function setupGlobals(env: Environment): void;
 `);

@@ -6,9 +6,12 @@
 //
 // A conversation keeps its KV cache on the device: a new turn computes only the tokens after
 // the longest prefix the cache already holds. Tokens are chosen on the GPU (the executable's
-// sample / sample_greedy functions), so each step reads back one id.
+// sample / sample_greedy functions), so each step reads back one id. A conversation that no longer
+// fits the context loses its oldest turns (conversation.js): the last chunk's usage.extra says how
+// many (dropped_messages) and what to tell the user (notice).
 
-import { Template } from "./vendor/jinja.js";
+import { renderChatTemplate } from "./chat-template.js";
+import { ChatError, contextMisfit, fitConversation } from "./conversation.js";
 import { Tokenizer } from "./vendor/tokenizers.js";
 import { DeviceError, requestAdapter, requestDeviceFor, softwareRenderer } from "./device.js";
 import { WASM_MEMORY_LIMIT, wasmMisfit, webgpuMisfit } from "./fit.js";
@@ -17,9 +20,7 @@ import { fetchJson, loadBuild, loadBundleJson, loadExecutable } from "./loader.j
 import { HostTensor, VirtualMachine } from "./vm.js";
 import { WasmVirtualMachine } from "./wasm-vm.js";
 
-export class ChatError extends Error {
-  name = "ChatError";
-}
+export { ChatError };
 
 /** A small seeded generator (mulberry32): a seed repeats a sampled reply. @param {number} seed */
 export function seededRandom(seed) {
@@ -100,7 +101,7 @@ export class Engine {
     if (!Array.isArray(messages) || messages.length === 0) throw new ChatError("messages must be a non-empty array");
     const template = this.chatConfig.chat_template;
     const text = template
-      ? new Template(template).render({ messages, add_generation_prompt: true, bos_token: this.chatConfig.bos_token ?? "",
+      ? renderChatTemplate(template, { messages, add_generation_prompt: true, bos_token: this.chatConfig.bos_token ?? "",
         eos_token: this.chatConfig.eos_token ?? "" })
       : messages.map((m) => m.content).join("");
     return this.tokenizer.encode(text).ids;
@@ -152,14 +153,12 @@ export class Engine {
 
   async *reply(request) {
     const {
-      messages, temperature = 0.7, top_p: topP = 0.95, top_k: topK = 0, repetition_penalty: penalty = 1.0,
-      max_tokens: maxTokens = 256, seed,
+      messages, temperature = 0.7, top_p: topP = 0.95, top_k: topK = 0, repetition_penalty: penalty = 1.0, seed,
     } = request;
-    const prompt = this.encodeChat(messages);
+    const maxTokens = request.max_tokens ?? 256;
     const context = this.chatConfig.context_length;
-    if (prompt.length + 1 > context) {
-      throw new ChatError(`the prompt has ${prompt.length} tokens; the context window is ${context}`);
-    }
+    const fitted = fitConversation(messages, (kept) => this.encodeChat(kept), context, maxTokens);
+    const prompt = fitted.promptIds;
     let common = 0;
     while (common < Math.min(this.cached.length, prompt.length) && this.cached[common] === prompt[common]) common += 1;
     common = Math.min(common, prompt.length - 1);  // at least one token to compute logits from
@@ -204,6 +203,8 @@ export class Engine {
     const usage = {
       prompt_tokens: prompt.length, completion_tokens: generated.length, total_tokens: prompt.length + generated.length,
       extra: {
+        dropped_messages: fitted.dropped,  // the oldest, left out: the conversation no longer fit the context
+        notice: fitted.notice,
         prefill_tokens: fresh.length,
         prefill_tokens_per_s: prefillSeconds ? fresh.length / prefillSeconds : 0,
         decode_tokens_per_s: decodeSeconds && generated.length > 1 ? (generated.length - 1) / decodeSeconds : 0,
@@ -225,6 +226,13 @@ export class Engine {
       new HostTensor(params, [5]));
     return result.data[0];
   }
+}
+
+/** A chat config that asks for more context than the build has fails here, at load, before any weight
+ * is fetched (it would fail in the first decode past the build's context). @param {any} executable @param {any} chatConfig */
+function refuseContextMisfit(executable, chatConfig) {
+  const misfit = contextMisfit(executable, chatConfig);
+  if (misfit) throw new ChatError(misfit);
 }
 
 const KIND_LABELS = /** @type {Record<string, string>} */ ({ webgpu: "WebGPU", wasm: "WASM" });
@@ -317,6 +325,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
     if (build.kind === "webgpu") {
       if (!adapter) continue;  // why is in reasons already
       const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });
+      refuseContextMisfit(executable, chatConfig);
       if (!runsOn(executable, "webgpu")) { reasons.push(`build ${build.name} holds kernels WebGPU cannot run`); continue; }
       let device, adapterName;
       try {
@@ -336,6 +345,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
     if (build.kind === "wasm") {
       if (typeof WebAssembly === "undefined") { reasons.push("this browser has no WebAssembly"); continue; }
       const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });
+      refuseContextMisfit(executable, chatConfig);
       if (!runsOn(executable, "wasm")) { reasons.push(`build ${build.name} holds kernels WebAssembly cannot run`); continue; }
       const reason = chosen(build);
       const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable, tensorCacheUrl });

@@ -7,6 +7,8 @@
 
 export { ChatError, createEngine, Engine, orderBuilds, seededRandom, stableText } from "./engine.js";
 export { createWorkerEngine } from "./worker-engine.js";
+export { ChatTemplateError, renderChatTemplate, TEMPLATE_BUDGET, TemplateBudgetError, TemplateRaised } from "./chat-template.js";
+export { checkMaxTokens, checkMessages, contextMisfit, droppedNotice, fitConversation } from "./conversation.js";
 export { adapterName, DeviceError, requestAdapter, requestDeviceFor, softwareRenderer, webgpuUnavailableReason } from "./device.js";
 export { formatBytes, WASM_MEMORY_LIMIT, wasmMisfit, webgpuMisfit } from "./fit.js";
 export { FormatError, validateBundle, validateChatConfig, validateExecutable, validateTensorCache } from "./format.js";

@@ -210,6 +210,48 @@ describe("a tiny random-weight model", () => {
   });
 });
 
+// Issue 17, item 5: a conversation past the context goes on; the page says the oldest messages were
+// left out, greys them, and keeps answering.
+describe("a conversation past the context", () => {
+  let server;
+
+  before(async () => {
+    server = await serve(bundle("tiny-site-context-64", tinyGGUF(), 64, "wasm"));
+  });
+  after(() => server && server.stop());
+
+  test("goes on, and the page tells which messages were left out", async () => {
+    const context = await browser.newContext({ viewport: { width: 1000, height: 900 } });  // all of it in the screenshot
+    const page = await context.newPage();
+    const log = await recordPage(page);
+    await page.goto(`${server.url}?temperature=0&max_tokens=8`);
+    assert.equal(await waitForState(page, ["ready", "error"]), "ready", await page.textContent("#error-text"));
+    assert.equal(await page.isVisible("#notice"), false);
+    const questions = ["Hello there", "What is the capital of France?", "And of Italy?", "Tell me more about it",
+      "Why is that?", "One more question, please"];
+    for (const [turn, question] of questions.entries()) {
+      await page.fill("#input", question);
+      await page.click("#send");
+      await page.waitForFunction((n) => document.querySelectorAll(".message.assistant[data-done=true]").length === n,
+        turn + 1, { timeout: 120_000 });
+      await waitForState(page, ["ready"]);
+      assert.doesNotMatch(await page.textContent("#stats"), /^error/, `turn ${turn + 1}`);
+    }
+    const replies = await page.$$eval(".message.assistant", (elements) => elements.map((e) => e.textContent));
+    assert.equal(replies.length, questions.length);
+    assert.ok(replies.every((reply) => reply.length > 0), JSON.stringify(replies));
+    assert.ok(await page.isVisible("#notice"));
+    assert.match(await page.textContent("#notice"),
+      /^Note: the conversation no longer fits the model's context of 64 tokens: the \d+ oldest messages were left out\.$/);
+    const dropped = await page.$$eval(".message.dropped", (elements) => elements.map((e) => e.className));
+    assert.ok(dropped.length >= 2 && dropped.length < 2 * questions.length, JSON.stringify(dropped));
+    assert.equal(await page.$eval(".message", (first) => first.classList.contains("dropped")), true, "the oldest goes first");
+    await page.screenshot({ path: join(ARTIFACTS, "chat-past-the-context.png"), fullPage: true });
+    assert.deepEqual(log.errors, []);
+    await context.close();
+  });
+});
+
 describe("SmolLM2-135M-Instruct", () => {
   let server, expected;
   const question = "What is the capital of France?";

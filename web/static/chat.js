@@ -3,7 +3,9 @@
 // the backend (?backend=wasm or ?backend=webgpu; the default tries the bundle's builds in order, WASM
 // first when the WebGPU adapter is a software renderer such as SwiftShader); ?worker=0 runs the engine on
 // the page's own thread instead of a Web Worker. Served by `tessera serve` with a model (the body has
-// data-api-url), the page talks to the server's OpenAI API instead (http-engine.js).
+// data-api-url), the page talks to the server's OpenAI API instead (http-engine.js). When the
+// conversation no longer fits the model's context, the engine leaves its oldest turns out; the page
+// says so, greys them and stops sending them.
 const body = document.body;
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -37,6 +39,16 @@ function addMessage(role, text) {
   return element;
 }
 
+/** The engine left the ``count`` oldest messages out (after a system prompt, which this page has not):
+ * so does the page, greying them, and it says why. */
+function dropOldest(count, notice) {
+  messages.splice(0, count);
+  const shown = [...$("messages").querySelectorAll(".message:not(.dropped)")];
+  for (const element of shown.slice(0, count)) element.classList.add("dropped");
+  $("notice").hidden = false;
+  $("notice").textContent = `Note: ${notice}.`;
+}
+
 async function send(text) {
   messages.push({ role: "user", content: text });
   addMessage("user", text);
@@ -54,6 +66,7 @@ async function send(text) {
         const { prefill_tokens_per_s: prefill, decode_tokens_per_s: decode } = chunk.usage.extra;
         $("stats").textContent = `${chunk.usage.completion_tokens} tokens · prefill ${prefill.toFixed(1)} tok/s · ` +
           `decode ${decode.toFixed(1)} tok/s`;
+        if (chunk.usage.extra.dropped_messages) dropOldest(chunk.usage.extra.dropped_messages, chunk.usage.extra.notice);
       }
     }
     messages.push({ role: "assistant", content });
