@@ -172,7 +172,9 @@ class ChatSession:
             logits = self.vm.call_on_device("decode", np.array([token], np.int32), len(self.tokens))
             token = self.next_token(logits, self.tokens, sampling, rng)
         decode_seconds = time.perf_counter() - start
-        return {"reply": text, "prompt_tokens": len(new), "completion_tokens": len(generated),
+        # As runtime-native counts them: the whole prompt, and the part of it computed (the rest was cached).
+        return {"reply": text, "prompt_tokens": len(prompt_ids), "prefilled_tokens": len(new),
+                "completion_tokens": len(generated),
                 "prefill_tokens_per_s": len(new) / prefill_seconds if prefill_seconds else 0.0,
                 "decode_tokens_per_s": max(len(generated) - 1, 0) / decode_seconds if decode_seconds else 0.0}
 

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from tessera.ir import TesseraError
 
-from .chat import Sampling
+from .chat import NativeChatSession, Sampling
 
 
 class QueueFull(TesseraError):
@@ -234,8 +234,8 @@ class SerialEngine:
     def _run(self, handle: RequestHandle) -> Completion:
         generation, session = handle.generation, self.session
         visible = StopText(generation.stop)
-        # The Python VM's session counts only the tokens it computed; the whole prompt is counted here.
-        prompt_tokens = len(session.encode_chat(generation.messages)) if hasattr(session, "encode_chat") else None
+        max_tokens = generation.max_tokens or self.context_length
+        native = isinstance(session, NativeChatSession)  # runtime-native stops where its callback says so
 
         def on_text(piece: str) -> bool:
             if handle.cancelled.is_set():
@@ -243,13 +243,12 @@ class SerialEngine:
             shown = visible.add(piece)
             if shown:
                 handle.emit(Piece(shown))
-            if visible.stopped and prompt_tokens is None:
-                return True  # runtime-native stops where its callback says so, and still counts the usage
+            if visible.stopped and native:
+                return True  # and still counts the usage
             if visible.stopped:
                 raise _Stopped
             return False
 
-        max_tokens = generation.max_tokens or self.context_length
         try:
             result = session.reply(generation.messages, max_tokens, generation.sampling, on_text=on_text)
         except _Stopped:
@@ -257,15 +256,14 @@ class SerialEngine:
                 raise
             # A stop string ended the reply: ChatSession.generate raised out of on_text after appending
             # the last token it sampled to its list but before adding it to the KV cache's.
-            generated = len(session.tokens) - prompt_tokens + 1 if prompt_tokens is not None else 0
-            return Completion(visible.reply, "stop", prompt_tokens or 0, 0, generated, 0.0, 0.0)
+            prompt_tokens = len(session.fit(generation.messages, max_tokens).prompt_ids)
+            generated = len(session.tokens) - prompt_tokens + 1
+            return Completion(visible.reply, "stop", prompt_tokens, 0, generated, 0.0, 0.0)
         tail = visible.flush()
         if tail:
             handle.emit(Piece(tail))
-        if prompt_tokens is None:  # runtime-native counts the whole prompt and the part it computed
-            prompt_tokens, computed = result["prompt_tokens"], result.get("prefilled_tokens", result["prompt_tokens"])
-        else:
-            computed = result["prompt_tokens"]
+        # Both runtimes count the whole prompt (as fitted to the context) and the part they computed.
+        prompt_tokens, computed = result["prompt_tokens"], result.get("prefilled_tokens", result["prompt_tokens"])
         completion_tokens = result["completion_tokens"]
         full = completion_tokens >= max_tokens or prompt_tokens + completion_tokens >= self.context_length
         return Completion(visible.reply, "length" if full and not visible.stopped else "stop", prompt_tokens,

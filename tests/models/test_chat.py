@@ -39,7 +39,7 @@ def test_a_chat_keeps_its_cache_across_turns_and_survives_a_failed_turn(compiled
     messages += [{"role": "assistant", "content": first["reply"]}, {"role": "user", "content": "And of Italy?"}]
     conversation = session.encode_chat(messages)
     second = session.generate(conversation, 16, Sampling(temperature=0))
-    assert second["prompt_tokens"] < len(conversation) / 2  # only the new turn was computed
+    assert second["prefilled_tokens"] < len(conversation) / 2  # only the new turn was computed
     assert "Rome" in second["reply"]
     with pytest.raises(ChatError, match="the prompt has .* tokens; the context window is 128"):
         session.generate(session.encode_chat([{"role": "user", "content": "word " * 200}]), 8)
