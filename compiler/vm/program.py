@@ -22,7 +22,7 @@ from .builtins import BUILTINS
 from .devices import Device, DeviceError, View, device_for
 from .executable import Executable, sinfo_from_json
 from .interpreter import Interpreter, Tensor
-from .storage import FunctionMemory, Storage, evaluate, from_device, to_device
+from .storage import FunctionMemory, Storage, check_launch, evaluate, from_device, to_device
 
 
 class VirtualMachine:
@@ -159,7 +159,9 @@ class _Function:
             kernel = kernels[op["kernel"]]
             values = [evaluate(s, heap) for s in op["scalars"]]
             env = dict(zip((s["name"] for s in kernel["abi"]["scalars"]), values))
-            yield index, kernel, values, [evaluate(g, env) for g in kernel["grid"]]
+            grid = [evaluate(g, env) for g in kernel["grid"]]
+            check_launch(kernel, values, grid)
+            yield index, kernel, values, grid
 
     def call(self, args, to_host: bool = True):
         device = self.vm.device
