@@ -98,7 +98,7 @@ class Executable:
             raise ExecutableError(f"{path} is not a Tessera executable (format {data.get('format')!r})"
                                   if isinstance(data, dict) else f"{path} is not a Tessera executable")
         if data.get("version") != VERSION:
-            raise ExecutableError(f"{path} has format version {data.get('version')}; this Tessera reads "
+            raise ExecutableError(f"{path} has format version {data.get('version')!r}; this Tessera reads "
                                   f"version {VERSION}: rebuild it with this compiler (`tessera compile MODEL.gguf "
                                   f"-o {directory}`)")
         check_against_schema(data, "executable", path, ExecutableError)

@@ -7,7 +7,7 @@ any other before anything is opened, by the same rules as runtime-js (format.js)
 /dev/zero never ends) whose size, taken before reading, is what the caller allows. ``read_json``
 parses a file's text as every runtime must read it: no member named twice (cJSON keeps the first,
 Python's json the last), no NaN or Infinity (JavaScript has none), no nesting deeper than runtime-native
-takes.
+takes, and a number without a fraction an integer however it is written (1.0, 1e3), as JavaScript reads it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from ..ir.errors import TesseraError
 MAX_PATH_CHARS = 4096
 # Characters a path may not hold: a browser fetches it as a URL, where '%' is decoded, '?' and '#' end
 # the path, ':' makes a scheme and '\\' is '/'; control characters are dropped by URL parsing or end
-# a C string. A folder must load the same in every runtime, so all of them refuse these.
+# a C string (and a space at either end is stripped). A folder must load the same in every runtime, so
+# all of them refuse these.
 FORBIDDEN = frozenset("\\%?#:") | frozenset(map(chr, range(0x20))) | {"\x7f"}
 # The deepest JSON nesting a runtime reads (runtime-native's json.c: TSR_JSON_MAX_DEPTH).
 MAX_JSON_DEPTH = 256
@@ -44,6 +45,8 @@ def path_problem(path) -> str | None:
         return f"it is longer than {MAX_PATH_CHARS} characters"
     if path.startswith("/"):
         return "it starts with '/'"
+    if path[0] == " " or path[-1] == " ":  # URL parsing strips them: " /etc/passwd" would become absolute
+        return "it starts or ends with a space"
     bad = next((c for c in path if c in FORBIDDEN), None)
     if bad is not None:
         return ("it contains a control character" if bad < " " or bad == "\x7f" else
@@ -121,7 +124,7 @@ def parse_json(data: bytes, what: str, error: type[TesseraError] = FileCheckErro
     except UnicodeDecodeError as decode:
         raise error(f"{what} is not UTF-8 text (byte {decode.start})") from None
     try:
-        doc = json.loads(text, object_pairs_hook=_members, parse_constant=_no_constant)
+        doc = json.loads(text, object_pairs_hook=_members, parse_constant=_no_constant, parse_float=_number)
     except json.JSONDecodeError as decode:
         raise error(f"{what} is not valid JSON (truncated or corrupted?): {decode.msg} at line {decode.lineno}") \
             from None
@@ -148,6 +151,13 @@ def _members(pairs):
             raise ValueError(f"the member {key!r} appears twice in one object (runtimes would read different values)")
         doc[key] = value
     return doc
+
+
+def _number(text: str):
+    """A JSON number with a fraction or exponent, as JavaScript reads it: 1.0 and 1e3 are the integers 1 and
+    1000 (JSON.parse cannot tell them apart), anything else a float."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
 
 
 def _no_constant(name: str):

@@ -22,6 +22,8 @@ ITEM_BYTES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float1
               "float32": 4, "int64": 8, "uint64": 8, "float64": 8}
 # The most bytes one buffer may need at its upper bounds: more than any device has (runtime-native: 1 TiB).
 MAX_BUFFER_BYTES = 1 << 40
+# Shape expressions nest at most this deep (Python's parser stops at 200, a JS parser goes on).
+MAX_EXPRESSION_NESTING = 64
 # Names every JavaScript object already has (Object.prototype's): runtime-js keeps shape variables in plain
 # objects, where a variable named so would read the prototype's member. Refused everywhere, so that a file
 # loads the same in every runtime.
@@ -54,6 +56,8 @@ class Checker:
         """The parsed expression; it may use only ``names``."""
         parsed = self.exprs.get(text)
         if parsed is None:
+            if _nesting(text) > MAX_EXPRESSION_NESTING:
+                self.fail(where, f"nests parentheses deeper than {MAX_EXPRESSION_NESTING}")
             try:
                 parsed = arith.parse_expr(text)
             except (ValueError, RecursionError, MemoryError):
@@ -278,6 +282,14 @@ class Function:
                 elif field in tuples and field not in done:
                     path.add(field)
                     stack.append((field, iter(tuples[field])))
+
+
+def _nesting(text: str) -> int:
+    depth = deepest = 0
+    for c in text:
+        depth += (c == "(") - (c == ")")
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def _divides_by_zero(expr: arith.PrimExpr) -> bool:

@@ -96,14 +96,11 @@ def _tested_member(condition: dict) -> str | None:
 def check_against_schema(doc, name: str, what: str, error: type[TesseraError]) -> None:
     """Raise ``error`` naming the first place where ``doc`` breaks the ``name`` format's schema, and how:
     ``{what} is malformed: functions.main.code[3] lacks the field 'dst'``."""
-    import jsonschema
-
     validator = _validator(name)
     if validator.is_valid(doc):
         return
-    best = jsonschema.exceptions.best_match(validator.iter_errors(doc))
-    if best is not None:
-        raise error(f"{what} is malformed: {describe(best)}")
+    # The first violation in the schema's own order (runtime-js reports the same one, in the same words).
+    raise error(f"{what} is malformed: {describe(next(validator.iter_errors(doc)))}")
 
 
 def describe(e) -> str:
@@ -111,6 +108,9 @@ def describe(e) -> str:
     what it is and what the schema wants there."""
     where = json_path(e.absolute_path) or "the document"
     kind, value, want = e.validator, e.instance, e.validator_value
+    if isinstance(e.schema, dict) and "#:" in e.schema.get("pattern", "") and path_problem(value) is not None:
+        # A path's schema (docs/format.md's rule): its length or its pattern, said as the rule says it.
+        return f"{where} {show(value)} is not a relative path inside the folder: {path_problem(value)}"
     if kind == "required":
         missing = next(key for key in want if key not in value)
         return f"{where} lacks the field {missing!r}"
@@ -131,13 +131,38 @@ def describe(e) -> str:
     if kind == "const":
         return f"{where} is {show(value)}, not {show(want)}"
     if kind == "pattern":
-        problem = path_problem(value) if "#:" in want else None
-        if problem is not None:
-            return f"{where} {show(value)} is not a relative path inside the folder: {problem}"
         return f"{where} is {show(value)}, not {e.schema.get('title') or 'of the form ' + want}"
     if kind in ("oneOf", "anyOf"):
+        # Of the forms allowed (null or an integer, say), the one of the value's type says what is wrong.
+        typed = [i for i, branch in enumerate(want) if _json_type(value) in _types_of(branch)]
+        if len(typed) == 1:
+            inner = [sub for sub in e.context if sub.relative_schema_path[0] == typed[0]]
+            if inner:
+                return describe(inner[0])
+        names = [" or ".join(_TYPE_NAMES.get(t, t) for t in _types_of(branch)) for branch in want]
+        if all(names):
+            return f"{where} is {show(value)}, not {' or '.join(names)}"
         return f"{where} is {show(value)}, which is none of the forms the format allows there"
     return f"{where}: {e.message[:300]}"
+
+
+def _types_of(schema) -> list[str]:
+    """The JSON types a (prepared) schema allows, when it says so with ``type`` or ``const``."""
+    if not isinstance(schema, dict):
+        return []
+    if "type" in schema:
+        return [schema["type"]] if isinstance(schema["type"], str) else list(schema["type"])
+    return [_json_type(schema["const"])] if "const" in schema else []
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    return {float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "?")
 
 
 _TYPE_NAMES = {"integer": "an integer", "string": "a string", "object": "an object", "array": "an array",

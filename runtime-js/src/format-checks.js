@@ -10,6 +10,8 @@ const ITEM_BYTES = /** @type {Record<string, number>} */ ({ bool: 1, int8: 1, ui
   int32: 4, uint32: 4, float32: 4, int64: 8, uint64: 8, float64: 8 });
 /** The most bytes one buffer may need at its upper bounds (runtime-native: 1 TiB). */
 const MAX_BUFFER_BYTES = 2 ** 40;
+/** Shape expressions nest at most this deep (Python's parser stops at 200; this one would go on). */
+const MAX_EXPRESSION_NESTING = 64;
 /** Names every JavaScript object already has: a shape variable named so would read the prototype's. */
 const OBJECT_MEMBERS = new Set(Object.getOwnPropertyNames(Object.prototype));
 
@@ -30,6 +32,12 @@ function unique(what, names, where, kind) {
 /** The parsed expression ``text``, which may use only ``names``.
  * @param {string} what @param {string} text @param {(string|number)[]} where @param {Set<string>} names @param {string} kind */
 function expr(what, text, where, names, kind = "a variable of the function") {
+  let depth = 0, deepest = 0;
+  for (const c of text) {
+    depth += c === "(" ? 1 : c === ")" ? -1 : 0;
+    deepest = Math.max(deepest, depth);
+  }
+  if (deepest > MAX_EXPRESSION_NESTING) fail(what, where, `nests parentheses deeper than ${MAX_EXPRESSION_NESTING}`);
   let node;
   try {
     node = parseShapeExpr(text);

@@ -13,6 +13,8 @@ export function pathProblem(path) {
   if (!path) return "it is empty";
   if (path.length > MAX_PATH_CHARS) return `it is longer than ${MAX_PATH_CHARS} characters`;
   if (path.startsWith("/")) return "it starts with '/'";
+  // URL parsing strips spaces at either end: " /etc/passwd" would become an absolute path.
+  if (path.startsWith(" ") || path.endsWith(" ")) return "it starts or ends with a space";
   // A browser fetches the name as a URL: '%' would be decoded, '?' and '#' end the path, ':' makes a
   // scheme, '\' is '/', and tabs and newlines are dropped (so "..\t" would become "..").
   const bad = /[\\\x00-\x1f\x7f%?#:]/.exec(path);

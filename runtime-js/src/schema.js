@@ -96,6 +96,12 @@ function check(value, schema, root, path, quiet) {
     if ((problem = check(value, resolved, target, path, quiet))) return problem;
   }
   const type = typeOf(value);
+  if (!quiet && typeof schema.pattern === "string" && schema.pattern.includes("#:") && pathProblem(value) !== null) {
+    // A path's schema (docs/format.md's rule): its length or its pattern, said as the rule says it.
+    if (check(value, schema, root, path, true) !== null) {
+      return `${at(path)} ${show(value)} is not a relative path inside the folder: ${pathProblem(value)}`;
+    }
+  }
   if (schema.type !== undefined) {
     const types = Array.isArray(schema.type) ? schema.type : [schema.type];
     if (!types.includes(type) && !(type === "integer" && types.includes("number"))) {
@@ -124,12 +130,7 @@ function check(value, schema, root, path, quiet) {
     if (schema.pattern !== undefined) {
       let regex = PATTERNS.get(schema.pattern);
       if (!regex) PATTERNS.set(schema.pattern, regex = new RegExp(schema.pattern, "u"));
-      if (!regex.test(value)) {
-        if (quiet) return FAILS;
-        const why = schema.pattern.includes("#:") ? pathProblem(value) : null;
-        return why ? `${at(path)} ${show(value)} is not a relative path inside the folder: ${why}`
-          : `${at(path)} is ${show(value)}, not ${schema.title ?? `of the form ${schema.pattern}`}`;
-      }
+      if (!regex.test(value)) return quiet ? FAILS : `${at(path)} is ${show(value)}, not ${schema.title ?? `of the form ${schema.pattern}`}`;
     }
   } else if (type === "array") {
     if (schema.minItems !== undefined && value.length < schema.minItems) {
@@ -177,10 +178,10 @@ function check(value, schema, root, path, quiet) {
     if ((problem = check(value, sub, root, path, quiet))) return problem;
   }
   if (schema.anyOf && !schema.anyOf.some((/** @type {any} */ sub) => check(value, sub, root, path, true) === null)) {
-    return quiet ? FAILS : `${at(path)} is ${show(value)}, which is none of the forms the format allows there`;
+    return quiet ? FAILS : noneOf(value, schema.anyOf, root, path);
   }
   if (schema.oneOf && schema.oneOf.filter((/** @type {any} */ sub) => check(value, sub, root, path, true) === null).length !== 1) {
-    return quiet ? FAILS : `${at(path)} is ${show(value)}, which is none of the forms the format allows there`;
+    return quiet ? FAILS : noneOf(value, schema.oneOf, root, path);
   }
   if (schema.if !== undefined) {
     const branch = check(value, schema.if, root, path, true) === null ? schema.then : schema.else;
@@ -191,6 +192,33 @@ function check(value, schema, root, path, quiet) {
 
 /** @param {(string|number)[]} path */
 const at = (path) => jsonPath(path) || "the document";
+
+/** The JSON types a schema allows, when it says so with ``type``, ``const`` or a ``$ref`` to one that does.
+ * @param {any} schema @param {any} root @returns {string[]} */
+function typesOf(schema, root) {
+  if (schema === null || typeof schema !== "object") return [];
+  if (schema.type !== undefined) return Array.isArray(schema.type) ? schema.type : [schema.type];
+  if (schema.const !== undefined) return [typeOf(schema.const)];
+  if (schema.$ref !== undefined) {
+    const { resolved, target } = reference(schema, root);
+    return typesOf(resolved, target);
+  }
+  return [];
+}
+
+/** Why ``value`` is none of ``branches``: the branch of its type says, else the types allowed do.
+ * @param {any} value @param {any[]} branches @param {any} root @param {(string|number)[]} path */
+function noneOf(value, branches, root, path) {
+  const type = typeOf(value);
+  const typed = branches.filter((branch) => typesOf(branch, root).some((t) => t === type || (t === "number" && type === "integer")));
+  if (typed.length === 1) {
+    const inner = check(value, typed[0], root, path, false);
+    if (inner) return inner;
+  }
+  const names = branches.map((branch) => typesOf(branch, root).map((t) => TYPE_NAMES[t] ?? t).join(" or "));
+  if (names.every((n) => n)) return `${at(path)} is ${show(value)}, not ${names.join(" or ")}`;
+  return `${at(path)} is ${show(value)}, which is none of the forms the format allows there`;
+}
 
 /** @type {WeakMap<object, {resolved: any, target: any}>} */
 const REFERENCES = new WeakMap();
