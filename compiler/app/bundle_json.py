@@ -91,8 +91,9 @@ class BuildFiles:
 def build_files(directory: str) -> BuildFiles:
     """The files of the build in ``directory``: its own, unless it is a build of a bundle (no
     tensor-cache.json of its own, and bundle.json in the folder above names it)."""
-    own = BuildFiles(*(os.path.join(directory, name) for name in ("tensor-cache.json", "tokenizer.json",
-                                                                   "chat-config.json")), in_bundle=False)
+    own = BuildFiles(*(resolve_inside(directory, name, what, BundleError) for name, what in (
+        ("tensor-cache.json", "tensor cache"), ("tokenizer.json", "tokenizer"),
+        ("chat-config.json", "chat configuration"))), in_bundle=False)
     model_dir = os.path.dirname(os.path.abspath(directory))
     if os.path.exists(own.tensor_cache) or not os.path.exists(os.path.join(model_dir, "bundle.json")):
         return own

@@ -293,14 +293,18 @@ def _nesting(text: str) -> int:
 
 
 def _divides_by_zero(expr: arith.PrimExpr) -> bool:
-    """Whether ``expr`` divides by the constant 0 somewhere (a divisor that is 0 only at run time is the
-    VM's to report)."""
+    """Whether ``expr`` divides by a constant 0 somewhere ("n // 0", "n % (2 - 2)"); a divisor that is 0 only
+    at run time is the VM's to report."""
     stack = [expr]
     while stack:
         node = stack.pop()
         divisor = node.b if isinstance(node, (arith.FloorDiv, arith.FloorMod)) else None
-        if isinstance(divisor, arith.IntImm) and divisor.value == 0:
-            return True
+        if divisor is not None and not arith.free_vars(divisor):
+            try:
+                if arith.evaluate(divisor) == 0:
+                    return True
+            except ZeroDivisionError:
+                return True
         stack += [child for child in (getattr(node, "a", None), getattr(node, "b", None)) if child is not None]
     return False
 

@@ -94,7 +94,7 @@ export function evaluateShape(node, heap) {
   return value;
 }
 
-/** The variables ``node`` uses, and whether it divides by the constant 0 (a file's expression, at load).
+/** The variables ``node`` uses, and whether it divides by a constant 0 (a file's expression, at load).
  * @param {ShapeNode} node @param {Set<string>} [into] @returns {{vars: Set<string>, dividesByZero: boolean}} */
 export function shapeFacts(node, into = new Set()) {
   if (node.kind === "var") {
@@ -103,7 +103,14 @@ export function shapeFacts(node, into = new Set()) {
   }
   if (node.kind === "num") return { vars: into, dividesByZero: false };
   const a = shapeFacts(node.a, into), b = shapeFacts(node.b, into);
-  const zero = (node.op === "//" || node.op === "%") && node.b.kind === "num" && node.b.value === 0;
+  let zero = false;
+  if ((node.op === "//" || node.op === "%") && shapeFacts(node.b).vars.size === 0) {
+    try {
+      zero = evaluateShape(node.b, {}) === 0;  // a constant divisor: "n // 0", "n % (2 - 2)"
+    } catch {
+      zero = true;  // it divides by zero itself
+    }
+  }
   return { vars: into, dividesByZero: zero || a.dividesByZero || b.dividesByZero };
 }
 
