@@ -154,7 +154,6 @@ def test_symlinks_out_of_the_folder_fifos_devices_and_directories_are_refused_wi
     folder = tmp_path / "case"
     shutil.copytree(source, folder)
     shard = cache["records"][0]["dataPath"]
-    data = (folder / shard).read_bytes()
     (folder / "up").symlink_to("..")
     cases = {
         "a symlink out of the folder": lambda p: p.symlink_to(outside),
@@ -162,17 +161,20 @@ def test_symlinks_out_of_the_folder_fifos_devices_and_directories_are_refused_wi
         "a FIFO": lambda p: os.mkfifo(p),
         "a directory": lambda p: p.mkdir(),
     }
-    for what, make in cases.items():
-        target = folder / shard
-        target.unlink()
-        make(target)
-        errors = load_within(folder)
-        assert errors and ("leaves the folder" in errors[0] or "not a regular file" in errors[0]), (what, errors)
-        if target.is_dir() and not target.is_symlink():
-            target.rmdir()
-        else:
+    for name in (shard, doc["modules"][0]["path"]):  # a weight shard, the WASM module
+        target = folder / name
+        data = target.read_bytes()
+        for what, make in cases.items():
             target.unlink()
-        target.write_bytes(data)
+            make(target)
+            errors = load_within(folder)
+            assert errors and ("leaves the folder" in errors[0] or "not a regular file" in errors[0]), \
+                (name, what, errors)
+            if target.is_dir() and not target.is_symlink():
+                target.rmdir()
+            else:
+                target.unlink()
+            target.write_bytes(data)
     # A path through a symlinked folder that leads outside.
     write_json(str(folder), "tensor-cache.json", {**cache, "records": [{**cache["records"][0],
                                                                           "dataPath": "up/secret.bin"}]})
