@@ -67,13 +67,6 @@ def check_relative_path(path, what: str, error: type[TesseraError] = FileCheckEr
     return path
 
 
-def check_folder_path(path, what: str, error: type[TesseraError] = FileCheckError) -> str:
-    """A folder's path (bundle.json's build ``path``): a relative path inside the folder, with or without
-    one '/' at its end."""
-    check_relative_path(path[:-1] if isinstance(path, str) and path.endswith("/") else path, what, error)
-    return path
-
-
 def resolve_inside(directory: str, path: str, what: str, error: type[TesseraError] = FileCheckError) -> str:
     """``directory/path`` with every symlink followed, which must still lie inside ``directory``."""
     check_relative_path(path, what, error)
