@@ -38,8 +38,9 @@ node_modules/.package-lock.json: package-lock.json package.json runtime-js/packa
 	touch $@
 
 # The runtime imports its two npm dependencies from src/vendor (plain relative ES-module imports).
-RUNTIME_VENDOR := runtime-js/src/vendor/tokenizers.js
-$(RUNTIME_VENDOR): node_modules/.package-lock.json runtime-js/scripts/vendor.mjs
+# It also writes src/vendor/schemas.js from docs/*.schema.json, so a changed schema rewrites it.
+RUNTIME_VENDOR := runtime-js/src/vendor/tokenizers.js runtime-js/src/vendor/schemas.js
+$(RUNTIME_VENDOR) &: node_modules/.package-lock.json runtime-js/scripts/vendor.mjs $(wildcard docs/*.schema.json)
 	node runtime-js/scripts/vendor.mjs
 
 node-deps: node_modules/.package-lock.json $(RUNTIME_VENDOR)

@@ -1,4 +1,4 @@
-"""Every executable any test writes is checked against the JSON Schema in docs/ (format version 2),
+"""Every executable any test writes is checked against the JSON Schemas in docs/ and the loaders' cross-checks,
 and every Vulkan launch of any test runs under the Khronos validation layer, which must say nothing."""
 
 import json
@@ -14,8 +14,12 @@ SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "..", "docs", "executable.
 
 @pytest.fixture(autouse=True, scope="session")
 def _executables_match_the_schema():
+    """What the compiler writes is what its loaders accept: the schemas in docs/ and the cross-checks
+    after them (tessera.vm.format_checks), on every executable and tensor cache any test saves."""
     import jsonschema
     from tessera.vm.executable import Executable
+    from tessera.vm.format_checks import check_executable, check_tensor_cache
+    from tessera.vm.schema import check_against_schema
 
     with open(SCHEMA_PATH, encoding="utf-8") as f:
         validator = jsonschema.Draft202012Validator(json.load(f))
@@ -24,11 +28,17 @@ def _executables_match_the_schema():
     def checked_save(self, directory):
         save(self, directory)
         with open(os.path.join(directory, "executable.json"), encoding="utf-8") as f:
-            errors = sorted(validator.iter_errors(json.load(f)), key=lambda e: list(e.path))
+            doc = json.load(f)
+        errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.path))
         if errors:
             where = "/".join(str(p) for p in errors[0].path)
             raise AssertionError(f"{directory}/executable.json does not match docs/executable.schema.json at "
                                  f"{where}: {errors[0].message}")
+        check_executable(doc, f"{directory}/executable.json", AssertionError)
+        with open(os.path.join(directory, "tensor-cache.json"), encoding="utf-8") as f:
+            cache = json.load(f)
+        check_against_schema(cache, "tensor-cache", f"{directory}/tensor-cache.json", AssertionError)
+        check_tensor_cache(cache, f"{directory}/tensor-cache.json", AssertionError)
 
     Executable.save = checked_save
     yield

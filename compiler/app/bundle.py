@@ -34,8 +34,9 @@ from .compile import CHAT_CONFIG, TOKENIZER, cached_compile
 from .memory import device_memory
 from .weights import download_bytes, write_shared_weights
 
-# The runtime's npm dependencies, copied next to its sources by runtime-js/scripts/vendor.mjs (make setup).
-VENDORED = ("tokenizers.js", "jinja.js")
+# The runtime's npm dependencies, copied next to its sources by runtime-js/scripts/vendor.mjs (make setup),
+# which also writes the formats' JSON Schemas there as a module.
+VENDORED = ("tokenizers.js", "jinja.js", "schemas.js")
 
 
 def model_id(gguf_path: str) -> str:

@@ -6,15 +6,17 @@ missing, negative, fractional or huge figure is an error that names it, never a 
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
 from tessera.ir import TesseraError
+from tessera.vm.files import path_problem, read_json, resolve_inside
+from tessera.vm.schema import check_against_schema
 
 BUNDLE_VERSION = 2
 # The figures of a build (docs/web.md): whole numbers of bytes that JSON and JavaScript hold exactly.
 MAX_FIGURE = (1 << 53) - 1
+MAX_BUNDLE_JSON = 1 << 20
 MEMORY_FIGURES = ("weights_bytes", "arena_bytes", "kv_cache_bytes", "total_bytes", "largest_buffer_bytes",
                   "largest_binding_bytes")
 
@@ -24,16 +26,9 @@ class BundleError(TesseraError):
 
 
 def read_bundle(model_dir: str) -> dict:
-    """A model folder's bundle.json, checked (``check_bundle``)."""
+    """A model folder's bundle.json, checked (``check_bundle``): a regular file of at most 1 MiB."""
     path = os.path.join(model_dir, "bundle.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as error:
-        raise BundleError(f"cannot read {path}: {error.strerror}") from None
-    except ValueError as error:
-        raise BundleError(f"{path} is not valid JSON: {error}") from None
-    return check_bundle(doc, path)
+    return check_bundle(read_json(model_dir, "bundle.json", "bundle index", MAX_BUNDLE_JSON, BundleError), path)
 
 
 def check_bundle(doc, what: str = "bundle.json") -> dict:
@@ -52,8 +47,9 @@ def check_bundle(doc, what: str = "bundle.json") -> dict:
         expect(isinstance(build, dict) and isinstance(build.get("name"), str), "a build has no name")
         name = build["name"]
         for key in ("path", "tensor_cache"):
-            expect(_inside(build.get(key)), f"build {name}'s {key} {build.get(key)!r} is not a relative path inside "
-                                            "the model's folder")
+            problem = path_problem(_folder(build.get(key)) if key == "path" else build.get(key))
+            expect(problem is None, f"build {name}'s {key} {build.get(key)!r} is not a relative path inside the "
+                                    f"model's folder: {problem}")
         expect(isinstance(build.get("kind"), str), f"build {name} has no kind")
         expect(isinstance(build.get("features"), list) and all(isinstance(f, str) for f in build["features"]),
                f"build {name}'s features are not a list of names")
@@ -63,7 +59,9 @@ def check_bundle(doc, what: str = "bundle.json") -> dict:
         for key in MEMORY_FIGURES:
             _check_figure(expect, f"build {name}'s memory.{key}", memory.get(key))
     for key in ("tokenizer", "chat_config"):
-        expect(_inside(doc.get(key)), f"{key} {doc.get(key)!r} is not a relative path inside the model's folder")
+        problem = path_problem(doc.get(key))
+        expect(problem is None, f"{key} {doc.get(key)!r} is not a relative path inside the model's folder: {problem}")
+    check_against_schema(doc, "bundle", what, BundleError)  # and everything else docs/bundle.schema.json says
     return doc
 
 
@@ -74,9 +72,9 @@ def _check_figure(expect, what: str, value) -> None:
     expect(0 <= value <= MAX_FIGURE, f"{what} is {value}, outside 0 .. 2**53 - 1 bytes")
 
 
-def _inside(path) -> bool:
-    return (isinstance(path, str) and bool(path) and not path.startswith("/") and "\\" not in path
-            and all(part not in ("", ".", "..") for part in path.rstrip("/").split("/")) and ":" not in path)
+def _folder(path):
+    """A build's folder without its one closing '/'."""
+    return path[:-1] if isinstance(path, str) and path.endswith("/") else path
 
 
 @dataclass(frozen=True)
@@ -93,14 +91,18 @@ class BuildFiles:
 def build_files(directory: str) -> BuildFiles:
     """The files of the build in ``directory``: its own, unless it is a build of a bundle (no
     tensor-cache.json of its own, and bundle.json in the folder above names it)."""
-    own = BuildFiles(*(os.path.join(directory, name) for name in ("tensor-cache.json", "tokenizer.json",
-                                                                   "chat-config.json")), in_bundle=False)
+    own = BuildFiles(*(resolve_inside(directory, name, what, BundleError) for name, what in (
+        ("tensor-cache.json", "tensor cache"), ("tokenizer.json", "tokenizer"),
+        ("chat-config.json", "chat configuration"))), in_bundle=False)
     model_dir = os.path.dirname(os.path.abspath(directory))
     if os.path.exists(own.tensor_cache) or not os.path.exists(os.path.join(model_dir, "bundle.json")):
         return own
     index = read_bundle(model_dir)
     for build in index["builds"]:
         if os.path.normpath(os.path.join(model_dir, build["path"])) == os.path.abspath(directory):
-            return BuildFiles(*(os.path.join(model_dir, path) for path in
-                                (build["tensor_cache"], index["tokenizer"], index["chat_config"])), in_bundle=True)
+            # Each where bundle.json says, with symlinks followed: still inside the model's folder.
+            return BuildFiles(*(resolve_inside(model_dir, path, what, BundleError) for path, what in
+                                ((build["tensor_cache"], f"build {build['name']}'s tensor cache"),
+                                 (index["tokenizer"], "tokenizer"), (index["chat_config"], "chat configuration"))),
+                              in_bundle=True)
     return own

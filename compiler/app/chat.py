@@ -81,14 +81,13 @@ class NativeChatSession:
 class ChatSession:
     def __init__(self, directory: str):
         from tessera.vm import Executable, VirtualMachine
-        from tokenizers import Tokenizer
 
         from .bundle_json import build_files
+        from .chat_files import read_chat_config, read_tokenizer
 
         files = build_files(directory)  # a build in a bundle shares the bundle's weights and tokenizer
-        with open(files.chat_config, encoding="utf-8") as f:
-            self.config = json.load(f)
-        self.tokenizer = Tokenizer.from_file(files.tokenizer)
+        self.tokenizer = read_tokenizer(files.tokenizer)
+        self.config = read_chat_config(files.chat_config, self.tokenizer.get_vocab_size())
         # Whatever the build's target: the VM picks the device that runs it, or says why it cannot.
         self.vm = VirtualMachine(Executable.load(directory, files.tensor_cache))
         self.context_length = self.config["context_length"]

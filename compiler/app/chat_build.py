@@ -11,8 +11,6 @@ find it.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 
 # Names of software renderers in an adapter's info (as runtime-js/src/device.js lists them).
@@ -103,13 +101,16 @@ def native_runtime_problem() -> str | None:
 def compiled_build(directory: str) -> tuple[str | None, bool]:
     """The target kind a compiled directory was built for (None when it holds no readable
     executable.json), and whether its chat-config.json has the chat_format runtime-native needs."""
+    from tessera.vm.files import FileCheckError, parse_json, read_inside, read_regular
+
     from .bundle_json import BundleError, build_files
 
-    try:
-        with open(os.path.join(directory, "executable.json"), encoding="utf-8") as f:
-            kind = json.load(f).get("target", {}).get("kind")
-        with open(build_files(directory).chat_config, encoding="utf-8") as f:
-            has_chat_format = json.load(f).get("chat_format") is not None
-    except (OSError, ValueError, AttributeError, BundleError):
+    try:  # regular files only: a FIFO in their place is refused, never opened
+        executable = parse_json(read_inside(directory, "executable.json", "executable"), "executable.json")
+        chat_config = build_files(directory).chat_config
+        config = parse_json(read_regular(chat_config, "chat configuration"), chat_config)
+        kind = executable.get("target", {}).get("kind")
+        has_chat_format = config.get("chat_format") is not None
+    except (FileCheckError, AttributeError, BundleError):
         return None, False
-    return kind, has_chat_format
+    return (kind if isinstance(kind, str) else None), has_chat_format

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import tessera
 from tessera import nn
-from tessera.frontend import load_gguf
+from tessera.frontend import GGUFError, load_gguf
 from tessera.frontend.chat_format import analyze_chat_template
 from tessera.frontend.tokenizer import build_tokenizer
 from tessera.ir import MemoryPlanError, TesseraError
@@ -102,13 +102,31 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     target = resolve_target(target, cpu)
     progress = progress or _silent
     start = time.perf_counter()
-    progress(f"read {os.path.basename(gguf_path)}", 0, 1)
-    model_file = load_gguf(gguf_path)
-    model, weights = llama_from_gguf(model_file)
-    context_length = min(context_length, model_file.config.context_length)
     if prefill_chunk is not None and prefill_chunk < 1:
         raise CompileError(f"--prefill-chunk must be at least 1, got {prefill_chunk}")
+    if context_length < 1:
+        raise CompileError(f"--context must be at least 1, got {context_length}")
+    progress(f"read {os.path.basename(gguf_path)}", 0, 1)
+    model_file = load_gguf(gguf_path)
+    # Everything that can refuse the file is asked before anything is written: a missing or unsupported
+    # tokenizer is an error here, not after the executable is in the output folder.
+    spec = model_file.tokenizer
+    if spec is None:
+        raise GGUFError(f"{os.path.basename(gguf_path)} has no tokenizer (tokenizer.ggml.tokens): a chat model "
+                        "needs one")
+    tokenizer = build_tokenizer(spec)
+    model, weights = llama_from_gguf(model_file)
+    context_length = min(context_length, model_file.config.context_length)
     chunk = min(prefill_chunk or default_prefill_chunk(model.config, context_length, target), context_length)
+    stops = sorted({i for i, t in enumerate(spec.tokens) if t in END_OF_TURN_TOKENS}
+                   | ({spec.eos_token_id} if spec.eos_token_id is not None else set()))
+    # bos_token and eos_token: the spellings a chat template writes (Llama 2's puts "<s>" before
+    # each [INST]); the runtimes render templates with them, as transformers does.
+    config = {"model": os.path.basename(gguf_path), "context_length": context_length, "prefill_chunk": chunk,
+              "stop_token_ids": stops, "chat_template": spec.chat_template, "bos_token_id": spec.bos_token_id,
+              "bos_token": _token_text(spec, spec.bos_token_id), "eos_token": _token_text(spec, spec.eos_token_id),
+              "add_bos_token": spec.add_bos_token, "chat_format": chat_format_json(spec, os.path.basename(gguf_path)),
+              "compiler_version": tessera.__version__}
     progress("export the graph", 0, 1)
     mod = nn.bind_weights(export_llm(model, context_length, target.quantized_activations, chunk), weights)
     try:
@@ -121,17 +139,7 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     progress(f"write {output}", 0, 1)
     os.makedirs(output, exist_ok=True)
     exe.save(output)
-    spec = model_file.tokenizer
-    build_tokenizer(spec).save(os.path.join(output, TOKENIZER))
-    stops = sorted({i for i, t in enumerate(spec.tokens) if t in END_OF_TURN_TOKENS}
-                   | ({spec.eos_token_id} if spec.eos_token_id is not None else set()))
-    # bos_token and eos_token: the spellings a chat template writes (Llama 2's puts "<s>" before
-    # each [INST]); the runtimes render templates with them, as transformers does.
-    config = {"model": os.path.basename(gguf_path), "context_length": context_length, "prefill_chunk": chunk,
-              "stop_token_ids": stops, "chat_template": spec.chat_template, "bos_token_id": spec.bos_token_id,
-              "bos_token": _token_text(spec, spec.bos_token_id), "eos_token": _token_text(spec, spec.eos_token_id),
-              "add_bos_token": spec.add_bos_token, "chat_format": chat_format_json(spec, os.path.basename(gguf_path)),
-              "compiler_version": tessera.__version__}
+    tokenizer.save(os.path.join(output, TOKENIZER))
     with open(os.path.join(output, CHAT_CONFIG), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=1)
     return CompiledModel(output, exe, context_length, time.perf_counter() - start)

@@ -21,6 +21,7 @@ import os
 
 import numpy as np
 from tessera.vm import CACHE_FORMAT, CACHE_VERSION, SHARD_BYTES
+from tessera.vm.executable import RECORD_ALIGNMENT
 
 WEIGHTS_FOLDER = "weights"
 
@@ -54,7 +55,7 @@ def write_shared_weights(model_dir: str, builds: dict[str, dict[str, np.ndarray]
     for group, keys in sorted(groups.items(), key=lambda item: (-len(item[0]), item[0])):
         current: list[str] = []
         for key in keys + [None]:
-            if current and (key is None or sum(len(blobs[k]) for k in current) + len(blobs[key]) > SHARD_BYTES):
+            if current and (key is None or _aligned_size(current, blobs) + len(blobs[key]) > SHARD_BYTES):
                 shards.append(_write_shard(folder, len(shards), current, blobs, group))
                 current = []
             if key is not None:
@@ -76,10 +77,19 @@ def write_shared_weights(model_dir: str, builds: dict[str, dict[str, np.ndarray]
     return paths
 
 
+def _aligned_size(keys: list[str], blobs: dict[str, bytes]) -> int:
+    """The bytes of a shard of ``keys`` as ``_write_shard`` aligns them, up to where one more record would start."""
+    size = 0
+    for key in keys:
+        size += -size % RECORD_ALIGNMENT + len(blobs[key])
+    return size + -size % RECORD_ALIGNMENT
+
+
 def _write_shard(folder: str, index: int, keys: list[str], blobs: dict[str, bytes], users: tuple[int, ...]) -> dict:
     name = f"params_shard_{index}.bin"
     blob, offsets = bytearray(), {}
     for key in keys:
+        blob += bytes(-len(blob) % RECORD_ALIGNMENT)  # each record aligned to its element size (docs/format.md)
         offsets[key] = len(blob)
         blob += blobs[key]
     with open(os.path.join(folder, name), "wb") as f:

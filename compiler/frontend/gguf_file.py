@@ -10,18 +10,26 @@ it does not parse itself (the other byte order, versions other than 2 and 3) go 
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..ir.errors import TesseraError
+
 STRING, ARRAY, UINT32 = 8, 9, 4
+MAX_DIMS = 4  # GGML_MAX_DIMS
 # GGUF value type -> struct format of one little-endian value (gguf.GGUFValueType's numbering).
 SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q",
                   12: "<d"}
 # ggml types whose tensors GGUFReader views as elements, not bytes.
 ELEMENT_TYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8, "I16": np.int16,
                  "I32": np.int32, "I64": np.int64}
+
+
+class GGUFError(TesseraError):
+    """A GGUF file that cannot be used: unreadable, truncated, or holding what Tessera cannot run."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,10 @@ class _Parser:
         if version not in (2, 3):  # the other byte order, or a version GGUFReader explains
             raise _OtherLayout()
         tensor_count, kv_count = self._unpack("<QQ", 8)
+        # Counts are checked against the bytes left before they size a loop: a key takes 13 bytes at
+        # least (length, one byte, type), a tensor's entry 25 (length, one byte, dims, type, offset).
+        if kv_count * 13 + tensor_count * 25 > len(self.data) - 24:
+            raise ValueError(f"{kv_count} keys and {tensor_count} tensors cannot fit in {len(self.data)} bytes")
         metadata = {"GGUF.version": version, "GGUF.tensor_count": tensor_count, "GGUF.kv_count": kv_count}
         types = {}
         offset = 24
@@ -75,6 +87,8 @@ class _Parser:
         for _ in range(tensor_count):
             name, offset = self._string(offset, "strict")
             (n_dims,), offset = self._unpack("<I", offset), offset + 4
+            if n_dims > MAX_DIMS:
+                raise ValueError(f"tensor {name} has {n_dims} dimensions, more than ggml's {MAX_DIMS}")
             dims, offset = self._unpack(f"<{n_dims}Q", offset), offset + 8 * n_dims
             raw_type, tensor_offset = self._unpack("<IQ", offset)
             offset += 12
@@ -87,26 +101,40 @@ class _Parser:
             if alignment == 0 or alignment & (alignment - 1):
                 raise ValueError("Invalid alignment: must be a non-zero power of two")
         start = offset + (-offset % alignment)
-        return GGUFContents(metadata, self._tensors(infos, start))
+        return GGUFContents(metadata, self._tensors(infos, start, alignment))
 
-    def _tensors(self, infos, start: int) -> list[GGUFTensor]:
-        gguf, tensors, names = self.gguf, [], set()
+    def _tensors(self, infos, start: int, alignment: int) -> list[GGUFTensor]:
+        """The tensors' views, each checked as llama.cpp checks them: inside the file, at an offset that is a
+        multiple of the alignment, and not overlapping another tensor."""
+        gguf, tensors, names, ranges = self.gguf, [], set(), []
         for name, dims, raw_type, tensor_offset in infos:
             if name in names:
                 raise ValueError(f"Found duplicated tensor with name {name}")
             names.add(name)
             ggml_type = gguf.GGMLQuantizationType(raw_type)
-            elements = int(np.prod(dims))
+            elements = math.prod(dims)  # exact: numpy's product of uint64 dims would wrap around
             shape = tuple(reversed(dims))
             block_size, type_size = gguf.GGML_QUANT_SIZES[ggml_type]
+            if dims and dims[0] % block_size:
+                raise ValueError(f"tensor {name} has rows of {dims[0]} values, not whole blocks of {block_size}")
             nbytes = elements * type_size // block_size
             begin = start + tensor_offset
+            if tensor_offset % alignment:
+                raise ValueError(f"tensor {name} starts at offset {tensor_offset}, not a multiple of the alignment "
+                                 f"{alignment}")
             if begin + nbytes > len(self.data):
                 raise ValueError(f"tensor {name} ends past the end of the file")
+            ranges.append((begin, begin + nbytes, name))
             dtype = ELEMENT_TYPES.get(ggml_type.name)
             if dtype is None:
                 dtype, shape = np.uint8, gguf.quant_shape_to_byte_shape(shape, ggml_type)
             tensors.append(GGUFTensor(name, ggml_type, self.data[begin:begin + nbytes].view(dtype).reshape(shape)))
+        widest = None  # of the tensors in order of their first byte, the one reaching furthest
+        for begin, end, name in sorted(r for r in ranges if r[1] > r[0]):
+            if widest is not None and begin < widest[1]:
+                raise ValueError(f"tensors {widest[2]} and {name} overlap")
+            if widest is None or end > widest[1]:
+                widest = (begin, end, name)
         return tensors
 
     def _unpack(self, fmt: str, offset: int) -> tuple:
@@ -131,6 +159,8 @@ class _Parser:
             raise ValueError(f"Unknown/unhandled field type {kind}")
         item_kind, count = self._unpack("<IQ", offset)
         offset += 12
+        if item_kind == STRING and count * 8 > len(self.buf) - offset:  # 8 bytes of length each, at least
+            raise ValueError(f"an array of {count} strings cannot fit in the rest of the file")
         if item_kind == STRING:
             items = []
             for _ in range(count):

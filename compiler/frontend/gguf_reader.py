@@ -16,35 +16,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.errors import TesseraError
-from .gguf_file import read_gguf_file
+from .gguf_file import GGUFError, read_gguf_file
+from .gguf_hparams import GGUFHyperparameters, read_hyperparameters
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "mistral")
 # The block formats the kernels read (tessera.tir.quant.FORMATS; a test checks that the two agree).
 BLOCK_FORMATS = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
-
-
-class GGUFError(TesseraError):
-    """A GGUF file that cannot be used: unreadable, truncated, or holding what Tessera cannot run."""
-
-
-@dataclass(frozen=True)
-class GGUFHyperparameters:
-    """What the file's metadata says about the model; the model's LlamaConfig takes the fields it shares."""
-
-    architecture: str
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rope_theta: float
-    rms_norm_eps: float
-    context_length: int
-    tie_word_embeddings: bool
-    attention_bias: bool
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,8 +89,8 @@ def load_gguf(path: str) -> GGUFModel:
     tensors = {}
     for tensor in contents.tensors:
         tensors[tensor.name] = _tensor(tensor, gguf, path)
-    config = _config(metadata, arch, tensors, path)
-    return GGUFModel(path, config, tensors, _tokenizer(metadata), metadata)
+    config = read_hyperparameters(metadata, arch, tensors, path)
+    return GGUFModel(path, config, tensors, _tokenizer(metadata, path), metadata)
 
 
 def _tensor(tensor, gguf, path):
@@ -136,55 +113,52 @@ def _tensor(tensor, gguf, path):
                     f"{', '.join(f.upper() for f in BLOCK_FORMATS)})")
 
 
-def _config(meta: dict, arch: str, tensors: dict, path: str) -> GGUFHyperparameters:
-    def get(key, default=None, required=True):
-        value = meta.get(f"{arch}.{key}", default)
-        if value is None and required:
-            raise GGUFError(f"{os.path.basename(path)}: metadata {arch}.{key} is missing")
-        return value
-
-    hidden = get("embedding_length")
-    heads = get("attention.head_count")
-    embedding = tensors.get("token_embd.weight")
-    tokens = meta.get("tokenizer.ggml.tokens")
-    # The embedding's rows, else the vocabulary's length (a vocabulary-only file has no tensors).
-    vocab = get("vocab_size", required=False) or (embedding.shape[0] if embedding is not None else None) \
-        or (len(tokens) if tokens else None)
-    if vocab is None:
-        raise GGUFError(f"{os.path.basename(path)}: no vocabulary size ({arch}.vocab_size), token embedding or "
-                        "tokenizer.ggml.tokens")
-    return GGUFHyperparameters(
-        architecture=arch, vocab_size=int(vocab), hidden_size=int(hidden),
-        intermediate_size=int(get("feed_forward_length")), num_layers=int(get("block_count")),
-        num_heads=int(heads), num_kv_heads=int(get("attention.head_count_kv", heads)),
-        head_dim=int(get("attention.key_length", hidden // heads)),
-        rope_theta=float(get("rope.freq_base", 10000.0)),
-        rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
-        context_length=int(get("context_length", 2048)),
-        tie_word_embeddings="output.weight" not in tensors,
-        attention_bias="blk.0.attn_q.bias" in tensors,
-    )
-
-
 def load_tokenizer(path: str) -> TokenizerSpec:
     """The tokenizer of a GGUF file, which need not hold a model (llama.cpp's vocabulary-only files)."""
-    spec = _tokenizer(_read(path)[0].metadata)
+    spec = _tokenizer(_read(path)[0].metadata, path)
     if spec is None:
         raise GGUFError(f"{os.path.basename(path)} has no tokenizer (tokenizer.ggml.tokens)")
     return spec
 
 
-def _tokenizer(meta: dict) -> TokenizerSpec | None:
+def _tokenizer(meta: dict, path: str) -> TokenizerSpec | None:
     tokens = meta.get("tokenizer.ggml.tokens")
     if not tokens:
         return None
+    name = os.path.basename(path)
+
+    def listed(key: str, kinds, length: int | None = None) -> list | None:
+        value = meta.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, kinds) and not isinstance(v, bool) for v in value):
+            raise GGUFError(f"{name}: metadata {key} is not an array of {kinds[0].__name__}s")
+        if length is not None and len(value) != length:
+            raise GGUFError(f"{name}: metadata {key} has {len(value)} entries for {length} tokens")
+        return value
+
+    def token_id(key: str) -> int | None:
+        value = meta.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or
+                                  not 0 <= value < len(tokens)):
+            raise GGUFError(f"{name}: metadata {key} is {value!r}, not one of the {len(tokens)} token ids")
+        return value
+
+    def text(key: str) -> str | None:
+        value = meta.get(key)
+        if value is not None and not isinstance(value, str):
+            raise GGUFError(f"{name}: metadata {key} is not a string")
+        return value
+
+    listed("tokenizer.ggml.tokens", (str,))
     return TokenizerSpec(
-        model=meta.get("tokenizer.ggml.model", "gpt2"), tokens=tokens,
-        token_types=meta.get("tokenizer.ggml.token_type") or [1] * len(tokens),
-        merges=meta.get("tokenizer.ggml.merges") or [], bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
-        eos_token_id=meta.get("tokenizer.ggml.eos_token_id"), chat_template=meta.get("tokenizer.chat_template"),
-        add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)), pre=meta.get("tokenizer.ggml.pre"),
-        scores=meta.get("tokenizer.ggml.scores"), unknown_token_id=meta.get("tokenizer.ggml.unknown_token_id"),
+        model=text("tokenizer.ggml.model") or "gpt2", tokens=tokens,
+        token_types=listed("tokenizer.ggml.token_type", (int,), len(tokens)) or [1] * len(tokens),
+        merges=listed("tokenizer.ggml.merges", (str,)) or [], bos_token_id=token_id("tokenizer.ggml.bos_token_id"),
+        eos_token_id=token_id("tokenizer.ggml.eos_token_id"), chat_template=text("tokenizer.chat_template"),
+        add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)), pre=text("tokenizer.ggml.pre"),
+        scores=listed("tokenizer.ggml.scores", (float, int), len(tokens)),
+        unknown_token_id=token_id("tokenizer.ggml.unknown_token_id"),
         add_space_prefix=bool(meta.get("tokenizer.ggml.add_space_prefix", True)),
     )
 

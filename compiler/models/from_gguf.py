@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import fields
 
 import numpy as np
 
+from ..frontend.gguf_hparams import check_model_tensors
 from ..frontend.gguf_reader import GGUFModel, QuantizedWeight
 from .llama import LlamaConfig, LlamaForCausalLM
 
@@ -19,7 +21,10 @@ GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm",
 
 
 def llama_from_gguf(model: GGUFModel) -> tuple[LlamaForCausalLM, dict[str, np.ndarray]]:
+    """The model and its weights; a GGUFError naming the first tensor the model needs that the file lacks
+    (load_gguf checked the shapes of those it has)."""
     g = model.config
+    check_model_tensors(g, model.tensors, os.path.basename(model.path))
     config = LlamaConfig(**{f.name: getattr(g, f.name) for f in fields(LlamaConfig)})
     weights: dict[str, np.ndarray] = {}
     formats: dict[str, str] = {}

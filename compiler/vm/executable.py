@@ -27,12 +27,21 @@ from ..ir.struct_info import (
     TensorStructInfo,
     TupleStructInfo,
 )
+from .files import check_relative_path, parse_json, read_inside, read_json, read_regular
+from .format_checks import check_executable, check_tensor_cache
+from .schema import check_against_schema
 
 FORMAT = "tessera-executable"
 VERSION = 3
 CACHE_FORMAT = "tessera-tensor-cache"
 CACHE_VERSION = 1
 SHARD_BYTES = 32 << 20
+# The largest tensor-cache.json (runtime-native: TSR_TENSOR_CACHE_MAX_JSON) and kernel module a loader reads.
+MAX_TENSOR_CACHE_BYTES = 64 << 20
+MAX_MODULE_BYTES = 1 << 34
+# Where a record of a shard may start: a multiple of its element size, so that runtimes read it in place
+# (a reader refuses a misaligned one); writers start every record at a multiple of 8 bytes.
+RECORD_ALIGNMENT = 8
 
 
 class ExecutableError(TesseraError):
@@ -67,7 +76,7 @@ class Executable:
         os.makedirs(directory, exist_ok=True)
         save_tensor_cache(directory, self.constants)
         for path, data in self.modules.items():
-            full = os.path.join(directory, check_relative_path(path, "module"))
+            full = os.path.join(directory, check_relative_path(path, "module", ExecutableError))
             os.makedirs(os.path.dirname(full), exist_ok=True)
             with open(full, "wb") as f:
                 f.write(data)
@@ -78,44 +87,30 @@ class Executable:
     @staticmethod
     def load(directory: str, tensor_cache: str | None = None) -> Executable:
         """Read ``directory``; its weights from ``directory/tensor-cache.json``, or from the tensor cache
-        file ``tensor_cache`` when given (a bundle keeps its builds' weights in one shared folder)."""
+        file ``tensor_cache`` when given (a bundle keeps its builds' weights in one shared folder).
+
+        Nothing in the folder is trusted (docs/format.md, "What a loader checks"): executable.json must
+        match docs/executable.schema.json and its cross-references must hold, every path is a relative
+        name inside the folder, and every file is a regular file whose size is checked before it is read."""
         path = os.path.join(directory, "executable.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as error:
-            raise ExecutableError(f"cannot read {path}: {error.strerror}") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ExecutableError(f"{path} is not valid JSON (truncated or corrupted?): {error.msg} at line "
-                                  f"{error.lineno}") from None
+        data = read_json(directory, "executable.json", "executable", error=ExecutableError)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ExecutableError(f"{path} is not a Tessera executable (format {data.get('format')!r})"
                                   if isinstance(data, dict) else f"{path} is not a Tessera executable")
         if data.get("version") != VERSION:
-            raise ExecutableError(f"{path} has format version {data.get('version')}; this Tessera reads "
+            raise ExecutableError(f"{path} has format version {data.get('version')!r}; this Tessera reads "
                                   f"version {VERSION}: rebuild it with this compiler (`tessera compile MODEL.gguf "
                                   f"-o {directory}`)")
-        try:
-            modules = {record["path"]: _load_module(directory, record) for record in data["modules"]}
-            for kernel in data["kernels"]:
-                for key in ("name", "backend", "entry_point", "workgroup_size", "grid", "requirements"):
-                    kernel[key]  # noqa: B018  (a KeyError names the missing field)
-                kernel["abi"]["bindings"], kernel["abi"]["scalars"]  # noqa: B018
-                if kernel["module"] not in modules:
-                    raise ExecutableError(f"kernel {kernel['name']} in {path} names the module {kernel['module']!r}, "
-                                          "which the executable does not list")
-            constants = load_tensor_cache(tensor_cache or os.path.join(directory, "tensor-cache.json")) \
-                if data["constants"] else {}
-            missing = set(data["constants"]) - set(constants)
-            if missing:
-                raise ExecutableError(f"weights missing from tensor-cache.json: {', '.join(sorted(missing))}")
-            return Executable(data["target"], data["functions"], data["kernels"], data["required_features"],
-                              data["required_limits"], constants, modules, list(data["libraries"]))
-        except (KeyError, TypeError) as error:
-            raise ExecutableError(f"{path} is malformed: it lacks the field {error.args[0]!r}"
-                                  if isinstance(error, KeyError) else f"{path} is malformed: {error}") from None
+        check_against_schema(data, "executable", path, ExecutableError)
+        check_executable(data, path, ExecutableError)
+        modules = {record["path"]: _load_module(directory, record) for record in data["modules"]}
+        constants = load_tensor_cache(tensor_cache or os.path.join(directory, "tensor-cache.json")) \
+            if data["constants"] else {}
+        missing = set(data["constants"]) - set(constants)
+        if missing:
+            raise ExecutableError(f"weights missing from tensor-cache.json: {', '.join(sorted(missing))}")
+        return Executable(data["target"], data["functions"], data["kernels"], data["required_features"],
+                          data["required_limits"], constants, modules, list(data["libraries"]))
 
 
 def sinfo_from_json(doc: dict) -> StructInfo:
@@ -136,33 +131,16 @@ def sinfo_from_json(doc: dict) -> StructInfo:
     raise ExecutableError(f"unknown struct info kind {kind!r} in executable.json")
 
 
-def check_relative_path(path, what: str) -> str:
-    """``path`` if it names a file inside the folder: relative, no '..', no empty or odd parts."""
-    if not isinstance(path, str) or not path or path.startswith(("/", "\\")) or "\\" in path or "\0" in path:
-        raise ExecutableError(f"the {what} path {path!r} is not a relative path inside the folder")
-    parts = path.split("/")
-    if any(part in ("", ".", "..") for part in parts) or ":" in parts[0]:
-        raise ExecutableError(f"the {what} path {path!r} is not a relative path inside the folder")
-    return path
-
-
 def _module_backend(kernels: list, path: str) -> str | None:
     return next((k["backend"] for k in kernels if k["module"] == path), None)
 
 
 def _load_module(directory: str, record: dict) -> bytes:
-    path = os.path.join(directory, check_relative_path(record["path"], "module"))
-    try:
-        size = os.stat(path).st_size
-        if size != record["nbytes"]:
-            raise ExecutableError(f"{path} has {size} bytes, executable.json says {record['nbytes']} (stale or "
-                                  "truncated)")
-        with open(path, "rb") as f:
-            data = f.read(size + 1)
-    except OSError as error:
-        raise ExecutableError(f"cannot read kernel module {path}: {error.strerror}") from None
+    data = read_inside(directory, record["path"], "kernel module", MAX_MODULE_BYTES, record["nbytes"],
+                       error=ExecutableError)
     if hashlib.sha256(data).hexdigest() != record["sha256"]:
-        raise ExecutableError(f"{path} does not match its checksum in executable.json (corrupted or stale)")
+        raise ExecutableError(f"{os.path.join(directory, record['path'])} does not match its checksum in "
+                              "executable.json (corrupted or stale)")
     return data
 
 
@@ -180,6 +158,9 @@ def save_tensor_cache(directory: str, tensors: dict[str, np.ndarray]) -> None:
         records, offset, blob = [], 0, bytearray()
         for tensor_name, array in current:
             data = np.ascontiguousarray(array).tobytes()
+            padding = -offset % RECORD_ALIGNMENT
+            blob += bytes(padding)
+            offset += padding
             records.append({"name": tensor_name, "shape": list(array.shape), "dtype": str(array.dtype),
                             "format": "raw", "nbytes": len(data), "byteOffset": offset})
             blob += data
@@ -192,10 +173,10 @@ def save_tensor_cache(directory: str, tensors: dict[str, np.ndarray]) -> None:
 
     for tensor_name in sorted(tensors):
         array = tensors[tensor_name]
-        if size + array.nbytes > SHARD_BYTES:
+        if size + -size % RECORD_ALIGNMENT + array.nbytes > SHARD_BYTES:
             flush()
         current.append((tensor_name, array))
-        size += array.nbytes
+        size += -size % RECORD_ALIGNMENT + array.nbytes
     flush()
     cache = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "records": shards}
     with open(os.path.join(directory, "tensor-cache.json"), "w", encoding="utf-8") as f:
@@ -203,32 +184,24 @@ def save_tensor_cache(directory: str, tensors: dict[str, np.ndarray]) -> None:
 
 
 def load_tensor_cache(path: str) -> dict[str, np.ndarray]:
-    """The tensors of the tensor cache file ``path``; its shards are named relative to its folder."""
+    """The tensors of the tensor cache file ``path``; its shards are named relative to its folder, inside it.
+    Every record is checked against its shard's size (known before the shard is read), its element size
+    (aligned) and the other records (none overlaps another) before any byte of it is used."""
     directory = os.path.dirname(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            cache = json.load(f)
-    except OSError as error:
-        raise ExecutableError(f"cannot read {path}: {error.strerror}") from None
-    except json.JSONDecodeError as error:
-        raise ExecutableError(f"{path} is not valid JSON: {error.msg}") from None
-    if cache.get("format") != CACHE_FORMAT or cache.get("version") != CACHE_VERSION:
+    cache = parse_json(read_regular(path, "tensor cache", MAX_TENSOR_CACHE_BYTES, error=ExecutableError), path,
+                       ExecutableError)
+    if not isinstance(cache, dict) or cache.get("format") != CACHE_FORMAT or cache.get("version") != CACHE_VERSION:
         raise ExecutableError(f"{path} is not a version-{CACHE_VERSION} Tessera tensor cache")
+    check_against_schema(cache, "tensor-cache", path, ExecutableError)
+    check_tensor_cache(cache, path, ExecutableError)
     tensors = {}
-    for shard in cache.get("records", []):
-        shard_path = os.path.join(directory, check_relative_path(shard["dataPath"], "weight shard"))
-        try:
-            with open(shard_path, "rb") as f:
-                blob = f.read()
-        except OSError as error:
-            raise ExecutableError(f"cannot read weight shard {shard_path}: {error.strerror}") from None
-        if len(blob) != shard["nbytes"]:
-            raise ExecutableError(f"weight shard {shard['dataPath']} has {len(blob)} bytes, expected "
-                                  f"{shard['nbytes']} (truncated?)")
+    for shard in cache["records"]:
+        blob = read_inside(directory, shard["dataPath"], "weight shard", shard["nbytes"], shard["nbytes"],
+                           error=ExecutableError)
         if hashlib.sha256(blob).hexdigest() != shard["sha256"]:
             raise ExecutableError(f"weight shard {shard['dataPath']} does not match its SHA-256 (corrupted)")
         for record in shard["records"]:
-            start = record["byteOffset"]
-            data = blob[start:start + record["nbytes"]]
-            tensors[record["name"]] = np.frombuffer(data, record["dtype"]).reshape(record["shape"]).copy()
+            count = record["nbytes"] // np.dtype(record["dtype"]).itemsize
+            tensors[record["name"]] = np.frombuffer(blob, record["dtype"], count, record["byteOffset"]) \
+                .reshape(record["shape"]).copy()
     return tensors

@@ -25,7 +25,7 @@ from ..ir.check import ShapeValue, bind_value, check_value
 from ..ir.errors import RuntimeCheckError
 from .devices import Device, View
 from .executable import sinfo_from_json
-from .storage import Storage, device_bytes, evaluate, from_device, to_device
+from .storage import Storage, allocate, check_launch, device_bytes, evaluate, from_device, to_device
 
 MAX_CALL_DEPTH = 10000  # deeper recursion is a runaway program, reported rather than exhausting memory
 BIND_CACHE_SIZE = 4096  # kernel bindings kept for reuse (WebGPU bind groups cost a buffer each)
@@ -57,12 +57,16 @@ class BlockPool:
         size = SMALLEST_BLOCK
         while size < nbytes:
             size *= 2
-        self.in_use += 1
         blocks = self.free.get(size)
         if blocks:
+            self.in_use += 1
             return heapq.heappop(blocks)[1]
+        if nbytes < 0:
+            raise RuntimeCheckError(f"the program asks for {nbytes} bytes at run time")
+        buffer = allocate(self.device, size, "an allocation at run time")
+        self.in_use += 1
         self.device_allocations += 1
-        return Block(self.device.allocate(size), size, self.device_allocations)
+        return Block(buffer, size, self.device_allocations)
 
     def give(self, block: Block) -> None:
         self.in_use -= 1
@@ -246,7 +250,12 @@ class Interpreter:
             elif kind == "tuple":
                 frame.regs[op["dst"]] = tuple(self._get(frame, r) for r in op["fields"])
             elif kind == "get":
-                frame.regs[op["dst"]] = self._get(frame, op["src"])[op["index"]]
+                value = self._get(frame, op["src"])
+                if not isinstance(value, tuple) or isinstance(value, ShapeValue) or op["index"] >= len(value):
+                    fields = len(value) if isinstance(value, tuple) else 0
+                    raise RuntimeCheckError(f"{record.name}: instruction {pc - 1} takes field {op['index']} of a "
+                                            f"{type(value).__name__} of {fields} fields")
+                frame.regs[op["dst"]] = value[op["index"]]
             elif kind == "shape":
                 frame.regs[op["dst"]] = ShapeValue(evaluate(v, frame.heap) for v in op["values"])
             else:
@@ -281,7 +290,8 @@ class Interpreter:
         arena = self._arenas.get(record.name)
         if arena is None:
             memory = record.record["memory"]
-            buffers = [self.device.allocate(size) for size in memory["buffers"]]
+            buffers = [allocate(self.device, size, f"arena buffer {i} of {record.name}")
+                       for i, size in enumerate(memory["buffers"])]
             arena = self._arenas[record.name] = {
                 s["index"]: (buffers[s["buffer"]], s["offset"]) for s in memory["storages"] if s["buffer"] is not None}
         return arena
@@ -309,6 +319,7 @@ class Interpreter:
         scalars = [evaluate(s, frame.heap) for s in op["scalars"]]
         env = dict(zip((s["name"] for s in kernel["abi"]["scalars"]), scalars))
         grid = [evaluate(g, env) for g in kernel["grid"]]
+        check_launch(kernel, scalars, grid)
         if min(grid) <= 0:
             return
         key = (op["kernel"], tuple(views))

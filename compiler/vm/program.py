@@ -22,7 +22,7 @@ from .builtins import BUILTINS
 from .devices import Device, DeviceError, View, device_for
 from .executable import Executable, sinfo_from_json
 from .interpreter import Interpreter, Tensor
-from .storage import FunctionMemory, Storage, evaluate, from_device, to_device
+from .storage import FunctionMemory, Storage, check_launch, evaluate, from_device, to_device
 
 
 class VirtualMachine:
@@ -56,7 +56,8 @@ class VirtualMachine:
 
     def _function(self, name: str) -> _Function:
         if name not in self._functions:
-            raise KeyError(f"the executable has no function '{name}' (functions: {', '.join(self._functions)})")
+            raise RuntimeCheckError(f"the executable has no function '{name}' (functions: "
+                                    f"{', '.join(self._functions) or 'none'})")
         return self._functions[name]
 
     def run(self, name: str, *args):
@@ -159,7 +160,9 @@ class _Function:
             kernel = kernels[op["kernel"]]
             values = [evaluate(s, heap) for s in op["scalars"]]
             env = dict(zip((s["name"] for s in kernel["abi"]["scalars"]), values))
-            yield index, kernel, values, [evaluate(g, env) for g in kernel["grid"]]
+            grid = [evaluate(g, env) for g in kernel["grid"]]
+            check_launch(kernel, values, grid)
+            yield index, kernel, values, grid
 
     def call(self, args, to_host: bool = True):
         device = self.vm.device
@@ -258,11 +261,31 @@ _STRAIGHT_LINE_OPS = {"match", "launch", "move", "tuple", "get", "shape", "ret"}
 
 
 def straight_line(record: dict) -> bool:
+    """Whether the fast path can run ``record``: a static plan, no control flow, and every tensor a launch
+    binds, a parameter is or the result holds has a known shape and a place (as runtime-js's isStraightLine)."""
     if not record["memory"]["static"] or record.get("runtime_allocations") or record["unbounded_symbols"]:
         return False
-    if any(op["op"] not in _STRAIGHT_LINE_OPS for op in record["code"]):
+    code = record["code"]
+    if any(op["op"] not in _STRAIGHT_LINE_OPS for op in code):
         return False
-    return all(p["sinfo"]["kind"] == "prim" or str(p["register"]) in record["tensors"] for p in record["params"])
+    known = lambda reg: str(reg) in record["tensors"] and str(reg) in record["locations"]  # noqa: E731
+    if any(op["op"] == "launch" and not all(map(known, op["args"] + op["outs"])) for op in code):
+        return False
+    if not all(p["sinfo"]["kind"] == "prim" or known(p["register"]) for p in record["params"]):
+        return False
+    tuples = {}
+    for op in code:
+        if op["op"] == "tuple":
+            tuples.setdefault(op["dst"], op["fields"])
+    pending, seen = [code[-1]["src"]], set()  # the loader refused tuples that hold themselves
+    while pending:
+        reg = pending.pop()
+        if reg in tuples:
+            pending += [f for f in tuples[reg] if f not in seen]
+            seen.update(tuples[reg])
+        elif not known(reg):
+            return False
+    return True
 
 
 class DeviceTensor:

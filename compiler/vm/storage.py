@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import arith
+from ..ir.errors import RuntimeCheckError
 from ..tir.lower import element_bytes, host_dtype
 from .devices import Device, DeviceError, View
 
@@ -32,6 +33,15 @@ def from_device(raw, shape, dtype: str) -> np.ndarray:
     return np.frombuffer(raw, host_dtype(dtype), count).reshape(shape).astype(dtype)
 
 
+def allocate(device: Device, nbytes: int, what: str):
+    """A device buffer of ``nbytes`` for ``what``: a size from an executable is checked against the device's
+    largest buffer before anything is asked of the device."""
+    limit = device.limit("maxBufferSize")
+    if nbytes < 0 or (limit is not None and nbytes > limit):
+        raise DeviceError(f"{what} needs a buffer of {nbytes} bytes; this device's maxBufferSize is {limit}")
+    return device.allocate(nbytes)
+
+
 class Storage:
     """What lives on the device for the VM's lifetime: the weights and the state tensors."""
 
@@ -45,7 +55,7 @@ class Storage:
     def state_buffer(self, name: str, size: int):
         """State is shared by name across functions: prefill and decode write one KV cache."""
         if name not in self.state:
-            self.state[name] = (self.device.allocate(size), size)
+            self.state[name] = (allocate(self.device, size, f"the state tensor {name}"), size)
         elif self.state[name][1] < size:
             raise DeviceError(f"state '{name}' is declared with different sizes by different functions")
         return self.state[name][0]
@@ -70,8 +80,9 @@ class FunctionMemory:
             if param.get("state"):
                 self.params[param["register"]] = storage.state_buffer(param["name"], tensor_bytes(tensor, sizes))
             else:
-                self.params[param["register"]] = device.allocate(tensor_bytes(tensor, sizes))
-        arena = [device.allocate(size) for size in record["memory"]["buffers"]]
+                self.params[param["register"]] = allocate(device, tensor_bytes(tensor, sizes),
+                                                          f"the parameter {param['name']}")
+        arena = [allocate(device, size, f"arena buffer {i}") for i, size in enumerate(record["memory"]["buffers"])]
         self.storages = {index: (arena[token["buffer"]], token["offset"]) for index, token in tokens.items()}
 
     def view(self, reg: int, sizes: dict[str, int]) -> View:
@@ -90,12 +101,36 @@ class FunctionMemory:
 _PARSED: dict[str, arith.PrimExpr] = {}
 
 
+# The largest magnitude a shape expression may reach: what every runtime computes exactly (a double in JS).
+MAX_SHAPE_VALUE = (1 << 53) - 1
+INT32 = range(-(1 << 31), 1 << 31)
+
+
 def evaluate(text: str, env: dict[str, int]) -> int:
-    """A shape expression of the executable, parsed once however often a call evaluates it."""
+    """A shape expression of the executable, parsed once however often a call evaluates it. A variable
+    without a value, a division by zero or a value past 2**53 is a RuntimeCheckError (the loader checked
+    the text; the values come with the call)."""
     expr = _PARSED.get(text)
     if expr is None:
         expr = _PARSED[text] = arith.parse_expr(text)
-    return int(arith.evaluate(expr, env))
+    try:
+        value = int(arith.evaluate(expr, env))
+    except (KeyError, ZeroDivisionError) as error:
+        raise RuntimeCheckError(f"cannot evaluate the shape expression {text!r}: {error.args[0]}") from None
+    if abs(value) > MAX_SHAPE_VALUE:
+        raise RuntimeCheckError(f"the shape expression {text!r} is {value}, beyond 2**53")
+    return value
+
+
+def check_launch(kernel: dict, scalars: list[int], grid: list[int]) -> None:
+    """Scalars a kernel takes as 32-bit integers, and a grid of 0 .. 2**31 - 1 workgroups along each axis."""
+    for value, scalar in zip(scalars, kernel["abi"]["scalars"]):
+        if value not in INT32:
+            raise RuntimeCheckError(f"kernel {kernel['name']}: its scalar {scalar['name']} is {value}, which does "
+                                    "not fit in 32 bits")
+    for axis, count in zip("xyz", grid):
+        if not 0 <= count < 1 << 31:
+            raise RuntimeCheckError(f"kernel {kernel['name']}: its grid is {count} workgroups along {axis}")
 
 
 def tensor_bytes(tensor: dict, sizes: dict[str, int]) -> int:

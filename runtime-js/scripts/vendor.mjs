@@ -1,6 +1,8 @@
 // Copy the runtime's two npm dependencies next to its sources (src/vendor/), so that the runtime is
 // plain ES modules with relative imports: a page can import it from any folder, with no bundler
-// and no import map. `make setup` runs it after `npm ci`.
+// and no import map. `make setup` runs it after `npm ci`. It also writes src/vendor/schemas.js, the
+// JSON Schemas of docs/*.schema.json as a module, which format.js checks every file against: the
+// Python loader reads the same files.
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -64,4 +66,14 @@ export class StringValue {
   value: string;
 }
 export function setupGlobals(env: Environment): void;
+`);
+
+// The formats' JSON Schemas, by format name (as tessera/vm/schema.py names them).
+const docs = join(here, "..", "..", "docs");
+const schemas = Object.fromEntries(["executable", "tensor-cache", "chat-config", "bundle"].map(
+  (name) => [name, JSON.parse(readFileSync(join(docs, `${name}.schema.json`), "utf8"))]));
+writeFileSync(join(vendor, "schemas.js"), `// Written by runtime-js/scripts/vendor.mjs from docs/*.schema.json: do not edit.
+export const SCHEMAS = ${JSON.stringify(schemas)};
+`);
+writeFileSync(join(vendor, "schemas.d.ts"), `export const SCHEMAS: Record<string, any>;
 `);

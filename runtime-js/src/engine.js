@@ -15,8 +15,8 @@ import { ChatError, contextMisfit, fitConversation } from "./conversation.js";
 import { Tokenizer } from "./vendor/tokenizers.js";
 import { DeviceError, requestAdapter, requestDeviceFor, softwareRenderer } from "./device.js";
 import { WASM_MEMORY_LIMIT, wasmMisfit, webgpuMisfit } from "./fit.js";
-import { runsOn, validateChatConfig } from "./format.js";
-import { fetchJson, loadBuild, loadBundleJson, loadExecutable } from "./loader.js";
+import { runsOn } from "./format.js";
+import { insideUrl, loadBuild, loadBundleJson, loadChatFiles, loadExecutable } from "./loader.js";
 import { HostTensor, VirtualMachine } from "./vm.js";
 import { WasmVirtualMachine } from "./wasm-vm.js";
 
@@ -307,9 +307,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
   if (!builds.length && misfits) {
     throw new DeviceError(`this model does not fit this device, so nothing of it was downloaded: ${reasons.join("; ")}`);
   }
-  const [tokenizerJson, chatConfig] = await Promise.all([
-    fetchJson(base + index.tokenizer, fetcher), fetchJson(base + index.chat_config, fetcher)]);
-  validateChatConfig(chatConfig);
+  const { tokenizer: tokenizerJson, chatConfig } = await loadChatFiles(base, index, fetcher);
   const parts = { chatConfig, tokenizer: new Tokenizer(tokenizerJson, {}), modelId: index.model };
   /** Why ``build`` runs (the order's reason, or what ruled out those before it), told to the progress callback. */
   const chosen = (/** @type {any} */ build) => {
@@ -320,8 +318,8 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
   };
   const baseUrl = new URL(base, globalThis.location?.href ?? "http://localhost/");
   for (const build of builds) {
-    const folder = new URL(build.path.endsWith("/") ? build.path : build.path + "/", baseUrl).href;
-    const tensorCacheUrl = new URL(build.tensor_cache, baseUrl).href;
+    const folder = insideUrl(build.path.replace(/\/$/, ""), baseUrl.href, `build ${build.name}'s folder`) + "/";
+    const tensorCacheUrl = insideUrl(build.tensor_cache, baseUrl.href, `build ${build.name}'s tensor cache`);
     if (build.kind === "webgpu") {
       if (!adapter) continue;  // why is in reasons already
       const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });

@@ -1,9 +1,13 @@
 // Checks that the files of a bundle are what they claim to be (docs/format.md, docs/web.md)
-// before anything is built from them, so that a wrong or stale file is a sentence, not a crash.
+// before anything is built from them, so that a wrong or stale file is a sentence, not a crash:
+// the format and version first (with what to do about an old one), then the format's JSON Schema
+// (schema.js), then what the schema cannot say (format-checks.js). The Python loader checks the same.
 
-export class FormatError extends Error {
-  name = "FormatError";
-}
+import { checkExecutable, checkTensorCache } from "./format-checks.js";
+import { isInsidePath, pathProblem } from "./paths.js";
+import { FormatError, schemaProblem } from "./schema.js";
+
+export { FormatError, isInsidePath };
 
 const EXECUTABLE_VERSION = 3;
 const TENSOR_CACHE_VERSION = 1;
@@ -14,15 +18,11 @@ function expect(ok, what, problem) {
   if (!ok) throw new FormatError(`${what}: ${problem}`);
 }
 
-/**
- * Whether ``path`` names a file inside the folder: relative, no "..", no scheme, no percent-escapes
- * (so that no URL resolution can take it outside).
- * @param {any} path
- */
-export function isInsidePath(path) {
-  // Control characters too: the URL parser deletes tabs and newlines, so "..\t" would become "..".
-  if (typeof path !== "string" || !path || path.startsWith("/") || /[\x00-\x1f\x7f\\%?#:]/.test(path)) return false;
-  return path.split("/").every((part) => part !== "" && part !== "." && part !== "..");
+/** The document's first violation of its format's JSON Schema (docs/*.schema.json), as a FormatError.
+ * @param {any} doc @param {string} format @param {string} what */
+function expectSchema(doc, format, what) {
+  const problem = schemaProblem(doc, format);
+  if (problem) throw new FormatError(`${what} is malformed: ${problem}`);
 }
 
 /** The backends this runtime's devices run, by build kind. */
@@ -30,38 +30,16 @@ const BACKENDS = { webgpu: "wgsl", wasm: "c-wasm" };
 
 /** @param {any} doc @param {string} what */
 export function validateExecutable(doc, what = "executable.json") {
-  expect(doc && typeof doc === "object", what, "not a JSON object");
+  expect(doc && typeof doc === "object" && !Array.isArray(doc), what, "not a JSON object");
   expect(doc.format === "tessera-executable", what, `not a Tessera executable (format ${JSON.stringify(doc.format)})`);
   expect(doc.version === EXECUTABLE_VERSION, what,
     `format version ${doc.version}; this runtime reads version ${EXECUTABLE_VERSION}: rebuild the bundle with this Tessera`);
-  expect(Array.isArray(doc.kernels) && typeof doc.functions === "object" && Array.isArray(doc.modules), what,
-    "kernels, modules or functions are missing");
-  const modules = new Set();
-  for (const module of doc.modules) {
-    expect(isInsidePath(module.path), what, `the module path ${JSON.stringify(module.path)} is not a relative path inside the build`);
-    expect(Number.isInteger(module.nbytes) && /^[0-9a-f]{64}$/.test(module.sha256), what, `module ${module.path} lacks nbytes or sha256`);
-    modules.add(module.path);
-  }
+  expectSchema(doc, "executable", what);
+  checkExecutable(doc, what);
   const known = Object.values(BACKENDS);
-  for (const [index, kernel] of doc.kernels.entries()) {
-    for (const key of ["name", "backend", "module", "entry_point", "workgroup_size", "abi", "grid"]) {
-      expect(kernel[key] !== undefined, what, `kernel ${index} has no ${key}`);
-    }
+  for (const kernel of doc.kernels) {
     expect(known.includes(kernel.backend), what, `kernel ${kernel.name} is for the ${kernel.backend} backend; this runtime runs ${known.join(", ")}`);
-    expect(modules.has(kernel.module), what, `kernel ${kernel.name} names the module ${kernel.module}, which the executable does not list`);
   }
-  for (const [name, fn] of Object.entries(doc.functions)) {
-    for (const key of ["params", "code", "tensors", "locations", "memory", "symbols"]) {
-      expect(/** @type {any} */ (fn)[key] !== undefined, what, `function ${name} has no ${key}`);
-    }
-    for (const op of /** @type {any} */ (fn).code) {
-      const callee = op.op === "call" ? op.func : op.op === "func" ? op.name : undefined;
-      expect(callee === undefined || callee === null || callee in doc.functions, what,
-        `function ${name} calls ${callee}, which the executable does not have`);
-    }
-  }
-  expect(doc.libraries === undefined || (Array.isArray(doc.libraries) && doc.libraries.every((/** @type {any} */ l) => typeof l === "string")),
-    what, "libraries is not a list of names");
   return doc;
 }
 
@@ -73,19 +51,11 @@ export function runsOn(doc, kind) {
 
 /** @param {any} doc @param {string} what */
 export function validateTensorCache(doc, what = "tensor-cache.json") {
-  expect(doc && typeof doc === "object", what, "not a JSON object");
+  expect(doc && typeof doc === "object" && !Array.isArray(doc), what, "not a JSON object");
   expect(doc.format === "tessera-tensor-cache", what, `not a Tessera tensor cache (format ${JSON.stringify(doc.format)})`);
   expect(doc.version === TENSOR_CACHE_VERSION, what, `version ${doc.version}; this runtime reads version ${TENSOR_CACHE_VERSION}`);
-  expect(Array.isArray(doc.records), what, "records are missing");
-  for (const shard of doc.records) {
-    expect(isInsidePath(shard.dataPath), what, `bad shard path ${JSON.stringify(shard.dataPath)}`);
-    expect(Number.isInteger(shard.nbytes) && /^[0-9a-f]{64}$/.test(shard.sha256), what, `shard ${shard.dataPath} lacks nbytes or sha256`);
-    for (const record of shard.records) {
-      const end = record.byteOffset + record.nbytes;
-      expect(Number.isInteger(record.byteOffset) && end <= shard.nbytes, what,
-        `tensor ${record.name} (bytes ${record.byteOffset}..${end}) lies outside shard ${shard.dataPath} of ${shard.nbytes} bytes`);
-    }
-  }
+  expectSchema(doc, "tensor-cache", what);
+  checkTensorCache(doc, what);
   return doc;
 }
 
@@ -116,8 +86,8 @@ export function validateBundle(doc, what = "bundle.json") {
     const name = build.name;
     expect(typeof build.kind === "string", what, `build ${name} has no kind`);
     for (const key of ["path", "tensor_cache"]) {
-      expect(isInsidePath(typeof build[key] === "string" ? build[key].replace(/\/$/, "") : build[key]), what,
-        `build ${name}'s ${key} ${JSON.stringify(build[key])} is not a relative path inside the model's folder`);
+      const problem = pathProblem(key === "path" && typeof build[key] === "string" ? build[key].replace(/\/$/, "") : build[key]);
+      expect(problem === null, what, `build ${name}'s ${key} ${JSON.stringify(build[key])} is not a relative path inside the model's folder: ${problem}`);
     }
     expect(Array.isArray(build.features) && build.features.every((/** @type {any} */ f) => typeof f === "string"), what,
       `build ${name}'s features are not a list of names`);
@@ -125,16 +95,37 @@ export function validateBundle(doc, what = "bundle.json") {
     expect(build.memory && typeof build.memory === "object", what, `build ${name} has no memory figures`);
     for (const key of MEMORY_FIGURES) expectFigure(build.memory[key], what, `build ${name}'s memory.${key}`);
   }
-  expect(isInsidePath(doc.tokenizer) && isInsidePath(doc.chat_config), what, "tokenizer or chat_config is missing");
+  for (const key of ["tokenizer", "chat_config"]) {
+    const problem = pathProblem(doc[key]);
+    expect(problem === null, what, `${key} ${JSON.stringify(doc[key])} is not a relative path inside the model's folder: ${problem}`);
+  }
+  expectSchema(doc, "bundle", what);  // and everything else docs/bundle.schema.json says
   return doc;
 }
 
-/** @param {any} doc @param {string} what */
-export function validateChatConfig(doc, what = "chat-config.json") {
-  expect(doc && typeof doc === "object", what, "not a JSON object");
-  expect(Number.isInteger(doc.context_length) && doc.context_length > 0, what, "context_length is missing");
-  expect(doc.prefill_chunk === undefined || (Number.isInteger(doc.prefill_chunk) && doc.prefill_chunk > 0), what,
-    `prefill_chunk must be a positive integer, got ${JSON.stringify(doc.prefill_chunk)}`);
-  expect(Array.isArray(doc.stop_token_ids), what, "stop_token_ids is missing");
+/**
+ * chat-config.json, checked against its schema; with ``tokenIds`` (the ids the tokenizer has), every
+ * token id it names must be one of them.
+ * @param {any} doc @param {string} what @param {Set<number>} [tokenIds]
+ */
+export function validateChatConfig(doc, what = "chat-config.json", tokenIds) {
+  expect(doc && typeof doc === "object" && !Array.isArray(doc), what, "not a JSON object");
+  expectSchema(doc, "chat-config", what);
+  if (tokenIds) {
+    const ids = [...doc.stop_token_ids.map((/** @type {number} */ id) => ["stop_token_ids", id]),
+      ...(doc.bos_token_id !== undefined && doc.bos_token_id !== null ? [["bos_token_id", doc.bos_token_id]] : [])];
+    for (const [key, id] of ids) {
+      expect(tokenIds.has(/** @type {number} */ (id)), what, `${key} names token ${id}, which the tokenizer does not have`);
+    }
+  }
   return doc;
+}
+
+/** The ids a tokenizer.json (Hugging Face format) has: its model's vocabulary and its added tokens.
+ * @param {any} tokenizerJson @returns {Set<number>} */
+export function tokenizerIds(tokenizerJson) {
+  const vocab = tokenizerJson?.model?.vocab;
+  const ids = new Set(Array.isArray(vocab) ? vocab.map((_, i) => i) : Object.values(vocab ?? {}));
+  for (const token of tokenizerJson?.added_tokens ?? []) ids.add(token.id);
+  return ids;
 }

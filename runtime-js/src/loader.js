@@ -1,12 +1,39 @@
 // Loading a model bundle: the JSON files, then the weight shards with progress, each checked
 // against the SHA-256 in tensor-cache.json and kept in the browser's Cache API (IndexedDB when
 // that is missing), so that a reload downloads nothing.
+//
+// Nothing fetched is trusted (docs/format.md, "Paths and files"): every file is checked against its
+// format (format.js) before anything is built from it; every URL is a path the file gave, checked by
+// the path rules and resolved inside the folder that holds the file (insideUrl); and no response is
+// read past the size it may have (a shard's nbytes, a JSON file's limit), so a server that streams
+// forever costs no more than that.
 
 import { checkLibraries } from "./builtins.js";
-import { validateBundle, validateExecutable, validateTensorCache } from "./format.js";
+import { tokenizerIds, validateBundle, validateChatConfig, validateExecutable, validateTensorCache } from "./format.js";
+import { pathProblem } from "./paths.js";
 
 export class LoadError extends Error {
   name = "LoadError";
+}
+
+/** The most bytes each JSON file may have (as the Python loader and runtime-native allow). */
+export const JSON_LIMITS = { executable: 256 << 20, tensorCache: 64 << 20, bundle: 1 << 20, chatConfig: 16 << 20,
+  tokenizer: 256 << 20 };
+
+/**
+ * The URL of ``path`` (a relative path a file gave) in the folder ``folderUrl`` (ending in "/"): the path
+ * rules first, then the resolved URL must still lie in that folder.
+ * @param {string} path @param {string} folderUrl @param {string} what @returns {string}
+ */
+export function insideUrl(path, folderUrl, what) {
+  const problem = pathProblem(path);
+  if (problem) throw new LoadError(`the ${what} path ${JSON.stringify(path)} is not a relative path inside the folder: ${problem}`);
+  const folder = new URL(folderUrl, globalThis.location?.href ?? "http://localhost/");
+  const url = new URL(path, folder);
+  if (url.origin !== folder.origin || !url.pathname.startsWith(folder.pathname) || url.search || url.hash) {
+    throw new LoadError(`the ${what} ${path} resolves to ${url.href}, outside ${folder.href}`);
+  }
+  return url.href;
 }
 
 /**
@@ -26,11 +53,22 @@ async function fetchOk(url, fetchFn) {
   return response;
 }
 
-/** @param {string} url @param {(url: string) => Promise<Response>} fetchFn */
-export async function fetchJson(url, fetchFn = fetch) {
+/**
+ * The JSON document at ``url``, read up to ``limit`` bytes (a larger one is an error, found before it is
+ * all downloaded).
+ * @param {string} url @param {(url: string) => Promise<Response>} fetchFn @param {number} [limit]
+ */
+export async function fetchJson(url, fetchFn = fetch, limit = JSON_LIMITS.executable) {
   const response = await fetchOk(url, fetchFn);
+  const data = await readWithProgress(response, () => {}, limit, url);
+  let text;
   try {
-    return await response.json();
+    text = new TextDecoder("utf-8", { fatal: true }).decode(data);
+  } catch {
+    throw new LoadError(`${url} is not UTF-8 text`);
+  }
+  try {
+    return JSON.parse(text);
   } catch {
     throw new LoadError(`${url} is not valid JSON`);
   }
@@ -77,12 +115,18 @@ export async function openShardCache() {
 }
 
 /**
- * Fetch a response body, reporting bytes as they arrive.
- * @param {Response} response @param {(bytes: number) => void} onBytes
+ * Fetch a response body, reporting bytes as they arrive; past ``limit`` bytes the download is cancelled
+ * and that is an error (a declared Content-Length past it is one before anything is read).
+ * @param {Response} response @param {(bytes: number) => void} onBytes @param {number} limit @param {string} url
+ * @returns {Promise<ArrayBuffer>}
  */
-async function readWithProgress(response, onBytes) {
+async function readWithProgress(response, onBytes, limit, url) {
+  const tooLong = (/** @type {number} */ size) => new LoadError(`${url} has ${size} bytes or more, more than the ${limit} it may have`);
+  const declared = Number(response.headers?.get?.("content-length") ?? NaN);
+  if (declared > limit) throw tooLong(declared);
   if (!response.body) {
     const data = await response.arrayBuffer();
+    if (data.byteLength > limit) throw tooLong(data.byteLength);
     onBytes(data.byteLength);
     return data;
   }
@@ -93,8 +137,12 @@ async function readWithProgress(response, onBytes) {
   for (;;) {
     const { done, value } = await reader.read();
     if (done) break;
-    chunks.push(value);
     size += value.byteLength;
+    if (size > limit) {
+      await reader.cancel();
+      throw tooLong(size);
+    }
+    chunks.push(value);
     onBytes(value.byteLength);
   }
   const data = new Uint8Array(size);
@@ -115,7 +163,8 @@ async function readWithProgress(response, onBytes) {
  */
 export async function loadExecutable(buildUrl, options = {}) {
   const { fetchFn = fetch, libraries = undefined } = typeof options === "function" ? { fetchFn: options } : options;
-  const executable = validateExecutable(await fetchJson(buildUrl + "executable.json", fetchFn), buildUrl + "executable.json");
+  const url = insideUrl("executable.json", buildUrl, "executable");
+  const executable = validateExecutable(await fetchJson(url, fetchFn, JSON_LIMITS.executable), url);
   if (libraries) checkLibraries(executable, libraries);
   return executable;
 }
@@ -130,8 +179,9 @@ export async function loadExecutable(buildUrl, options = {}) {
  */
 export async function loadBuild(buildUrl, { onProgress = () => {}, fetchFn = fetch, cache, executable, libraries, tensorCacheUrl } = {}) {
   executable ??= await loadExecutable(buildUrl, { fetchFn, libraries });
-  const cacheUrl = tensorCacheUrl ?? buildUrl + "tensor-cache.json";
-  const tensorCache = validateTensorCache(await fetchJson(cacheUrl, fetchFn), cacheUrl);
+  const cacheUrl = tensorCacheUrl ?? insideUrl("tensor-cache.json", buildUrl, "tensor cache");
+  const tensorCache = validateTensorCache(await fetchJson(cacheUrl, fetchFn, JSON_LIMITS.tensorCache), cacheUrl);
+  const cacheFolder = new URL(".", new URL(cacheUrl, globalThis.location?.href ?? "http://localhost/")).href;
   const store = cache ?? await openShardCache();
   const total = tensorCache.records.reduce((/** @type {number} */ sum, /** @type {any} */ s) => sum + s.nbytes, 0);
   let loaded = 0;
@@ -140,7 +190,7 @@ export async function loadBuild(buildUrl, { onProgress = () => {}, fetchFn = fet
   /** @type {Map<string, ArrayBufferView>} */
   const weights = new Map();
   for (const [index, shard] of tensorCache.records.entries()) {
-    const url = new URL(shard.dataPath, new URL(cacheUrl, globalThis.location?.href ?? "http://localhost/")).href;
+    const url = insideUrl(shard.dataPath, cacheFolder, "weight shard");
     const key = `${url}#${shard.sha256}`;
     let data = /** @type {ArrayBuffer|undefined} */ (await store.get(key));
     if (data && data.byteLength === shard.nbytes && await sha256Hex(data) === shard.sha256) {
@@ -152,7 +202,7 @@ export async function loadBuild(buildUrl, { onProgress = () => {}, fetchFn = fet
       data = await readWithProgress(response, (bytes) => {
         loaded += bytes;
         report(`Downloading shard ${index + 1}/${tensorCache.records.length}`);
-      });
+      }, shard.nbytes, url);
       if (data.byteLength !== shard.nbytes) {
         throw new LoadError(`shard ${shard.dataPath} has ${data.byteLength} bytes, tensor-cache.json says ${shard.nbytes} (truncated?)`);
       }
@@ -179,8 +229,8 @@ export async function loadBuild(buildUrl, { onProgress = () => {}, fetchFn = fet
  */
 export async function loadModules(buildUrl, executable, fetchFn = fetch) {
   const entries = await Promise.all(executable.modules.map(async (/** @type {any} */ module) => {
-    const url = buildUrl + module.path;
-    const data = await (await fetchOk(url, fetchFn)).arrayBuffer();
+    const url = insideUrl(module.path, buildUrl, "kernel module");
+    const data = await readWithProgress(await fetchOk(url, fetchFn), () => {}, module.nbytes, url);
     if (data.byteLength !== module.nbytes || await sha256Hex(data) !== module.sha256) {
       throw new LoadError(`${url} does not match its size and checksum in executable.json (stale or corrupted)`);
     }
@@ -195,16 +245,31 @@ export async function loadModules(buildUrl, executable, fetchFn = fetch) {
  */
 export async function loadBundleJson(bundleUrl, fetchFn = fetch) {
   const base = bundleUrl.endsWith("/") ? bundleUrl : bundleUrl + "/";
-  return { base, index: validateBundle(await fetchJson(base + "bundle.json", fetchFn), base + "bundle.json") };
+  const url = insideUrl("bundle.json", base, "bundle index");
+  return { base, index: validateBundle(await fetchJson(url, fetchFn, JSON_LIMITS.bundle), url) };
 }
 
 /**
- * The bundle's index (bundle.json), tokenizer and chat configuration.
+ * The bundle's index (bundle.json), tokenizer and chat configuration (checked against its schema and the
+ * tokenizer's ids).
  * @param {string} bundleUrl @param {(url: string) => Promise<Response>} fetchFn
  */
 export async function loadBundleIndex(bundleUrl, fetchFn = fetch) {
   const { base, index } = await loadBundleJson(bundleUrl, fetchFn);
-  const [tokenizer, chatConfig] = await Promise.all([
-    fetchJson(base + index.tokenizer, fetchFn), fetchJson(base + index.chat_config, fetchFn)]);
+  const { tokenizer, chatConfig } = await loadChatFiles(base, index, fetchFn);
   return { base, index, tokenizer, chatConfig };
+}
+
+/**
+ * A bundle's tokenizer.json and chat-config.json, where its bundle.json says, each checked.
+ * @param {string} base the model's folder @param {any} index its bundle.json
+ * @param {(url: string) => Promise<Response>} fetchFn
+ */
+export async function loadChatFiles(base, index, fetchFn = fetch) {
+  const tokenizerUrl = insideUrl(index.tokenizer, base, "tokenizer");
+  const chatConfigUrl = insideUrl(index.chat_config, base, "chat configuration");
+  const [tokenizer, chatConfig] = await Promise.all([fetchJson(tokenizerUrl, fetchFn, JSON_LIMITS.tokenizer),
+    fetchJson(chatConfigUrl, fetchFn, JSON_LIMITS.chatConfig)]);
+  validateChatConfig(chatConfig, chatConfigUrl, tokenizerIds(tokenizer));
+  return { tokenizer, chatConfig };
 }

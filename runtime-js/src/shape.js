@@ -77,16 +77,41 @@ export function evaluateShape(node, heap) {
   }
   const a = evaluateShape(node.a, heap);
   const b = evaluateShape(node.b, heap);
+  if ((node.op === "//" || node.op === "%") && b === 0) throw new Error("division by zero in a shape expression");
+  let value;
   switch (node.op) {
-    case "+": return a + b;
-    case "-": return a - b;
-    case "*": return a * b;
-    case "//": return Math.floor(a / b);
-    case "%": return a - b * Math.floor(a / b);
-    case "min": return Math.min(a, b);
-    case "max": return Math.max(a, b);
+    case "+": value = a + b; break;
+    case "-": value = a - b; break;
+    case "*": value = a * b; break;
+    case "//": value = Math.floor(a / b); break;
+    case "%": value = a - b * Math.floor(a / b); break;
+    case "min": value = Math.min(a, b); break;
+    case "max": value = Math.max(a, b); break;
     default: throw new Error(`unknown shape operator ${node.op}`);
   }
+  // Past 2**53 a double is no longer exact, and the Python VM (exact integers) would disagree.
+  if (!Number.isSafeInteger(value)) throw new Error(`a shape expression reaches ${value}, beyond 2**53`);
+  return value;
+}
+
+/** The variables ``node`` uses, and whether it divides by a constant 0 (a file's expression, at load).
+ * @param {ShapeNode} node @param {Set<string>} [into] @returns {{vars: Set<string>, dividesByZero: boolean}} */
+export function shapeFacts(node, into = new Set()) {
+  if (node.kind === "var") {
+    into.add(node.name);
+    return { vars: into, dividesByZero: false };
+  }
+  if (node.kind === "num") return { vars: into, dividesByZero: false };
+  const a = shapeFacts(node.a, into), b = shapeFacts(node.b, into);
+  let zero = false;
+  if ((node.op === "//" || node.op === "%") && shapeFacts(node.b).vars.size === 0) {
+    try {
+      zero = evaluateShape(node.b, {}) === 0;  // a constant divisor: "n // 0", "n % (2 - 2)"
+    } catch {
+      zero = true;  // it divides by zero itself
+    }
+  }
+  return { vars: into, dividesByZero: zero || a.dividesByZero || b.dividesByZero };
 }
 
 const parsed = new Map();

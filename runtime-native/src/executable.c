@@ -31,16 +31,9 @@ static int fail(const char *where, const char *why) {
 
 static const char *dup_string(parser *p, const char *s) { return tsr_bump_strdup(p->exe->mem, s); }
 
+/* A shape expression is a string, as docs/executable.schema.json says: a number there is refused as the
+ * Python and JS loaders refuse it, so that a file means the same to every runtime. */
 static int compile_expr(parser *p, const cJSON *item, tsr_symbols *symbols, const char *where, tsr_shape_expr *out) {
-    if (cJSON_IsNumber(item)) {
-        int64_t v;
-        int rc = tsr_json_int_item(item, where, INT64_MIN / 2, INT64_MAX / 2, &v);
-        if (rc) return rc;
-        out->code = NULL;
-        out->length = 0;
-        out->constant = v;
-        return 0;
-    }
     if (!cJSON_IsString(item)) return fail(where, "a shape expression must be a string");
     int rc = tsr_shape_expr_compile(&p->mem, item->valuestring, symbols, out);
     return rc ? tsr_error_context(rc, "executable.json: %s", where) : 0;
@@ -58,10 +51,10 @@ static int parse_dims(parser *p, const cJSON *array, tsr_symbols *symbols, const
     const cJSON *item;
     cJSON_ArrayForEach(item, array) {
         tsr_dim *d = &s->dims[i++];
-        if (!cJSON_IsString(item) && !cJSON_IsNumber(item)) return fail(where, "a dimension must be a string");
+        if (!cJSON_IsString(item)) return fail(where, "a dimension must be a string");
         int rc = compile_expr(p, item, symbols, where, &d->expr);
         if (rc) return rc;
-        d->text = cJSON_IsString(item) ? dup_string(p, item->valuestring) : dup_string(p, "?");
+        d->text = dup_string(p, item->valuestring);
         d->symbol = -1;
         const char *t = d->text;
         bool plain = (t[0] == '_' || (t[0] >= 'A' && t[0] <= 'Z') || (t[0] >= 'a' && t[0] <= 'z'));
@@ -550,7 +543,14 @@ static int parse_function(parser *p, const cJSON *all, const cJSON *doc, tsr_fun
         }
         i++;
     }
-    (void)n_sym;
+    /* Every variable the expressions use is one of the function's symbols (docs/format.md): the
+     * expressions added any other to the table after the declared ones. */
+    if (f->symbols.count > n_sym) {
+        char q[300];
+        tsr_quote(f->symbols.names[n_sym], q, sizeof q);
+        return tsr_error(TESSERA_ERROR_FORMAT, "executable.json: %s: an expression uses %s, which is not one of the "
+                         "function's symbols", where, q);
+    }
     return 0;
 }
 

@@ -66,6 +66,8 @@ int tsr_check_relative_path(const char *name, const char *what) {
     size_t len = strnlen(name, TSR_MAX_PATH_BYTES + 1);
     if (len > TSR_MAX_PATH_BYTES) return bad_path(name, what, "it is longer than 4096 bytes");
     if (name[0] == '/') return bad_path(name, what, "it starts with '/'");
+    /* A browser's URL parsing strips spaces at either end: " /etc/passwd" would become absolute. */
+    if (name[0] == ' ' || name[len - 1] == ' ') return bad_path(name, what, "it starts or ends with a space");
     /* "C:" (a Windows drive) gets its own reason; any other ':' is refused below with the browser rule. */
     if (((name[0] >= 'A' && name[0] <= 'Z') || (name[0] >= 'a' && name[0] <= 'z')) && name[1] == ':')
         return bad_path(name, what, "it starts with a drive letter");

@@ -9,7 +9,8 @@
 #define TSR_MAX_PATH_BYTES 4096
 
 /* 0 if `name` is a path the format allows, else TESSERA_ERROR_FORMAT naming `what`, the path and
- * why. Refused: NULL or "", more than TSR_MAX_PATH_BYTES bytes, a leading '/', an empty, "." or
+ * why. Refused: NULL or "", more than TSR_MAX_PATH_BYTES bytes, a leading '/', a space at either
+ * end (URL parsing strips it), an empty, "." or
  * ".." part, a backslash, a drive letter ("C:"), a control character, and the characters the
  * browser's URL parsing would decode or drop: '%', '?', '#', ':'. */
 int tsr_check_relative_path(const char *name, const char *what);

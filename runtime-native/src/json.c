@@ -19,14 +19,21 @@
 #define TSR_JSON_MAX_EXACT 9007199254740991.0
 
 /* Deepest nesting of the text, counted without parsing (strings skipped), so that cJSON's
- * recursive parser never goes deeper than we allow. Stops counting once past the limit. */
-static int nesting_depth(const char *text, size_t size) {
+ * recursive parser never goes deeper than we allow. Stops counting once past the limit. Also says
+ * whether a string holds the escape \u0000: cJSON would end the C string there, so "x\u0000.bin"
+ * would be "x" here and "x\0.bin" to the other runtimes, which refuse it. */
+static int nesting_depth(const char *text, size_t size, int *nul_escape) {
     int depth = 0, deepest = 0, in_string = 0;
+    *nul_escape = 0;
     for (size_t i = 0; i < size; i++) {
         char c = text[i];
         if (in_string) {
-            if (c == '\\') i++;
-            else if (c == '"') in_string = 0;
+            if (c == '\\') {
+                if (size - i > 5 && text[i + 1] == 'u' && memcmp(text + i + 2, "0000", 4) == 0) *nul_escape = 1;
+                i++;
+            } else if (c == '"') {
+                in_string = 0;
+            }
         } else if (c == '"') {
             in_string = 1;
         } else if (c == '[' || c == '{') {
@@ -44,8 +51,13 @@ cJSON *tsr_json_parse(const char *text, size_t size, const char *what) {
         tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "%s: no text", what);
         return NULL;
     }
-    if (nesting_depth(text, size) > TSR_JSON_MAX_DEPTH) {
+    int nul_escape;
+    if (nesting_depth(text, size, &nul_escape) > TSR_JSON_MAX_DEPTH) {
         tsr_error(TESSERA_ERROR_FORMAT, "%s: JSON nested deeper than %d levels", what, TSR_JSON_MAX_DEPTH);
+        return NULL;
+    }
+    if (nul_escape) {
+        tsr_error(TESSERA_ERROR_FORMAT, "%s: a string holds the NUL character (\\u0000), which no name or path may", what);
         return NULL;
     }
     const char *end = NULL;

@@ -118,6 +118,11 @@ static int apply(int op, int64_t x, int64_t y, int64_t *out, const char **why);
 /* Emits `op` over the two operands just emitted, or folds them when both are constants (they are
  * then the last six words of code). */
 static operand binary(parser *p, int op, operand x, operand y) {
+    /* A divisor that is the constant 0 is refused here, at load, as the other runtimes refuse it. */
+    if ((op == OP_FLOORDIV || op == OP_FLOORMOD) && y.is_const && y.value == 0) {
+        fail(p, op == OP_FLOORDIV ? "division by zero" : "modulo by zero");
+        return (operand){0, 0};
+    }
     if (x.is_const && y.is_const) {
         int64_t v;
         const char *why;

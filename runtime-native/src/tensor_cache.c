@@ -137,6 +137,43 @@ static int by_name(const void *x, const void *y) {
     return strcmp((*(const tsr_weight *const *)x)->name, (*(const tsr_weight *const *)y)->name);
 }
 
+/* By shard, then first byte, then last byte (records naming the same bytes end up side by side). */
+static int by_place(const void *x, const void *y) {
+    const tsr_weight *a = *(const tsr_weight *const *)x, *b = *(const tsr_weight *const *)y;
+    if (a->shard != b->shard) return a->shard < b->shard ? -1 : 1;
+    if (a->byte_offset != b->byte_offset) return a->byte_offset < b->byte_offset ? -1 : 1;
+    if (a->nbytes != b->nbytes) return a->nbytes < b->nbytes ? -1 : 1;
+    return 0;
+}
+
+/* No record holds part of another's bytes (docs/format.md): two may name the very same bytes (a
+ * bundle shares them between names), never overlap otherwise. Empty records take no bytes. */
+static int check_overlaps(tsr_alloc *a, const tsr_tensor_cache *c) {
+    const tsr_weight **order = tsr_calloc(a, (size_t)(c->n_weights ? c->n_weights : 1), sizeof *order);
+    if (!order) return tsr_error_context(TESSERA_ERROR_OUT_OF_MEMORY, "tensor-cache.json");
+    for (int32_t i = 0; i < c->n_weights; i++) order[i] = &c->weights[i];
+    qsort((void *)order, (size_t)c->n_weights, sizeof *order, by_place);
+    const tsr_weight *widest = NULL; /* of the records seen in this shard, the one reaching furthest */
+    int status = TESSERA_OK;
+    for (int32_t i = 0; i < c->n_weights && !status; i++) {
+        const tsr_weight *w = order[i];
+        if (w->nbytes == 0) continue;
+        if (widest && widest->shard != w->shard) widest = NULL;
+        if (widest && w->byte_offset < widest->byte_offset + widest->nbytes &&
+            !(w->byte_offset == widest->byte_offset && w->nbytes == widest->nbytes)) {
+            char q1[300], q2[300];
+            tsr_quote(w->name, q1, sizeof q1);
+            tsr_quote(widest->name, q2, sizeof q2);
+            status = tsr_error(TESSERA_ERROR_FORMAT, "tensor-cache.json: weight shard %d: record %s (bytes %zu to %zu) "
+                               "overlaps record %s (bytes %zu to %zu)", w->shard, q1, w->byte_offset,
+                               w->byte_offset + w->nbytes, q2, widest->byte_offset, widest->byte_offset + widest->nbytes);
+        }
+        if (!widest || w->byte_offset + w->nbytes > widest->byte_offset + widest->nbytes) widest = w;
+    }
+    tsr_free(a, (void *)order);
+    return status;
+}
+
 static int parse_tree(tsr_alloc *a, const cJSON *root, size_t json_size, tsr_tensor_cache *c) {
     const char *top = "tensor-cache.json", *format;
     int64_t version;
@@ -200,6 +237,7 @@ static int parse_tree(tsr_alloc *a, const cJSON *root, size_t json_size, tsr_ten
             c->n_weights++;
         }
     }
+    if ((status = check_overlaps(a, c))) return status;
     qsort((void *)c->by_name, (size_t)c->n_weights, sizeof *c->by_name, by_name);
     for (int32_t i = 1; i < c->n_weights; i++) {
         if (strcmp(c->by_name[i - 1]->name, c->by_name[i]->name) == 0) {

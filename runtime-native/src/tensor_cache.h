@@ -44,7 +44,8 @@ typedef struct tsr_tensor_cache {
  * version (TESSERA_ERROR_VERSION for another version), every dataPath by the path rules, shard
  * sizes and digests as fields, and every record: known dtype, at most TESSERA_MAX_NDIM
  * non-negative dims, dims x element size == nbytes without overflow, byteOffset aligned to the
- * element size, the range inside the shard, unique names. Opens no file. On failure *out is
+ * element size, the range inside the shard, no record overlapping another (unless both name the
+ * same bytes), unique names. Opens no file. On failure *out is
  * empty and needs no free. */
 int tsr_tensor_cache_parse(tsr_alloc *a, const char *json, size_t size, tsr_tensor_cache *out);
 

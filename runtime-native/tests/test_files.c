@@ -38,7 +38,9 @@ static void path_rules(void) {
         {"\\a", "backslash"},   {"C:x", "drive letter"},            {"c:/x", "drive letter"},
         {"a\x01" "b", "control"}, {"a\x7f", "control"},             {"a\nb", "control"},
         {"a%2e", "'%'"},        {"a?b", "'%'"},                     {"a#b", "'%'"},
-        {"x/y:z", "'%'"},
+        {"x/y:z", "'%'"},       {" /etc/passwd", "space"},          {"x.bin ", "space"},
+        {"%2e%2e/x", "'%'"},    {"https://evil.test/x", "'%'"},     {"//host/x", "'/'"},
+        {"file:///etc/passwd", "'%'"}, {"data:,x", "'%'"},          {"..\\x", "backslash"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK_EQ_INT(tsr_check_relative_path(bad[i].path, "weight shard"), TESSERA_ERROR_FORMAT);

@@ -51,6 +51,11 @@ int main(void) {
     CHECK(parse("{\n\"a\": \n}") == NULL && has("line 3"));
     CHECK(parse("") == NULL);
     CHECK(tsr_json_parse("{} \0 {}", 7, "nul.json") == NULL);
+    /* cJSON would end a C string at \u0000 ("x\u0000.bin" read as "x"): refused, as by the other runtimes. */
+    CHECK(parse("{\"path\": \"x\\u0000.bin\"}") == NULL && has("NUL character"));
+    j = parse("{\"path\": \"x\\\\u0000.bin\"}"); /* an escaped backslash, then the text u0000 */
+    CHECK(j != NULL);
+    cJSON_Delete(j);
 
     j = parse("{\"obj\": {}, \"arr\": [1, 2.5, -3], \"str\": \"x\", \"n\": 42, \"neg\": -7, \"frac\": 1.5,"
               " \"big\": 9007199254740992, \"maxok\": 9007199254740991, \"exp\": 1e3, \"null\": null,"

@@ -146,6 +146,9 @@ int main(void) {
     expect_error("$", TESSERA_ERROR_FORMAT, "unexpected character");
     expect_error("1 // 0", TESSERA_ERROR_FORMAT, "division by zero");
     expect_error("1 % 0", TESSERA_ERROR_FORMAT, "modulo by zero");
+    /* A constant 0 divisor is refused at compile time even when the dividend is a variable. */
+    expect_error("n // 0", TESSERA_ERROR_FORMAT, "division by zero");
+    expect_error("n % (2 - 2)", TESSERA_ERROR_FORMAT, "modulo by zero");
     expect_error("9223372036854775808", TESSERA_ERROR_FORMAT, "beyond int64");
     expect_error("9223372036854775807 + 1", TESSERA_ERROR_FORMAT, "overflow");
     expect_error("-(-9223372036854775807 - 1)", TESSERA_ERROR_FORMAT, "overflow");

@@ -108,7 +108,7 @@ int main(void) {
     char sub[600];
     snprintf(sub, sizeof sub, "%s/sub", dir);
     CHECK(mkdir(sub, 0700) == 0);
-    uint8_t shard0[48], shard1[16];
+    uint8_t shard0[48], shard1[20];
     for (size_t i = 0; i < sizeof shard0; i++) shard0[i] = (uint8_t)i;
     for (size_t i = 0; i < sizeof shard1; i++) shard1[i] = (uint8_t)(100 + i);
     write_bytes(dir, "params_shard_0.bin", shard0, sizeof shard0);
@@ -127,23 +127,23 @@ int main(void) {
              "{\"name\": \"none\", \"shape\": [0, 5], \"dtype\": \"uint8\", \"nbytes\": 0, \"byteOffset\": 43},"
              "{\"name\": \"scalar\", \"shape\": [], \"dtype\": \"int8\", \"nbytes\": 1, \"byteOffset\": 43},"
              "{\"name\": \"half\", \"shape\": [2], \"dtype\": \"float16\", \"nbytes\": 4, \"byteOffset\": 44}]},"
-             "{\"dataPath\": \"sub/params_shard_1.bin\", \"nbytes\": 16, \"sha256\": \"%s\", \"records\": ["
+             "{\"dataPath\": \"sub/params_shard_1.bin\", \"nbytes\": 20, \"sha256\": \"%s\", \"records\": ["
              "{\"name\": \"ids\", \"shape\": [2, 1, 2], \"dtype\": \"int32\", \"nbytes\": 16, \"byteOffset\": 0},"
-             "{\"name\": \"u\", \"shape\": [1], \"dtype\": \"uint32\", \"nbytes\": 4, \"byteOffset\": 12}]}]}",
+             "{\"name\": \"u\", \"shape\": [1], \"dtype\": \"uint32\", \"nbytes\": 4, \"byteOffset\": 16}]}]}",
              hex0, hex1);
     write_bytes(dir, "tensor-cache.json", json, strlen(json));
     tsr_tensor_cache c;
     CHECK_EQ_INT(tsr_tensor_cache_load(&a, dir, 1, &c), 0);
     CHECK_EQ_INT(c.n_shards, 2);
     CHECK_EQ_INT(c.n_weights, 8);
-    CHECK_EQ_INT(c.total_bytes, 64);
+    CHECK_EQ_INT(c.total_bytes, 68);
     const tsr_weight *w = tsr_tensor_cache_find(&c, "pos");
     CHECK(w && w->dtype == TESSERA_INT64 && w->data == (const uint8_t *)c.shards[0].map.data + 24);
     CHECK(w && memcmp(w->data, shard0 + 24, 16) == 0);
     w = tsr_tensor_cache_find(&c, "scalar");
     CHECK(w && w->ndim == 0 && w->nbytes == 1 && *(const uint8_t *)w->data == 43);
     w = tsr_tensor_cache_find(&c, "u");
-    CHECK(w && w->shard == 1 && *(const uint8_t *)w->data == 112);
+    CHECK(w && w->shard == 1 && *(const uint8_t *)w->data == 116);
     w = tsr_tensor_cache_find(&c, "ids");
     CHECK(w && w->ndim == 3 && w->shape[2] == 2);
     tsr_tensor_cache_free(&a, &c);
@@ -160,7 +160,7 @@ int main(void) {
     /* A truncated shard is named, with both sizes. */
     write_bytes(dir, "sub/params_shard_1.bin", shard1, 10);
     CHECK_EQ_INT(tsr_tensor_cache_load(&a, dir, 0, &c), TESSERA_ERROR_CHECKSUM);
-    CHECK(has("weight shard 'sub/params_shard_1.bin'") && has("has 10 bytes, expected 16 (truncated)"));
+    CHECK(has("weight shard 'sub/params_shard_1.bin'") && has("has 10 bytes, expected 20 (truncated)"));
     /* A missing shard. */
     snprintf(sub, sizeof sub, "%s/sub/params_shard_1.bin", dir);
     unlink(sub);
@@ -221,6 +221,21 @@ int main(void) {
                "{\"name\": \"y\", \"shape\": [4], \"dtype\": \"float32\", \"nbytes\": 16, \"byteOffset\": 16},"
                "{\"name\": \"x\", \"shape\": [4], \"dtype\": \"float32\", \"nbytes\": 16, \"byteOffset\": 32}",
                TESSERA_ERROR_FORMAT, "two records are named 'x'");
+    /* Overlapping records are refused; two that name the very same bytes are fine (a bundle shares them). */
+    bad_record("{\"name\": \"x\", \"shape\": [4], \"dtype\": \"float32\", \"nbytes\": 16, \"byteOffset\": 0},"
+               "{\"name\": \"y\", \"shape\": [4], \"dtype\": \"float32\", \"nbytes\": 16, \"byteOffset\": 8}",
+               TESSERA_ERROR_FORMAT, "record 'y' (bytes 8 to 24) overlaps record 'x' (bytes 0 to 16)");
+    bad_record("{\"name\": \"big\", \"shape\": [12], \"dtype\": \"float32\", \"nbytes\": 48, \"byteOffset\": 0},"
+               "{\"name\": \"empty\", \"shape\": [0], \"dtype\": \"float32\", \"nbytes\": 0, \"byteOffset\": 4},"
+               "{\"name\": \"inner\", \"shape\": [2], \"dtype\": \"float32\", \"nbytes\": 8, \"byteOffset\": 16}",
+               TESSERA_ERROR_FORMAT, "record 'inner' (bytes 16 to 24) overlaps record 'big'");
+    int shared = parse_one("params_shard_0.bin",
+                           "{\"name\": \"a\", \"shape\": [4], \"dtype\": \"float32\", \"nbytes\": 16, \"byteOffset\": 16},"
+                           "{\"name\": \"b\", \"shape\": [16], \"dtype\": \"uint8\", \"nbytes\": 16, \"byteOffset\": 16},"
+                           "{\"name\": \"c\", \"shape\": [4], \"dtype\": \"float32\", \"nbytes\": 16, \"byteOffset\": 32}",
+                           64, &c);
+    CHECK_EQ_INT(shared, 0);
+    tsr_tensor_cache_free(&a, &c);
 
     bad_text("{\"format\": \"tessera-tensor-cache\", \"version\": 2, \"records\": []}", TESSERA_ERROR_VERSION,
              "version 2; this runtime reads version 1");

@@ -7,16 +7,20 @@ import {
 } from "../../runtime-js/src/format.js";
 
 const executable = () => ({
-  format: "tessera-executable", version: 3, target: { kind: "webgpu", backend: "wgsl" }, constants: [],
+  format: "tessera-executable", version: 3, target: { kind: "webgpu", name: "webgpu", backend: "wgsl", features: [] },
+  required_features: [], required_limits: {}, constants: [], libraries: [],
   modules: [{ path: "kernels/000_k.wgsl", backend: "wgsl", nbytes: 10, sha256: "b".repeat(64) }],
   kernels: [{ name: "k", backend: "wgsl", module: "kernels/000_k.wgsl", entry_point: "k", workgroup_size: [64, 1, 1],
     abi: { bindings: [], scalars: [] }, grid: ["1", "1", "1"], requirements: { features: [], limits: {} } }],
-  functions: { main: { params: [], code: [], tensors: {}, locations: {}, memory: {}, symbols: {} } },
+  functions: { main: { params: [], code: [{ op: "prim", dst: 0, value: "1" }, { op: "ret", src: 0 }], registers: 1,
+    symbols: {}, unbounded_symbols: [], tensors: {}, locations: {}, runtime_allocations: [],
+    result: { kind: "prim", dtype: "int64", value: null },
+    memory: { static: true, recursive: false, arena_bytes: 0, buffers: [], storages: [], liveness_lower_bound_bytes: 0 } } },
 });
 const tensorCache = () => ({
   format: "tessera-tensor-cache", version: 1,
-  records: [{ dataPath: "params_shard_0.bin", nbytes: 64, sha256: "a".repeat(64),
-    records: [{ name: "w", byteOffset: 0, nbytes: 64 }] }],
+  records: [{ dataPath: "params_shard_0.bin", format: "raw-shard", nbytes: 64, sha256: "a".repeat(64),
+    records: [{ name: "w", shape: [16], dtype: "float32", format: "raw", byteOffset: 0, nbytes: 64 }] }],
 });
 
 const bundleIndex = () => ({
@@ -39,33 +43,34 @@ test("each kind of bad file is named", () => {
       new RegExp(`x/executable.json: format version ${old}; this runtime reads version 3: rebuild the bundle`));
   }
   const stray = executable();
-  stray.functions.main.code = [{ op: "call", dst: 0, func: "nowhere", args: [] }];
-  assert.throws(() => validateExecutable(stray), /function main calls nowhere, which the executable does not have/);
+  stray.functions.main.code = [{ op: "call", dst: 0, func: "nowhere", args: [] }, { op: "ret", src: 0 }];
+  assert.throws(() => validateExecutable(stray), /functions\.main\.code\[0\]\.func is 'nowhere', which is not a function of the executable/);
   assert.throws(() => validateExecutable({ format: "gguf" }), /not a Tessera executable/);
   const spirv = executable();
   spirv.kernels[0].backend = "spirv";
   assert.throws(() => validateExecutable(spirv), /kernel k is for the spirv backend; this runtime runs wgsl, c-wasm/);
   const unlisted = executable();
   unlisted.kernels[0].module = "kernels/other.wgsl";
-  assert.throws(() => validateExecutable(unlisted), /names the module kernels\/other.wgsl, which the executable does not list/);
+  assert.throws(() => validateExecutable(unlisted), /kernels\[0\]\.module is 'kernels\/other.wgsl', which the executable's modules do not list/);
   for (const bad of ["../k.wgsl", "/k.wgsl", "https://evil.test/k.wgsl", "%2e%2e/k.wgsl", "a//b", "C:/k", "..\t/k.wgsl",
     ".\n./k.wgsl"]) {
     const escaping = executable();
     escaping.modules[0].path = bad;
-    assert.throws(() => validateExecutable(escaping), /is not a relative path inside the build/, bad);
+    assert.throws(() => validateExecutable(escaping), /modules\[0\]\.path .* is not a relative path inside the folder: it /, bad);
   }
   assert.ok(isInsidePath("kernels/000_k.wgsl") && runsOn(executable(), "webgpu") && !runsOn(executable(), "wasm"));
   const noGrid = executable();
   delete noGrid.kernels[0].grid;
-  assert.throws(() => validateExecutable(noGrid), /kernel 0 has no grid/);
+  assert.throws(() => validateExecutable(noGrid), /kernels\[0\] lacks the field 'grid'/);
   const outside = tensorCache();
   outside.records[0].records[0].nbytes = 128;
-  assert.throws(() => validateTensorCache(outside), /tensor w \(bytes 0\.\.128\) lies outside shard params_shard_0.bin of 64 bytes/);
+  outside.records[0].records[0].shape = [32];
+  assert.throws(() => validateTensorCache(outside), /records\[0\]\.records\[0\] lies outside its shard: bytes 0 to 128 of 64/);
   const escape = tensorCache();
   escape.records[0].dataPath = "../secret.bin";
-  assert.throws(() => validateTensorCache(escape), /bad shard path/);
+  assert.throws(() => validateTensorCache(escape), /records\[0\]\.dataPath '\.\.\/secret\.bin' is not a relative path inside the folder: it has a '\.' or '\.\.' part/);
   assert.throws(() => validateBundle({ ...bundleIndex(), builds: [] }), /lists no builds/);
-  assert.throws(() => validateChatConfig({ stop_token_ids: [] }), /context_length is missing/);
+  assert.throws(() => validateChatConfig({ stop_token_ids: [] }), /the document lacks the field 'context_length'/);
 });
 
 test("a bundle.json figure that is missing, negative, fractional or huge is named, as is an old version", () => {

@@ -18,8 +18,9 @@ function makeBuild() {
   });
   files.set(`${BASE}tensor-cache.json`, JSON.stringify({ format: "tessera-tensor-cache", version: 1, records }));
   files.set(`${BASE}executable.json`, JSON.stringify({
-    format: "tessera-executable", version: 3, target: { kind: "webgpu" }, constants: ["w0", "w1"], kernels: [],
-    modules: [], functions: {} }));
+    format: "tessera-executable", version: 3, target: { kind: "webgpu", name: "webgpu", backend: "wgsl", features: [] },
+    required_features: [], required_limits: {}, constants: ["w0", "w1"], kernels: [], modules: [], functions: {},
+    libraries: [] }));
   const requests = [];
   const fetchFn = async (url) => {
     requests.push(url);

@@ -94,7 +94,7 @@ def test_bad_files_are_clear_errors(tmp_path):
     doc = json.loads(text)
     del doc["kernels"][0]["grid"]
     path.write_text(json.dumps(doc))
-    with pytest.raises(ExecutableError, match="is malformed: it lacks the field 'grid'"):
+    with pytest.raises(ExecutableError, match=r"is malformed: kernels\[0\] lacks the field 'grid'"):
         Executable.load(tmp_path)
     (module,) = json.loads(text)["modules"]
     for bad in ("../outside.wgsl", "/etc/passwd", "kernels/../../x.wgsl", "C:/x.wgsl"):
@@ -108,7 +108,7 @@ def test_bad_files_are_clear_errors(tmp_path):
     with pytest.raises(ExecutableError, match="does not match its checksum in executable.json"):
         Executable.load(tmp_path)
     kernel_file.write_bytes(source + b"\n")
-    with pytest.raises(ExecutableError, match="has .* bytes, executable.json says .* \\(stale or truncated\\)"):
+    with pytest.raises(ExecutableError, match=r"kernel module .* has \d+ bytes, expected \d+ \(too long\?\)"):
         Executable.load(tmp_path)
     kernel_file.write_bytes(source)
     shard = tmp_path / "params_shard_0.bin"
