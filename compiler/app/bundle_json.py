@@ -10,8 +10,7 @@ import os
 from dataclasses import dataclass
 
 from tessera.ir import TesseraError
-from tessera.vm.files import path_problem, read_json, resolve_inside
-from tessera.vm.schema import check_against_schema
+from tessera.vm import check_against_schema, path_problem, read_json, resolve_inside
 
 BUNDLE_VERSION = 2
 # The figures of a build (docs/web.md): whole numbers of bytes that JSON and JavaScript hold exactly.

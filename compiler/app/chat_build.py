@@ -101,7 +101,7 @@ def native_runtime_problem() -> str | None:
 def compiled_build(directory: str) -> tuple[str | None, bool]:
     """The target kind a compiled directory was built for (None when it holds no readable
     executable.json), and whether its chat-config.json has the chat_format runtime-native needs."""
-    from tessera.vm.files import FileCheckError, parse_json, read_inside, read_regular
+    from tessera.vm import FileCheckError, parse_json, read_inside, read_regular
 
     from .bundle_json import BundleError, build_files
 

@@ -8,8 +8,7 @@ the tokenizer. runtime-js checks the same (format.js, validateChatConfig).
 from __future__ import annotations
 
 from tessera.ir import TesseraError
-from tessera.vm.files import parse_json, read_regular
-from tessera.vm.schema import check_against_schema
+from tessera.vm import check_against_schema, parse_json, read_regular
 
 # chat-config.json holds the chat template (a few KB, Gemma's about 10): 16 MiB is far beyond any.
 MAX_CHAT_CONFIG_BYTES = 16 << 20

@@ -20,8 +20,7 @@ import json
 import os
 
 import numpy as np
-from tessera.vm import CACHE_FORMAT, CACHE_VERSION, SHARD_BYTES
-from tessera.vm.executable import RECORD_ALIGNMENT
+from tessera.vm import CACHE_FORMAT, CACHE_VERSION, RECORD_ALIGNMENT, SHARD_BYTES
 
 WEIGHTS_FOLDER = "weights"
 

@@ -29,7 +29,6 @@ from ..ir.errors import DeductionError
 from ..ir.expr import Call
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..tir.compute import OpaqueDef
-from ..tir.schedule.attention import splits_within_loop_budget
 from .common import require_float, tensor_input
 from .registry import make_call, register_op
 
@@ -175,20 +174,9 @@ def decode_splits(capacity, rows, target) -> int:
     return max(1, min(most, capacity // keys_each))
 
 
-def attention_splits(q, keys, target) -> int:
-    """Shares of the keys per KV head: ``decode_splits``, and where the driver bounds an invocation's
-    loop iterations (Target.loop_budget: Mesa's), enough that each share's invocations stay within it,
-    prompts included."""
-    splits = decode_splits(keys.shape[0], q.shape[0], target)
-    capacity = arith.Analyzer().as_int(keys.shape[0])
-    if target is None or capacity is None:
-        return splits
-    return max(splits, splits_within_loop_budget(target, capacity))
-
-
 def _legalize_attention(call, ctx):
     q, keys = ctx.inputs[0], ctx.inputs[1]
-    splits = attention_splits(q, keys, ctx.target)
+    splits = decode_splits(keys.shape[0], q.shape[0], ctx.target)
     if splits > 1:
         args = call.args
         partial = make_call("nn.attention_partial", *args, splits=splits, scale=call.attr("scale"))

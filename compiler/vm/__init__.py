@@ -8,8 +8,10 @@
 """
 
 from .devices import Device, DeviceError, View, device_kinds, register_device
-from .executable import CACHE_FORMAT, CACHE_VERSION, SHARD_BYTES, Executable, ExecutableError
+from .executable import CACHE_FORMAT, CACHE_VERSION, RECORD_ALIGNMENT, SHARD_BYTES, Executable, ExecutableError
+from .files import FileCheckError, parse_json, path_problem, read_inside, read_json, read_regular, resolve_inside
 from .program import DeviceTensor, VirtualMachine
+from .schema import check_against_schema
 
 
 def webgpu_adapter_infos() -> list[dict]:

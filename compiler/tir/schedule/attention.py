@@ -27,9 +27,8 @@ Three shapes of the same loop nest:
   indexed at run time, which llvmpipe keeps in memory, and it overruns the loop budget below.)
 
 Mesa's CPU drivers stop all of an invocation's loops, silently, once it has run 65,535 loop
-iterations in all (``Target.loop_budget``): the lanes shape runs one per eight keys, and the
-operator's legalization splits a cache longer than that allows into shares
-(``splits_within_loop_budget``).
+iterations in all (``Target.loop_budget``): the lanes shape runs one per eight keys of its share,
+within the budget up to half a million keys, and refuses a longer cache by name.
 """
 
 from __future__ import annotations
@@ -92,6 +91,7 @@ class _Layout:
         self.positions, self.tile = positions, tile
         self.rows = positions * self.group
         self.n, self.capacity = from_prim(self.q.shape[0]), from_prim(self.keys.shape[0])
+        self.capacity_dim = self.keys.shape[0]
 
     def grid(self) -> tuple:
         tiles = ceil_div(self.q.shape[0], self.positions)
@@ -180,17 +180,6 @@ def lanes_loop_iterations(keys: int) -> int:
     return -(-keys // LANE_KEYS) + 1
 
 
-def splits_within_loop_budget(target, capacity: int) -> int:
-    """The fewest shares of ``capacity`` keys whose invocations each stay within the target's loop
-    budget (1 without one). Only the lanes rule (GPU languages on a CPU) runs where there is one."""
-    if not (target.loop_budget and target.cpu_adapter and not target.serial_threads):
-        return 1
-    splits = 1
-    while lanes_loop_iterations(-(-capacity // splits)) > target.loop_budget:
-        splits += 1
-    return splits
-
-
 def _serial(defn: OpaqueDef, target, name: str) -> PrimFunc:
     """One thread per workgroup, in loops (see the module's docstring)."""
     lay = _Layout(defn, positions=4 if arith.Analyzer().as_int(defn.inputs[0].shape[0]) != 1 else 1, tile=64)
@@ -266,6 +255,12 @@ def _lanes(defn: OpaqueDef, target, name: str) -> PrimFunc:
     ``LANE_KEYS`` iterations: far within a loop budget."""
     lay = _Layout(defn, positions=1, tile=LANE_KEYS)
     d, heads, group, keys_per_step = lay.d, lay.heads, lay.group, lay.tile
+    capacity = arith.Analyzer().as_int(lay.capacity_dim)
+    if target.loop_budget and (capacity is None or lanes_loop_iterations(-(-capacity // lay.splits)) >
+                               target.loop_budget):
+        raise ValueError(f"kernel {name}: attention over a cache of {capacity or 'unbounded'} keys in {lay.splits} "
+                         f"share(s) would run past the driver's loop budget of {target.loop_budget} iterations "
+                         "an invocation (Target.loop_budget): compile with a shorter --context")
     qv = Buffer("qv", F32, (arith.IntImm(d),), "private")
     acc = Buffer("acc", F32, (arith.IntImm(d),), "private")
     score = Buffer("score", F32, (arith.IntImm(keys_per_step),), "private")
