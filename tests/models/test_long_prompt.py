@@ -87,12 +87,11 @@ def test_a_3000_token_prompt_continues_as_transformers_in_the_wasm_vm_in_node(bu
     assert result["tokens"] == want
 
 
-@pytest.mark.long  # not in `make test`: 30 CPU-minutes and more of llvmpipe's prefill attention
+@pytest.mark.long  # not in `make test`: minutes of llvmpipe's prefill (three 1,024-position chunks)
 @pytest.mark.timeout(3600)
 def test_a_3000_token_prompt_continues_as_transformers_in_the_python_vm_on_llvmpipe(builds, expected):
-    """Run with `pytest -m long`. WGSL's attention on llvmpipe stages key tiles in workgroup memory
-    behind barriers, which llvmpipe emulates slowly; the one-thread rows shape that C and WASM use
-    is 10x faster there but computed wrong rows past about four key tiles on llvmpipe (right in
-    C), so it is not used for WGSL (tir/schedule/attention.py)."""
+    """Run with `pytest -m long`. WGSL's attention on llvmpipe takes the lanes rule (one query row
+    per invocation), whose loops stay within Mesa's loop budget at this context (Target.loop_budget:
+    past it llvmpipe silently ends an invocation's loops)."""
     ids, _, want = expected
     assert python_vm_greedy(builds["llvmpipe"], ids, STEPS) == want

@@ -168,7 +168,10 @@ class _Layout:
 def schedule_attention(defn: OpaqueDef, target, name: str) -> PrimFunc:
     if target.cpu_adapter and target.serial_threads:
         return _serial(defn, target, name)
-    if target.cpu_adapter:
+    # Keys of a length known only at run time (attention over the prompt itself, no cache) cannot be
+    # held to a loop budget by the lanes rule; the GPU rule's invocations loop over tiles of them.
+    unbounded = arith.Analyzer().as_int(defn.inputs[1].shape[0]) is None
+    if target.cpu_adapter and not (target.loop_budget and unbounded):
         return _lanes(defn, target, name)
     return _workgroup(defn, target, name)
 
@@ -256,9 +259,8 @@ def _lanes(defn: OpaqueDef, target, name: str) -> PrimFunc:
     lay = _Layout(defn, positions=1, tile=LANE_KEYS)
     d, heads, group, keys_per_step = lay.d, lay.heads, lay.group, lay.tile
     capacity = arith.Analyzer().as_int(lay.capacity_dim)
-    if target.loop_budget and (capacity is None or lanes_loop_iterations(-(-capacity // lay.splits)) >
-                               target.loop_budget):
-        raise ValueError(f"kernel {name}: attention over a cache of {capacity or 'unbounded'} keys in {lay.splits} "
+    if target.loop_budget and lanes_loop_iterations(-(-capacity // lay.splits)) > target.loop_budget:
+        raise ValueError(f"kernel {name}: attention over a cache of {capacity} keys in {lay.splits} "
                          f"share(s) would run past the driver's loop budget of {target.loop_budget} iterations "
                          "an invocation (Target.loop_budget): compile with a shorter --context")
     qv = Buffer("qv", F32, (arith.IntImm(d),), "private")
