@@ -12,14 +12,13 @@ main's output is the small module's (tests/fixtures/hostile_files.py).
 
 import json
 import os
-import shutil
 import sys
 
 import numpy as np
 from tessera.native import NativeError, NativeModel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from fixtures.hostile_files import expected_output  # noqa: E402
+from fixtures.hostile_files import case_folder, expected_output  # noqa: E402
 
 
 def main(path: str) -> None:
@@ -27,21 +26,7 @@ def main(path: str) -> None:
         cases = json.load(f)
     x = np.linspace(-1, 1, 48, dtype=np.float32).reshape(3, 16)
     for case in cases:
-        work = case["folder"] + "-native-case"
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.copytree(case["folder"], work, symlinks=True)
-        for name, text in case.get("files", {}).items():
-            with open(os.path.join(work, name), "wb") as f:
-                f.write(text.encode("latin-1"))
-        for name in [*case.get("links", {}), *case.get("fifos", []), *case.get("dirs", [])]:
-            if os.path.lexists(os.path.join(work, name)):
-                os.unlink(os.path.join(work, name))
-        for name, target in case.get("links", {}).items():
-            os.symlink(target, os.path.join(work, name))
-        for name in case.get("fifos", []):
-            os.mkfifo(os.path.join(work, name))
-        for name in case.get("dirs", []):
-            os.mkdir(os.path.join(work, name))
+        work = case_folder(case, "-native-case")
         line = {"label": case["label"], "loaded": False, "error": None, "ran": False, "correct": False,
                 "run_error": None}
         print(json.dumps({"starting": case["label"]}), flush=True)

@@ -12,12 +12,11 @@ so that a crash would name its case:
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
-from fixtures.hostile_files import ESCAPING_PATHS, broken_texts, mutations, small_build
+from fixtures.hostile_files import ESCAPING_PATHS, broken_texts, case_folder, mutations, small_build
 from tessera.vm import Executable, ExecutableError
 
 from native.build import ensure_native_build
@@ -49,20 +48,7 @@ def run_native(cases, tmp_path) -> dict:
 
 
 def python_verdict(folder, case) -> str | None:
-    work = folder + "-python-case"
-    shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(folder, work, symlinks=True)
-    for name, text in case.get("files", {}).items():
-        with open(os.path.join(work, name), "wb") as f:
-            f.write(text.encode("latin-1"))
-    for name in [*case.get("links", {}), *case.get("fifos", []), *case.get("dirs", [])]:
-        os.unlink(os.path.join(work, name))
-    for name, target in case.get("links", {}).items():
-        os.symlink(target, os.path.join(work, name))
-    for name in case.get("fifos", []):
-        os.mkfifo(os.path.join(work, name))
-    for name in case.get("dirs", []):
-        os.mkdir(os.path.join(work, name))
+    work = case_folder(dict(case, folder=folder), "-python-case")
     try:
         Executable.load(work)
     except ExecutableError as error:
