@@ -12,6 +12,15 @@ os.environ.setdefault("TESSERA_VULKAN_VALIDATION", "1")
 SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "..", "docs", "executable.schema.json")
 
 
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory):
+    """The tiny random-weight Llama GGUF (fixtures/tiny_gguf.py), written once for the whole run;
+    tests read it and never change it."""
+    from fixtures.tiny_gguf import write_tiny_gguf
+
+    return write_tiny_gguf(str(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _executables_match_the_schema():
     """What the compiler writes is what its loaders accept: the schemas in docs/ and the cross-checks

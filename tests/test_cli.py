@@ -102,13 +102,6 @@ def test_inspect_prints_a_short_summary_the_full_plan_with_verbose_and_json(tmp_
 
 
 @pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    from fixtures.tiny_gguf import write_tiny_gguf
-
-    return write_tiny_gguf(str(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
-
-
-@pytest.fixture(scope="module")
 def compiled_tiny(tiny_gguf, tmp_path_factory):
     """`tessera compile` with stderr a pipe, as in CI or `2> log`: (the result, the output folder)."""
     output = str(tmp_path_factory.mktemp("compiled") / "tiny")

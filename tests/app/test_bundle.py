@@ -29,13 +29,6 @@ def run(*args):
 
 
 @pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    from fixtures.tiny_gguf import write_tiny_gguf
-
-    return write_tiny_gguf(str(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
-
-
-@pytest.fixture(scope="module")
 def site(tiny_gguf, tmp_path_factory):
     """The tiny model bundled for WebGPU f16, WebGPU f32 and WASM: (site folder, model folder)."""
     output = str(tmp_path_factory.mktemp("site"))

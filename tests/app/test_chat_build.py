@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 from tessera.app.chat_build import Adapter, ChatBuild, choose_chat_build, native_runtime_problem, webgpu_adapters
 
 LLVMPIPE = Adapter("llvmpipe (LLVM 15.0.6, 256 bits)", cpu=True)
@@ -51,13 +50,6 @@ def test_a_compiled_directory_runs_what_it_holds():
     assert no_format.runtime == "python" and "no chat_format" in no_format.reason
     assert choose_chat_build([], None, directory_target="webgpu") == ChatBuild(
         "python", "webgpu", "the directory holds a webgpu build")
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    from fixtures.tiny_gguf import write_tiny_gguf
-
-    return write_tiny_gguf(str(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
 
 
 def test_tessera_chat_on_this_machine_runs_the_build_the_decision_picks(tiny_gguf, tmp_path):

@@ -95,13 +95,6 @@ def run(*args, stdin=None, timeout=300):
 
 
 @pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    from fixtures.tiny_gguf import write_tiny_gguf
-
-    return write_tiny_gguf(str(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
-
-
-@pytest.fixture(scope="module")
 def compiled(tiny_gguf, tmp_path_factory):
     """The tiny model for WebGPU (the Python VM on llvmpipe) with a context of 64."""
     output = str(tmp_path_factory.mktemp("compiled") / "tiny")

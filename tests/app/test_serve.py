@@ -25,13 +25,6 @@ KEY = "test-key"
 
 
 @pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    from fixtures.tiny_gguf import write_tiny_gguf
-
-    return write_tiny_gguf(str(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
-
-
-@pytest.fixture(scope="module")
 def compiled(tiny_gguf):
     """The tiny random-weight model built for WASM: the Python VM runs it through wasmtime, fast."""
     return cached_compile(tiny_gguf, "wasm", CONTEXT)

@@ -23,13 +23,6 @@ def build():
     return ensure_native_build()
 
 
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    from fixtures.tiny_gguf import write_tiny_gguf
-
-    return write_tiny_gguf(str(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
-
-
 def compile_tiny(gguf_path: str, folder: str, target: str = "cpu", context: int = 64, prefill_chunk=None) -> str:
     from tessera.app.compile import compile_model
 

@@ -46,13 +46,6 @@ def tessera_cli(*args):
     return subprocess.run([sys.executable, "-m", "tessera.cli", *args], capture_output=True, text=True, timeout=300)
 
 
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    from fixtures.tiny_gguf import write_tiny_gguf
-
-    return write_tiny_gguf(str(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
-
-
 def test_compile_for_a_chosen_cpu_records_it_and_chats(tiny_gguf, tmp_path):
     folder = str(tmp_path / "cpu")
     result = tessera_cli("compile", tiny_gguf, "-o", folder, "--context", "64", "--target", "cpu", "--cpu",
