@@ -2,8 +2,8 @@
 once per tile: its scales (and minimums) once, each value once for all the tile's activation rows.
 
 The activations are viewed as M x K rows (M is the product of their leading dims). With M = 1 (decode)
-a tile is 1 x 4 outputs; otherwise 4 x 4. No workgroup memory and no barrier: the same rule serves
-GPUs and CPU adapters."""
+a tile is 1 x 4 outputs (1 x 8 on a CPU adapter); otherwise 4 x 4. No workgroup memory and no
+barrier: the same rule serves GPUs and CPU adapters."""
 
 from __future__ import annotations
 
@@ -36,6 +36,12 @@ THREADS = 64
 # thread pool's unit of work: 4 threads (16 columns at M = 1) leave decode's 576-column GEMVs 36
 # of them to share, where 64 threads would leave 3 (the formats the quantized-gemv rule does not read).
 SERIAL_THREADS = 4
+# GPU languages on a CPU (llvmpipe, lavapipe: a workgroup's invocations are the lanes of one SIMD
+# register), decode: 8 invocations of 8 columns each. Each activation value is loaded once for 8
+# columns, and every load costs llvmpipe about 15 ns whether its address is the same in all lanes
+# or not. Against 64 threads of 4 columns: SmolLM2's Q4_1 layer GEMVs 1.2x to 1.5x as fast alone;
+# the whole decode step gains less than this machine's noise (bench/RESULTS.md).
+CPU_ADAPTER_GEMV = (8, 8)
 LID = Builtin("local_id", 0)
 
 
@@ -44,14 +50,17 @@ def schedule_quantized_matmul(defn: ComputeDef, info: QuantizedMatmulInfo, targe
     n_dim = out.shape[-1]
     m_dims = out.shape[:-1]
     m_total = arith.simplify(math.prod(m_dims, start=arith.IntImm(1)))
-    tile_m = 1 if arith.Analyzer().as_int(m_total) == 1 else 4
+    decode = arith.Analyzer().as_int(m_total) == 1
+    tile_m = 1 if decode else 4
     tile_n = 4
+    threads = SERIAL_THREADS if target.cpu_adapter and target.serial_threads else THREADS
+    if decode and target.cpu_adapter and not target.serial_threads:
+        threads, tile_n = CPU_ADAPTER_GEMV
     m, n = from_prim(m_total), from_prim(n_dim)
     row_words = from_prim(info.w.shape[1])
     k = Const(info.k)
     tiles_n = arith.simplify((n_dim + tile_n - 1) // tile_n)
     tile, m0, n0 = Local("tile"), Local("m0"), Local("n0")
-    threads = SERIAL_THREADS if target.cpu_adapter and target.serial_threads else THREADS
     body = [Declare(tile, binary("+", binary("*", workgroup_linear_id(), Const(threads)), LID))]
     body += [Declare(m0, binary("*", binary("/", tile, from_prim(tiles_n)), Const(tile_m))),
              Declare(n0, binary("*", binary("%", tile, from_prim(tiles_n)), Const(tile_n)))]
