@@ -56,7 +56,9 @@ class ChatFormat:
         for message in messages:
             role = self.roles.get(message["role"])
             if role is None:
-                raise ValueError(f"the chat format has no role {message['role']!r}")
+                # As the template itself would refuse it (Gemma's has no system role): an error a chat reports.
+                raise TemplateRaised(f"the chat format has no role {message['role']!r} (it has "
+                                     f"{', '.join(map(repr, self.roles))})")
             content = message["content"].strip() if self.trim_content else message["content"]
             parts += [role.prefix, content, role.suffix]
         parts += [self.generation_prompt, self.end]
@@ -70,7 +72,7 @@ class ChatFormat:
     @classmethod
     def from_json(cls, obj: dict) -> ChatFormat:
         if obj.get("version") != FORMAT_VERSION:
-            raise ValueError(f"chat_format version {obj.get('version')!r} is not {FORMAT_VERSION}")
+            raise ChatTemplateError(f"chat_format version {obj.get('version')!r} is not {FORMAT_VERSION}")
         roles = {name: RoleFormat(r["prefix"], r["suffix"]) for name, r in obj["roles"].items()}
         return cls(obj["begin"], obj["default_system"], roles, obj["generation_prompt"], obj.get("end", ""),
                    bool(obj.get("trim_content", False)))

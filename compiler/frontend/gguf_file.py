@@ -4,8 +4,11 @@ The `gguf` package's GGUFReader makes a numpy view of every value it parses: for
 tokens and 48,900 merges of SmolLM2's vocabulary that is a quarter of a million memmap slices,
 2.5 s of a 7 s `tessera compile`. ``read_gguf_file`` parses the same header with ``struct`` and
 views each tensor's data in the file's memmap exactly as GGUFReader does (its ggml type, shape and
-dtype from the package's own tables), so the values are the ones GGUFReader's fields hold. Files
-it does not parse itself (the other byte order, versions other than 2 and 3) go to GGUFReader.
+dtype from the package's own tables), so the values are the ones GGUFReader's fields hold.
+
+Every count is checked against the bytes left before it sizes a loop or an allocation (a fuzzer's
+file of 2.6 KB once made GGUFReader ask for gigabytes). Big-endian files are refused: the kernels
+read quantized blocks as little-endian bytes, so such a file would compute garbage.
 """
 
 from __future__ import annotations
@@ -45,17 +48,9 @@ class GGUFContents:
     tensors: list[GGUFTensor]
 
 
-class _OtherLayout(Exception):
-    """A file for GGUFReader to parse."""
-
-
 def read_gguf_file(path: str, gguf) -> GGUFContents:
     """The file's metadata and tensors; raises (anything) on a truncated or corrupted file."""
-    data = np.memmap(path, mode="r")
-    try:
-        return _Parser(data, gguf).contents()
-    except _OtherLayout:
-        return _with_gguf_reader(path, gguf)
+    return _Parser(np.memmap(path, mode="r"), gguf).contents()
 
 
 class _Parser:
@@ -66,8 +61,11 @@ class _Parser:
         magic, version = self._unpack("<II", 0)
         if magic != self.gguf.GGUF_MAGIC:
             raise ValueError("GGUF magic invalid")
-        if version not in (2, 3):  # the other byte order, or a version GGUFReader explains
-            raise _OtherLayout()
+        if version not in (2, 3):
+            if version & 0xFFFF == 0 and struct.unpack("<I", struct.pack(">I", version))[0] in (2, 3):
+                raise ValueError("a big-endian GGUF file, which Tessera does not read (convert it on a "
+                                 "little-endian machine)")
+            raise ValueError(f"GGUF version {version}, which Tessera does not read (it reads versions 2 and 3)")
         tensor_count, kv_count = self._unpack("<QQ", 8)
         # Counts are checked against the bytes left before they size a loop: a key takes 13 bytes at
         # least (length, one byte, type), a tensor's entry 25 (length, one byte, dims, type, offset).
@@ -167,31 +165,18 @@ class _Parser:
                 item, offset = self._string(offset)
                 items.append(item)
             return items, offset
-        if item_kind not in SCALAR_FORMATS:  # arrays of arrays: GGUFReader flattens them
-            raise _OtherLayout()
+        if item_kind == ARRAY:  # arrays of arrays, as nested lists: 12 bytes of header each, at least
+            if count * 12 > len(self.buf) - offset:
+                raise ValueError(f"an array of {count} arrays cannot fit in the rest of the file")
+            items = []
+            for _ in range(count):
+                item, offset = self._value(ARRAY, offset)
+                items.append(item)
+            return items, offset
+        if item_kind not in SCALAR_FORMATS:
+            raise ValueError(f"Unknown/unhandled array item type {item_kind}")
         fmt = SCALAR_FORMATS[item_kind]
         end = offset + struct.calcsize(fmt) * count
         if end > len(self.buf):
             raise ValueError("an array runs past the end of the file")
         return np.frombuffer(self.buf, np.dtype(fmt), count, offset).tolist(), end
-
-
-def _with_gguf_reader(path: str, gguf) -> GGUFContents:
-    reader = gguf.GGUFReader(path)
-    metadata = {name: _field_value(f, gguf) for name, f in reader.fields.items()}
-    return GGUFContents(metadata, [GGUFTensor(t.name, t.tensor_type, t.data) for t in reader.tensors])
-
-
-def _field_value(field, gguf):
-    types = field.types
-    if not types:
-        return None
-    if types[0] == gguf.GGUFValueType.ARRAY:
-        if types[-1] == gguf.GGUFValueType.STRING:
-            return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
-        return [field.parts[i].tolist()[0] for i in field.data]
-    value = field.parts[field.data[0]]
-    if types[0] == gguf.GGUFValueType.STRING:
-        return bytes(value).decode("utf-8", errors="replace")
-    item = value.tolist()[0]
-    return bool(item) if types[0] == gguf.GGUFValueType.BOOL else item

@@ -1,5 +1,5 @@
 """Read GGUF models (llama.cpp's format) with ggml's own tables, the `gguf` package (the header is
-parsed by gguf_file.py, which hands unusual files to the package's GGUFReader).
+parsed by gguf_file.py).
 
 ``load_gguf(path)`` returns the architecture config, the tensors and the
 tokenizer description. Quantized weights stay in their GGUF block layout:

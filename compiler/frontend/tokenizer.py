@@ -28,16 +28,17 @@ SPACE = "\u2581"  # "▁", SentencePiece's spelling of a space
 def build_tokenizer(spec: TokenizerSpec):
     """The GGUF vocabulary as a Hugging Face tokenizer: byte-level BPE ("gpt2"), SentencePiece ("llama") or
     Gemma 4's ("gemma4")."""
-    if spec.model == "gpt2":
-        tokenizer = _byte_level(spec)
-    elif spec.model == "llama":
-        tokenizer = _sentencepiece(spec)
-    elif spec.model == "gemma4":
-        tokenizer = _gemma4(spec)
-    else:
+    builders = {"gpt2": _byte_level, "llama": _sentencepiece, "gemma4": _gemma4}
+    if spec.model not in builders:
         raise GGUFError(f"tokenizer.ggml.model {spec.model!r} is not supported (supported: gpt2, byte-level BPE; "
                         "llama, SentencePiece BPE; gemma4, SentencePiece pieces with BPE merges)")
-    _add_marked_tokens(tokenizer, spec)
+    try:
+        tokenizer = builders[spec.model](spec)
+        _add_marked_tokens(tokenizer, spec)
+    except GGUFError:
+        raise
+    except Exception as error:  # the tokenizers library raises a plain Exception (a merge of unknown tokens...)
+        raise GGUFError(f"the file's vocabulary is not one a tokenizer can be built from: {error}") from None
     return tokenizer
 
 

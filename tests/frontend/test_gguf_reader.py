@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from fixtures.quantized_blocks import GGML_TYPES, block_values, quantized_blocks
 from tessera.frontend import GGUFError, QuantizedWeight, bundled_smollm2_path, load_gguf
-from tessera.frontend.gguf_file import read_gguf_file
+from tessera.frontend.gguf_file import GGUFContents, GGUFTensor, read_gguf_file
 from tessera.frontend.gguf_reader import _tensor
 from tessera.op.quantized import dequantize
 
@@ -131,8 +131,6 @@ def test_truncated_and_missing_files_are_clear_errors(tmp_path):
 def test_header_parser_reads_what_ggufs_reader_reads(tmp_path):
     """gguf_file parses the header itself (GGUFReader took 2.5 s on SmolLM2's vocabulary): every
     value type, arrays included, and every tensor view equal GGUFReader's, on SmolLM2 too."""
-    from tessera.frontend.gguf_file import _with_gguf_reader
-
     writer = gguf.GGUFWriter(str(tmp_path / "all.gguf"), "llama")
     writer.add_bool("t.bool", True)
     writer.add_int8("t.i8", -3)
@@ -156,7 +154,7 @@ def test_header_parser_reads_what_ggufs_reader_reads(tmp_path):
     writer.write_tensors_to_file()
     writer.close()
     for path in (str(tmp_path / "all.gguf"), bundled_smollm2_path()):
-        ours, theirs = read_gguf_file(path, gguf), _with_gguf_reader(path, gguf)
+        ours, theirs = read_gguf_file(path, gguf), ggufs_reader_contents(path)
         assert list(ours.metadata) == list(theirs.metadata)
         for key, value in theirs.metadata.items():
             assert ours.metadata[key] == value and repr(ours.metadata[key]) == repr(value), key
@@ -164,3 +162,63 @@ def test_header_parser_reads_what_ggufs_reader_reads(tmp_path):
             [(t.name, t.tensor_type, t.data.dtype, t.data.shape) for t in theirs.tensors]
         for a, b in zip(ours.tensors, theirs.tensors):
             assert np.array_equal(a.data.view(np.uint8), b.data.view(np.uint8)), a.name
+
+
+def ggufs_reader_contents(path: str) -> GGUFContents:
+    """The file as the gguf package's GGUFReader reads it, in read_gguf_file's terms."""
+    reader = gguf.GGUFReader(path)
+    metadata = {name: _field_value(f) for name, f in reader.fields.items()}
+    return GGUFContents(metadata, [GGUFTensor(t.name, t.tensor_type, t.data) for t in reader.tensors])
+
+
+def _field_value(field):
+    types = field.types
+    if not types:
+        return None
+    if types[0] == gguf.GGUFValueType.ARRAY:
+        if types[-1] == gguf.GGUFValueType.STRING:
+            return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
+        return [field.parts[i].tolist()[0] for i in field.data]
+    value = field.parts[field.data[0]]
+    if types[0] == gguf.GGUFValueType.STRING:
+        return bytes(value).decode("utf-8", errors="replace")
+    item = value.tolist()[0]
+    return bool(item) if types[0] == gguf.GGUFValueType.BOOL else item
+
+
+def _written(path, endianess=None, **arrays) -> str:
+    writer = gguf.GGUFWriter(str(path), "llama", **({"endianess": endianess} if endianess else {}))
+    for key, value in arrays.items():
+        writer.add_array(key, value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return str(path)
+
+
+def test_a_big_endian_file_is_refused_by_name(tmp_path):
+    """Kernels read quantized blocks as little-endian bytes: a big-endian file would compute garbage."""
+    path = _written(tmp_path / "big.gguf", gguf.GGUFEndian.BIG)
+    with pytest.raises(GGUFError, match="big-endian GGUF file"):
+        load_gguf(path)
+
+
+def test_other_versions_are_refused_by_number(tmp_path):
+    path = _written(tmp_path / "v9.gguf")
+    data = bytearray(open(path, "rb").read())
+    data[4:8] = (9).to_bytes(4, "little")
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(GGUFError, match="GGUF version 9, which Tessera does not read"):
+        load_gguf(path)
+
+
+def test_nested_arrays_are_read_and_bounded(tmp_path):
+    path = _written(tmp_path / "nested.gguf", **{"t.nested": [[1, 2], [3]]})
+    assert read_gguf_file(path, gguf).metadata["t.nested"] == [[1, 2], [3]]
+    data = bytearray(open(path, "rb").read())
+    at = data.index(b"t.nested") + len(b"t.nested") + 4 + 4  # the value type, then the item type: the count
+    data[at:at + 8] = (2 ** 60).to_bytes(8, "little")
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(GGUFError, match="an array of 1152921504606846976 arrays cannot fit"):
+        load_gguf(path)
