@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from tessera.frontend.chat_template import ChatTemplateError
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .chat import ChatError
@@ -151,6 +152,8 @@ def _failure(error: Exception) -> APIError:
     if isinstance(error, ChatError):  # the conversation does not fit the context, or the like
         return APIError(400, str(error), param="messages", code="context_length_exceeded"
                         if "context window" in str(error) else None)
+    if isinstance(error, ChatTemplateError):  # the model's template refuses the conversation (a role it lacks)
+        return APIError(400, str(error), param="messages")
     return APIError(500, f"the model failed: {error}", type="server_error")
 
 

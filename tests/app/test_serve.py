@@ -383,3 +383,17 @@ def test_a_bundles_model_folder_serves_its_wasm_build_and_a_compiled_folder_its_
         open_model(str(tmp_path), say=said.append)
     session, name = open_model(compiled, "wasm", say=said.append)
     assert name == os.path.basename(compiled) and said[-1] == "using the Python VM: --device wasm"
+
+
+def test_a_conversation_the_template_refuses_is_a_400():
+    """A chat template (or a native build's chat format) that refuses the conversation, as Gemma's
+    refuses a system role, is the client's error in OpenAI's shape, not the server's 500."""
+    from tessera.app.http_server import _failure
+    from tessera.frontend.chat_format import ChatFormat, RoleFormat
+
+    chat_format = ChatFormat("", None, {"user": RoleFormat("<u>", "</u>")}, "<a>")
+    with pytest.raises(Exception) as refused:
+        chat_format.render([{"role": "system", "content": "Be brief."}])
+    error = _failure(refused.value)
+    assert (error.status, error.param, error.type) == (400, "messages", "invalid_request_error")
+    assert "no role 'system'" in error.message
