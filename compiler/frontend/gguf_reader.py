@@ -99,6 +99,9 @@ def _tensor(tensor, gguf, path):
     if kind in ("f32", "f16"):
         return data.astype(np.float32 if kind == "f32" else np.float16, copy=False)
     if kind in BLOCK_FORMATS:
+        if data.ndim != 2:  # llama.cpp keeps vectors in F32; stacked experts are not read yet
+            raise GGUFError(f"{os.path.basename(path)}: tensor {tensor.name} is {tensor.tensor_type.name} with "
+                            f"{data.ndim} dimension(s); Tessera reads quantized tensors as matrices only")
         rows, row_bytes = data.shape
         values, block_bytes = gguf.GGML_QUANT_SIZES[tensor.tensor_type]
         k = row_bytes // block_bytes * values
