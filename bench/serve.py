@@ -3,16 +3,17 @@ server (llama.cpp), on the bundled demo model (SmolLM2-135M-Instruct Q4_1), the 
 count, in one run.
 
     make bench        # or: .venv/bin/python bench/serve.py   (needs the bench extra: llama-cpp-python[server])
-    .venv/bin/python bench/serve.py --clients 1,4,8 --requests 3 --max-tokens 64
+    .venv/bin/python bench/serve.py --clients 1,4,8 --requests 24 --max-tokens 64
 
 Each server runs in a process of its own on a free loopback port (Tessera with --device native,
 its C runtime on the CPU, which is what `tessera serve` picks for a GGUF on a machine without a
-GPU). For each client count, that many clients stream chat completions at once (greedy, each
-client ``--requests`` requests in turn, each question a different one), after one warm-up
-request. Reported per server and client count: completion tokens per second over all clients
-(the wall time of the whole phase), time to first token (median and worst, queueing included)
-and the server's resident memory after the phase. Tokens are counted from the usage each stream
-ends with (``stream_options.include_usage``), or from the content chunks where a server sends none.
+GPU). For each client count, that many clients stream chat completions at once (greedy), sharing
+the same ``--requests`` requests (each client takes the next when its last is done), so every
+client count does the same work; one warm-up request first. Reported per server and client
+count: completion tokens per second over all clients (the wall time of the whole phase), time to
+first token (median and worst, queueing included) and the server's resident memory after the
+phase. Tokens are counted from the usage each stream ends with (``stream_options.include_usage``),
+or from the content chunks where a server sends none.
 """
 
 from __future__ import annotations
@@ -122,17 +123,24 @@ def _children(pid: int) -> list[int]:
     return direct + [g for c in direct for g in _children(c)]
 
 
-def run_phase(port: int, clients: int, requests: int, max_tokens: int) -> dict:
-    results, errors = [], []
+def run_phase(port: int, clients: int, total: int, max_tokens: int) -> dict:
+    """``total`` requests (question i for request i) shared by ``clients`` clients, each taking the next
+    one when its last is done: every phase does the same work, whatever its client count."""
+    results, errors, lock = [], [], threading.Lock()
+    pending = iter(range(total))
 
-    def client(index: int) -> None:
-        for r in range(requests):
+    def client() -> None:
+        while True:
+            with lock:
+                index = next(pending, None)
+            if index is None:
+                return
             try:
-                results.append(stream_chat(port, QUESTIONS[(index * requests + r) % len(QUESTIONS)], max_tokens))
+                results.append(stream_chat(port, QUESTIONS[index % len(QUESTIONS)], max_tokens))
             except Exception as error:  # noqa: BLE001 (reported below)
                 errors.append(f"{type(error).__name__}: {error}")
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    threads = [threading.Thread(target=client) for _ in range(clients)]
     start = time.perf_counter()
     for t in threads:
         t.start()
@@ -151,7 +159,8 @@ def run_phase(port: int, clients: int, requests: int, max_tokens: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", default="1,4,8", help="client counts, comma separated (default 1,4,8)")
-    parser.add_argument("--requests", type=int, default=2, help="requests per client, one after another (default 2)")
+    parser.add_argument("--requests", type=int, default=24,
+                        help="requests per phase, shared by its clients (default 24: two of each question)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of each server (default 2)")
     parser.add_argument("--context", type=int, default=1024)
@@ -194,7 +203,7 @@ def main() -> None:
                 process.kill()
             log.close()
     print(f"SmolLM2-135M-Instruct Q4_1, {args.threads} threads per server, greedy, up to {args.max_tokens} tokens a "
-          f"reply, {args.requests} requests per client")
+          f"reply, {args.requests} requests per client count")
     print("| server | clients | completion tok/s (all clients) | vs 1 client | TTFT median s | TTFT max s | "
           "RSS MiB | tok/s vs llama.cpp |")
     print("|---|---|---|---|---|---|---|---|")
