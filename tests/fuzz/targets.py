@@ -14,6 +14,7 @@ run.py drives them with atheris; test_fuzz.py replays the committed corpora and 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -49,6 +50,7 @@ class _Scratch:
             self._model = folder
         return self._model
 
+    @functools.cached_property
     def vocab_size(self) -> int:
         from tessera.app.chat_files import read_tokenizer
 
@@ -106,7 +108,7 @@ def fuzz_chat_config(data: bytes) -> None:
     from tessera.frontend.tokenizer import render_chat
 
     folder = scratch().model_with("chat-config.json", data)
-    config = read_chat_config(os.path.join(folder, "chat-config.json"), vocab_size=scratch().vocab_size())
+    config = read_chat_config(os.path.join(folder, "chat-config.json"), vocab_size=scratch().vocab_size)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     if config.get("chat_format"):
         ChatFormat.from_json(config["chat_format"]).render(messages)
