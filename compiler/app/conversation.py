@@ -73,6 +73,11 @@ def fit_conversation(messages: list[dict], encode: Callable[[list[dict]], list[i
         head += 1
     # Where the kept part may start: the first message after the system prompt, or a later user message.
     starts = [head] + [i for i in range(head + 1, len(messages)) if messages[i]["role"] == "user"]
+    # Every message a template lays out costs a token at least, so a start more than context_length
+    # messages back cannot fit: left out before anything is rendered, a long history costs no more to
+    # fit than a context's worth of it (a client resends the whole chat with every turn).
+    reachable = [i for i in starts if len(messages) - i <= context_length]
+    starts = reachable or starts[-1:]
     room = context_length - min(max_tokens, context_length // 2)  # for the prompt, leaving the reply its room
     limit = context_length - 1  # the most a prompt may have: one position for the reply at least
 

@@ -56,6 +56,23 @@ def test_the_oldest_turns_are_dropped_the_system_prompt_kept_and_the_reply_given
     assert len(fit_conversation(messages, words, 64, max_tokens=1000).prompt_ids) <= 32
 
 
+def test_a_long_history_costs_no_more_than_a_context_of_it():
+    """A client resends the whole chat every turn: only the newest context_length messages can fit (each
+    costs a token at least), so no longer history is ever rendered, and the result is the same."""
+    system = {"role": "system", "content": "be brief"}
+    messages = [system] + turns(5000) + [{"role": "user", "content": "last question"}]
+    seen = []
+
+    def counting(chosen):
+        seen.append(len(chosen))
+        return words(chosen)
+
+    fitted = fit_conversation(messages, counting, CONTEXT, max_tokens=16)
+    assert max(seen) <= CONTEXT + 1  # the system prompt and at most CONTEXT messages after it
+    assert fitted.messages == [system] + messages[-9:] and fitted.dropped == len(messages) - 10
+    assert fitted.messages == fit_conversation([system] + messages[-200:], words, CONTEXT, max_tokens=16).messages
+
+
 def test_a_last_turn_too_long_for_the_context_is_a_clear_error():
     messages = turns(2) + [{"role": "user", "content": "w " * 70}]
     with pytest.raises(ChatError, match=r"^the prompt has 72 tokens; the context window is 64 \(with room for one "
