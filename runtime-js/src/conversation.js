@@ -63,8 +63,12 @@ export function fitConversation(messages, encode, contextLength, maxTokens) {
   let head = 0;
   while (head < messages.length - 1 && messages[head].role === "system") head += 1;
   // Where the kept part may start: the first message after the system prompt, or a later user message.
-  const starts = [head];
-  for (let i = head + 1; i < messages.length; i++) if (messages[i].role === "user") starts.push(i);
+  const every = [head];
+  for (let i = head + 1; i < messages.length; i++) if (messages[i].role === "user") every.push(i);
+  // A message costs a token at least: a start more than contextLength messages back cannot fit, and is
+  // left out before anything is rendered (a long history costs no more than a context's worth of it).
+  const reachable = every.filter((i) => messages.length - i <= contextLength);
+  const starts = reachable.length ? reachable : every.slice(-1);
   const room = contextLength - Math.min(maxTokens, Math.floor(contextLength / 2));  // the reply's room left
   const limit = contextLength - 1;  // the most a prompt may have: one position for the reply at least
   const kept = (/** @type {number} */ start) => {

@@ -29,6 +29,17 @@ function turns(n) {
   return Array.from({ length: n }, (_, i) => [{ role: "user", content: `question ${i} x` }, { role: "assistant", content: `answer ${i} y` }]).flat();
 }
 
+test("a long history is never rendered beyond a context's worth of messages, with the same result", () => {
+  const system = { role: "system", content: "be brief" };
+  const messages = [system, ...turns(5000), { role: "user", content: "last question" }];
+  const seen = [];
+  const counting = (/** @type {any[]} */ chosen) => { seen.push(chosen.length); return words(chosen); };
+  const fitted = fitConversation(messages, counting, 64, 16);
+  assert.ok(Math.max(...seen) <= 65, `rendered ${Math.max(...seen)} messages`);
+  assert.deepEqual(fitted.messages, [system, ...messages.slice(-9)]);
+  assert.equal(fitted.dropped, messages.length - 10);
+});
+
 test("fitConversation drops the oldest turns, keeps the system prompt and gives the reply room", () => {
   const system = { role: "system", content: "be brief" };
   const messages = [system, ...turns(10), { role: "user", content: "last question" }];
