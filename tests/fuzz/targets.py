@@ -33,6 +33,7 @@ class _Scratch:
     def __init__(self):
         self.root = tempfile.mkdtemp(prefix="tessera-fuzz-")
         self._model = None
+        self._replaced: str | None = None  # the file the last input took the place of
 
     def path(self, name: str) -> str:
         return os.path.join(self.root, name)
@@ -57,11 +58,12 @@ class _Scratch:
         return read_tokenizer(os.path.join(self.model(), "tokenizer.json")).get_vocab_size()
 
     def model_with(self, name: str, data: bytes) -> str:
-        """The compiled folder with ``name`` replaced by ``data`` (and every other JSON restored)."""
+        """The compiled folder with ``name`` replaced by ``data``, the file the last input replaced
+        (another target's, in a test that runs several) restored."""
         folder = self.model()
-        for other in os.listdir(folder):
-            if other.endswith(".json.orig"):
-                shutil.copy(os.path.join(folder, other), os.path.join(folder, other[:-len(".orig")]))
+        if self._replaced not in (None, name):
+            shutil.copy(os.path.join(folder, self._replaced + ".orig"), os.path.join(folder, self._replaced))
+        self._replaced = name
         with open(os.path.join(folder, name), "wb") as f:
             f.write(data)
         return folder
