@@ -52,7 +52,8 @@ def server_command(name: str, gguf: str, port: int, threads: int, context: int) 
             "--n_threads", str(threads), "--n_threads_batch", str(threads), "--interrupt_requests", "False"]
 
 
-def wait_ready(port: int, process: subprocess.Popen, seconds: float = 600) -> None:
+def wait_ready(port: int, process: subprocess.Popen, seconds: float = 600) -> str:
+    """The id of the model the server serves, once /v1/models answers (a request must name it)."""
     deadline = time.time() + seconds
     while time.time() < deadline:
         if process.poll() is not None:
@@ -60,24 +61,18 @@ def wait_ready(port: int, process: subprocess.Popen, seconds: float = 600) -> No
         try:
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             connection.request("GET", "/v1/models")
-            if connection.getresponse().status == 200:
-                return
+            response = connection.getresponse()
+            if response.status == 200:
+                return json.loads(response.read())["data"][0]["id"]
         except OSError:
             pass
         time.sleep(0.5)
     raise SystemExit(f"no server on port {port} after {seconds:g} s")
 
 
-def model_id(port: int) -> str:
-    """The model the server serves, as /v1/models names it (a request must name it)."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    connection.request("GET", "/v1/models")
-    return json.loads(connection.getresponse().read())["data"][0]["id"]
-
-
-def stream_chat(port: int, question: str, max_tokens: int) -> tuple[float, int, float]:
+def stream_chat(port: int, model: str, question: str, max_tokens: int) -> tuple[float, int, float]:
     """(seconds to the first content, completion tokens, seconds in all) of one streamed reply."""
-    body = json.dumps({"model": model_id(port), "messages": [{"role": "user", "content": question}], "stream": True,
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": question}], "stream": True,
                        "max_tokens": max_tokens, "temperature": 0, "stream_options": {"include_usage": True}})
     start = time.perf_counter()
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
@@ -123,7 +118,7 @@ def _children(pid: int) -> list[int]:
     return direct + [g for c in direct for g in _children(c)]
 
 
-def run_phase(port: int, clients: int, total: int, max_tokens: int) -> dict:
+def run_phase(port: int, model: str, clients: int, total: int, max_tokens: int) -> dict:
     """``total`` requests (question i for request i) shared by ``clients`` clients, each taking the next
     one when its last is done: every phase does the same work, whatever its client count."""
     results, errors, lock = [], [], threading.Lock()
@@ -136,7 +131,7 @@ def run_phase(port: int, clients: int, total: int, max_tokens: int) -> dict:
             if index is None:
                 return
             try:
-                results.append(stream_chat(port, QUESTIONS[index % len(QUESTIONS)], max_tokens))
+                results.append(stream_chat(port, model, QUESTIONS[index % len(QUESTIONS)], max_tokens))
             except Exception as error:  # noqa: BLE001 (reported below)
                 errors.append(f"{type(error).__name__}: {error}")
 
@@ -185,14 +180,14 @@ def main() -> None:
                                    stdout=log, stderr=subprocess.STDOUT)
         try:
             try:
-                wait_ready(port, process)
+                model = wait_ready(port, process)
             except SystemExit:
                 log.seek(0)
                 print(log.read()[-3000:].decode("utf-8", "replace"), file=sys.stderr)
                 raise
-            stream_chat(port, "Hello!", args.max_tokens)  # warm-up
+            stream_chat(port, model, "Hello!", args.max_tokens)  # warm-up
             for clients in counts:
-                rows[name, clients] = {**run_phase(port, clients, args.requests, args.max_tokens),
+                rows[name, clients] = {**run_phase(port, model, clients, args.requests, args.max_tokens),
                                        "rss": resident_mib(process.pid)}
                 print(f"{name}, {clients} clients: {rows[name, clients]['tok_s']:.1f} tok/s", file=sys.stderr)
         finally:
