@@ -17,6 +17,7 @@ from . import (
     linear,
     manipulate,
     norm,
+    paged,
     quantized,
     reduce,
     sampling,

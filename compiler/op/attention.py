@@ -37,7 +37,9 @@ from .registry import make_call, register_op
 NEG = -3.0e38
 
 
-def _deduce_inputs(call: Call, ctx):
+def _deduce_inputs(call: Call, ctx, total: bool = True):
+    """q, keys and values checked; ``total`` (False for nn.paged_attention): the fourth input is the
+    sequence length as a prim value."""
     q, keys, values = (tensor_input(call, i, ctx) for i in range(3))
     for index, sinfo in enumerate((q, keys, values)):
         require_float(call, sinfo, ctx, index)
@@ -48,7 +50,7 @@ def _deduce_inputs(call: Call, ctx):
     if len(dtypes) > 1:
         raise DeductionError("dtype mismatch", f"q, keys and values must share a dtype, got "
                              f"{', '.join(sorted(dtypes))}")
-    if not isinstance(call.args[3].sinfo, PrimStructInfo):
+    if total and not isinstance(call.args[3].sinfo, PrimStructInfo):
         raise DeductionError("type mismatch", f"{call.op.name} takes the sequence length 'total' as a prim value")
     if q.shape is not None and keys.shape is not None and values.shape is not None:
         analyzer = ctx.analyzer

@@ -79,7 +79,10 @@ class _Layout:
     """The kernel's sizes and the index math every flavor shares."""
 
     def __init__(self, defn: OpaqueDef, positions: int, tile: int):
-        self.q, self.keys, self.values = defn.inputs
+        self.q, self.keys, self.values = defn.inputs[:3]
+        # nn.paged_attention (op/paged.py): each row's position and its sequence's pages.
+        self.page_size = defn.params.get("page_size")
+        self.paged_inputs = defn.inputs[3:5] if self.page_size else ()
         self.out = defn.output
         analyzer = arith.Analyzer()
         self.heads, self.d = analyzer.as_int(self.q.shape[1]), analyzer.as_int(self.q.shape[2])
@@ -98,8 +101,18 @@ class _Layout:
         return (arith.IntImm(self.kv_heads), arith.simplify(tiles * self.splits), arith.IntImm(1))
 
     def scalars(self) -> tuple[str, ...]:
-        names = scalars_of(self.q, self.keys, self.values, self.out)
+        names = scalars_of(self.q, self.keys, self.values, self.out, *self.paged_inputs)
+        if self.total is None:
+            return names
         return tuple(dict.fromkeys(names + tuple(v.name for v in arith.free_vars(self.total))))
+
+    def row_total(self, i: TExpr) -> TExpr:
+        """Paged: the keys query row ``i`` sees, its own among them (position + 1)."""
+        return binary("+", maximum(Load(self.paged_inputs[0], i), Const(0)), Const(1))
+
+    def sequence(self, i: TExpr) -> TExpr:
+        """Paged: the page-table row of query row ``i`` (min(i, s - 1): one sequence, or one per row)."""
+        return minimum(i, binary("-", from_prim(self.paged_inputs[1].shape[0]), Const(1)))
 
     def prologue(self) -> tuple[list, dict]:
         """The workgroup's KV head, first position, share of the keys and the stop of its tile loop."""
@@ -111,15 +124,28 @@ class _Layout:
                  Declare(tile, binary("/", wy, Const(self.splits))),
                  Declare(share, binary("%", wy, Const(self.splits))),
                  Declare(first, binary("*", tile, Const(self.positions))),
-                 Declare(total, from_prim(self.total)),
-                 Declare(start, binary("-", total, self.n)),  # the position of query row 0
+                 *self._sequence_bounds(first, total, start),
                  Declare(lo, binary("*", share, chunk)),
                  Declare(hi, minimum(binary("+", lo, chunk), total)),
                  # No row of this workgroup reads past its last position.
                  Declare(stop, minimum(hi, binary("+", start, minimum(binary("+", first, Const(self.positions)),
                                                                        self.n))))]
-        return stmts, {"kvh": kvh, "share": share, "first": first, "total": total, "start": start, "lo": lo,
-                       "hi": hi, "stop": stop}
+        names = {"kvh": kvh, "share": share, "first": first, "total": total, "start": start, "lo": lo, "hi": hi,
+                 "stop": stop}
+        if self.page_size:
+            names["seq"] = Local("seq")
+            stmts.insert(4, Declare(names["seq"], self.sequence(first)))  # after ``first``
+        return stmts, names
+
+    def _sequence_bounds(self, first: Local, total: Local, start: Local) -> list:
+        """``total`` (keys the workgroup's sequence holds, as far as its rows read) and ``start`` (the
+        position of query row 0). Unpaged: the op's total, and total - n. Paged: from the position
+        of the workgroup's first row; its rows are consecutive positions of one sequence (a prefill
+        chunk, one page-table row) or a single row (a decode batch: see ``positions_per_workgroup``)."""
+        if not self.page_size:
+            return [Declare(total, from_prim(self.total)), Declare(start, binary("-", total, self.n))]
+        return [Declare(start, binary("-", binary("-", self.row_total(first), Const(1)), first)),
+                Declare(total, binary("+", start, minimum(binary("+", first, Const(self.positions)), self.n)))]
 
     def row_position(self, v: dict, row: TExpr) -> TExpr:
         """The query index (0 .. n - 1 when in range) of a row."""
@@ -144,6 +170,13 @@ class _Layout:
         (a weight of 0 times a NaN would still be NaN)."""
         last = minimum(binary("-", v["total"], Const(1)), binary("-", self.capacity, Const(1)))
         row = maximum(minimum(key, last), Const(0))
+        if self.page_size:  # the position's row in the pool, through the sequence's page table
+            table = self.paged_inputs[1]
+            pages = from_prim(table.shape[1])
+            slot = minimum(binary("/", row, Const(self.page_size)), binary("-", pages, Const(1)))
+            page = Load(table, binary("+", binary("*", v["seq"], pages), slot))
+            physical = binary("+", binary("*", page, Const(self.page_size)), binary("%", row, Const(self.page_size)))
+            row = minimum(maximum(physical, Const(0)), binary("-", self.capacity, Const(1)))
         return binary("*", binary("+", binary("*", row, Const(self.kv_heads)), v["kvh"]), Const(self.d))
 
     def write(self, v: dict, row: TExpr, dd: TExpr, acc: TExpr, top: TExpr, mass: TExpr) -> list:
@@ -176,6 +209,17 @@ def schedule_attention(defn: OpaqueDef, target, name: str) -> PrimFunc:
     return _workgroup(defn, target, name)
 
 
+def positions_per_workgroup(defn: OpaqueDef, wanted: int) -> int:
+    """``wanted`` query positions a workgroup, or one where its rows could be several sequences' (a
+    paged decode batch, whose page table has a row per query row) or there is one position."""
+    analyzer = arith.Analyzer()
+    if analyzer.as_int(defn.inputs[0].shape[0]) == 1:
+        return 1
+    if defn.params.get("page_size") and analyzer.as_int(defn.inputs[4].shape[0]) != 1:
+        return 1
+    return max(1, wanted)
+
+
 def lanes_loop_iterations(keys: int) -> int:
     """At most how many loop iterations one invocation of the lanes rule runs over a share of ``keys``
     keys, all loops together, as Mesa counts them (each entry into a loop counts one more): its
@@ -185,7 +229,7 @@ def lanes_loop_iterations(keys: int) -> int:
 
 def _serial(defn: OpaqueDef, target, name: str) -> PrimFunc:
     """One thread per workgroup, in loops (see the module's docstring)."""
-    lay = _Layout(defn, positions=4 if arith.Analyzer().as_int(defn.inputs[0].shape[0]) != 1 else 1, tile=64)
+    lay = _Layout(defn, positions=positions_per_workgroup(defn, 4), tile=64)
     d, rows, tile = lay.d, lay.rows, lay.tile
     lanes = DOT_LANES if d % DOT_LANES == 0 else 1
     qs = Buffer("qs", F32, (arith.IntImm(rows * d),), "private")
@@ -271,13 +315,14 @@ def _lanes(defn: OpaqueDef, target, name: str) -> PrimFunc:
     kvh, t, j0, d0, lane = Local("kvh"), Local("t"), Local("j0"), Local("d0"), Local("lane")
     m, mass, m_new, alpha, p, dot = (Local("m", F32), Local("l", F32), Local("m_new", F32), Local("alpha", F32),
                                      Local("p", F32), Local("dot", F32))
+    seq, key_row = Local("seq"), Local("key_row")
     chunk = binary("/", binary("+", total, Const(lay.splits - 1)), Const(lay.splits))
-    v = {"total": total, "kvh": kvh}
+    v = {"total": total, "kvh": kvh, "seq": seq}
     lanes = DOT_LANES if d % DOT_LANES == 0 else 1
 
     def kv_at(source: Buffer, dd) -> TExpr:
-        """Element dd of key j0 + t's row of K or V."""
-        return cast(Load(source, binary("+", lay.kv_row(v, binary("+", j0, t)), dd)), F32)
+        """Element dd of key j0 + t's row of K or V (``key_row``, declared once a key)."""
+        return cast(Load(source, binary("+", key_row, dd)), F32)
 
     def head_loop(body) -> For:
         """``body(dd)`` for each element dd of the head, unrolled (in two loops: unroll_loops expands
@@ -287,7 +332,8 @@ def _lanes(defn: OpaqueDef, target, name: str) -> PrimFunc:
                    unroll=True)
 
     def key_loop(*body) -> For:
-        return For(t, Const(0), Const(keys_per_step), tuple(body), unroll=True)
+        return For(t, Const(0), Const(keys_per_step), (Declare(key_row, lay.kv_row(v, binary("+", j0, t))),) + body,
+                   unroll=True)
 
     valid = binary("<", binary("+", j0, t), limit)
     step = (
@@ -309,6 +355,9 @@ def _lanes(defn: OpaqueDef, target, name: str) -> PrimFunc:
     def q_index(dd):  # also the output's, with one share
         return binary("+", binary("*", binary("+", binary("*", i, Const(heads)), h), Const(d)), dd)
 
+    # Paged: the row's own sequence and length; else the op's total, shared by every row.
+    row_bounds = [Declare(total, lay.row_total(i)), Declare(seq, lay.sequence(i))] if lay.page_size else \
+        [Declare(total, from_prim(lay.total))]
     if lay.splits == 1:
         results = [head_loop(lambda dd: [Store(lay.out, q_index(dd), cast(binary("/", Load(acc, dd), mass),
                                                                            lay.out.dtype))])]
@@ -321,11 +370,12 @@ def _lanes(defn: OpaqueDef, target, name: str) -> PrimFunc:
     body = (
         Declare(h, binary("%", row, Const(heads))),
         Declare(kvh, binary("/", h, Const(group))),
-        Declare(total, from_prim(lay.total)),
+        *row_bounds,
         Declare(lo, binary("*", share, chunk)),
         Declare(hi, minimum(binary("+", lo, chunk), total)),
         # Keys below this are the row's: its share, up to and including its own position.
-        Declare(limit, minimum(hi, binary("+", binary("-", total, lay.n), binary("+", i, Const(1))))),
+        Declare(limit, minimum(hi, binary("+", binary("-", total, lay.n), binary("+", i, Const(1))) if not
+                               lay.page_size else total)),
         head_loop(lambda dd: [Store(qv, dd, binary("*", cast(Load(lay.q, q_index(dd)), F32), _f(lay.scale))),
                               Store(acc, dd, _f(0))]),
         Declare(m, _f(NEG)), Declare(mass, _f(0)),
@@ -361,9 +411,8 @@ def _workgroup(defn: OpaqueDef, target, name: str) -> PrimFunc:
     analyzer = arith.Analyzer()
     d = analyzer.as_int(q.shape[2])
     group = analyzer.as_int(q.shape[1]) // analyzer.as_int(defn.inputs[1].shape[1])
-    decode = analyzer.as_int(q.shape[0]) == 1
     try:
-        positions, tile = _workgroup_plan(target, d, group, group if decode else GPU_ROWS)
+        positions, tile = _workgroup_plan(target, d, group, group * positions_per_workgroup(defn, GPU_ROWS // group))
     except ValueError as error:
         raise ValueError(f"kernel {name}: {error}") from None
     lay = _Layout(defn, positions, tile)

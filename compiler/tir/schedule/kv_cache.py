@@ -10,7 +10,25 @@ from __future__ import annotations
 
 from ... import arith
 from ..compute import OpaqueDef
-from ..ir import Builtin, Const, Declare, IfThen, Load, Local, PrimFunc, Store, Unary, binary, cast, from_prim, select
+from ..ir import (
+    Buffer,
+    Builtin,
+    Const,
+    Declare,
+    IfThen,
+    Load,
+    Local,
+    PrimFunc,
+    Store,
+    TExpr,
+    Unary,
+    binary,
+    cast,
+    from_prim,
+    maximum,
+    minimum,
+    select,
+)
 from .common import global_thread_id, grid_for, scalars_of, workgroup_linear_id
 
 
@@ -38,9 +56,9 @@ def schedule_rope_append(defn: OpaqueDef, target, name: str) -> PrimFunc:
     """One thread per element of qkv (n, (heads + 2 * kv_heads) * dim): a q element is rotated into
     q, a k element rotated into the key cache, a v element copied into the value cache. Rotating
     reads the element half a head away, in the same row of qkv: no thread waits for another."""
-    qkv, cos, sin, keys, values = defn.inputs
+    qkv, cos, sin, keys, values = defn.inputs[:5]
     q_out, keys_out, values_out = (defn.output,) + defn.more_outputs
-    offset = defn.params["offset"]
+    page_size = defn.params.get("page_size")  # paged_rope_append (op/paged.py): rows through a page table
     analyzer = arith.Analyzer()
     dim, kv_heads = analyzer.as_int(keys.shape[2]), analyzer.as_int(keys.shape[1])
     width = analyzer.as_int(qkv.shape[1])
@@ -64,7 +82,12 @@ def schedule_rope_append(defn: OpaqueDef, target, name: str) -> PrimFunc:
         return binary("+", binary("*", x, cast(Load(cos, angle_at), dtype)),
                       binary("*", rotated, cast(Load(sin, angle_at), dtype)))
 
-    cache_row = binary("*", binary("+", row, from_prim(offset)), Const(kv_width))
+    if page_size is None:
+        cache_row = binary("*", binary("+", row, from_prim(defn.params["offset"])), Const(kv_width))
+        extra_scalars = tuple(v.name for v in arith.free_vars(defn.params["offset"]))
+    else:
+        cache_row = binary("*", paged_row(defn.inputs[5], defn.inputs[6], page_size, row, keys), Const(kv_width))
+        extra_scalars = scalars_of(*defn.inputs[5:])
     k_col, v_col = binary("-", col, Const(q_width)), binary("-", col, Const(q_width + kv_width))
     body = (Declare(tid, global_thread_id(threads)),
             IfThen(binary("<", tid, from_prim(count)), (
@@ -85,7 +108,25 @@ def schedule_rope_append(defn: OpaqueDef, target, name: str) -> PrimFunc:
                                (Store(values_out, cache_at, cast(x, values_out.dtype)),)))),
             )),)
     grid = grid_for(arith.simplify((count + threads - 1) // threads), target)
-    scalars = tuple(dict.fromkeys(scalars_of(qkv, cos, keys, q_out) + tuple(v.name for v in arith.free_vars(offset))))
+    scalars = tuple(dict.fromkeys(scalars_of(qkv, cos, keys, q_out) + extra_scalars))
     # The caches are inputs 3 and 4 and outputs 1 and 2: the caller passes the same buffers for both.
-    return PrimFunc(name, (qkv, cos, sin, keys, values), (q_out, keys_out, values_out), scalars, body,
+    return PrimFunc(name, tuple(defn.inputs), (q_out, keys_out, values_out), scalars, body,
                     (threads, 1, 1), grid, attrs={"rule": "rope-append", "inplace": {1: 3, 2: 4}})
+
+
+def paged_row(positions: Buffer, page_table: Buffer, page_size: int, row: TExpr, pool: Buffer) -> TExpr:
+    """The pool row that query row ``row``'s position lives in (op/paged.py): its sequence's page
+    table row min(row, s - 1), the page of the position, the row within the page. A position or
+    an entry out of range is clamped into the table and the pool: never a read or a write outside."""
+    seqs, pages = from_prim(page_table.shape[0]), from_prim(page_table.shape[1])
+    position = maximum(Load(positions, row), Const(0))
+    seq = minimum(row, binary("-", seqs, Const(1)))
+    slot = minimum(binary("/", position, Const(page_size)), binary("-", pages, Const(1)))
+    page = Load(page_table, binary("+", binary("*", seq, pages), slot))
+    physical = binary("+", binary("*", page, Const(page_size)), binary("%", position, Const(page_size)))
+    return clamp_row(physical, pool)
+
+
+def clamp_row(row: TExpr, pool: Buffer) -> TExpr:
+    """``row`` held within the rows of ``pool`` (capacity, ...)."""
+    return minimum(maximum(row, Const(0)), binary("-", from_prim(pool.shape[0]), Const(1)))
