@@ -7,7 +7,8 @@ count, in one run.
 
 Each server runs in a process of its own on a free loopback port (Tessera with --device native,
 its C runtime on the CPU, which is what `tessera serve` picks for a GGUF on a machine without a
-GPU). For each client count, that many clients stream chat completions at once (greedy), sharing
+GPU; "tessera" serves one request at a time, "tessera-batch" decodes up to --max-batch together
+over a paged KV cache). For each client count, that many clients stream chat completions at once (greedy), sharing
 the same ``--requests`` requests (each client takes the next when its last is done), so every
 client count does the same work; one warm-up request first. Reported per server and client
 count: completion tokens per second over all clients (the wall time of the whole phase), time to
@@ -42,10 +43,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_command(name: str, gguf: str, port: int, threads: int, context: int) -> list[str]:
-    if name == "tessera":
+def server_command(name: str, gguf: str, port: int, threads: int, context: int, max_batch: int) -> list[str]:
+    if name.startswith("tessera"):  # tessera: one request at a time; tessera-batch: continuous batching
+        batch = ["--max-batch", str(max_batch)] if name == "tessera-batch" else []
         return [sys.executable, "-m", "tessera.cli", "serve", gguf, "--port", str(port), "--device", "native",
-                "--threads", str(threads), "--context", str(context), "--max-queue", "16"]
+                "--threads", str(threads), "--context", str(context), "--max-queue", "16", *batch]
     # By default llama-cpp-python's server ends a running stream when another request arrives: off, so
     # that every client gets its whole reply, as from Tessera.
     return [sys.executable, "-m", "llama_cpp.server", "--model", gguf, "--port", str(port), "--n_ctx", str(context),
@@ -159,7 +161,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of each server (default 2)")
     parser.add_argument("--context", type=int, default=1024)
-    parser.add_argument("--servers", default="tessera,llama.cpp")
+    parser.add_argument("--servers", default="tessera,tessera-batch,llama.cpp",
+                        help="tessera (one request at a time), tessera-batch (--max-batch), llama.cpp")
+    parser.add_argument("--max-batch", type=int, default=8, help="tessera-batch's --max-batch (default 8)")
     args = parser.parse_args()
     from tessera.frontend import bundled_smollm2_path
 
@@ -176,8 +180,8 @@ def main() -> None:
         port = free_port()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         log = tempfile.TemporaryFile()  # not a pipe: a server's chatter would fill it and stall the server
-        process = subprocess.Popen(server_command(name, gguf, port, args.threads, args.context), env=env,
-                                   stdout=log, stderr=subprocess.STDOUT)
+        command = server_command(name, gguf, port, args.threads, args.context, args.max_batch)
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             try:
                 model = wait_ready(port, process)

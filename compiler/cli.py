@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     compile_cmd.add_argument("--prefill-chunk", type=int,
                              help="the most prompt positions one prefill call takes; longer prompts take several "
                                   "(default: up to 2048, from the target's buffer limits)")
+    compile_cmd.add_argument("--max-batch", type=int, default=1,
+                             help="B > 1: a batched build for `tessera serve`, decoding up to B requests together "
+                                  "over a paged KV cache (docs/serve.md); default 1, a chat build")
     compile_cmd.add_argument("-q", "--quiet", action="store_true",
                              help="print only the directory: no progress, no summary")
 
@@ -81,7 +84,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="where the model runs: the Python VM on WebGPU or on WASM, or runtime-native on the CPU "
                             "(default auto: as `tessera chat` chooses)")
     serve.add_argument("--max-batch", type=int, default=1,
-                       help="requests decoded together; only 1 for now (batched decode is not built yet)")
+                       help="requests decoded together as one step over a paged KV cache (continuous batching; "
+                            "a GGUF is compiled for it); default 1: one request at a time")
     serve.add_argument("--max-queue", type=int, default=8,
                        help="requests waiting beyond the running ones; past it a 503 with Retry-After (default 8)")
     serve.add_argument("--context", type=int, default=1024, help="when compiling a GGUF: KV cache positions")
@@ -125,7 +129,7 @@ def _compile(args) -> int:
 
     with ProgressBar("quiet" if args.quiet else None) as progress:
         compiled = compile_model(args.model, args.output, args.target, args.context, progress, args.cpu,
-                                 args.prefill_chunk)
+                                 args.prefill_chunk, args.max_batch)
     if not args.quiet:
         sys.stderr.write(compile_summary(compiled))
     print(compiled.directory)

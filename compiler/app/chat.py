@@ -20,7 +20,7 @@ from tessera.ir import RuntimeCheckError
 from .conversation import ChatError, FittedConversation, check_max_tokens, check_messages, fit_conversation
 
 __all__ = ["ChatError", "ChatSession", "NativeChatSession", "Sampling", "chat_interactive", "chat_once",
-           "compiled_context"]
+           "compiled_context", "render_prompt"]
 
 
 @dataclass
@@ -91,6 +91,9 @@ class ChatSession:
         # Whatever the build's target: the VM picks the device that runs it, or says why it cannot.
         self.vm = VirtualMachine(Executable.load(directory, files.tensor_cache))
         self.context_length = self.config["context_length"]
+        if "prefill" not in self.vm.exe.functions and "decode_batch" in self.vm.exe.functions:
+            raise ChatError(f"{directory} is a batched build (compiled with --max-batch), which only `tessera serve "
+                            "--max-batch` runs; compile without --max-batch to chat")
         compiled = compiled_context(self.vm.exe.functions)
         if compiled is not None and self.context_length > compiled:
             raise ChatError(f"chat-config.json asks for a context of {self.context_length} tokens, but this build "
@@ -109,12 +112,7 @@ class ChatSession:
         self.tokens = []
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
-        from tessera.frontend.tokenizer import render_chat
-
-        text = render_chat(self.config["chat_template"], messages, bos_token=self.config.get("bos_token", ""),
-                           eos_token=self.config.get("eos_token", "")) if self.config.get("chat_template") else \
-            "".join(m["content"] for m in messages)
-        return self.tokenizer.encode(text).ids
+        return self.tokenizer.encode(render_prompt(self.config, messages)).ids
 
     def fit(self, messages: list[dict], max_tokens: int) -> FittedConversation:
         """``messages`` without the oldest turns that no longer fit (conversation.fit_conversation)."""
@@ -194,11 +192,21 @@ class ChatSession:
         return int(self.vm["sample_greedy" if greedy else "sample"](logits, ids, params)[0])
 
 
+def render_prompt(config: dict, messages: list[dict]) -> str:
+    """``messages`` laid out by the chat template of chat-config.json (``config``): the prompt's text."""
+    from tessera.frontend.tokenizer import render_chat
+
+    if not config.get("chat_template"):
+        return "".join(m["content"] for m in messages)
+    return render_chat(config["chat_template"], messages, bos_token=config.get("bos_token", ""),
+                       eos_token=config.get("eos_token", ""))
+
+
 def compiled_context(functions: dict) -> int | None:
     """The context a build was compiled for: the upper bound of prefill's and decode's ``total`` (the
     positions in the KV cache); None for a build that states none."""
     bounds = [f.get("symbols", {}).get("total", {}).get("upper_bound") for name, f in functions.items()
-              if name in ("prefill", "decode")]
+              if name in ("prefill", "decode", "prefill_paged")]
     bounds = [int(b) for b in bounds if b is not None]
     return min(bounds) if bounds else None
 

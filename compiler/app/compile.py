@@ -74,6 +74,8 @@ def resolve_target(target: Target | str, cpu: str | None = None) -> Target:
     return Target.preset(choices[cpu])
 
 
+# The most sequences a batched build decodes together (--max-batch).
+MAX_BATCH = 64
 # The longest prefill chunk a default picks (llama.cpp's default batch and MLC's prefill chunk).
 MAX_DEFAULT_PREFILL_CHUNK = 2048
 
@@ -93,10 +95,11 @@ def default_prefill_chunk(config, context_length: int, target: Target) -> int:
 
 def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe", context_length: int = 1024,
                   progress: Progress | None = None, cpu: str | None = None,
-                  prefill_chunk: int | None = None) -> CompiledModel:
+                  prefill_chunk: int | None = None, max_batch: int = 1) -> CompiledModel:
     """Compile the Llama-family model in ``gguf_path`` into the directory ``output`` (``cpu``: see
     ``resolve_target``). ``prefill_chunk``: the most positions one prefill call takes (a longer
-    prompt takes several); None picks ``default_prefill_chunk``.
+    prompt takes several); None picks ``default_prefill_chunk``. ``max_batch`` > 1: the batched build
+    `tessera serve --max-batch` runs (models/llama.py's export_paged_llm), for that many sequences.
 
     ``progress(stage, done, total)`` is told each stage as it starts (tessera.build's contract)."""
     target = resolve_target(target, cpu)
@@ -106,6 +109,8 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
         raise CompileError(f"--prefill-chunk must be at least 1, got {prefill_chunk}")
     if context_length < 1:
         raise CompileError(f"--context must be at least 1, got {context_length}")
+    if not 1 <= max_batch <= MAX_BATCH:
+        raise CompileError(f"--max-batch must be 1 to {MAX_BATCH}, got {max_batch}")
     progress(f"read {os.path.basename(gguf_path)}", 0, 1)
     model_file = load_gguf(gguf_path)
     # Everything that can refuse the file is asked before anything is written: a missing or unsupported
@@ -127,12 +132,15 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
               "bos_token": _token_text(spec, spec.bos_token_id), "eos_token": _token_text(spec, spec.eos_token_id),
               "add_bos_token": spec.add_bos_token, "chat_format": chat_format_json(spec, os.path.basename(gguf_path)),
               "compiler_version": tessera.__version__}
+    if max_batch > 1:
+        config |= {"max_batch": max_batch, "page_size": model.page_size}
     progress("export the graph", 0, 1)
-    mod = nn.bind_weights(export_llm(model, context_length, target.quantized_activations, chunk), weights)
+    mod = nn.bind_weights(export_llm(model, context_length, target.quantized_activations, chunk, max_batch), weights)
     try:
         exe = tessera.build(mod, target, progress=progress)
     except MemoryPlanError as error:  # the option that fixes it, for people at a command line
-        fix = "--prefill-chunk" if error.function == "prefill" else "--context"
+        fix = "--prefill-chunk" if error.function in ("prefill", "prefill_paged") else \
+            "--max-batch or --context" if error.function == "decode_batch" else "--context"
         raise MemoryPlanError(f"{error}; a context of {context_length} positions with prefill chunks of {chunk} "
                               f"does not fit {target.name}: compile with a smaller {fix}", error.size, error.limit,
                               error.tensors, error.function) from None
@@ -181,20 +189,21 @@ def compile_summary(compiled: CompiledModel) -> str:
 
 
 def cached_compile(gguf_path: str, target: Target | str = "llvmpipe", context_length: int = 1024,
-                   progress: Progress | None = None, prefill_chunk: int | None = None) -> str:
+                   progress: Progress | None = None, prefill_chunk: int | None = None, max_batch: int = 1) -> str:
     """The compiled directory for this file, target, context (and prefill chunk, when one is asked
-    for), compiling it on first use."""
+    for; the batch, for a batched build), compiling it on first use."""
     target = resolve_target(target)
     digest = hashlib.sha256()
     with open(gguf_path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):
             digest.update(chunk)
     name = (f"{digest.hexdigest()[:16]}-tessera{tessera.__version__}+{compiler_fingerprint()}-"
-            f"{target.name}-ctx{context_length}" + (f"-chunk{prefill_chunk}" if prefill_chunk else ""))
+            f"{target.name}-ctx{context_length}" + (f"-chunk{prefill_chunk}" if prefill_chunk else "")
+            + (f"-batch{max_batch}" if max_batch > 1 else ""))
     directory = os.path.join(cache_root(), name)
     if not os.path.exists(os.path.join(directory, CHAT_CONFIG)):  # written last: a complete compile
         compile_model(gguf_path, directory + ".partial", target, context_length, progress,
-                      prefill_chunk=prefill_chunk)
+                      prefill_chunk=prefill_chunk, max_batch=max_batch)
         if os.path.exists(directory):
             shutil.rmtree(directory)
         os.replace(directory + ".partial", directory)

@@ -5,9 +5,9 @@ The HTTP layer knows only ``Engine``: ``submit(Generation)`` returns a ``Request
 ``next_event()`` yields ``Piece`` events (text to show) and ends with one ``Finished`` or ``Failed``;
 ``cancel()`` withdraws the request (a client that went away) and frees its slot at once. A full queue
 raises ``QueueFull``. ``SerialEngine`` runs one request at a time on one chat session, in a worker
-thread, so the event loop never waits on a kernel. A batched engine (issue 17 item 2: several requests
-decoding as one step over a paged KV cache) takes its place behind the same interface with
-``max_batch`` > 1.
+thread, so the event loop never waits on a kernel; ``BatchEngine`` (batch_engine.py) decodes up to
+``max_batch`` requests together over a paged KV cache, behind the same interface. Both keep their
+queue with ``QueuedEngine``.
 
 Stop strings are the engine's business, not the HTTP layer's: the engine stops generating at the
 first one (the text before it is the reply) instead of decoding tokens nobody will see.
@@ -154,20 +154,19 @@ class StopText:
         return self.text[:self.shown]
 
 
-class SerialEngine:
-    """One request at a time on one chat session (tessera.app.chat's ChatSession or NativeChatSession),
-    decoded in a worker thread; up to ``max_queue`` more wait their turn in order."""
+class QueuedEngine:
+    """The queue in front of an engine's worker thread: up to ``max_batch`` requests running and
+    ``max_queue`` more waiting their turn in order; ``_work`` (the subclass's) runs them."""
 
     max_batch = 1
 
-    def __init__(self, session, model_id: str, max_queue: int = 8):
-        self.session = session
+    def __init__(self, model_id: str, context_length: int, max_queue: int):
         self.model_id = model_id
-        self.context_length = _context_length(session)
+        self.context_length = context_length
         self.max_queue = max_queue
         self._lock = threading.Condition()
         self._queue: deque[RequestHandle] = deque()
-        self._running: RequestHandle | None = None
+        self._running: list[RequestHandle] = []
         self._seconds_per_request = 1.0  # a running mean, for Retry-After
         self._closed = False
         self._worker = threading.Thread(target=self._work, name="tessera-decode", daemon=True)
@@ -178,9 +177,8 @@ class SerialEngine:
         with self._lock:
             if self._closed:
                 raise QueueFull("the server is shutting down", retry_after=1)
-            active = len(self._queue) + (self._running is not None and not self._running.cancelled.is_set())
-            if active >= self.max_batch + self.max_queue:
-                wait = math.ceil(self._seconds_per_request * (len(self._queue) + 1))
+            if len(self._queue) + self._running_count() >= self.max_batch + self.max_queue:
+                wait = math.ceil(self._seconds_per_request * (len(self._queue) + 1) / self.max_batch)
                 raise QueueFull(f"the server is busy: {self.max_batch} request(s) running and {len(self._queue)} "
                                 f"waiting, the most it queues; retry in {wait} s", retry_after=max(1, wait))
             self._queue.append(handle)
@@ -190,25 +188,41 @@ class SerialEngine:
     def load(self) -> dict:
         """Requests running and waiting now (cancelled ones no longer count)."""
         with self._lock:
-            running = int(self._running is not None and not self._running.cancelled.is_set())
-            return {"running": running, "queued": len(self._queue), "max_batch": self.max_batch,
+            return {"running": self._running_count(), "queued": len(self._queue), "max_batch": self.max_batch,
                     "max_queue": self.max_queue}
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            for handle in self._queue:
+            for handle in list(self._queue) + self._running:
                 handle.cancelled.set()
             self._queue.clear()
-            if self._running is not None:
-                self._running.cancelled.set()
             self._lock.notify_all()
         self._worker.join(timeout=30)
+
+    def _running_count(self) -> int:
+        return sum(not handle.cancelled.is_set() for handle in self._running)
 
     def _withdraw(self, handle: RequestHandle) -> None:
         with self._lock:
             if handle in self._queue:
                 self._queue.remove(handle)
+
+    def _took(self, seconds: float) -> None:
+        """A request finished after ``seconds``: the mean Retry-After is reckoned from."""
+        self._seconds_per_request = 0.8 * self._seconds_per_request + 0.2 * seconds
+
+    def _work(self) -> None:
+        raise NotImplementedError
+
+
+class SerialEngine(QueuedEngine):
+    """One request at a time on one chat session (tessera.app.chat's ChatSession or NativeChatSession),
+    decoded in a worker thread; up to ``max_queue`` more wait their turn in order."""
+
+    def __init__(self, session, model_id: str, max_queue: int = 8):
+        self.session = session
+        super().__init__(model_id, _context_length(session), max_queue)
 
     def _work(self) -> None:
         while True:
@@ -217,7 +231,8 @@ class SerialEngine:
                     self._lock.wait()
                 if self._closed:
                     return
-                handle = self._running = self._queue.popleft()
+                handle = self._queue.popleft()
+                self._running = [handle]
             start = time.perf_counter()
             try:
                 handle.emit(Finished(self._run(handle)))
@@ -227,14 +242,13 @@ class SerialEngine:
                 handle.emit(Failed(error))
             finally:
                 with self._lock:
-                    self._running = None
-                seconds = time.perf_counter() - start
-                self._seconds_per_request = 0.8 * self._seconds_per_request + 0.2 * seconds
+                    self._running = []
+                self._took(time.perf_counter() - start)
 
     def _run(self, handle: RequestHandle) -> Completion:
         generation, session = handle.generation, self.session
         visible = StopText(generation.stop)
-        max_tokens = generation.max_tokens or self.context_length
+        max_tokens = self.context_length if generation.max_tokens is None else generation.max_tokens
         native = isinstance(session, NativeChatSession)  # runtime-native stops where its callback says so
 
         def on_text(piece: str) -> bool:

@@ -21,6 +21,7 @@ import sys
 from .bundle import model_id as gguf_model_id
 from .bundle import render_page, web_folder
 from .bundle_json import BundleError, read_bundle
+from .compile import MAX_BATCH
 
 DEVICES = ("auto", "webgpu", "wasm", "native")
 IDLE_TIMEOUT_S = 5  # between requests on a kept-alive connection (uvicorn's timeout_keep_alive)
@@ -46,12 +47,12 @@ def serve(source: str, host: str = "127.0.0.1", port: int = 8000, api_key: str |
           prefill_chunk: int | None = None, threads: int = 0, ready=None) -> None:
     """Serve ``source`` (a GGUF file, a compiled folder, a bundle's model folder or its site) on
     ``host``:``port`` until interrupted; ``ready(url)`` is called once it listens."""
+    from .batch_engine import BatchEngine, PagedModel
     from .engine import SerialEngine
     from .http_server import create_app
 
-    if max_batch != 1:
-        raise ServeError(f"--max-batch {max_batch}: batched decode (several requests decoding together over a paged "
-                         "KV cache) is not built yet; only --max-batch 1 is accepted for now")
+    if not 1 <= max_batch <= MAX_BATCH:
+        raise ServeError(f"--max-batch {max_batch}: requests decoded together, 1 to {MAX_BATCH}")
     if max_queue < 0:
         raise ServeError(f"--max-queue {max_queue}: a count of waiting requests, 0 or more")
     if device not in DEVICES:
@@ -61,8 +62,9 @@ def serve(source: str, host: str = "127.0.0.1", port: int = 8000, api_key: str |
         app = create_app(None, site=source)
         what = f"the site {source} (the page runs the model in the browser)"
     else:
-        session, name = open_model(source, device, context, prefill_chunk, threads)
-        engine = SerialEngine(session, name, max_queue=max_queue)
+        session, name = open_model(source, device, context, prefill_chunk, threads, max_batch=max_batch)
+        engine = BatchEngine(session, name, max_queue=max_queue) if isinstance(session, PagedModel) else \
+            SerialEngine(session, name, max_queue=max_queue)
         page = render_page(name, api_url="v1/")
         app = create_app(engine, page_html=page, page_files=str(web_folder() / "static"), api_key=api_key)
         what = f"{name} (OpenAI API at /v1/, chat page at /)"
@@ -116,11 +118,12 @@ def uvicorn_server(app, host: str = "127.0.0.1", port: int = 0):
 
 
 def open_model(source: str, device: str = "auto", context: int = 1024, prefill_chunk: int | None = None,
-               threads: int = 0, say=None):
+               threads: int = 0, say=None, max_batch: int = 1):
     """The chat session for ``source`` and the model's name. A GGUF file is compiled (cached) for the build
     ``--device`` names, or the one `tessera chat` would choose (and says why); a compiled folder runs what
     it holds; a bundle's model folder runs one of its builds, WASM first when every WebGPU adapter here is
-    a CPU, as the browser runtime orders them."""
+    a CPU, as the browser runtime orders them. With ``max_batch`` > 1, or for a compiled folder that holds
+    a batched build, a ``PagedModel`` (batch_engine.py) in place of the session."""
     from .chat import ChatSession, NativeChatSession
     from .chat_build import ChatBuild, choose_chat_build, compiled_build, native_runtime_problem, webgpu_adapters
     from .compile import cached_compile
@@ -130,7 +133,17 @@ def open_model(source: str, device: str = "auto", context: int = 1024, prefill_c
     if not os.path.exists(source):
         raise ServeError(f"{source} does not exist: give a .gguf file, a compiled folder or a bundle")
     if os.path.isdir(source) and os.path.isfile(os.path.join(source, "bundle.json")):
+        if max_batch > 1:
+            raise ServeError(f"--max-batch {max_batch}: {source} is a bundle, whose builds are for one browser tab; "
+                             "serve the GGUF file with --max-batch instead")
         return _bundle_session(source, device, webgpu_adapters, say), read_bundle(source)["model"]
+    folder_batch = _compiled_batch(source) if os.path.isdir(source) else 1
+    if os.path.isdir(source) and (max_batch > 1 or folder_batch > 1):
+        if max_batch not in (1, folder_batch):
+            raise ServeError(f"--max-batch {max_batch}: {source} holds a "
+                             + (f"batched build for {folder_batch} requests" if folder_batch > 1 else "chat build")
+                             + "; compile it again with the batch you want, or serve the GGUF file")
+        max_batch = folder_batch
     if os.path.isdir(source):
         built_for, has_chat_format = compiled_build(source)
         if built_for is None:
@@ -150,15 +163,36 @@ def open_model(source: str, device: str = "auto", context: int = 1024, prefill_c
         else:
             choice = ChatBuild(*{"webgpu": ("python", "llvmpipe"), "wasm": ("python", "wasm"),
                                  "native": ("native", "cpu")}[device], f"--device {device}")
-        say(f"compiling {os.path.basename(source)} for {choice.target} (cached after the first time) ...")
+        batched = f", batched for {max_batch} requests" if max_batch > 1 else ""
+        say(f"compiling {os.path.basename(source)} for {choice.target}{batched} (cached after the first time) ...")
         with ProgressBar() as progress:
-            directory = cached_compile(source, choice.target, context, progress, prefill_chunk)
-        if choice.runtime == "native" and device == "auto" and not compiled_build(directory)[1]:
+            directory = cached_compile(source, choice.target, context, progress, prefill_chunk, max_batch)
+        if choice.runtime == "native" and device == "auto" and not compiled_build(directory)[1] and max_batch == 1:
             choice = choose_chat_build([], None, None, "cpu", native_chat_format=False)
         name = gguf_model_id(source)
     say(choice.describe())
+    if max_batch > 1:
+        from .batch_engine import BatchBuildError, PagedModel
+
+        say(f"decoding up to {max_batch} requests together (continuous batching over a paged KV cache)")
+        try:
+            return PagedModel(directory, choice.runtime, threads), name
+        except BatchBuildError as error:
+            raise ServeError(str(error)) from None
     session = NativeChatSession(directory, threads) if choice.runtime == "native" else ChatSession(directory)
     return session, name
+
+
+def _compiled_batch(directory: str) -> int:
+    """The requests a compiled folder's build decodes together: its chat-config.json's max_batch (1 for a
+    chat build, or a folder whose configuration does not say)."""
+    import json
+
+    try:
+        with open(os.path.join(directory, "chat-config.json"), encoding="utf-8") as f:
+            return max(1, int(json.load(f).get("max_batch", 1)))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 1
 
 
 def _bundle_session(model_dir: str, device: str, adapters, say):

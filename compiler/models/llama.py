@@ -56,6 +56,15 @@ class LlamaAttention(Module):
         q, keys, values = (TupleGetItem(appended, i) for i in range(3))
         return self.o_proj(self._attend(q, keys, values, end))
 
+    def paged(self, x: Expr, cos: Expr, sin: Expr, positions: Expr, page_table: Expr, cache, page_size: int) -> Expr:
+        """``cached`` over a KV cache in pages (op/paged.py): each row's key and value written at its
+        position in its sequence's pages, and each row attending its own sequence's keys."""
+        qkv = op.concat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), axis=1)
+        appended = op.paged_rope_append(qkv, cos, sin, cache[0], cache[1], positions, page_table, page_size=page_size)
+        q, keys, values = (TupleGetItem(appended, i) for i in range(3))
+        return self.o_proj(op.nn.paged_attention(q, keys, values, positions, page_table, page_size=page_size,
+                                                 scale=self.c.head_dim ** -0.5))
+
     def _qkv(self, x: Expr, cos: Expr, sin: Expr, n):
         c = self.c
         q = _rope(op.reshape(self.q_proj(x), [n, c.num_heads, c.head_dim]), cos, sin, c.head_dim)
@@ -102,6 +111,8 @@ class LlamaForCausalLM(Module):
     """``formats`` maps a weight's path without ".weight" (``model.layers.0.mlp.up_proj``) to its GGUF
     block format when the weight is quantized."""
 
+    page_size = 16  # positions per page of a paged KV cache (export_llm's max_batch)
+
     def __init__(self, c: LlamaConfig, formats: dict[str, str] | None = None):
         self.config = c
         self.model = LlamaModel(c, formats)
@@ -134,6 +145,35 @@ class LlamaForCausalLM(Module):
             x = op.add(h, layer.mlp(layer.post_attention_layernorm(h)))
         x = self.model.norm(x)
         return self._head(op.strided_slice(x, axes=[0], begin=[n - 1], end=[n]))
+
+    def prefill_paged(self, input_ids: Expr, total: Expr, page_table: Expr, *caches: Expr) -> Expr:
+        """``step`` for one sequence of a paged KV cache (``page_table`` (1, pages)): the prompt's chunk
+        ``input_ids`` (n,) at positions total - n .. total - 1; the last position's logits (1, vocab)."""
+        n = input_ids.struct_info.shape[0]
+        end = total.struct_info.value
+        positions = op.arange(start=end - n, end=end, step=1, dtype="int32")
+        x = self._paged_layers(input_ids, positions, page_table, caches)
+        return self._head(op.strided_slice(x, axes=[0], begin=[n - 1], end=[n]))
+
+    def decode_batch(self, input_ids: Expr, positions: Expr, page_table: Expr, *caches: Expr) -> Expr:
+        """One decode step of b sequences together: token ``input_ids[i]`` at ``positions[i]`` of the
+        sequence whose pages are ``page_table[i]``; logits (b, vocab). The projections are GEMMs over
+        the batch; attention reads each sequence's own pages."""
+        return self._head(self._paged_layers(input_ids, positions, page_table, caches))
+
+    def _paged_layers(self, input_ids: Expr, positions: Expr, page_table: Expr, caches) -> Expr:
+        c = self.config
+        n = input_ids.struct_info.shape[0]
+        page_size = self.page_size
+        cos, sin = _rope_tables_at(positions, n, c)
+        x = self.model.embed_tokens(input_ids)
+        for index, layer in enumerate(self.model.layers):
+            cache = (caches[2 * index], caches[2 * index + 1])
+            attention = layer.self_attn.paged(layer.input_layernorm(x), cos, sin, positions, page_table, cache,
+                                              page_size)
+            h = op.add(x, attention)
+            x = op.add(h, layer.mlp(layer.post_attention_layernorm(h)))
+        return self.model.norm(x)
 
     def _hidden(self, input_ids: Expr) -> Expr:
         c = self.config
@@ -181,18 +221,21 @@ def _rope(x: Expr, cos: Expr, sin: Expr, head_dim: int) -> Expr:
 
 
 def export_llm(model: LlamaForCausalLM, context_length: int, quantized_activations: str = "",
-               prefill_chunk: int | None = None):
+               prefill_chunk: int | None = None, max_batch: int = 1):
     """``prefill(input_ids (n,), total)`` and ``decode(input_ids (1,), total)``, sharing a KV cache of
     ``context_length`` positions kept as state: each writes its positions into the cache and returns
     the last position's logits. ``total`` counts every position so far, this call's included.
     ``prefill_chunk`` bounds n (default: the context): a longer prompt is prefilled by several calls,
     each continuing after the last, so prefill's memory plan grows with the chunk, not the context.
     ``quantized_activations`` ("q8"): decode's quantized GEMVs read x rounded to 8 bits, for a
-    target's integer SIMD kernels (transform/quantize_activations.py; ``Target.quantized_activations``)."""
+    target's integer SIMD kernels (transform/quantize_activations.py; ``Target.quantized_activations``).
+    ``max_batch`` > 1: the batched build of export_paged_llm instead."""
     from ..ir import PrimStructInfo, Tensor
     from ..nn import export
     from ..transform import quantize_activations
 
+    if max_batch > 1:
+        return export_paged_llm(model, context_length, max_batch, prefill_chunk)
     c = model.config
     caches = {}
     for index in range(c.num_layers):
@@ -210,6 +253,38 @@ def export_llm(model: LlamaForCausalLM, context_length: int, quantized_activatio
                  attrs=attrs, module=mod)
     if quantized_activations:
         mod = quantize_activations(mod, quantized_activations, functions=("decode",))
+    return add_sampling(mod, c.vocab_size, context_length)
+
+
+def export_paged_llm(model: LlamaForCausalLM, context_length: int, max_batch: int, prefill_chunk: int | None = None):
+    """The build behind `tessera serve --max-batch B` (continuous batching): a KV cache in pages of
+    ``model.page_size`` positions, one pool per layer's keys and values (pages, kv heads, head dim)
+    kept as state and shared by every sequence (op/paged.py), with room for ``max_batch`` sequences
+    of ``context_length`` positions. ``prefill_paged(input_ids (n,), total, page_table (1, pages))``
+    computes a chunk of one sequence; ``decode_batch(input_ids (b,), positions (b,), page_table (b,
+    pages))`` one token of each of b <= max_batch sequences, logits (b, vocab). The caller (the
+    engine's page allocator, tessera.app.batch_engine) gives each sequence its pages."""
+    from ..ir import PrimStructInfo, Tensor
+    from ..nn import export
+
+    c = model.config
+    pages = -(-context_length // model.page_size)
+    pool_rows = max_batch * pages * model.page_size
+    caches = {f"cache_{kind}_{index}": Tensor((pool_rows, c.num_kv_heads, c.head_dim), "float32")
+              for index in range(c.num_layers) for kind in ("k", "v")}
+    chunk = min(prefill_chunk or context_length, context_length)
+    if chunk < 1:
+        raise ValueError(f"prefill_chunk must be at least 1, got {prefill_chunk}")
+    attrs = {"tir_var_upper_bound": {"n": chunk, "b": max_batch, "total": context_length},
+             "tir_var_lower_bound": {"n": 1, "b": 1, "total": 1}, "state_params": list(caches),
+             "page_size": model.page_size}
+    total = PrimStructInfo("int64", arith.Var("total"))
+    mod = export(model, "prefill_paged", {"input_ids": Tensor(("n",), "int32"), "total": total,
+                                          "page_table": Tensor((1, pages), "int32"), **caches},
+                 method="prefill_paged", attrs=attrs)
+    mod = export(model, "decode_batch", {"input_ids": Tensor(("b",), "int32"), "positions": Tensor(("b",), "int32"),
+                                         "page_table": Tensor(("b", pages), "int32"), **caches},
+                 method="decode_batch", attrs=attrs, module=mod)
     return add_sampling(mod, c.vocab_size, context_length)
 
 

@@ -27,6 +27,9 @@ typedef struct tsr_chat_config {
     int32_t stop_ids[MAX_STOP_IDS];
     int32_t n_stop_ids;
     int32_t vocab; /* logits per position */
+    /* A batched build (--max-batch): prefill_paged and decode_batch, called by the caller's own
+       scheduler (tessera serve); it tokenizes, but chat sessions refuse it. */
+    bool batched;
     bool has_format;
     tsr_chat_format format;
     char format_error[512]; /* why the model cannot chat, when has_format is false */
@@ -114,8 +117,10 @@ int tsr_chat_attach(tessera_model *m) {
     } else {
         goto done;
     }
-    if ((rc = logits_width(&m->exe, &c->vocab))) goto done;
-    {
+    c->batched = tsr_executable_function(&m->exe, "prefill") < 0 &&
+                 tsr_executable_function(&m->exe, "decode_batch") >= 0;
+    if (!c->batched && (rc = logits_width(&m->exe, &c->vocab))) goto done;
+    if (!c->batched) {
         /* The executable plans prefill for at most prefill_chunk new positions (its symbol n) and
            context_length in all (total). */
         int32_t prefill = tsr_executable_function(&m->exe, "prefill");
@@ -191,6 +196,12 @@ int32_t tessera_detokenize(const tessera_model *m, const int32_t *tokens, int32_
 
 tessera_session *tessera_session_new(tessera_model *m) {
     if (need_tokenizer(m)) return NULL;
+    if (m->chat->batched) {
+        tsr_error(TESSERA_ERROR_UNSUPPORTED, "this is a batched build (compiled with --max-batch): its functions "
+                  "prefill_paged and decode_batch are called by a server's scheduler (tessera serve --max-batch); "
+                  "a chat session needs a build compiled without --max-batch");
+        return NULL;
+    }
     tsr_alloc *a = &m->alloc;
     tessera_session *s = tsr_calloc(a, 1, sizeof *s);
     if (!s) return NULL;

@@ -324,15 +324,17 @@ def test_a_connection_without_a_request_head_is_closed(serve_app, monkeypatch):
 TESSERA = [sys.executable, "-m", "tessera.cli"]
 
 
-def test_tessera_serve_a_gguf_warns_off_loopback_and_refuses_a_batch(tiny_gguf):
-    refused = subprocess.run(TESSERA + ["serve", tiny_gguf, "--max-batch", "4"], capture_output=True, text=True,
+def test_tessera_serve_a_gguf_batched_warns_off_loopback(tiny_gguf):
+    """`tessera serve MODEL.gguf --max-batch 4` compiles the batched build and serves it; a batch out of
+    range is refused by name."""
+    refused = subprocess.run(TESSERA + ["serve", tiny_gguf, "--max-batch", "0"], capture_output=True, text=True,
                              timeout=60)
     assert refused.returncode == 1
-    assert "error: --max-batch 4: batched decode" in refused.stderr and "only --max-batch 1" in refused.stderr
+    assert "error: --max-batch 0: requests decoded together, 1 to 64" in refused.stderr
 
     child = subprocess.Popen(TESSERA + ["serve", tiny_gguf, "--device", "wasm", "--context", str(CONTEXT), "--host",
-                                        "0.0.0.0", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+                                        "0.0.0.0", "--port", "0", "--max-batch", "4"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
     try:
         line = child.stdout.readline()
         assert line.startswith("serving tiny (OpenAI API at /v1/, chat page at /) at http://0.0.0.0:"), line
@@ -345,6 +347,7 @@ def test_tessera_serve_a_gguf_warns_off_loopback_and_refuses_a_batch(tiny_gguf):
         child.terminate()
         _, stderr = child.communicate(timeout=30)
     assert "warning: serving on 0.0.0.0, which is not a loopback address, without --api-key" in stderr
+    assert "decoding up to 4 requests together" in stderr
 
 
 def test_runtime_native_behind_the_engine_stops_at_a_stop_string_with_its_usage(tiny_gguf, serve_app):

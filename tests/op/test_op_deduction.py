@@ -505,6 +505,33 @@ def test_attention_deduction():
         deduced(attention, T((1, 9, 64), F32), T((16, 3, 64), F32), T((16, 3, 32), F32))
 
 
+@covers("nn.paged_attention", "paged_rope_append")
+def test_paged_deduction():
+    """A pool of pages, each row's position, and a page table of one row or one per query row."""
+    pool, angles = T((64, 3, 64), F32), T(("b", 1, 64), F32)
+
+    def attend(q, k, v, pos, table):
+        return op.nn.paged_attention(q, k, v, pos, table, page_size=16)
+
+    def append(qkv, cos, sin, k, v, pos, table):
+        return op.paged_rope_append(qkv, cos, sin, k, v, pos, table, page_size=16)
+
+    rows, table = T(("b",), "int32"), T(("b", 4), "int32")
+    assert deduced(attend, T(("b", 9, 64), F32), pool, pool, rows, table) == tensor_text(["b", "576"])
+    assert deduced(attend, T(("b", 9, 64), F32), pool, pool, rows, T((1, 4), "int32")) == tensor_text(["b", "576"])
+    assert deduced(append, T(("b", 960), F32), angles, angles, pool, pool, rows, table) == \
+        f'R.Tuple({tensor_text(["b", "9", "64"])}, {tensor_text(["64", "3", "64"])}, {tensor_text(["64", "3", "64"])})'
+    with pytest.raises(DeductionError, match="a page table of 2 rows for 3 query rows"):
+        deduced(attend, T((3, 9, 64), F32), pool, pool, T((3,), "int32"), T((2, 4), "int32"))
+    with pytest.raises(DeductionError, match="2 positions for 3 rows"):
+        deduced(attend, T((3, 9, 64), F32), pool, pool, T((2,), "int32"), T((3, 4), "int32"))
+    with pytest.raises(DeductionError, match="takes int32 page_table, got int64"):
+        deduced(append, T(("b", 960), F32), angles, angles, pool, pool, rows, T(("b", 4), "int64"))
+    with pytest.raises(DeductionError, match="page_size must be at least 1"):
+        deduced(lambda q, k, v, p, t: op.nn.paged_attention(q, k, v, p, t, page_size=0), T(("b", 9, 64), F32),
+                pool, pool, rows, table)
+
+
 @covers("kv_cache_write")
 def test_kv_cache_write_deduction():
     from tessera.ir import PrimValue

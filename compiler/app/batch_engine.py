@@ -1,0 +1,274 @@
+"""Continuous batching behind `tessera serve --max-batch B` (docs/serve.md): up to B requests decode
+together, one step at a time, over a KV cache in pages that all of them share.
+
+A batched build (`tessera compile --max-batch B`: models/llama.py's export_paged_llm) has two
+functions where a chat build has prefill and decode: ``prefill_paged`` computes a chunk of one
+sequence's prompt into that sequence's pages, ``decode_batch`` one token of each running sequence
+at once (the projections become GEMMs over the batch; attention reads each sequence's own pages,
+tessera.op.paged). ``PageAllocator`` hands out the pool's pages: a sequence takes one more each
+``page_size`` positions and gives them all back when it finishes, so a short request never holds a
+whole context's worth. The pool has room for B sequences of the whole context, so an admitted
+request never waits for pages.
+
+``BatchEngine``'s worker thread, in a loop: admits waiting requests while fewer than B run (each is
+laid out by the chat template, fitted to the context and prefilled, then samples its first token),
+runs one ``decode_batch`` step for every running request, and streams each one's new text; a
+request that finishes (a stop token or string, max_tokens, the context) or is cancelled leaves
+between steps without stopping the others. Tokens are chosen on the host from the step's logits by
+the sampler's own statement (the reference of tessera.op's sample_token, what the ``sample``
+kernels compute), so a request's greedy reply does not depend on what else is in the batch: its row
+is computed by the same kernels whatever the other rows hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from tessera.ir import TesseraError
+from tessera.op import get_op
+
+from .chat import ChatError, Sampling, render_prompt
+from .conversation import check_max_tokens, fit_conversation
+from .engine import Completion, Failed, Finished, Piece, QueuedEngine, RequestHandle, StopText
+
+# The sampler's own statement (the numpy reference of the operator the ``sample`` kernels compute).
+sample_reference = get_op("sample_token").reference
+
+
+class BatchBuildError(TesseraError):
+    """A folder that holds no batched build, or one this engine cannot run."""
+
+
+class PageAllocator:
+    """The pool's pages, handed out one at a time and given back together."""
+
+    def __init__(self, pages: int):
+        self._free = list(range(pages - 1, -1, -1))  # pop() hands out page 0 first
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    def take(self) -> int:
+        if not self._free:
+            raise ChatError("the KV cache has no free page left")  # the pool is sized so this cannot happen
+        return self._free.pop()
+
+    def give_back(self, pages: list[int]) -> None:
+        self._free.extend(reversed(pages))
+        pages.clear()
+
+
+class PagedModel:
+    """A batched build, its tokenizer and chat configuration, on the Python VM or runtime-native."""
+
+    def __init__(self, directory: str, runtime: str = "python", n_threads: int = 0):
+        from .chat_files import read_chat_config, read_tokenizer
+
+        path = os.path.join(directory, "chat-config.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                batch = int(json.load(f).get("max_batch", 1))
+        except (OSError, ValueError, TypeError, AttributeError) as error:
+            raise BatchBuildError(f"{path}: {error}") from None
+        if batch < 2:
+            raise BatchBuildError(f"{directory} is not a batched build (compile it with --max-batch B)")
+        self.tokenizer = read_tokenizer(os.path.join(directory, "tokenizer.json"))
+        self.config = read_chat_config(path, self.tokenizer.get_vocab_size())
+        self.max_batch = batch
+        self.context_length = self.config["context_length"]
+        self.page_size = int(self.config["page_size"])
+        self.pages_per_sequence = -(-self.context_length // self.page_size)
+        self.prefill_chunk = min(int(self.config.get("prefill_chunk") or self.context_length), self.context_length)
+        self.stop_ids = set(self.config["stop_token_ids"])
+        if runtime == "native":
+            from tessera.native import NativeError, NativeModel
+
+            try:
+                native = NativeModel(directory, n_threads=n_threads)
+            except NativeError as error:
+                raise BatchBuildError(str(error)) from None
+            self._call = lambda name, *args: native.call(name, *args)[0]
+            self._keep = native
+        else:
+            from tessera.vm import Executable, VirtualMachine
+
+            vm = VirtualMachine(Executable.load(directory))
+            self._call = lambda name, *args: vm.call_on_device(name, *args).numpy()
+            self._keep = vm
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        return self.tokenizer.encode(render_prompt(self.config, messages)).ids
+
+    def table(self, pages_of_rows: list[list[int]]) -> np.ndarray:
+        """The page table of some sequences: their pages, then page 0 where they have none yet (the
+        kernels never read a position a sequence has not reached)."""
+        table = np.zeros((len(pages_of_rows), self.pages_per_sequence), np.int32)
+        for row, pages in enumerate(pages_of_rows):
+            table[row, :len(pages)] = pages
+        return table
+
+    def prefill(self, ids: list[int], total: int, pages: list[int]) -> np.ndarray:
+        """Logits (vocab,) of the last of ``ids``, positions total - len(ids) .. total - 1."""
+        return self._call("prefill_paged", np.asarray(ids, np.int32), total, self.table([pages]))[0]
+
+    def decode(self, ids: list[int], positions: list[int], pages_of_rows: list[list[int]]) -> np.ndarray:
+        """Logits (b, vocab): token ``ids[i]`` at ``positions[i]`` of sequence i."""
+        return self._call("decode_batch", np.asarray(ids, np.int32), np.asarray(positions, np.int32),
+                          self.table(pages_of_rows))
+
+
+@dataclass
+class _Sequence:
+    """One running request: what its pages hold, what it has said."""
+
+    handle: RequestHandle
+    max_tokens: int
+    prompt_tokens: int
+    visible: StopText
+    rng: np.random.Generator
+    tokens: list[int]  # in the KV cache, in order
+    pages: list[int] = field(default_factory=list)
+    generated: list[int] = field(default_factory=list)
+    text: str = ""
+    next_token: int = -1  # sampled, to be fed at position len(tokens)
+    finish_reason: str = ""
+    started: float = 0.0  # when it was admitted
+    prefill_tokens_per_s: float = 0.0
+    decode_started: float = 0.0
+
+
+class BatchEngine(QueuedEngine):
+    """Requests decoded ``max_batch`` at a time on a batched build (see the module's docstring)."""
+
+    def __init__(self, model: PagedModel, model_id: str, max_queue: int = 8):
+        self.model = model
+        self.max_batch = model.max_batch
+        self.pages = PageAllocator(model.max_batch * model.pages_per_sequence)
+        self.widest_step = 0  # the most requests one decode step has run together
+        super().__init__(model_id, model.context_length, max_queue)
+
+    def _work(self) -> None:
+        running: list[_Sequence] = []
+        while True:
+            with self._lock:
+                while not self._queue and not running and not self._closed:
+                    self._lock.wait()
+                if self._closed:
+                    for sequence in running:
+                        self.pages.give_back(sequence.pages)
+                    return
+                admitted = []
+                while self._queue and len(running) + len(admitted) < self.max_batch:
+                    admitted.append(self._queue.popleft())
+                self._running = [s.handle for s in running] + admitted
+            for handle in admitted:  # a new request's prefill joins between decode steps
+                sequence = self._start(handle)
+                if sequence is not None:
+                    running.append(sequence)
+            running = [s for s in running if not self._leave_if_done(s)]
+            if running:
+                self._step(running)
+                running = [s for s in running if not self._leave_if_done(s)]
+            with self._lock:
+                self._running = [s.handle for s in running]
+
+    def _start(self, handle: RequestHandle) -> _Sequence | None:
+        """Fit, prefill and sample the first token of a new request; None when it failed at once."""
+        model, generation = self.model, handle.generation
+        started = time.perf_counter()
+        sequence = None
+        try:
+            max_tokens = model.context_length if generation.max_tokens is None else generation.max_tokens
+            check_max_tokens(max_tokens)
+            fitted = fit_conversation(generation.messages, model.encode_chat, model.context_length, max_tokens)
+            prompt = fitted.prompt_ids
+            if not prompt:
+                raise ChatError("the prompt is empty once laid out by the chat template and tokenized")
+            if len(prompt) + 1 > model.context_length:
+                raise ChatError(f"the prompt has {len(prompt)} tokens; the context window is {model.context_length}")
+            sequence = _Sequence(handle, max_tokens, len(prompt), StopText(generation.stop),
+                                 np.random.default_rng(generation.sampling.seed), list(prompt), started=started)
+            logits = None
+            for begin in range(0, len(prompt), model.prefill_chunk):
+                end = min(begin + model.prefill_chunk, len(prompt))
+                self._reserve(sequence, end)
+                logits = model.prefill(prompt[begin:end], end, sequence.pages)
+            self._sampled(sequence, logits)
+            seconds = time.perf_counter() - started
+            sequence.prefill_tokens_per_s = len(prompt) / seconds if seconds else 0.0
+            sequence.decode_started = time.perf_counter()
+            return sequence
+        except Exception as error:  # noqa: BLE001 (the request fails, the others go on)
+            if sequence is not None:
+                self.pages.give_back(sequence.pages)
+            handle.emit(Failed(error))
+            return None
+
+    def _reserve(self, sequence: _Sequence, positions: int) -> None:
+        """Pages for positions 0 .. positions - 1."""
+        while len(sequence.pages) * self.model.page_size < positions:
+            sequence.pages.append(self.pages.take())
+
+    def _step(self, running: list[_Sequence]) -> None:
+        """One decode step of every running request: each feeds its sampled token and samples the next."""
+        for sequence in running:
+            self._reserve(sequence, len(sequence.tokens) + 1)
+        self.widest_step = max(self.widest_step, len(running))
+        try:
+            logits = self.model.decode([s.next_token for s in running], [len(s.tokens) for s in running],
+                                       [s.pages for s in running])
+        except Exception as error:  # noqa: BLE001 (a failed step fails the requests in it, not the server)
+            for sequence in running:
+                sequence.finish_reason = "failed"
+                sequence.handle.emit(Failed(error))
+            return
+        for row, sequence in enumerate(running):
+            sequence.tokens.append(sequence.next_token)
+            self._sampled(sequence, logits[row])
+
+    def _sampled(self, sequence: _Sequence, logits: np.ndarray) -> None:
+        """Choose the next token from ``logits`` and show what it adds (ChatSession.generate's rules:
+        the same tokens count, so usage agrees with the serial engine)."""
+        sampling: Sampling = sequence.handle.generation.sampling
+        greedy = sampling.temperature <= 0
+        params = np.array([sampling.temperature, sampling.top_k, sampling.top_p, sampling.repetition_penalty,
+                           0.0 if greedy else sequence.rng.random()], np.float32)
+        token = int(sample_reference(logits, np.asarray(sequence.tokens, np.int32), params, greedy)[0])
+        if token in self.model.stop_ids:
+            sequence.finish_reason = "stop"
+            return
+        sequence.generated.append(token)
+        piece = self.model.tokenizer.decode(sequence.generated)
+        if len(piece) > len(sequence.text):
+            shown = sequence.visible.add(piece[len(sequence.text):])
+            if shown:
+                sequence.handle.emit(Piece(shown))
+        sequence.text = piece
+        if sequence.visible.stopped:
+            sequence.finish_reason = "stop"
+        elif len(sequence.generated) >= sequence.max_tokens or len(sequence.tokens) + 1 >= self.context_length:
+            sequence.finish_reason = "length"
+        sequence.next_token = token
+
+    def _leave_if_done(self, sequence: _Sequence) -> bool:
+        """True (its pages given back) once the request is finished, failed or cancelled."""
+        handle = sequence.handle
+        if not sequence.finish_reason and not handle.cancelled.is_set():
+            return False
+        if sequence.finish_reason not in ("", "failed") and not handle.cancelled.is_set():
+            tail = sequence.visible.flush()
+            if tail:
+                handle.emit(Piece(tail))
+            seconds = time.perf_counter() - sequence.decode_started
+            decoded = max(len(sequence.generated) - 1, 0)
+            handle.emit(Finished(Completion(sequence.visible.reply, sequence.finish_reason, sequence.prompt_tokens, 0,
+                                            len(sequence.generated), sequence.prefill_tokens_per_s,
+                                            decoded / seconds if seconds > 0 else 0.0)))
+            self._took(time.perf_counter() - sequence.started)
+        self.pages.give_back(sequence.pages)
+        return True
