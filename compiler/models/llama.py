@@ -235,7 +235,7 @@ def export_llm(model: LlamaForCausalLM, context_length: int, quantized_activatio
     from ..transform import quantize_activations
 
     if max_batch > 1:
-        return export_paged_llm(model, context_length, max_batch, prefill_chunk)
+        return export_paged_llm(model, context_length, max_batch, prefill_chunk, quantized_activations)
     c = model.config
     caches = {}
     for index in range(c.num_layers):
@@ -256,14 +256,16 @@ def export_llm(model: LlamaForCausalLM, context_length: int, quantized_activatio
     return add_sampling(mod, c.vocab_size, context_length)
 
 
-def export_paged_llm(model: LlamaForCausalLM, context_length: int, max_batch: int, prefill_chunk: int | None = None):
+def export_paged_llm(model: LlamaForCausalLM, context_length: int, max_batch: int, prefill_chunk: int | None = None,
+                     quantized_activations: str = ""):
     """The build behind `tessera serve --max-batch B` (continuous batching): a KV cache in pages of
     ``model.page_size`` positions, one pool per layer's keys and values (pages, kv heads, head dim)
     kept as state and shared by every sequence (op/paged.py), with room for ``max_batch`` sequences
     of ``context_length`` positions. ``prefill_paged(input_ids (n,), total, page_table (1, pages))``
     computes a chunk of one sequence; ``decode_batch(input_ids (b,), positions (b,), page_table (b,
     pages))`` one token of each of b <= max_batch sequences, logits (b, vocab). The caller (the
-    engine's page allocator, tessera.app.batch_engine) gives each sequence its pages."""
+    engine's page allocator, tessera.app.batch_engine) gives each sequence its pages.
+    ``quantized_activations``: as for export_llm, decode_batch's rows (one token of each sequence)."""
     from ..ir import PrimStructInfo, Tensor
     from ..nn import export
 
@@ -285,6 +287,10 @@ def export_paged_llm(model: LlamaForCausalLM, context_length: int, max_batch: in
     mod = export(model, "decode_batch", {"input_ids": Tensor(("b",), "int32"), "positions": Tensor(("b",), "int32"),
                                          "page_table": Tensor(("b", pages), "int32"), **caches},
                  method="decode_batch", attrs=attrs, module=mod)
+    if quantized_activations:
+        from ..transform import quantize_activations
+
+        mod = quantize_activations(mod, quantized_activations, functions=("decode_batch",), batched=True)
     return add_sampling(mod, c.vocab_size, context_length)
 
 

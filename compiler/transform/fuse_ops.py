@@ -198,10 +198,11 @@ class _FunctionFuser:
     def _epilogue_slows(self, matmul: VarBinding) -> bool:
         """C targets' quantized GEMM tile rule (more than one row) runs its main loop 2.5x slower
         once an epilogue follows it (gcc -O3, measured on SmolLM2's prefill: 2.4 s against 1.18 s
-        unfused), so there it takes none until the rule is mended; GEMVs (decode) are unaffected."""
+        unfused), so there it takes none until the rule is mended; GEMVs (decode) are unaffected, and so
+        are q8-activation GEMVs over a decode batch's rows (quantized_gemv_q8.py), whatever their rows."""
         if not (self.target.cpu_adapter and self.target.serial_threads):
             return False
-        if matmul.value.op.name != "quantized_matmul":
+        if matmul.value.op.name != "quantized_matmul" or matmul.value.attr("activations") == "q8":
             return False
         shape = matmul.var.struct_info.shape if isinstance(matmul.var.struct_info, TensorStructInfo) else None
         if shape is None:

@@ -2,12 +2,12 @@
 requests as one step over a paged KV cache; a request that arrives joins between steps, one that
 finishes leaves without stopping the others, and each reply equals the same request's reply alone.
 
-The tiny random-weight model: a batched build beside the chat build of the same file. On llvmpipe
-the batched build's replies equal the chat session's (the same float32 arithmetic: the GEMMs and
-the paged attention give each row what the GEMVs and the contiguous cache give it); on WASM and
-runtime-native, whose chat builds decode with 8-bit activations (Target.quantized_activations) and
-the batched build with float32 ones, each reply equals the batched engine's own reply to that
-request alone.
+The tiny random-weight model: a batched build beside the chat build of the same file, for llvmpipe
+and WASM (the Python VM) and the CPU (runtime-native). Each batched reply equals the chat session's
+reply to the same request: the batched GEMMs and the paged attention give each row what the chat
+build's GEMVs and contiguous cache give it (on WASM and the CPU both decode with 8-bit activations,
+Target.quantized_activations, through the same micro-kernels), and it equals the batched engine's own
+reply to that request alone.
 """
 
 import asyncio
@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 from tessera.app.batch_engine import BatchBuildError, BatchEngine, PageAllocator, PagedModel
-from tessera.app.chat import ChatError, ChatSession, Sampling
+from tessera.app.chat import ChatError, ChatSession, NativeChatSession, Sampling
 from tessera.app.compile import cached_compile
 from tessera.app.engine import Failed, Finished, Generation, Piece
 
@@ -67,14 +67,16 @@ def serve(model, batch, stagger=0.0, max_queue=8):
 def builds(tiny_gguf):
     return {name: cached_compile(tiny_gguf, target, CONTEXT, max_batch=batch)
             for name, target, batch in (("batched-llvmpipe", "llvmpipe", BATCH), ("llvmpipe", "llvmpipe", 1),
-                                        ("batched-wasm", "wasm", BATCH), ("batched-cpu", "cpu", BATCH))}
+                                        ("batched-wasm", "wasm", BATCH), ("wasm", "wasm", 1),
+                                        ("batched-cpu", "cpu", BATCH), ("cpu", "cpu", 1))}
 
 
-def test_batched_replies_equal_the_chat_sessions_on_llvmpipe(builds):
-    """Six requests at once through four rows: two wait, then join as others finish; every reply and its
-    usage equal the chat session's reply to the same request."""
-    results, engine = serve(PagedModel(builds["batched-llvmpipe"]), generations())
-    session = ChatSession(builds["llvmpipe"])
+@pytest.mark.parametrize("target,runtime", [("llvmpipe", "python"), ("wasm", "python"), ("cpu", "native")])
+def test_batched_replies_equal_the_chat_sessions(builds, target, runtime):
+    """Six requests at once through four rows: two wait, then join as others finish (their prefill between
+    decode steps); every reply and its usage equal the chat session's reply to the same request."""
+    results, engine = serve(PagedModel(builds[f"batched-{target}"], runtime), generations())
+    session = ChatSession(builds[target]) if runtime == "python" else NativeChatSession(builds[target])
     for generation, (text, completion) in zip(generations(), results):
         session.reset()
         alone = session.reply(generation.messages, generation.max_tokens, Sampling())
@@ -89,10 +91,10 @@ def test_batched_replies_equal_the_chat_sessions_on_llvmpipe(builds):
 
 @pytest.mark.parametrize("build,runtime", [("batched-wasm", "python"), ("batched-cpu", "native")])
 def test_a_reply_does_not_depend_on_the_rest_of_the_batch(builds, build, runtime):
-    """Requests arriving while others decode (each prefill joins between steps) get the replies they get
-    alone, on the Python VM's WASM kernels and on runtime-native."""
+    """Each request of a batch gets the reply it gets alone, on the Python VM's WASM kernels and on
+    runtime-native."""
     model = PagedModel(builds[build], runtime)
-    together, engine = serve(model, generations(), stagger=0.02)
+    together, engine = serve(model, generations())
     assert engine.widest_step > 1
     for generation, result in zip(generations(), together):
         (alone,), _ = serve(model, [generation])

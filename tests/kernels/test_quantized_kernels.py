@@ -5,7 +5,7 @@ import gguf
 import numpy as np
 import pytest
 from fixtures.quantized_blocks import GGML_TYPES, as_words, block_values, quantized_blocks
-from harness import build, check_op, rounded_to_q8, target_for
+from harness import COVERED_OPS, build, check_op, rounded_to_q8, target_for
 from tessera import op
 from tessera.frontend import bundled_smollm2_path, load_gguf
 from tessera.frontend.gguf_reader import BLOCK_FORMATS
@@ -113,6 +113,30 @@ def test_decode_gemv_with_q8_activations(runner, fmt):
     assert len([f for f in fused.functions.values() if not isinstance(f, Function)]) == 1
     np.testing.assert_allclose(interpret(fused, "main", x, words, kernel_runner=runner), want / (1 + np.exp(-want)),
                                rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("fmt", Q8_ACTIVATION_FORMATS)
+def test_decode_batch_gemv_with_q8_activations(runner, fmt):
+    """A decode batch's rows (models/llama.py's decode_batch: one token of each sequence) through the
+    same rule: each workgroup's columns for one row after another, each row rounded on its own, with a
+    fused epilogue indexed by row. Rows of 1, 3 and 7, against x rounded to 8 bits times ggml's floats."""
+    n, k = 70, 256
+    words, reference = quantized(fmt, n, k, seed=13)
+    gemv = lambda a, w: op.nn.silu(op.quantized_matmul(a, w, format=fmt, k=k, activations="q8"))  # noqa: E731
+    mod = build(gemv, [Tensor(("b", k), "float32"), Tensor((n, words.shape[1]), "uint32")])
+    COVERED_OPS.add("quantized_matmul")
+    target = target_for(runner)
+    fused = legalize_ops(fuse_tir(fuse_ops(mod, target), target), target)
+    kernels = [f for f in fused.functions.values() if not isinstance(f, Function)]
+    integer = target.has_extern("tsr_quantize_q8")
+    assert [kern.attrs["rule"] for kern in kernels] == (["quantized-gemv-q8"] if integer else kernels and
+                                                        [kernels[0].attrs["rule"]])
+    rng = np.random.default_rng(14)
+    for rows in (1, 3, 7):
+        x = rng.standard_normal((rows, k)).astype(np.float32) * rng.uniform(0.05, 0.5, (rows, 1)).astype(np.float32)
+        want = rounded_to_q8(x) @ reference.T
+        got = interpret(fused, "main", x, words, kernel_runner=runner)
+        np.testing.assert_allclose(got, want / (1 + np.exp(-want)), rtol=1e-5, atol=1e-4, err_msg=f"{rows} rows")
 
 
 def test_q8_activations_are_checked():

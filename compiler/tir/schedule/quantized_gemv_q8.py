@@ -1,5 +1,6 @@
-"""Quantized GEMV (M = 1, decode) with 8-bit activations (``activations="q8"``) on targets whose
-backend has the integer SIMD micro-kernels (codegen/c/microkernels.c; ``TargetKind.externs``).
+"""Quantized GEMV (M = 1, decode; or a few rows, a decode batch) with 8-bit activations
+(``activations="q8"``) on targets whose backend has the integer SIMD micro-kernels
+(codegen/c/microkernels.c; ``TargetKind.externs``).
 
 A float loop over 4-bit weights spends its time unpacking nibbles into floats; llama.cpp's CPU
 kernels instead round x to int8 once and multiply bytes by bytes (``pmaddubsw``, ``sdot``), 32
@@ -11,12 +12,17 @@ x is the matmul's own input buffer (fusion gives matmuls epilogues only), so it 
 
 Rounding x once per workgroup rather than once per launch costs K / 32 blocks of work against
 COLUMNS rows of K / 32 blocks, about a tenth; a launch has no per-thread prologue to put it in.
+
+With several rows of x (a batched decode step, models/llama.py's decode_batch: M at most the
+batch), each workgroup takes its columns for one row after another: the weights of its COLUMNS
+columns (12 to 40 KB for SmolLM2) stay in the core's cache while every row reads them, so a step
+reads the weights from memory once, whatever M is, where M GEMVs would read them M times.
 """
 
 from __future__ import annotations
 
 from ... import arith
-from ..compute import ComputeDef
+from ..compute import ComputeDef, unravel
 from ..ir import (
     Buffer,
     Const,
@@ -46,16 +52,19 @@ COLUMNS, WIDE_COLUMNS, WIDE = 32, 64, 16384
 
 
 def applies(info: QuantizedMatmulInfo, m_total, target) -> bool:
-    """M = 1, x in f32 rounded to q8, and the target's backend has both micro-kernels."""
+    """x in f32 rounded to q8 (quantize_activations marks only decode's rows so), and the target's
+    backend has both micro-kernels."""
     return (info.activations == "q8" and info.x.dtype == "f32" and info.format in DOT
-            and target.has_extern(QUANTIZE) and target.has_extern(DOT[info.format])
-            and arith.Analyzer().as_int(arith.simplify(m_total)) == 1 and info.k % BLOCK_VALUES == 0)
+            and target.has_extern(QUANTIZE) and target.has_extern(DOT[info.format]) and info.k % BLOCK_VALUES == 0)
 
 
 def schedule_quantized_gemv_q8(defn: ComputeDef, info: QuantizedMatmulInfo, target, name: str) -> PrimFunc:
     out = defn.output
     n_dim, m_dims = out.shape[-1], out.shape[:-1]
     n, k, blocks = from_prim(n_dim), info.k, info.k // BLOCK_VALUES
+    m_total = arith.simplify(_product(m_dims))
+    one_row = arith.Analyzer().as_int(m_total) == 1
+    r = Const(0) if one_row else Local("r")  # the row of x, and of the output
     static_n = arith.Analyzer().as_int(n_dim)
     columns = WIDE_COLUMNS if static_n is not None and static_n >= WIDE else COLUMNS
     row_words = from_prim(info.w.shape[1])
@@ -64,16 +73,27 @@ def schedule_quantized_gemv_q8(defn: ComputeDef, info: QuantizedMatmulInfo, targ
     x_sum = Buffer("x_s", "f32", (arith.IntImm(blocks),), "private")  # d * sum(q) of each block
     rounded = (Span(x_bytes, Const(0), Const(k // 4)), Span(x_scale, Const(0), Const(blocks)),
                Span(x_sum, Const(0), Const(blocks)))
-    body = [Evaluate(Extern(QUANTIZE, (Span(info.x, Const(0), Const(k)), Const(k)) + rounded, "void"))]
+    body = [Evaluate(Extern(QUANTIZE, (Span(info.x, binary("*", r, Const(k)), Const(k)), Const(k)) + rounded,
+                            "void"))]
 
     column, col, dot = Local("column"), Local("col"), Local("dot", "f32")
     row = Span(info.w, binary("*", col, row_words), row_words)
-    value = dot if defn.finalize is None else lower_reads(defn.finalize(dot, [Const(0)] * len(m_dims) + [col]))
+    m_index = [Const(0)] * len(m_dims) if one_row else unravel(r, m_dims)
+    value = dot if defn.finalize is None else lower_reads(defn.finalize(dot, m_index + [col]))
     store = (Declare(dot, Extern(DOT[info.format], (row,) + rounded + (Const(blocks),), "f32")),
-             Store(out, col, cast(value, out.dtype)))
+             Store(out, binary("+", binary("*", r, n), col), cast(value, out.dtype)))
     body.append(For(column, Const(0), Const(columns), (
         Declare(col, binary("+", binary("*", workgroup_linear_id(), Const(columns)), column)),
         IfThen(binary("<", col, n), store))))
+    if not one_row:
+        body = [For(r, Const(0), from_prim(m_total), tuple(body))]
     grid = grid_for(ceil_div(n_dim, columns), target)
     return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), tuple(body), (1, 1, 1), grid,
                     scratch=(x_bytes, x_scale, x_sum), attrs={"rule": "quantized-gemv-q8"})
+
+
+def _product(dims):
+    total = arith.IntImm(1)
+    for dim in dims:
+        total = total * dim
+    return total
