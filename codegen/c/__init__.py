@@ -181,7 +181,8 @@ def emit_c_module(kernels: list[PrimFunc], renderer: type[CRenderer] = CRenderer
 
 MICROKERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "microkernels.c")
 # What microkernels.c defines: the micro-kernels tir kernels for C targets may call (tir Extern).
-EXTERNS = frozenset({"tsr_quantize_q8", "tsr_dot_q4_0_q8", "tsr_dot_q4_1_q8", "tsr_dot_q8_0_q8"})
+EXTERNS = frozenset({"tsr_quantize_q8", "tsr_dot_q4_0_q8", "tsr_dot_q4_1_q8", "tsr_dot_q8_0_q8",
+                     "tsr_dot_q4_0_q8_rows", "tsr_dot_q4_1_q8_rows", "tsr_dot_q8_0_q8_rows"})
 
 
 @functools.cache

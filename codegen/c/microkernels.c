@@ -291,6 +291,70 @@ static inline int32x4_t tsr_mk_dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b) {
 TSR_MK_DOT4(tsr_dot_q4_0_q8, 18, 2, 0)
 TSR_MK_DOT4(tsr_dot_q4_1_q8, 20, 4, 1)
 
+/* The same sums for TSR_MK_ROWS rows of activations at once (a decode batch, tir/schedule/
+ * quantized_gemv_q8.py): each weight block is loaded, unpacked and its header converted once for all
+ * of them. Row r's bytes start at q_words + r * blocks * 32, its d and s at d + r * blocks and
+ * s + r * blocks; out[r] gets its sum, computed by the same float operations in the same order as
+ * the one-row kernel, so a row's result does not depend on the rows beside it. Fewer rows (the
+ * batch's last group), and the paths without a rows body, call the one-row kernel per row. */
+#define TSR_MK_ROWS 4
+#define TSR_MK_DOT4_ROWS(NAME, ONE, BLOCK, OFFSET, HAS_MIN)                                                   \
+  static void NAME(const void *row, const void *q_words, const float *d, const float *s, int32_t blocks,     \
+                   int32_t rows, float *out) {                                                               \
+    const int8_t *q = (const int8_t *)q_words;                                                               \
+    const int32_t k = blocks * TSR_QK;                                                                       \
+    if (rows != TSR_MK_ROWS) {                                                                               \
+      for (int32_t r = 0; r < rows; r++) out[r] = ONE(row, q + (size_t)r * k, d + r * blocks, s + r * blocks, blocks); \
+      return;                                                                                                \
+    }                                                                                                        \
+    TSR_MK_DOT4_ROWS_BODY(ONE, BLOCK, OFFSET, HAS_MIN)                                                       \
+  }
+
+#if defined(TSR_MK_AVX2)
+#define TSR_MK_DOT4_ROWS_BODY(ONE, BLOCK, OFFSET, HAS_MIN)                                                   \
+  const uint8_t *w = (const uint8_t *)row;                                                                   \
+  __m256 acc[TSR_MK_ROWS];                                                                                   \
+  float extra[TSR_MK_ROWS];                                                                                  \
+  for (int r = 0; r < TSR_MK_ROWS; r++) acc[r] = _mm256_setzero_ps(), extra[r] = 0.0f;                       \
+  for (int32_t b = 0; b < blocks; b++, w += BLOCK) {                                                         \
+    const float dw = tsr_mk_half(w), mw = HAS_MIN ? tsr_mk_half(w + 2) : -8.0f * dw;                         \
+    const __m256i u = tsr_mk_nibbles(w + OFFSET);                                                            \
+    for (int r = 0; r < TSR_MK_ROWS; r++) {                                                                  \
+      const __m256i x = _mm256_loadu_si256((const __m256i *)(q + (size_t)r * k + (size_t)b * TSR_QK));       \
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * d[r * blocks + b]), tsr_mk_dot_u8(u, x), acc[r]);         \
+      extra[r] += mw * s[r * blocks + b];                                                                    \
+    }                                                                                                        \
+  }                                                                                                          \
+  for (int r = 0; r < TSR_MK_ROWS; r++) out[r] = tsr_mk_sum8(acc[r]) + extra[r];
+#elif defined(TSR_MK_WASM)
+#define TSR_MK_DOT4_ROWS_BODY(ONE, BLOCK, OFFSET, HAS_MIN)                                                   \
+  const uint8_t *w = (const uint8_t *)row;                                                                   \
+  const v128_t low = wasm_i8x16_splat(15);                                                                   \
+  v128_t acc[TSR_MK_ROWS];                                                                                   \
+  float extra[TSR_MK_ROWS];                                                                                  \
+  for (int r = 0; r < TSR_MK_ROWS; r++) acc[r] = wasm_f32x4_splat(0.0f), extra[r] = 0.0f;                    \
+  for (int32_t b = 0; b < blocks; b++, w += BLOCK) {                                                         \
+    const float dw = tsr_mk_half(w), mw = HAS_MIN ? tsr_mk_half(w + 2) : -8.0f * dw;                         \
+    const v128_t raw = wasm_v128_load(w + OFFSET);                                                           \
+    const v128_t lo = wasm_v128_and(raw, low), hi = wasm_u8x16_shr(raw, 4);                                  \
+    for (int r = 0; r < TSR_MK_ROWS; r++) {                                                                  \
+      const int8_t *x = q + (size_t)r * k + (size_t)b * TSR_QK;                                              \
+      v128_t dot = tsr_mk_dot_s8(wasm_i32x4_splat(0), lo, wasm_v128_load(x));                                \
+      dot = tsr_mk_dot_s8(dot, hi, wasm_v128_load(x + 16));                                                  \
+      acc[r] = wasm_f32x4_add(acc[r], wasm_f32x4_mul(wasm_f32x4_convert_i32x4(dot),                         \
+                                                     wasm_f32x4_splat(dw * d[r * blocks + b])));            \
+      extra[r] += mw * s[r * blocks + b];                                                                    \
+    }                                                                                                        \
+  }                                                                                                          \
+  for (int r = 0; r < TSR_MK_ROWS; r++) out[r] = tsr_mk_sum4(acc[r]) + extra[r];
+#else
+#define TSR_MK_DOT4_ROWS_BODY(ONE, BLOCK, OFFSET, HAS_MIN)                                                   \
+  for (int32_t r = 0; r < rows; r++) out[r] = ONE(row, q + (size_t)r * k, d + r * blocks, s + r * blocks, blocks);
+#endif
+
+TSR_MK_DOT4_ROWS(tsr_dot_q4_0_q8_rows, tsr_dot_q4_0_q8, 18, 2, 0)
+TSR_MK_DOT4_ROWS(tsr_dot_q4_1_q8_rows, tsr_dot_q4_1_q8, 20, 4, 1)
+
 /* Q8_0 (34 bytes: d, then 32 signed bytes): sum over blocks of d_w * d_x * sum(q_w * q_x). */
 static float tsr_dot_q8_0_q8(const void *row, const void *q_words, const float *d, const float *s, int32_t blocks) {
   const uint8_t *w = (const uint8_t *)row;
@@ -341,4 +405,12 @@ static float tsr_dot_q8_0_q8(const void *row, const void *q_words, const float *
   }
   return total;
 #endif
+}
+
+/* Q8_0 for several rows: the one-row kernel per row (its blocks need no unpacking to share). */
+static void tsr_dot_q8_0_q8_rows(const void *row, const void *q_words, const float *d, const float *s, int32_t blocks,
+                                 int32_t rows, float *out) {
+  const int8_t *q = (const int8_t *)q_words;
+  for (int32_t r = 0; r < rows; r++)
+    out[r] = tsr_dot_q8_0_q8(row, q + (size_t)r * blocks * TSR_QK, d + r * blocks, s + r * blocks, blocks);
 }

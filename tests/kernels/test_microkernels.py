@@ -47,12 +47,36 @@ int main(int argc, char **argv) {
     out[1][r] = tsr_dot_q4_1_q8(rows[1] + (size_t)r * blocks * 20, q, d, s, blocks);
     out[2][r] = tsr_dot_q8_0_q8(rows[2] + (size_t)r * blocks * 34, q, d, s, blocks);
   }
+  /* The rows kernels (a decode batch) on four rows of x scaled apart, all four and the first three, must
+     give each row what the one-row kernel gives it, bit for bit. */
+  static float xr[4][k], dr[4][blocks], sr[4][blocks], got[4];
+  static uint32_t qr[4][k / 4];
+  const float scale[4] = {1.0f, -0.5f, 3.0f, 0.125f};
+  int32_t mismatches = 0;
+  for (int r = 0; r < 4; r++) {
+    for (int i = 0; i < k; i++) xr[r][i] = x[i] * scale[r] + (float)((i * 7 + r) % 5) * 0.01f;
+    tsr_quantize_q8(xr[r], k, qr[r], dr[r], sr[r]);
+  }
+  for (int count = 3; count <= 4; count++) {
+    for (int c = 0; c < n; c++) {
+      tsr_dot_q4_0_q8_rows(rows[0] + (size_t)c * blocks * 18, qr, &dr[0][0], &sr[0][0], blocks, count, got);
+      for (int r = 0; r < count; r++)
+        mismatches += got[r] != tsr_dot_q4_0_q8(rows[0] + (size_t)c * blocks * 18, qr[r], dr[r], sr[r], blocks);
+      tsr_dot_q4_1_q8_rows(rows[1] + (size_t)c * blocks * 20, qr, &dr[0][0], &sr[0][0], blocks, count, got);
+      for (int r = 0; r < count; r++)
+        mismatches += got[r] != tsr_dot_q4_1_q8(rows[1] + (size_t)c * blocks * 20, qr[r], dr[r], sr[r], blocks);
+      tsr_dot_q8_0_q8_rows(rows[2] + (size_t)c * blocks * 34, qr, &dr[0][0], &sr[0][0], blocks, count, got);
+      for (int r = 0; r < count; r++)
+        mismatches += got[r] != tsr_dot_q8_0_q8(rows[2] + (size_t)c * blocks * 34, qr[r], dr[r], sr[r], blocks);
+    }
+  }
   FILE *o = fopen(argv[2], "wb");
   if (!o) return 3;
   fwrite(q, sizeof q, 1, o);
   fwrite(d, sizeof d, 1, o);
   fwrite(s, sizeof s, 1, o);
   fwrite(out, sizeof out, 1, o);
+  fwrite(&mismatches, sizeof mismatches, 1, o);
   return fclose(o) != 0;
 }
 """
@@ -136,7 +160,8 @@ def test_every_simd_path_rounds_and_multiplies_alike(data, name, compiler, runne
     blocks = K // 32
     q = raw[:K].view(np.int8)
     d, s = raw[K:K + 4 * blocks].view(np.float32), raw[K + 4 * blocks:K + 8 * blocks].view(np.float32)
-    dots = raw[K + 8 * blocks:].view(np.float32).reshape(3, N)
+    dots = raw[K + 8 * blocks:-4].view(np.float32).reshape(3, N)
+    assert raw[-4:].view(np.int32)[0] == 0, f"{name}: a rows kernel differs from the one-row kernel"
     want_q, want_d = q8_blocks(x)
     np.testing.assert_array_equal(q, want_q)
     np.testing.assert_array_equal(d, want_d)

@@ -14,9 +14,10 @@ Rounding x once per workgroup rather than once per launch costs K / 32 blocks of
 COLUMNS rows of K / 32 blocks, about a tenth; a launch has no per-thread prologue to put it in.
 
 With several rows of x (a batched decode step, models/llama.py's decode_batch: M at most the
-batch), each workgroup takes its columns for one row after another: the weights of its COLUMNS
-columns (12 to 40 KB for SmolLM2) stay in the core's cache while every row reads them, so a step
-reads the weights from memory once, whatever M is, where M GEMVs would read them M times.
+batch), each workgroup takes its columns for four rows at a time: one call of a rows micro-kernel
+unpacks each weight block once for the four, and the weights of its COLUMNS columns (12 to 40 KB
+for SmolLM2) stay in the core's cache from one group of rows to the next, so a step reads the
+weights from memory once, whatever M is, where M GEMVs would read them M times.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ..ir import (
     Extern,
     For,
     IfThen,
+    Load,
     Local,
     PrimFunc,
     Span,
@@ -38,12 +40,15 @@ from ..ir import (
     binary,
     cast,
     from_prim,
+    minimum,
 )
 from ..quant import BLOCK_VALUES, QuantizedMatmulInfo
 from .common import ceil_div, grid_for, lower_reads, scalars_of, workgroup_linear_id
 
 QUANTIZE = "tsr_quantize_q8"
 DOT = {"q4_0": "tsr_dot_q4_0_q8", "q4_1": "tsr_dot_q4_1_q8", "q8_0": "tsr_dot_q8_0_q8"}
+DOT_ROWS = {fmt: name + "_rows" for fmt, name in DOT.items()}
+GROUP = 4  # rows per call of a rows micro-kernel (TSR_MK_ROWS in microkernels.c)
 # Outputs per workgroup: enough that rounding x is a small share of the work (measured on a
 # 1536 x 576 GEMV: 16 columns spend a quarter of the time rounding x again and again, 32 about a
 # tenth), few enough that decode's narrow projections (576 outputs) still give a thread pool 18
@@ -55,7 +60,8 @@ def applies(info: QuantizedMatmulInfo, m_total, target) -> bool:
     """x in f32 rounded to q8 (quantize_activations marks only decode's rows so), and the target's
     backend has both micro-kernels."""
     return (info.activations == "q8" and info.x.dtype == "f32" and info.format in DOT
-            and target.has_extern(QUANTIZE) and target.has_extern(DOT[info.format]) and info.k % BLOCK_VALUES == 0)
+            and target.has_extern(QUANTIZE) and target.has_extern(DOT[info.format]) and info.k % BLOCK_VALUES == 0
+            and (arith.Analyzer().as_int(arith.simplify(m_total)) == 1 or target.has_extern(DOT_ROWS[info.format])))
 
 
 def schedule_quantized_gemv_q8(defn: ComputeDef, info: QuantizedMatmulInfo, target, name: str) -> PrimFunc:
@@ -63,8 +69,8 @@ def schedule_quantized_gemv_q8(defn: ComputeDef, info: QuantizedMatmulInfo, targ
     n_dim, m_dims = out.shape[-1], out.shape[:-1]
     n, k, blocks = from_prim(n_dim), info.k, info.k // BLOCK_VALUES
     m_total = arith.simplify(_product(m_dims))
-    one_row = arith.Analyzer().as_int(m_total) == 1
-    r = Const(0) if one_row else Local("r")  # the row of x, and of the output
+    if arith.Analyzer().as_int(m_total) != 1:
+        return _rows(defn, info, target, name, m_total)
     static_n = arith.Analyzer().as_int(n_dim)
     columns = WIDE_COLUMNS if static_n is not None and static_n >= WIDE else COLUMNS
     row_words = from_prim(info.w.shape[1])
@@ -73,23 +79,68 @@ def schedule_quantized_gemv_q8(defn: ComputeDef, info: QuantizedMatmulInfo, targ
     x_sum = Buffer("x_s", "f32", (arith.IntImm(blocks),), "private")  # d * sum(q) of each block
     rounded = (Span(x_bytes, Const(0), Const(k // 4)), Span(x_scale, Const(0), Const(blocks)),
                Span(x_sum, Const(0), Const(blocks)))
-    body = [Evaluate(Extern(QUANTIZE, (Span(info.x, binary("*", r, Const(k)), Const(k)), Const(k)) + rounded,
-                            "void"))]
+    body = [Evaluate(Extern(QUANTIZE, (Span(info.x, Const(0), Const(k)), Const(k)) + rounded, "void"))]
 
     column, col, dot = Local("column"), Local("col"), Local("dot", "f32")
     row = Span(info.w, binary("*", col, row_words), row_words)
-    m_index = [Const(0)] * len(m_dims) if one_row else unravel(r, m_dims)
-    value = dot if defn.finalize is None else lower_reads(defn.finalize(dot, m_index + [col]))
+    value = dot if defn.finalize is None else lower_reads(defn.finalize(dot, [Const(0)] * len(m_dims) + [col]))
     store = (Declare(dot, Extern(DOT[info.format], (row,) + rounded + (Const(blocks),), "f32")),
-             Store(out, binary("+", binary("*", r, n), col), cast(value, out.dtype)))
+             Store(out, col, cast(value, out.dtype)))
     body.append(For(column, Const(0), Const(columns), (
         Declare(col, binary("+", binary("*", workgroup_linear_id(), Const(columns)), column)),
         IfThen(binary("<", col, n), store))))
-    if not one_row:
-        body = [For(r, Const(0), from_prim(m_total), tuple(body))]
     grid = grid_for(ceil_div(n_dim, columns), target)
     return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), tuple(body), (1, 1, 1), grid,
                     scratch=(x_bytes, x_scale, x_sum), attrs={"rule": "quantized-gemv-q8"})
+
+
+def _rows(defn: ComputeDef, info: QuantizedMatmulInfo, target, name: str, m_total) -> PrimFunc:
+    """Several rows of x (a decode batch), ``GROUP`` at a time: the workgroup rounds a group's rows into
+    its scratch, then each of its columns is one call of the format's rows micro-kernel, which unpacks
+    each weight block once for the group (codegen/c/microkernels.c); the group's outputs come back in
+    private scratch and are stored, with the epilogue, one by one."""
+    out = defn.output
+    n_dim, m_dims = out.shape[-1], out.shape[:-1]
+    n, k, blocks = from_prim(n_dim), info.k, info.k // BLOCK_VALUES
+    static_n = arith.Analyzer().as_int(n_dim)
+    columns = WIDE_COLUMNS if static_n is not None and static_n >= WIDE else COLUMNS
+    row_words = from_prim(info.w.shape[1])
+    x_bytes = Buffer("x_q", "u32", (arith.IntImm(GROUP * k // 4),), "private")
+    x_scale = Buffer("x_d", "f32", (arith.IntImm(GROUP * blocks),), "private")
+    x_sum = Buffer("x_s", "f32", (arith.IntImm(GROUP * blocks),), "private")
+    results = Buffer("dots", "f32", (arith.IntImm(GROUP),), "private")
+    first, count, i, r = Local("first"), Local("count"), Local("i"), Local("r")
+    column, col = Local("column"), Local("col")
+    rows = from_prim(m_total)
+
+    def rounded(at, extent) -> tuple:  # row ``at``'s (or the group's, from 0) bytes, scales and sums
+        return (Span(x_bytes, binary("*", at, Const(k // 4)), Const(extent * k // 4)),
+                Span(x_scale, binary("*", at, Const(blocks)), Const(extent * blocks)),
+                Span(x_sum, binary("*", at, Const(blocks)), Const(extent * blocks)))
+
+    value = Load(results, i)
+    if defn.finalize is not None:
+        value = lower_reads(defn.finalize(value, unravel(r, m_dims) + [col]))
+    group = (
+        Declare(count, minimum(Const(GROUP), binary("-", rows, first))),
+        For(i, Const(0), count, (
+            Evaluate(Extern(QUANTIZE, (Span(info.x, binary("*", binary("+", first, i), Const(k)), Const(k)), Const(k))
+                            + rounded(i, 1), "void")),)),
+        For(column, Const(0), Const(columns), (
+            Declare(col, binary("+", binary("*", workgroup_linear_id(), Const(columns)), column)),
+            IfThen(binary("<", col, n), (
+                Evaluate(Extern(DOT_ROWS[info.format], (Span(info.w, binary("*", col, row_words), row_words),)
+                                + rounded(Const(0), GROUP) + (Const(blocks), count, Span(results, Const(0),
+                                                                                          Const(GROUP))),
+                                "void")),
+                For(i, Const(0), count, (
+                    Declare(r, binary("+", first, i)),
+                    Store(out, binary("+", binary("*", r, n), col), cast(value, out.dtype)))))))),
+    )
+    body = (For(first, Const(0), rows, group, step=GROUP),)
+    grid = grid_for(ceil_div(n_dim, columns), target)
+    return PrimFunc(name, defn.inputs, (out,), scalars_of(*defn.inputs, out), body, (1, 1, 1), grid,
+                    scratch=(x_bytes, x_scale, x_sum, results), attrs={"rule": "quantized-gemv-q8"})
 
 
 def _product(dims):
