@@ -5,10 +5,11 @@ A batched build (`tessera compile --max-batch B`: models/llama.py's export_paged
 functions where a chat build has prefill and decode: ``prefill_paged`` computes a chunk of one
 sequence's prompt into that sequence's pages, ``decode_batch`` one token of each running sequence
 at once (the projections become GEMMs over the batch; attention reads each sequence's own pages,
-tessera.op.paged). ``PageAllocator`` hands out the pool's pages: a sequence takes one more each
+tessera.op.paged). ``PagePool`` hands out the pool's pages: a sequence takes one more each
 ``page_size`` positions and gives them all back when it finishes, so a short request never holds a
-whole context's worth. The pool has room for B sequences of the whole context, so an admitted
-request never waits for pages.
+whole context's worth; the full ones are remembered, and a later request whose prompt starts with
+the same tokens shares them and prefills only the rest (prefix caching). The pool has room for B
+sequences of the whole context, so an admitted request never waits for pages.
 
 ``BatchEngine``'s worker thread, in a loop: admits waiting requests while fewer than B run (each is
 laid out by the chat template, fitted to the context and prefilled, then samples its first token),
@@ -43,24 +44,87 @@ class BatchBuildError(TesseraError):
     """A folder that holds no batched build, or one this engine cannot run."""
 
 
-class PageAllocator:
-    """The pool's pages, handed out one at a time and given back together."""
+class PagePool:
+    """The pool's pages: handed out one at a time, given back together, and kept as a prefix cache.
 
-    def __init__(self, pages: int):
+    A full page's keys and values depend only on the tokens up to its end, so when a request ends,
+    each of its full pages is remembered under the tokens it completes (a chain of page keys, as
+    vLLM's automatic prefix caching keys its blocks). A new request whose prompt starts with the same
+    tokens (the chat template's system prompt; the earlier turns of the conversation it continues)
+    shares those pages, read-only (a request writes only past them), and prefills only the rest. A
+    remembered page no request holds is evicted when the free pages run out, the least recently
+    used first (the tail of a prefix before its head)."""
+
+    def __init__(self, pages: int, page_size: int):
+        self.page_size = page_size
         self._free = list(range(pages - 1, -1, -1))  # pop() hands out page 0 first
+        self._key_of: dict[int, tuple] = {}  # a remembered page -> its key
+        self._page_of: dict[tuple, int] = {}  # a key -> its remembered page
+        self._holders: dict[int, int] = {}  # a remembered page -> the requests holding it
+        self._used: dict[int, int] = {}  # a remembered page -> when it was last matched (a counter)
+        self._clock = 0
 
     @property
     def free(self) -> int:
-        return len(self._free)
+        """Pages a request could take now: the free ones and the remembered ones nobody holds."""
+        return len(self._free) + sum(1 for page in self._key_of if not self._holders[page])
+
+    @property
+    def remembered(self) -> int:
+        return len(self._key_of)
 
     def take(self) -> int:
         if not self._free:
-            raise ChatError("the KV cache has no free page left")  # the pool is sized so this cannot happen
+            idle = [page for page in self._key_of if not self._holders[page]]
+            if not idle:  # the pool is sized so that this cannot happen
+                raise ChatError("the KV cache has no free page left")
+            self._forget(min(idle, key=lambda page: self._used[page]))
         return self._free.pop()
 
-    def give_back(self, pages: list[int]) -> None:
-        self._free.extend(reversed(pages))
+    def match(self, tokens: list[int]) -> list[int]:
+        """The remembered pages that hold the longest whole-page prefix of ``tokens`` (all but its last
+        token: a prompt computes one position at least), now held by the caller."""
+        pages, key = [], ()
+        size = self.page_size
+        for end in range(size, len(tokens), size):
+            key = (key, tuple(tokens[end - size:end]))
+            page = self._page_of.get(key)
+            if page is None:
+                break
+            pages.append(page)
+        for page in reversed(pages):  # the head of a prefix is used last, so evicted last
+            self._clock += 1
+            self._used[page] = self._clock
+            self._holders[page] += 1
+        return pages
+
+    def give_back(self, pages: list[int], tokens: list[int] | None = None) -> None:
+        """Return a request's pages; with ``tokens`` (what they hold, in order), remember its full ones."""
+        key = ()
+        size = self.page_size
+        for index, page in enumerate(pages):
+            if page in self._key_of:  # shared: the prefix it holds is remembered already
+                self._holders[page] -= 1
+                key = self._key_of[page]
+                continue
+            end = (index + 1) * size
+            if tokens is not None and end <= len(tokens) and key is not None:
+                key = (key, tuple(tokens[end - size:end]))
+                if key not in self._page_of:
+                    self._remember(page, key)
+                    continue
+            key = None  # past the first page that is not remembered, nothing can be matched
+            self._free.append(page)
         pages.clear()
+
+    def _remember(self, page: int, key: tuple) -> None:
+        self._clock += 1
+        self._key_of[page], self._page_of[key], self._holders[page], self._used[page] = key, page, 0, self._clock
+
+    def _forget(self, page: int) -> None:
+        del self._page_of[self._key_of.pop(page)]
+        del self._holders[page], self._used[page]
+        self._free.append(page)
 
 
 class PagedModel:
@@ -133,6 +197,7 @@ class _Sequence:
     rng: np.random.Generator
     tokens: list[int]  # in the KV cache, in order
     pages: list[int] = field(default_factory=list)
+    cached_tokens: int = 0  # of the prompt, found in remembered pages
     generated: list[int] = field(default_factory=list)
     text: str = ""
     next_token: int = -1  # sampled, to be fed at position len(tokens)
@@ -148,7 +213,7 @@ class BatchEngine(QueuedEngine):
     def __init__(self, model: PagedModel, model_id: str, max_queue: int = 8):
         self.model = model
         self.max_batch = model.max_batch
-        self.pages = PageAllocator(model.max_batch * model.pages_per_sequence)
+        self.pages = PagePool(model.max_batch * model.pages_per_sequence, model.page_size)
         self.widest_step = 0  # the most requests one decode step has run together
         super().__init__(model_id, model.context_length, max_queue)
 
@@ -193,14 +258,18 @@ class BatchEngine(QueuedEngine):
                 raise ChatError(f"the prompt has {len(prompt)} tokens; the context window is {model.context_length}")
             sequence = _Sequence(handle, max_tokens, len(prompt), StopText(generation.stop),
                                  np.random.default_rng(generation.sampling.seed), list(prompt), started=started)
+            # The prompt's head may be in remembered pages already (PagePool): only the rest is computed.
+            sequence.pages = self.pages.match(prompt)
+            sequence.cached_tokens = len(sequence.pages) * model.page_size
             logits = None
-            for begin in range(0, len(prompt), model.prefill_chunk):
+            for begin in range(sequence.cached_tokens, len(prompt), model.prefill_chunk):
                 end = min(begin + model.prefill_chunk, len(prompt))
                 self._reserve(sequence, end)
                 logits = model.prefill(prompt[begin:end], end, sequence.pages)
             self._sampled(sequence, logits)
             seconds = time.perf_counter() - started
-            sequence.prefill_tokens_per_s = len(prompt) / seconds if seconds else 0.0
+            computed = len(prompt) - sequence.cached_tokens
+            sequence.prefill_tokens_per_s = computed / seconds if seconds else 0.0
             sequence.decode_started = time.perf_counter()
             return sequence
         except Exception as error:  # noqa: BLE001 (the request fails, the others go on)
@@ -266,9 +335,10 @@ class BatchEngine(QueuedEngine):
                 handle.emit(Piece(tail))
             seconds = time.perf_counter() - sequence.decode_started
             decoded = max(len(sequence.generated) - 1, 0)
-            handle.emit(Finished(Completion(sequence.visible.reply, sequence.finish_reason, sequence.prompt_tokens, 0,
-                                            len(sequence.generated), sequence.prefill_tokens_per_s,
-                                            decoded / seconds if seconds > 0 else 0.0)))
+            handle.emit(Finished(Completion(sequence.visible.reply, sequence.finish_reason, sequence.prompt_tokens,
+                                            sequence.cached_tokens, len(sequence.generated),
+                                            sequence.prefill_tokens_per_s, decoded / seconds if seconds > 0 else 0.0)))
             self._took(time.perf_counter() - sequence.started)
-        self.pages.give_back(sequence.pages)
+        # What the pages hold is known unless a step failed: their full ones are remembered.
+        self.pages.give_back(sequence.pages, None if sequence.finish_reason == "failed" else sequence.tokens)
         return True

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from tessera.app.batch_engine import BatchBuildError, BatchEngine, PageAllocator, PagedModel
+from tessera.app.batch_engine import BatchBuildError, BatchEngine, PagedModel, PagePool
 from tessera.app.chat import ChatError, ChatSession, NativeChatSession, Sampling
 from tessera.app.compile import cached_compile
 from tessera.app.engine import Failed, Finished, Generation, Piece
@@ -87,6 +87,31 @@ def test_batched_replies_equal_the_chat_sessions(builds, target, runtime):
                                             else "stop")
     assert engine.widest_step == BATCH  # the rows really decoded together
     assert engine.pages.free == engine.max_batch * engine.model.pages_per_sequence  # every page given back
+
+
+def test_a_conversation_continues_from_its_remembered_pages(builds):
+    """The second turn of a conversation (its first turn and reply resent, as clients do) finds the pages
+    of the first in the prefix cache, computes only the rest, and says so in its usage; its reply is the
+    chat session's."""
+    model = PagedModel(builds["batched-wasm"])
+    first = Generation([{"role": "user", "content": "Tell me a story."}], 20)
+
+    async def main():
+        engine = BatchEngine(model, "tiny")
+        try:
+            ((text, done),) = await run_all(engine, [first])
+            second = Generation(first.messages + [{"role": "assistant", "content": text},
+                                                  {"role": "user", "content": "And then?"}], 12)
+            return second, done, (await run_all(engine, [second]))[0]
+        finally:
+            engine.close()
+
+    second, done, (text, completion) = asyncio.run(main())
+    assert completion.cached_tokens >= done.prompt_tokens - model.page_size > 0
+    assert completion.cached_tokens % model.page_size == 0
+    session = ChatSession(builds["wasm"])
+    alone = session.reply(second.messages, second.max_tokens, Sampling())
+    assert text == alone["reply"] and completion.prompt_tokens == alone["prompt_tokens"]
 
 
 @pytest.mark.parametrize("build,runtime", [("batched-wasm", "python"), ("batched-cpu", "native")])
@@ -161,14 +186,36 @@ def test_a_batched_build_is_refused_by_the_chat_session_and_a_chat_build_by_the_
 
 
 def test_pages_are_handed_out_one_at_a_time_and_given_back():
-    pages = PageAllocator(3)
+    pages = PagePool(3, 4)
     held = [pages.take(), pages.take()]
     assert held == [0, 1] and pages.free == 1
     pages.give_back(held)
-    assert held == [] and pages.free == 3
+    assert held == [] and pages.free == 3 and pages.remembered == 0
     assert sorted(pages.take() for _ in range(3)) == [0, 1, 2]
     with pytest.raises(ChatError, match="no free page"):
         pages.take()
+
+
+def test_full_pages_are_remembered_shared_and_evicted_last_used_first():
+    """A request's full pages are found again by a prompt that starts with the same tokens (never its
+    last token), shared while held, and evicted, tail before head, only when no free page is left."""
+    pages = PagePool(6, 4)
+    first = [pages.take() for _ in range(3)]
+    pages.give_back(first, tokens=list(range(10)))  # pages 0 and 1 full: remembered; page 2 freed
+    assert pages.remembered == 2 and pages.free == 6
+    assert pages.match(list(range(8))) == [0]  # the whole of page 1 would leave no token to compute
+    pages.give_back([0])
+    shared = pages.match(list(range(9)) + [99])
+    assert shared == [0, 1]
+    other = pages.match([0, 1, 2, 3, 7, 7, 7, 7, 7])  # the same first page only
+    assert other == [0] and pages.free == 4
+    assert pages.match([5, 1, 2, 3, 4, 5, 6, 7, 8]) == []
+    pages.give_back(other)
+    pages.give_back(shared, tokens=list(range(9)) + [99])  # held pages stay remembered, nothing twice
+    assert pages.remembered == 2 and pages.free == 6
+    taken = [pages.take() for _ in range(5)]  # four free pages, then the tail of the prefix
+    assert sorted(taken[:4]) == [2, 3, 4, 5] and taken[4] == 1 and pages.remembered == 1
+    assert pages.match(list(range(9)) + [99]) == [0]
 
 
 def test_sampled_replies_follow_their_seed(builds):
