@@ -6,6 +6,8 @@
 - one conversation of many turns: every turn answered, the history trimmed to the context (the
   prompt never outgrows it), memory flat.
 
+Each runs on the one-request-at-a-time server and on the batched one (a --max-batch 4 build).
+
 `make test` runs them briefly (SERVE_LOAD_SECONDS=20, SERVE_TURNS=100); the issue's five minutes and
 1,000 turns: SERVE_LOAD_SECONDS=300 SERVE_TURNS=1000 pytest tests/app/test_serve_load.py
 (bench/RESULTS.md records that run).
@@ -100,15 +102,17 @@ class Server:
 
 @pytest.fixture(scope="module")
 def compiled(tiny_gguf):
-    return cached_compile(tiny_gguf, "wasm", CONTEXT)
+    """The chat build (served one request at a time) and a batched build (continuous batching: four
+    requests decode together; a folder holding one is served batched)."""
+    return {1: cached_compile(tiny_gguf, "wasm", CONTEXT), 4: cached_compile(tiny_gguf, "wasm", CONTEXT, max_batch=4)}
 
 
-@pytest.fixture
-def server(compiled):
+@pytest.fixture(params=[1, 4], ids=["serial", "batched"])
+def server(compiled, request):
     running = []
 
     def start(max_queue):
-        running.append(Server(compiled, max_queue))
+        running.append(Server(compiled[request.param], max_queue))
         return running[-1]
 
     yield start
