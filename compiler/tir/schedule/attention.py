@@ -480,9 +480,17 @@ def _workgroup(defn: OpaqueDef, target, name: str) -> PrimFunc:
         For(jj, Const(0), Const(tile), (Assign(value, binary("+", value, binary(
             "*", Load(sc, at), Load(kv, binary("+", binary("*", jj, Const(d)), dd))))),)),
         Store(acc, k, value)))
-    stmts.append(For(j0, v["lo"], v["stop"], (
-        stage(lay.keys), Barrier(), scores, Barrier(), statistics, Barrier(),
-        stage(lay.values), Barrier(), accumulate, Barrier()), step=tile))
+    phases = (stage(lay.keys), scores, statistics, stage(lay.values), accumulate)
+    if not lay.page_size:
+        stmts.append(For(j0, v["lo"], v["stop"], tuple(x for phase in phases for x in (phase, Barrier())), step=tile))
+    else:
+        # Paged, the keys a workgroup reads come from a storage buffer (its rows' positions), which
+        # WGSL's uniformity analysis holds non-uniform: no barrier may sit in a loop they bound. The
+        # tiles run to the page table's end, a constant, each doing its work only below the stop.
+        within = binary("<", j0, v["stop"])
+        end = arith.simplify(lay.paged_inputs[1].shape[1] * lay.page_size)
+        stmts.append(For(j0, Const(0), minimum(from_prim(end), lay.capacity),
+                         tuple(x for phase in phases for x in (IfThen(within, (phase,)), Barrier())), step=tile))
     stmts.append(For(k, Const(0), Const(per_thread), (
         Declare(e, mine),
         IfThen(binary("<", e, Const(rows * d)), (
