@@ -109,10 +109,9 @@ def _paged_attention_reference(q, keys, values, positions, page_table, page_size
     group = heads // keys.shape[1]
     qf = q.astype(np.float64) * float(_scale(scale, d))
     out = np.zeros((n, heads, d), np.float64)
-    seqs = np.minimum(np.arange(n), page_table.shape[0] - 1)
     for i in range(n):
         keys_of_row = np.arange(int(positions[i]) + 1)
-        rows = page_table[seqs[i], keys_of_row // page_size].astype(np.int64) * page_size + keys_of_row % page_size
+        rows = physical_rows(keys_of_row, page_table[min(i, page_table.shape[0] - 1)][None], page_size)
         if rows.min() < 0 or rows.max() >= keys.shape[0]:
             raise IndexError(f"a page table entry points past the pool of {keys.shape[0]} rows")
         for h in range(heads):

@@ -58,6 +58,7 @@ from ..ir import (
     select,
 )
 from .common import ceil_div, global_thread_id, grid_for, scalars_of
+from .kv_cache import pool_row
 
 F32 = "f32"
 # A float32 far below any score, never -inf: exp(NEG - m) is 0 and NEG - NEG is not NaN (the
@@ -171,12 +172,7 @@ class _Layout:
         last = minimum(binary("-", v["total"], Const(1)), binary("-", self.capacity, Const(1)))
         row = maximum(minimum(key, last), Const(0))
         if self.page_size:  # the position's row in the pool, through the sequence's page table
-            table = self.paged_inputs[1]
-            pages = from_prim(table.shape[1])
-            slot = minimum(binary("/", row, Const(self.page_size)), binary("-", pages, Const(1)))
-            page = Load(table, binary("+", binary("*", v["seq"], pages), slot))
-            physical = binary("+", binary("*", page, Const(self.page_size)), binary("%", row, Const(self.page_size)))
-            row = minimum(maximum(physical, Const(0)), binary("-", self.capacity, Const(1)))
+            row = pool_row(self.paged_inputs[1], v["seq"], row, self.page_size, self.keys)
         return binary("*", binary("+", binary("*", row, Const(self.kv_heads)), v["kvh"]), Const(self.d))
 
     def write(self, v: dict, row: TExpr, dd: TExpr, acc: TExpr, top: TExpr, mass: TExpr) -> list:

@@ -118,15 +118,15 @@ def paged_row(positions: Buffer, page_table: Buffer, page_size: int, row: TExpr,
     """The pool row that query row ``row``'s position lives in (op/paged.py): its sequence's page
     table row min(row, s - 1), the page of the position, the row within the page. A position or
     an entry out of range is clamped into the table and the pool: never a read or a write outside."""
-    seqs, pages = from_prim(page_table.shape[0]), from_prim(page_table.shape[1])
-    position = maximum(Load(positions, row), Const(0))
-    seq = minimum(row, binary("-", seqs, Const(1)))
+    seq = minimum(row, binary("-", from_prim(page_table.shape[0]), Const(1)))
+    return pool_row(page_table, seq, maximum(Load(positions, row), Const(0)), page_size, pool)
+
+
+def pool_row(page_table: Buffer, seq: TExpr, position: TExpr, page_size: int, pool: Buffer) -> TExpr:
+    """The row of ``pool`` (capacity, ...) that holds non-negative ``position`` of the sequence whose
+    page-table row is ``seq``: an entry out of range is clamped into the pool (op/paged.py)."""
+    pages = from_prim(page_table.shape[1])
     slot = minimum(binary("/", position, Const(page_size)), binary("-", pages, Const(1)))
     page = Load(page_table, binary("+", binary("*", seq, pages), slot))
     physical = binary("+", binary("*", page, Const(page_size)), binary("%", position, Const(page_size)))
-    return clamp_row(physical, pool)
-
-
-def clamp_row(row: TExpr, pool: Buffer) -> TExpr:
-    """``row`` held within the rows of ``pool`` (capacity, ...)."""
-    return minimum(maximum(row, Const(0)), binary("-", from_prim(pool.shape[0]), Const(1)))
+    return minimum(maximum(physical, Const(0)), binary("-", from_prim(pool.shape[0]), Const(1)))
