@@ -71,7 +71,9 @@ class TargetKind:
     ``limits``: raised limits every device of the kind has; ``externs``: the micro-kernels of the
     backend's library its kernels may call (tir ``Extern``); ``quantized_activations``: how a
     model's quantized GEMVs read their activations when compiled for it ("q8": rounded to 8 bits,
-    for integer SIMD dot products; op/quantized.py)."""
+    for integer SIMD dot products; op/quantized.py); ``split_partner``: for a GPU kind, the CPU preset
+    a model split across devices (``tessera compile --gpu-layers``) runs its other layers on, the one
+    a runtime of this kind has beside it (WASM in a browser); "" for a kind that is not split."""
 
     name: str
     backend: str
@@ -81,6 +83,7 @@ class TargetKind:
     limits: tuple[tuple[str, int], ...] = ()
     externs: frozenset[str] = frozenset()
     quantized_activations: str = ""
+    split_partner: str = ""
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,19 @@ def register_preset(name: str, kind: str, features=(), limits: dict[str, int] | 
 def presets() -> dict[str, str]:
     """Every registered preset with its kind and description, for people choosing a ``--target``."""
     return {name: f"{p.kind}: {p.description}" if p.description else p.kind for name, p in _PRESETS.items()}
+
+
+# Kinds whose kernels run on the host's CPU (C compiled natively or to WebAssembly). Every other kind
+# drives a GPU API, even when a CPU emulates the GPU (llvmpipe, SwiftShader): a program sees a GPU.
+HOST_KINDS = frozenset({"cpu", "wasm"})
+
+
+def device_type(kind_or_preset: str) -> str:
+    """"cpu" or "gpu": the kind of physical device a target kind (or a preset, by its kind) runs on;
+    what ``R.hint_on_device(x, "cpu")`` matches a vdevice by. A kind not registered is taken to be a GPU."""
+    preset = _PRESETS.get(kind_or_preset)
+    kind = preset.kind if preset is not None else kind_or_preset
+    return "cpu" if kind in HOST_KINDS else "gpu"
 
 
 @dataclass(frozen=True)
@@ -208,6 +224,11 @@ class Target:
     def quantized_activations(self) -> str:
         """How a model's quantized GEMVs read activations on this target ("" or "q8")."""
         return _KINDS[self.kind].quantized_activations
+
+    @property
+    def split_partner(self) -> str:
+        """The CPU preset a split build of this (GPU) target pairs it with; "" when it has none."""
+        return _KINDS[self.kind].split_partner
 
     @property
     def subgroup_feature(self) -> str | None:

@@ -32,7 +32,7 @@ class MetalBackend(ModulePerKernelBackend):
 
 
 register_backend(MetalBackend())
-register_kind(TargetKind("metal", backend="metal"))
+register_kind(TargetKind("metal", backend="metal", split_partner="cpu"))
 # Apple GPU family 7 (M1, A14) and later. Metal's own limits, where they differ from WebGPU's:
 # - 1024 threads per threadgroup in any shape, 32 KiB of threadgroup memory;
 # - a kernel's argument table has 31 buffer slots; the scalars' constant buffer takes one;

@@ -44,7 +44,7 @@ def _local_bytes_in_float(func) -> int:
 
 
 register_backend(OpenCLBackend())
-register_kind(TargetKind("opencl", backend="opencl"))
+register_kind(TargetKind("opencl", backend="opencl", split_partner="cpu"))
 # vload_half/vstore_half are core OpenCL 1.2, so f16 tensors are allowed everywhere (computed in float).
 register_preset("opencl", "opencl", {SHADER_F16},
                 description="an OpenCL 1.2 GPU of an older Android phone (Adreno/Mali): WebGPU's default limits")

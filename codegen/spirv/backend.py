@@ -29,7 +29,7 @@ class SPIRVBackend(ModulePerKernelBackend):
 
 
 register_backend(SPIRVBackend())
-register_kind(TargetKind("vulkan", backend="spirv"))
+register_kind(TargetKind("vulkan", backend="spirv", split_partner="cpu"))
 # WebGPU's spec-default limits are what Chrome on Android guarantees on such GPUs.
 register_preset("vulkan", "vulkan", description="a Vulkan 1.1 GPU of a mid-range Android phone: the WebGPU "
                                                 "spec-default limits, no optional feature")

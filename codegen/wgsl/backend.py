@@ -31,7 +31,7 @@ class WGSLBackend(ModulePerKernelBackend):
 
 
 register_backend(WGSLBackend())
-register_kind(TargetKind("webgpu", backend="wgsl"))
+register_kind(TargetKind("webgpu", backend="wgsl", split_partner="wasm"))
 register_preset("webgpu", "webgpu", description="any WebGPU device: the spec-default limits, no optional feature")
 register_preset("webgpu-f16", "webgpu", {SHADER_F16}, activation_dtype="float16",
                 description="WebGPU devices with shader-f16: activations and the KV cache in float16")

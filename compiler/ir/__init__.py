@@ -9,6 +9,8 @@ from .errors import (
     ScriptError,
     TesseraError,
     UnknownOpError,
+    UnknownVDeviceError,
+    VDeviceConflictError,
     WellFormedError,
 )
 from .expr import (
@@ -50,4 +52,5 @@ from .struct_info import (
     is_base_of,
 )
 from .structural import StructuralMismatch, assert_structural_equal, structural_equal
+from .vdevice import VDeviceRewriter, rename_vdevices, resolve_vdevices, vdevice_uses
 from .well_formed import check_well_formed as well_formed

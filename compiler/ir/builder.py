@@ -49,6 +49,7 @@ from .struct_info import (
     describe,
     erase_to_ndim,
     is_base_of,
+    placed_as_annotated,
 )
 
 
@@ -154,7 +155,7 @@ class BlockBuilder:
         visible = erase_to_ndim(body_sinfo, keep=lambda v: v.name in param_vars)
         if ret is None:
             ret = visible
-        elif not is_base_of(ret, body_sinfo, frame.analyzer):
+        elif not is_base_of(ret, placed_as_annotated(body_sinfo, ret), frame.analyzer):
             raise DeductionError("return mismatch", f"function '{frame.name}' returns "
                                  f"{describe(body_sinfo)}, annotated {describe(ret)}")
         func = Function(tuple(frame.params), SeqExpr(tuple(frame.blocks), body), ret,
@@ -249,6 +250,7 @@ class BlockBuilder:
     def _check_annotation(self, name: str, value: Expr, deduced: StructInfo,
                           annotation: StructInfo) -> StructInfo:
         analyzer = self._require_frame().analyzer
+        deduced = placed_as_annotated(deduced, annotation)
         if is_base_of(annotation, deduced, analyzer):
             return deduced if is_base_of(deduced, annotation, analyzer) else annotation
         binding = f"{name} = {_show_expr(value)}"

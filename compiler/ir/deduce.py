@@ -192,6 +192,8 @@ def provable_mismatch(expected: StructInfo, actual: StructInfo, analyzer: arith.
             return f"dtype {actual.dtype} is not {expected.dtype}"
         if expected.ndim >= 0 and actual.ndim >= 0 and expected.ndim != actual.ndim:
             return f"rank {actual.ndim} is not {expected.ndim}"
+        if expected.vdevice and actual.vdevice and expected.vdevice != actual.vdevice:
+            return f"it is on {actual.vdevice}, not {expected.vdevice}; move it with R.to_vdevice"
         return _dims_mismatch(expected.shape, actual.shape, analyzer)
     if isinstance(expected, ShapeStructInfo):
         if expected.ndim >= 0 and actual.ndim >= 0 and expected.ndim != actual.ndim:

@@ -51,3 +51,12 @@ class MemoryPlanError(TesseraError):
                  function: str = ""):
         self.size, self.limit, self.tensors, self.function = size, limit, tensors, function
         super().__init__(message)
+
+
+class UnknownVDeviceError(WellFormedError):
+    """A virtual-device spec (``"webgpu"``, ``"webgpu:1"``, ``"vdevice:2"``) that names no device of the
+    module; the message lists the module's devices by their canonical names."""
+
+
+class VDeviceConflictError(TesseraError):
+    """A value that would have to live on two virtual devices with no ``R.to_vdevice`` between them."""

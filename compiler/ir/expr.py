@@ -156,6 +156,9 @@ class Op(Expr):
     # in float16 (its kernels accumulate in float32), "follow" in float16 when every computed
     # input is, "never" in float32, "keep" takes its inputs as they come (its kernel mixes them).
     precision: str = "follow"
+    # Attributes the text format writes as positional arguments after the inputs, in this order:
+    # `R.to_vdevice(x, "webgpu:0")` rather than `R.to_vdevice(x, vdevice="webgpu:0")`.
+    positional_attrs: tuple[str, ...] = ()
 
     @property
     def attr_defaults(self) -> dict[str, Any]:

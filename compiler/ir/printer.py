@@ -174,7 +174,10 @@ def _print_call(call: Call) -> str:
             args[0] = json.dumps(callee.value if isinstance(callee, StringImm) else callee.global_symbol)
     if isinstance(call.op, Op):
         defaults = call.op.attr_defaults
-        args += [f"{k}={print_literal(v)}" for k, v in call.attrs if v != defaults.get(k, object())]
+        positional = call.op.positional_attrs
+        args += [print_literal(call.attr(k)) for k in positional]
+        args += [f"{k}={print_literal(v)}" for k, v in call.attrs
+                 if k not in positional and v != defaults.get(k, object())]
         if call.sinfo_args:
             keyword = SINFO_KEYWORD.get(call.op.name, "sinfo_args")
             args.append(f"{keyword}={_print_sinfo_args(call.sinfo_args)}")

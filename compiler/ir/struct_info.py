@@ -9,7 +9,7 @@ Shapes hold canonical ``tessera.arith`` expressions.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import arith
 from ..arith import PrimExpr
@@ -66,7 +66,9 @@ class ShapeStructInfo(StructInfo):
 
 @dataclass(frozen=True, slots=True)
 class TensorStructInfo(StructInfo):
-    """A tensor; ``shape`` when known, else only ``ndim`` (-1: unknown)."""
+    """A tensor; ``shape`` when known, else only ``ndim`` (-1: unknown). ``vdevice``: the canonical name
+    (``"webgpu:0"``) of the module's virtual device it lives on, None when unplaced (docs/vdevice.md;
+    ``tessera.ir.resolve_vdevices`` turns other specs into canonical names)."""
 
     shape: tuple[PrimExpr, ...] | None = None
     dtype: str = ""
@@ -215,6 +217,40 @@ def erase_to_ndim(sinfo: StructInfo, keep=lambda var: True) -> StructInfo:
     return sinfo
 
 
+def tensor_paths(sinfo: StructInfo, prefix: tuple[int, ...] = ()) -> Iterable[tuple[tuple[int, ...], TensorStructInfo]]:
+    """Every tensor inside ``sinfo`` with its place: () for a tensor, (i, ...) inside a tuple's field i."""
+    if isinstance(sinfo, TensorStructInfo):
+        yield prefix, sinfo
+    elif isinstance(sinfo, TupleStructInfo):
+        for index, field in enumerate(sinfo.fields):
+            yield from tensor_paths(field, prefix + (index,))
+
+
+def map_vdevices(sinfo: StructInfo, fn, prefix: tuple[int, ...] = ()) -> StructInfo:
+    """``sinfo`` with each tensor's vdevice replaced by ``fn(vdevice, path)`` (the vdevice may be None).
+
+    A callable's parameters and result are mapped too (with paths from ()): they name devices of the
+    same module."""
+    if isinstance(sinfo, TensorStructInfo):
+        vdevice = fn(sinfo.vdevice, prefix)
+        return sinfo if vdevice == sinfo.vdevice else replace(sinfo, vdevice=vdevice)
+    if isinstance(sinfo, TupleStructInfo):
+        return TupleStructInfo(tuple(map_vdevices(f, fn, prefix + (i,)) for i, f in enumerate(sinfo.fields)))
+    if isinstance(sinfo, FuncStructInfo):
+        params = None if sinfo.params is None else tuple(map_vdevices(p, fn) for p in sinfo.params)
+        return FuncStructInfo(params, map_vdevices(sinfo.ret, fn), sinfo.pure)
+    return sinfo
+
+
+def placed_as_annotated(deduced: StructInfo, annotation: StructInfo) -> StructInfo:
+    """``deduced`` with each tensor that names no vdevice placed where ``annotation`` puts it.
+
+    An annotation may place a value that deduction leaves unplaced: `lv: R.Tensor(..., vdevice="wasm:0")
+    = R.add(x, y)` says where lv is computed (RealizeVDevice then places x and y there too)."""
+    where = dict(tensor_paths(annotation))
+    return map_vdevices(deduced, lambda vdevice, path: vdevice or (where[path].vdevice if path in where else None))
+
+
 def is_base_of(base: StructInfo, derived: StructInfo, analyzer: arith.Analyzer | None = None) -> bool:
     """True when every value described by ``derived`` is also described by ``base``."""
     analyzer = analyzer or arith.Analyzer()
@@ -291,6 +327,7 @@ def describe(sinfo: StructInfo) -> str:
     """Short human text, e.g. "(n, 4) float32" or "tensor of ndim 2"."""
     if isinstance(sinfo, TensorStructInfo):
         dtype = f" {sinfo.dtype}" if sinfo.dtype else ""
+        dtype += f" on {sinfo.vdevice}" if sinfo.vdevice else ""
         if sinfo.shape is not None:
             return "(" + ", ".join(str(d) for d in sinfo.shape) + (",)" if sinfo.ndim == 1 else ")") + dtype
         return f"tensor of ndim {sinfo.ndim}{dtype}" if sinfo.ndim >= 0 else f"tensor{dtype}"

@@ -8,8 +8,8 @@
   the plain dims of its own parameters;
 - dataflow blocks are pure and free of control flow;
 - struct info is consistent: an annotation is never more precise than what
-  deduction gives, results agree with the return annotation, globals and
-  virtual devices exist.
+  deduction gives (it may place an unplaced value on a device), results agree with the return annotation, globals exist
+  and virtual devices are named by their canonical names (docs/vdevice.md).
 
 A violation raises WellFormedError quoting the offending binding in printed form.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 from .. import arith
 from .builder import analyzer_for
 from .deduce import DeduceContext, deduce
-from .errors import DeductionError, WellFormedError
+from .errors import DeductionError, UnknownVDeviceError, WellFormedError
 from .expr import (
     Call,
     DataflowBlock,
@@ -43,17 +43,17 @@ from .module import IRModule
 from .printer import print_binding, print_expr, print_sinfo
 from .struct_info import (
     StructInfo,
-    TensorStructInfo,
-    TupleStructInfo,
     defining_vars,
     describe,
     is_base_of,
+    placed_as_annotated,
     sinfo_vars,
+    tensor_paths,
 )
 
 
 def check_well_formed(mod: IRModule) -> None:
-    vdevices = {d.name for d in mod.vdevices}
+    vdevices = set(mod.vdevice_names)
     for name, func in mod.functions.items():
         if isinstance(func, Function):
             _FunctionChecker(mod, name, func, vdevices).check()
@@ -95,7 +95,8 @@ class _FunctionChecker:
                               f"{print_sinfo(param.struct_info, signature=True)}")
         self._check_sinfo(func.ret_struct_info, f"the return annotation {print_sinfo(func.ret_struct_info)}")
         body_sinfo = self._seq(func.body)
-        if body_sinfo is not None and not is_base_of(func.ret_struct_info, body_sinfo, self.analyzer):
+        if body_sinfo is not None and not is_base_of(
+                func.ret_struct_info, placed_as_annotated(body_sinfo, func.ret_struct_info), self.analyzer):
             raise self.fail(f"the body returns {describe(body_sinfo)} but the function is annotated "
                             f"{describe(func.ret_struct_info)}")
 
@@ -201,9 +202,11 @@ class _FunctionChecker:
             self._uses(expr.op, text)
             for arg in expr.args:
                 self._uses(arg, text)
-            for _, value in expr.attrs:
+            for key, value in expr.attrs:
                 for prim in attr_prims(value):
                     self._prim_uses(prim, text)
+                if key == "vdevice":  # an operator attribute of this name holds a vdevice's name
+                    self._check_vdevice(value, text)
             for sinfo in expr.sinfo_args:
                 self._check_sinfo(sinfo, text)
         elif isinstance(expr, (If, Function, SeqExpr)):
@@ -222,11 +225,25 @@ class _FunctionChecker:
                 raise self.fail(f"symbolic variable '{var.name}' is used before it is defined "
                                 f"(in {text}); define it as a plain dimension of a parameter or "
                                 "a match_cast pattern")
-        for device in _vdevices(sinfo):
-            if device not in self.vdevices:
-                known = ", ".join(sorted(self.vdevices)) or "none"
-                raise self.fail(f"virtual device '{device}' is not declared in the module "
-                                f"(declared: {known}) (in {text})")
+        for _, tensor in tensor_paths(sinfo):
+            if tensor.vdevice:
+                self._check_vdevice(tensor.vdevice, text)
+
+    def _check_vdevice(self, name, text: str) -> None:
+        """Struct info holds canonical names only: two spellings of one device would compare unequal."""
+        if name in self.vdevices:
+            return
+        canonical = None
+        if isinstance(name, str):
+            try:
+                canonical = self.mod.resolve_vdevice(name)
+            except UnknownVDeviceError:
+                pass
+        if canonical is None:
+            known = ", ".join(self.mod.vdevice_names) or "none"
+            raise self.fail(f"virtual device {name!r} is not declared in the module (declared: {known}) (in {text})")
+        raise self.fail(f"virtual device {name!r} is not a canonical name; write {canonical!r} "
+                        f"(tessera.ir.resolve_vdevices canonicalizes a module) (in {text})")
 
     def _check_consistent(self, var: Var, value: Expr, text: str) -> None:
         if isinstance(value, If):
@@ -235,14 +252,6 @@ class _FunctionChecker:
             deduced = deduce(value, self.ctx)
         except DeductionError as error:
             raise self.fail(f"{error} (in {text})") from None
-        if not is_base_of(var.struct_info, deduced, self.analyzer):
+        if not is_base_of(var.struct_info, placed_as_annotated(deduced, var.struct_info), self.analyzer):
             raise self.fail(f"'{var.name_hint}' is annotated {describe(var.struct_info)} but its value "
                             f"has {describe(deduced)} (in {text})")
-
-
-def _vdevices(sinfo: StructInfo):
-    if isinstance(sinfo, TensorStructInfo) and sinfo.vdevice:
-        yield sinfo.vdevice
-    elif isinstance(sinfo, TupleStructInfo):
-        for field in sinfo.fields:
-            yield from _vdevices(field)

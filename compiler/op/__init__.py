@@ -12,6 +12,7 @@ from . import (
     create,
     cross_level,
     data_dependent,
+    device,
     elementwise,
     kv_cache,
     linear,

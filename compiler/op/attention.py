@@ -29,7 +29,7 @@ from ..ir.errors import DeductionError
 from ..ir.expr import Call
 from ..ir.struct_info import PrimStructInfo, TensorStructInfo
 from ..tir.compute import OpaqueDef
-from .common import require_float, tensor_input
+from .common import on_vdevice, operands_vdevice, require_float, tensor_input
 from .registry import make_call, register_op
 
 # A float32 far below any score, never -inf: exp(NEG - m) is 0 and NEG - NEG is not NaN (the
@@ -71,7 +71,8 @@ def _deduce_inputs(call: Call, ctx, total: bool = True):
                                  f"q's head size {q.shape[2]}, keys' rows ({keys.shape[1]}, {keys.shape[2]})")
         if differs(values.shape[0], keys.shape[0]):
             raise DeductionError("shape mismatch", f"keys hold {keys.shape[0]} rows, values {values.shape[0]}")
-    return q, keys, values
+    # The result goes where q is; q, the caches (and paged attention's page table) share a device.
+    return on_vdevice(q, operands_vdevice(call, ctx)), keys, values
 
 
 def _deduce_attention(call, ctx):
@@ -87,7 +88,7 @@ def _deduce_partial(call, ctx):
     if splits < 1:
         raise DeductionError("invalid attribute", f"splits must be at least 1, got {splits}")
     if q.shape is None:
-        return TensorStructInfo(None, "float32", 4)
+        return TensorStructInfo(None, "float32", 4, q.vdevice)
     return TensorStructInfo((splits, q.shape[0], q.shape[1], q.shape[2] + 2), "float32", vdevice=q.vdevice)
 
 
@@ -100,7 +101,7 @@ def _deduce_merge(call, ctx):
                              "dimensions")
     dtype = call.attr("dtype")
     if partial.shape is None:
-        return TensorStructInfo(None, dtype, 2)
+        return TensorStructInfo(None, dtype, 2, partial.vdevice)
     return TensorStructInfo((partial.shape[1], partial.shape[2] * (partial.shape[3] - 2)), dtype,
                             vdevice=partial.vdevice)
 

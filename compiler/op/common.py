@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import arith
 from ..ir.deduce import DeduceContext
 from ..ir.errors import DeductionError
@@ -12,6 +14,7 @@ from ..ir.struct_info import (
     TensorStructInfo,
     TupleStructInfo,
     describe,
+    tensor_paths,
 )
 
 FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
@@ -64,9 +67,43 @@ def same_dtype(call: Call, infos: list[TensorStructInfo], ctx: DeduceContext) ->
     return known.pop() if known else ""
 
 
-def same_vdevice(infos: list[TensorStructInfo]) -> str | None:
-    devices = {s.vdevice for s in infos if s.vdevice}
-    return devices.pop() if len(devices) == 1 else None
+def same_vdevice(infos: list[TensorStructInfo], call: Call | None = None, ctx: DeduceContext | None = None
+                 ) -> str | None:
+    """The vdevice of an op whose operands ``infos`` must share one: an operand that names none (a
+    constant, a weight) goes where the others are. Two different ones are an error: data moves
+    between devices only through R.to_vdevice. ``call`` and ``ctx`` name the operands in the message
+    when ``infos`` are the call's arguments, in order."""
+    if call is not None and ctx is not None and len(call.args) == len(infos):
+        return _shared_vdevice([(s.vdevice, ctx.show(a)) for s, a in zip(infos, call.args)])
+    return _shared_vdevice([(s.vdevice, None) for s in infos])
+
+
+def operands_vdevice(call: Call, ctx: DeduceContext) -> str | None:
+    """The vdevice every tensor among ``call``'s operands (tuple fields included) shares, as
+    ``same_vdevice``: for ops whose kernel reads all of them on one device."""
+    placed = []
+    for arg in call.args:
+        for path, tensor in tensor_paths(arg.sinfo) if arg.sinfo is not None else ():
+            placed.append((tensor.vdevice, ctx.show(arg) + "".join(f"[{i}]" for i in path)))
+    return _shared_vdevice(placed)
+
+
+def _shared_vdevice(placed: list[tuple[str | None, str | None]]) -> str | None:
+    named = [(device, name) for device, name in placed if device]
+    devices = list(dict.fromkeys(device for device, _ in named))
+    if len(devices) <= 1:
+        return devices[0] if devices else None
+    shown = []
+    for device in devices[:2]:
+        name = next(name for d, name in named if d == device)
+        shown.append(f"{device} ({name})" if name else device)
+    raise DeductionError("device mismatch", f"operands are on different devices: {shown[0]} and {shown[1]}; "
+                         "move one with R.to_vdevice")
+
+
+def on_vdevice(sinfo: TensorStructInfo, vdevice: str | None) -> TensorStructInfo:
+    """``sinfo`` placed on ``vdevice`` (for ops whose result is one of their operands' infos)."""
+    return sinfo if sinfo.vdevice == vdevice else replace(sinfo, vdevice=vdevice)
 
 
 def normalize_axis(call: Call, axis: int, ndim: int, ctx: DeduceContext) -> int:

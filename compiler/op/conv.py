@@ -8,7 +8,7 @@ from .. import arith
 from ..ir.errors import DeductionError
 from ..tir.compute import ComputeDef, Reduction, accumulate_type, lowest, read
 from ..tir.ir import Const, binary, cast, from_prim, logical_and, maximum, minimum, select
-from .common import result_tensor, same_dtype, tensor_input
+from .common import operands_vdevice, result_tensor, same_dtype, tensor_input
 from .lowering import clamp_index
 from .registry import register_op
 
@@ -46,12 +46,13 @@ def _deduce_conv2d(call, ctx):
     _check_layout(call, "kernel_layout", "OIHW")
     x, w = tensor_input(call, 0, ctx), tensor_input(call, 1, ctx)
     dtype = call.attr("out_dtype") or same_dtype(call, [x, w], ctx)
+    vdevice = operands_vdevice(call, ctx)
     for arg, info in zip(call.args, (x, w)):
         if info.ndim not in (-1, 4):
             raise DeductionError("rank mismatch", f"conv2d needs rank-4 tensors, {ctx.show(arg)} "
                                  f"has rank {info.ndim}")
     if x.shape is None or w.shape is None:
-        return result_tensor(None, dtype, 4)
+        return result_tensor(None, dtype, 4, vdevice)
     groups = call.attr("groups")
     in_channels = ctx.analyzer.as_int(x.shape[1])
     per_group = ctx.analyzer.as_int(w.shape[1])
@@ -63,7 +64,7 @@ def _deduce_conv2d(call, ctx):
     top, left, bottom, right = _quad(call.attr("padding"))
     height = _window_out(ctx, x.shape[2], w.shape[2], sh, top, bottom, dh)
     width = _window_out(ctx, x.shape[3], w.shape[3], sw, left, right, dw)
-    return result_tensor((x.shape[0], w.shape[0], height, width), dtype)
+    return result_tensor((x.shape[0], w.shape[0], height, width), dtype, vdevice=vdevice)
 
 
 def _conv2d_reference(x, w, strides, padding, dilation, groups, data_layout, kernel_layout,

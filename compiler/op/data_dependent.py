@@ -12,7 +12,7 @@ import numpy as np
 
 from ..ir.errors import DeductionError
 from ..ir.library import register_library_function
-from .common import result_tensor, tensor_input
+from .common import operands_vdevice, result_tensor, tensor_input
 from .cross_level import call_pure_packed
 from .registry import register_op
 
@@ -67,7 +67,7 @@ def _deduce_masked_select(call, ctx):
     if x.ndim >= 0 and mask.ndim >= 0 and x.ndim != mask.ndim:
         raise DeductionError("shape mismatch", f"masked_select needs a mask of the input's rank {x.ndim}, "
                              f"got rank {mask.ndim}")
-    return result_tensor(None, x.dtype, 1, x.vdevice)
+    return result_tensor(None, x.dtype, 1, operands_vdevice(call, ctx))
 
 
 def _masked_select_reference(x, mask):

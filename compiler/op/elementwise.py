@@ -30,7 +30,7 @@ def _deduce_binary(out_dtype: str | None):
         dtype = same_dtype(call, infos, ctx)
         shape = broadcast_shapes(call, [s.shape for s in infos], ctx)
         ndim = max(s.ndim for s in infos) if all(s.ndim >= 0 for s in infos) else -1
-        return result_tensor(shape, out_dtype or dtype, ndim, same_vdevice(infos))
+        return result_tensor(shape, out_dtype or dtype, ndim, same_vdevice(infos, call, ctx))
 
     return deduce
 
@@ -286,7 +286,7 @@ def _deduce_where(call, ctx):
                              f"{ctx.show(call.args[2])} is {branches[1].dtype}")
     shape = broadcast_shapes(call, [s.shape for s in infos], ctx)
     ndim = max(s.ndim for s in infos) if all(s.ndim >= 0 for s in infos) else -1
-    return result_tensor(shape, known.pop() if known else "", ndim, same_vdevice(infos))
+    return result_tensor(shape, known.pop() if known else "", ndim, same_vdevice(infos, call, ctx))
 
 
 register_op("where", inputs=("condition", "x1", "x2"), deduce=_deduce_where,

@@ -25,7 +25,7 @@ import numpy as np
 from ..ir.errors import DeductionError
 from ..ir.struct_info import TensorStructInfo, TupleStructInfo
 from ..tir.compute import OpaqueDef
-from .common import FLOAT_DTYPES, tensor_input
+from .common import FLOAT_DTYPES, on_vdevice, operands_vdevice, tensor_input
 from .registry import register_op
 
 
@@ -40,7 +40,7 @@ def _deduce(call, ctx):
         if not (same or flat):
             raise DeductionError("shape mismatch", f"cache rows are {_dims(cache.shape[1:])}, new rows "
                                  f"{_dims(value.shape[1:])}")
-    return cache
+    return on_vdevice(cache, operands_vdevice(call, ctx))
 
 
 def _product(dims):
@@ -91,8 +91,9 @@ def _deduce_rope_append(call, ctx):
     if values.shape is None or any(ctx.analyzer.as_int(a - b) not in (None, 0)
                                    for a, b in zip(values.shape, keys.shape)):
         raise DeductionError("shape mismatch", f"keys are {_dims(keys.shape)}, values {_dims(values.shape or ())}")
-    q = TensorStructInfo((qkv.shape[0], width // dim - 2 * kv_heads, dim), qkv.dtype, vdevice=qkv.vdevice)
-    return TupleStructInfo((q, keys, values))
+    vdevice = operands_vdevice(call, ctx)  # paged_rope_append's page table included
+    q = TensorStructInfo((qkv.shape[0], width // dim - 2 * kv_heads, dim), qkv.dtype, vdevice=vdevice)
+    return TupleStructInfo((q, on_vdevice(keys, vdevice), on_vdevice(values, vdevice)))
 
 
 def _rope_append_reference(qkv, cos, sin, keys, values, offset):

@@ -19,7 +19,7 @@ def _deduce_matmul(call, ctx):
             raise DeductionError("rank mismatch", f"matmul needs tensors of rank >= 1, "
                                  f"{ctx.show(arg)} has rank 0")
     dtype = call.attr("out_dtype") or same_dtype(call, [a, b], ctx)
-    vdevice = same_vdevice([a, b])
+    vdevice = same_vdevice([a, b], call, ctx)
     if a.shape is None or b.shape is None:
         return result_tensor(None, dtype, _result_ndim(a.ndim, b.ndim), vdevice)
     a_shape = (1,) + a.shape if a.ndim == 1 else a.shape

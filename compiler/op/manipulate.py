@@ -17,6 +17,7 @@ from .common import (
     INT_DTYPES,
     normalize_axes,
     normalize_axis,
+    operands_vdevice,
     product,
     result_tensor,
     shape_input,
@@ -192,15 +193,16 @@ def _deduce_concat(call, ctx):
     if len(dtypes) > 1:
         raise DeductionError("dtype mismatch", f"concat of {', '.join(sorted(dtypes))}")
     dtype = dtypes.pop() if dtypes else ""
+    vdevice = operands_vdevice(call, ctx)
     ndims = {s.ndim for s in infos if s.ndim >= 0}
     if len(ndims) > 1:
         raise DeductionError("rank mismatch", f"concat of ranks {sorted(ndims)}")
     if not ndims:
-        return result_tensor(None, dtype, -1)
+        return result_tensor(None, dtype, -1, vdevice)
     ndim = ndims.pop()
     axis = normalize_axis(call, call.attr("axis"), ndim, ctx)
     if any(s.shape is None for s in infos):
-        return result_tensor(None, dtype, ndim)
+        return result_tensor(None, dtype, ndim, vdevice)
     dims = []
     for i in range(ndim):
         if i == axis:
@@ -212,9 +214,9 @@ def _deduce_concat(call, ctx):
                 if ctx.analyzer.as_int(dim - other.shape[i]) is not None:
                     raise DeductionError("shape mismatch", f"concat on axis {axis}: "
                                          + ", ".join(describe(s) for s in infos))
-                return result_tensor(None, dtype, ndim)
+                return result_tensor(None, dtype, ndim, vdevice)
         dims.append(dim)
-    return result_tensor(dims, dtype)
+    return result_tensor(dims, dtype, vdevice=vdevice)
 
 
 def _legalize_concat(call, ctx):
@@ -326,12 +328,13 @@ def _deduce_take(call, ctx):
     if indices.dtype and indices.dtype not in INT_DTYPES:
         raise DeductionError("dtype mismatch", f"take needs integer indices, "
                              f"{ctx.show(call.args[1])} is {indices.dtype}")
+    vdevice = operands_vdevice(call, ctx)
     if x.ndim < 0 or indices.ndim < 0:
-        return result_tensor(None, x.dtype, -1, x.vdevice)
+        return result_tensor(None, x.dtype, -1, vdevice)
     axis = normalize_axis(call, call.attr("axis"), x.ndim, ctx)
     if x.shape is None or indices.shape is None:
-        return result_tensor(None, x.dtype, x.ndim - 1 + indices.ndim, x.vdevice)
-    return result_tensor(x.shape[:axis] + indices.shape + x.shape[axis + 1:], x.dtype, vdevice=x.vdevice)
+        return result_tensor(None, x.dtype, x.ndim - 1 + indices.ndim, vdevice)
+    return result_tensor(x.shape[:axis] + indices.shape + x.shape[axis + 1:], x.dtype, vdevice=vdevice)
 
 
 def _take_reference(x, indices, axis):

@@ -9,7 +9,7 @@ import numpy as np
 from .. import arith
 from ..ir.errors import DeductionError
 from ..tir.compute import RowDef
-from .common import normalize_axes, require_float, same_dtype, tensor_input
+from .common import normalize_axes, on_vdevice, operands_vdevice, require_float, same_dtype, tensor_input
 from .registry import register_op
 
 
@@ -18,6 +18,7 @@ def _deduce_norm(call, ctx):
     require_float(call, x, ctx)
     params = [tensor_input(call, i, ctx) for i in range(1, len(call.args))]
     same_dtype(call, [x] + params, ctx)
+    x = on_vdevice(x, operands_vdevice(call, ctx))
     if x.ndim < 0:
         return x
     axes = normalize_axes(call, call.attr("axes"), x.ndim, ctx)

@@ -48,7 +48,7 @@ from ..ir.errors import DeductionError
 from ..tir.compute import ComputeDef, Reduction, read
 from ..tir.ir import Const, binary, cast, intrinsic, maximum, select
 from ..tir.quant import BLOCK_VALUES, FORMATS, QuantizedMatmulInfo, value_at
-from .common import FLOAT_DTYPES, result_tensor, tensor_input
+from .common import FLOAT_DTYPES, operands_vdevice, result_tensor, tensor_input
 from .lowering import clamp_index
 from .registry import register_op
 
@@ -94,12 +94,13 @@ def _deduce(call, ctx):
         raise DeductionError("invalid attribute", f"quantized_matmul activations {call.attr('activations')!r} is "
                              f"not one of {', '.join(repr(a) for a in ACTIVATIONS)}")
     dtype = call.attr("out_dtype") or x.dtype
+    vdevice = operands_vdevice(call, ctx)
     if x.shape is None or w.shape is None:
-        return result_tensor(None, dtype, x.ndim, x.vdevice)
+        return result_tensor(None, dtype, x.ndim, vdevice)
     last = ctx.analyzer.as_int(x.shape[-1])
     if last is not None and last != k:
         raise DeductionError("shape mismatch", f"{ctx.show(call.args[0])} has K = {last}, the weight has K = {k}")
-    return result_tensor(tuple(x.shape[:-1]) + (w.shape[0],), dtype, vdevice=x.vdevice)
+    return result_tensor(tuple(x.shape[:-1]) + (w.shape[0],), dtype, vdevice=vdevice)
 
 
 # -- numpy reference ---------------------------------------------------------------------
@@ -182,9 +183,10 @@ def _deduce_take(call, ctx):
                              f"is {ids.dtype}")
     k = call.attr("k")
     dtype = call.attr("out_dtype") or "float32"
+    vdevice = operands_vdevice(call, ctx)
     if ids.shape is None:
-        return result_tensor(None, dtype, -1 if ids.ndim < 0 else ids.ndim + 1)
-    return result_tensor(tuple(ids.shape) + (arith.IntImm(k),), dtype)
+        return result_tensor(None, dtype, -1 if ids.ndim < 0 else ids.ndim + 1, vdevice)
+    return result_tensor(tuple(ids.shape) + (arith.IntImm(k),), dtype, vdevice=vdevice)
 
 
 def _take_reference(weight, ids, format, k, out_dtype):

@@ -25,15 +25,19 @@ PRECISIONS = ("always", "follow", "never", "keep")
 def register_op(name: str, *, inputs: tuple[str, ...], deduce: Callable,
                 attrs: dict[str, Any] | None = None, reference: Callable | None = None,
                 legalize: Callable | None = None, pure: bool = True, variadic: bool = False,
-                precision: str = "follow") -> Op:
+                precision: str = "follow", positional_attrs: tuple[str, ...] = ()) -> Op:
     """``precision``: what a float16 build does with the op (``Op``): "always", "follow", "never"
-    or "keep"."""
+    or "keep". ``positional_attrs``: attributes that may follow the inputs as positional arguments,
+    in the text format and in ``make_call``."""
     if name in _REGISTRY:
         raise ValueError(f"operator {name!r} is registered twice")
     if precision not in PRECISIONS:
         raise ValueError(f"operator {name!r}: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    unknown = set(positional_attrs) - set(attrs or {})
+    if unknown:
+        raise ValueError(f"operator {name!r}: positional attributes {', '.join(sorted(unknown))} are not attributes")
     op = Op(name, tuple(inputs), tuple((attrs or {}).items()), deduce, reference, pure, variadic, legalize,
-            precision=precision)
+            precision=precision, positional_attrs=tuple(positional_attrs))
     _REGISTRY[name] = op
     return op
 
@@ -54,6 +58,12 @@ def list_ops() -> list[str]:
 def make_call(name: str, *args, sinfo_args: tuple[StructInfo, ...] = (), **attrs) -> Call:
     """A call of operator ``name``; unknown attributes and wrong arity are errors."""
     op = get_op(name)
+    if op.positional_attrs and len(op.inputs) < len(args) <= len(op.inputs) + len(op.positional_attrs):
+        extra = dict(zip(op.positional_attrs, args[len(op.inputs):]))
+        twice = sorted(set(extra) & set(attrs))
+        if twice:
+            raise TypeError(f"R.{name} got attribute {', '.join(twice)} twice")
+        args, attrs = args[:len(op.inputs)], {**attrs, **extra}
     if not op.variadic and len(args) != len(op.inputs):
         raise TypeError(f"R.{name} takes {len(op.inputs)} inputs ({', '.join(op.inputs)}), "
                         f"got {len(args)}")

@@ -30,7 +30,7 @@ from .. import arith
 from ..ir import TensorStructInfo
 from ..ir.errors import DeductionError
 from ..tir.compute import OpaqueDef
-from .common import tensor_input
+from .common import operands_vdevice, tensor_input
 from .registry import register_op
 
 PARAMS = ("temperature", "top_k", "top_p", "repetition_penalty", "uniform")
@@ -50,7 +50,7 @@ def _deduce(call, ctx):
         raise DeductionError("shape mismatch", f"sample_token takes one row of logits, got {logits.shape[0]} rows")
     if params.shape is not None and ctx.analyzer.as_int(params.shape[0]) not in (None, len(PARAMS)):
         raise DeductionError("shape mismatch", f"params holds {', '.join(PARAMS)}: 5 values, got {params.shape[0]}")
-    return TensorStructInfo((1,), "int32")
+    return TensorStructInfo((1,), "int32", vdevice=operands_vdevice(call, ctx))
 
 
 def reference(logits, history, params, greedy=False):

@@ -12,7 +12,9 @@ After legalization the pipeline makes memory explicit (docs/passes.md):
   binding the symbolic variables of the shape heap;
 - ``R.vm.call_builtin_dps("name", (inputs..., outputs...), tir_vars, outputs=k)``: a host
   function of the runtime's library registry writing its last ``k`` arguments (what
-  ``R.call_dps_library`` becomes once its outputs are allocated).
+  ``R.call_dps_library`` becomes once its outputs are allocated);
+- ``R.vm.to_device(src, dst)``: copy a tensor into one allocated on another device (what
+  ``R.to_vdevice`` becomes in a build split across devices; the VM's ``to_device``).
 
 All are impure (they allocate, write or check), so they live outside dataflow blocks.
 """
@@ -58,3 +60,4 @@ register_op("memory.alloc_tensor", inputs=("storage", "shape"), attrs={"offset":
 register_op("vm.check", inputs=("value",), deduce=_deduce_check, pure=False)
 register_op("vm.call_builtin_dps", inputs=("func", "args", "tir_vars"), attrs={"outputs": 1},
             deduce=_deduce_object, pure=False, variadic=True)
+register_op("vm.to_device", inputs=("src", "dst"), deduce=_deduce_object, pure=False)

@@ -75,7 +75,10 @@ class _ModuleParser:
                 raise fail(stmt, "a module holds only functions, kernels and I.module_global_infos(...)")
         # Signatures first, so that functions may call each other in any order. A kernel has none:
         # call_tir gives its results' struct info.
-        signatures = {f.name: None if is_prim_func(f) else _FunctionParser.signature(f) for f in functions}
+        # Every vdevice spec in the text becomes its canonical name (docs/vdevice.md), so that two
+        # spellings of one device compare equal.
+        resolve = IRModule({}, {"vdevice": vdevices}).resolve_vdevice
+        signatures = {f.name: None if is_prim_func(f) else _FunctionParser.signature(f, resolve) for f in functions}
         builder = BlockBuilder(signatures=signatures)
         if vdevices:
             builder.set_global_infos("vdevice", vdevices)
@@ -87,7 +90,7 @@ class _ModuleParser:
             if is_prim_func(func):
                 builder.add_func(parse_prim_func(func, self.lines), func.name)
             else:
-                _FunctionParser(builder, func, signatures).parse()
+                _FunctionParser(builder, func, signatures, resolve).parse()
         return builder.get()
 
     def _global_infos(self, call: ast.Call) -> list[VDevice]:
@@ -107,15 +110,17 @@ class _ModuleParser:
 
 
 class _FunctionParser:
-    def __init__(self, builder: BlockBuilder, node: ast.FunctionDef, signatures: dict,
+    def __init__(self, builder: BlockBuilder, node: ast.FunctionDef, signatures: dict, resolve_vdevice,
                  enclosing: _FunctionParser | None = None):
         """``enclosing``: the parser of the function a nested ``def`` sits in; the nested function
-        sees (captures) the variables and symbolic variables bound before it."""
+        sees (captures) the variables and symbolic variables bound before it. ``resolve_vdevice``: the
+        module's vdevice lookup (``IRModule.resolve_vdevice``)."""
         self.bb = builder
         self.node = node
         self.signatures = signatures
+        self.resolve_vdevice = resolve_vdevice
         self.enclosing = enclosing
-        self.sig = self.signature(node) if enclosing else signatures[node.name]
+        self.sig = self.signature(node, resolve_vdevice) if enclosing else signatures[node.name]
         self.sym: dict[str, arith.Var] = dict(enclosing.sym) if enclosing else {}
         self.scope: dict[str, Var] = dict(enclosing.scope) if enclosing else {}
         self.dataflow_outputs: set[str] | None = None
@@ -123,8 +128,8 @@ class _FunctionParser:
     # -- signature ------------------------------------------------------------
 
     @staticmethod
-    def signature(node: ast.FunctionDef) -> FuncStructInfo:
-        parser = SinfoParser(symbols=None)
+    def signature(node: ast.FunctionDef, resolve_vdevice) -> FuncStructInfo:
+        parser = SinfoParser(None, resolve_vdevice)
         params = []
         for arg in node.args.args:
             if arg.annotation is None:
@@ -319,7 +324,7 @@ class _FunctionParser:
         if stmt.name in self.scope:
             raise fail(stmt, f"'{stmt.name}' is already bound; every variable is bound once")
         builder = BlockBuilder(signatures=self.signatures)
-        _FunctionParser(builder, stmt, self.signatures, enclosing=self).parse()
+        _FunctionParser(builder, stmt, self.signatures, self.resolve_vdevice, enclosing=self).parse()
         func = builder.get()[stmt.name]
         self.scope[stmt.name] = self._at(stmt, self.bb.emit, func, stmt.name)
 
@@ -342,7 +347,7 @@ class _FunctionParser:
     # -- expressions ------------------------------------------------------------
 
     def _sinfo(self, node: ast.AST) -> StructInfo:
-        return SinfoParser(self.sym).parse(node)
+        return SinfoParser(self.sym, self.resolve_vdevice).parse(node)
 
     def _prim(self, node: ast.AST) -> arith.PrimExpr:
         return PrimParser(self.sym).parse(node)
@@ -395,15 +400,25 @@ class _FunctionParser:
             op = registry.get_op(op_name)
         except TesseraError as error:
             raise fail(node, str(error)) from None
-        args = [self._expr(a) for a in node.args]
-        attrs, sinfo_args = {}, ()
+        # Attributes an operator takes positionally follow its inputs: R.to_vdevice(x, "webgpu:0").
+        inputs = len(node.args) if op.variadic or not op.positional_attrs else len(op.inputs)
+        args = [self._expr(a) for a in node.args[:inputs]]
+        if len(node.args) - inputs > len(op.positional_attrs):
+            raise fail(node, f"R.{op.name} takes {len(op.inputs)} inputs and the attributes "
+                        f"{', '.join(op.positional_attrs)}, got {len(node.args)} arguments")
+        attrs = {key: self._attr_value(a) for key, a in zip(op.positional_attrs, node.args[inputs:])}
+        sinfo_args = ()
         for keyword in node.keywords:
             if keyword.arg in ("sinfo_args", "out_sinfo"):
                 sinfo_args = self._sinfo_list(keyword.value)
             elif keyword.arg is None:
                 raise fail(keyword, "** arguments are not part of the format")
+            elif keyword.arg in attrs:
+                raise fail(keyword, f"R.{op.name} got attribute '{keyword.arg}' twice")
             else:
                 attrs[keyword.arg] = self._attr_value(keyword.value)
+        if "vdevice" in attrs:  # an attribute of this name holds a vdevice (R.to_vdevice's target)
+            attrs["vdevice"] = SinfoParser(None, self.resolve_vdevice).vdevice(node, attrs["vdevice"])
         try:
             return registry.make_call(op.name, *args, sinfo_args=sinfo_args, **attrs)
         except TypeError as error:

@@ -7,7 +7,7 @@ import ast
 
 from .. import arith
 from ..arith.parse import from_ast
-from ..ir.errors import ScriptError
+from ..ir.errors import ScriptError, TesseraError
 from ..ir.struct_info import (
     FuncStructInfo,
     ObjectStructInfo,
@@ -88,8 +88,11 @@ class PrimParser:
 
 
 class SinfoParser:
-    def __init__(self, symbols: dict[str, arith.Var] | None):
+    def __init__(self, symbols: dict[str, arith.Var] | None, resolve_vdevice=None):
+        """``resolve_vdevice``: the module's spec -> canonical name lookup (``IRModule.resolve_vdevice``);
+        None keeps vdevice specs as written."""
         self.prims = PrimParser(symbols)
+        self.resolve_vdevice = resolve_vdevice
 
     def parse(self, node: ast.AST) -> StructInfo:
         name = dotted(node.func) if isinstance(node, ast.Call) else dotted(node)
@@ -125,11 +128,20 @@ class SinfoParser:
             # A callable's parameters define their plain dims, as a function's signature does
             # (`R.Callable((R.Tensor((k, 2, 2)),), R.Tensor((k * 4,)))` needs no `k = T.int64()`).
             own = [v for p in params_node.elts for v in defining_vars(SinfoParser(None).parse(p))]
-            inner = SinfoParser({**self.prims.symbols, **{v.name: v for v in own}})
+            inner = SinfoParser({**self.prims.symbols, **{v.name: v for v in own}}, self.resolve_vdevice)
         ret = inner.parse(ret_node)
         if params_node is None:
             return FuncStructInfo(None, ret, pure)
         return FuncStructInfo(tuple(inner.parse(p) for p in params_node.elts), ret, pure)
+
+    def vdevice(self, node: ast.AST, spec) -> str:
+        """The canonical name of the vdevice ``spec`` names; a spec that names none fails at ``node``."""
+        if not isinstance(spec, str):
+            raise fail(node, f"a vdevice is named by a string such as \"webgpu:0\", not {spec!r}")
+        try:
+            return self.resolve_vdevice(spec)
+        except TesseraError as error:
+            raise fail(node, str(error)) from None
 
     def _dims(self, node: ast.AST) -> list[arith.PrimExpr]:
         if not isinstance(node, (ast.Tuple, ast.List)):
@@ -142,6 +154,9 @@ class SinfoParser:
             raise fail(node, f"R.Tensor has no argument {', '.join(sorted(unknown))}")
         shape = None
         dtype = literal(kwargs["dtype"]) if "dtype" in kwargs else ""
+        vdevice = literal(kwargs["vdevice"]) if "vdevice" in kwargs else None
+        if len(args) > 3:
+            raise fail(node, "R.Tensor takes at most a shape, a dtype and a vdevice as positional arguments")
         if args:
             first = args[0]
             if isinstance(first, ast.Constant) and isinstance(first.value, str) and len(args) == 1:
@@ -150,8 +165,11 @@ class SinfoParser:
                 shape = tuple(self._dims(first))
                 if len(args) > 1:
                     dtype = literal(args[1])
+                if len(args) > 2:  # R.Tensor((2, 3), "float32", "webgpu"), as TVMScript allows
+                    vdevice = literal(args[2])
         ndim = literal(kwargs["ndim"]) if "ndim" in kwargs else -1
-        vdevice = literal(kwargs["vdevice"]) if "vdevice" in kwargs else None
+        if vdevice is not None and self.resolve_vdevice is not None:
+            vdevice = self.vdevice(node, vdevice)
         if shape is not None and ndim not in (-1, len(shape)):
             raise fail(node, f"R.Tensor with {len(shape)} dims cannot have ndim={ndim}")
         try:

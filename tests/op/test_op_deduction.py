@@ -364,6 +364,19 @@ def test_cross_level_calls_use_explicit_output_info():
         deduced(lambda x: op.make_call("call_tir", GlobalVar("k"), TupleExpr((x,))), T((3,), F32))
 
 
+@covers("to_vdevice", "hint_on_device")
+def test_device_moves_deduction():
+    """Placement is tested in tests/ir/test_vdevice.py; here the shapes pass through and the numbers copy."""
+    assert deduced(lambda x: op.to_vdevice(x, "webgpu:0"), T(("n", 4), F32)) == \
+        'R.Tensor((n, 4), dtype="float32", vdevice="webgpu:0")'
+    assert deduced(lambda x: op.hint_on_device(x, "gpu"), T(("n", 4), F32)) == tensor_text(["n", "4"])
+    for move in (lambda x: op.to_vdevice(x, "webgpu:0"), lambda x: op.hint_on_device(x, "cpu")):
+        out, (x,) = run_single_call(move, T((2, 3), F32))
+        np.testing.assert_array_equal(out, x)
+    with pytest.raises(DeductionError, match="R.to_vdevice takes the name of a vdevice"):
+        deduced(lambda x: op.to_vdevice(x, ""), T((2,), F32))
+
+
 def test_every_registered_op_is_covered():
     assert set(op.list_ops()) - COVERED == set()
 
@@ -407,7 +420,7 @@ def test_flatten_static():
 
 
 @covers("builtin.alloc_tensor", "call_tir_dps", "memory.alloc_storage", "memory.alloc_tensor", "vm.check",
-        "vm.call_builtin_dps")
+        "vm.call_builtin_dps", "vm.to_device")
 def test_lowered_program_operators():
     from tessera.arith import Var as SymVar
     from tessera.ir import GlobalVar, ObjectStructInfo, Shape, ShapeExpr, StringImm
@@ -427,6 +440,7 @@ def test_lowered_program_operators():
         == tensor_text(["n"])
     assert deduced(lambda x, y: op.make_call("vm.call_builtin_dps", StringImm("lib.fn"), TupleExpr((x, y)), outputs=1),
                    T(("n",), F32), T(("n",), F32)) == "R.Object"
+    assert deduced(lambda x, y: op.make_call("vm.to_device", x, y), T(("n",), F32), T(("n",), F32)) == "R.Object"
     with pytest.raises(DeductionError, match="alloc_tensor needs a dtype"):
         deduced(lambda x: op.make_call("builtin.alloc_tensor", ShapeExpr((n,))), T(("n",), F32))
 
