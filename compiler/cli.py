@@ -40,6 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     compile_cmd.add_argument("--max-batch", type=int, default=1,
                              help="B > 1: a batched build for `tessera serve`, decoding up to B requests together "
                                   "over a paged KV cache (docs/serve.md); default 1, a chat build")
+    compile_cmd.add_argument("--gpu-layers", type=int, metavar="N",
+                             help="split the model: the first N decoder layers on the GPU target, the rest and the "
+                                  "output head on the CPU (WASM beside webgpu, native C beside vulkan/opencl/metal; "
+                                  "docs/vdevice.md); default: all on the target")
     compile_cmd.add_argument("-q", "--quiet", action="store_true",
                              help="print only the directory: no progress, no summary")
 
@@ -129,7 +133,7 @@ def _compile(args) -> int:
 
     with ProgressBar("quiet" if args.quiet else None) as progress:
         compiled = compile_model(args.model, args.output, args.target, args.context, progress, args.cpu,
-                                 args.prefill_chunk, args.max_batch)
+                                 args.prefill_chunk, args.max_batch, args.gpu_layers)
     if not args.quiet:
         sys.stderr.write(compile_summary(compiled))
     print(compiled.directory)

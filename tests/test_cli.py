@@ -247,3 +247,28 @@ def test_chat_runs_every_build_as_it_runs_a_webgpu_one(compiled_tiny, tiny_gguf,
     metal = run("chat", folders[-1], "--prompt", "Hi", "--max-tokens", "4")
     assert metal.returncode == 1 and "Traceback" not in metal.stderr
     assert "no device here runs metal kernels" in metal.stderr
+
+
+def test_gpu_layers_splits_the_model_and_it_replies_as_the_whole_model(compiled_tiny, tiny_gguf, tmp_path):
+    """`tessera compile --gpu-layers 1`: layer 0 on WebGPU, layer 1 and the head on WASM. `tessera chat`
+    runs it in the Python VM with the webgpu build's greedy reply; `tessera inspect` shows each device,
+    its arena and the two copies a step makes; runtime-native refuses it naming the devices; a count
+    past the model's layers or a target that is not a GPU is one clear line."""
+    _, webgpu = compiled_tiny
+    split = str(tmp_path / "split")
+    result = run("compile", tiny_gguf, "-o", split, "--context", "64", "--gpu-layers", "1", "-q")
+    assert result.returncode == 0, result.stderr
+    replies = [json.loads(run("chat", folder, "--prompt", "Hi", "--temperature", "0", "--max-tokens", "4", "--json",
+                              "--runtime", "python").stdout)["reply"] for folder in (webgpu, split)]
+    assert replies[0] and replies[1] == replies[0]
+    text = run("inspect", split).stdout
+    assert "device 0: webgpu:0, webgpu (webgpu, wgsl)" in text and "device 1: wasm:0, wasm (wasm, c-wasm)" in text
+    assert re.search(r"function decode: .*\n.*\n.*\n    on webgpu:0: .*\n    on wasm:0: .*\n"
+                     r"  copies between devices: 2 per call", text)
+    native = run("chat", split, "--prompt", "Hi", "--max-tokens", "2", "--runtime", "native")
+    assert native.returncode == 1 and "Traceback" not in native.stderr
+    assert "split across the devices webgpu:0 and wasm:0" in native.stderr
+    for args, message in ((["--gpu-layers", "3"], "--gpu-layers must be 0 to 2"),
+                          (["--gpu-layers", "1", "--target", "wasm"], "wasm is not a GPU target")):
+        bad = run("compile", tiny_gguf, "-o", str(tmp_path / "bad"), "--context", "64", *args)
+        assert bad.returncode == 1 and message in bad.stderr and "Traceback" not in bad.stderr

@@ -74,6 +74,20 @@ def resolve_target(target: Target | str, cpu: str | None = None) -> Target:
     return Target.preset(choices[cpu])
 
 
+def split_devices(target: Target, max_batch: int = 1) -> tuple[str, str]:
+    """The two vdevices of a build split by --gpu-layers: the GPU target's preset and its CPU partner."""
+    if not target.split_partner:
+        gpus = sorted(name for name in presets() if Target.preset(name).split_partner)
+        raise CompileError(f"--gpu-layers splits a model between a GPU target and the CPU; {target.name} is not a GPU "
+                           f"target (one of: {', '.join(gpus)})")
+    if target.activation_dtype != "float32":
+        raise CompileError(f"--gpu-layers does not split a {target.activation_dtype} build yet ({target.name}): the "
+                           "CPU part computes in float32; use a float32 target")
+    if max_batch > 1:
+        raise CompileError("--gpu-layers and --max-batch cannot be combined yet: a batched build runs on one device")
+    return target.name, target.split_partner
+
+
 # The most sequences a batched build decodes together (--max-batch).
 MAX_BATCH = 64
 # The longest prefill chunk a default picks (llama.cpp's default batch and MLC's prefill chunk).
@@ -95,11 +109,14 @@ def default_prefill_chunk(config, context_length: int, target: Target) -> int:
 
 def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe", context_length: int = 1024,
                   progress: Progress | None = None, cpu: str | None = None,
-                  prefill_chunk: int | None = None, max_batch: int = 1) -> CompiledModel:
+                  prefill_chunk: int | None = None, max_batch: int = 1,
+                  gpu_layers: int | None = None) -> CompiledModel:
     """Compile the Llama-family model in ``gguf_path`` into the directory ``output`` (``cpu``: see
     ``resolve_target``). ``prefill_chunk``: the most positions one prefill call takes (a longer
     prompt takes several); None picks ``default_prefill_chunk``. ``max_batch`` > 1: the batched build
     `tessera serve --max-batch` runs (models/llama.py's export_paged_llm), for that many sequences.
+    ``gpu_layers`` (llama.cpp's --n-gpu-layers): the first that many decoder layers on the GPU target,
+    the rest with the head on its CPU partner (``split_devices``); None: all on ``target``.
 
     ``progress(stage, done, total)`` is told each stage as it starts (tessera.build's contract)."""
     target = resolve_target(target, cpu)
@@ -111,6 +128,7 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
         raise CompileError(f"--context must be at least 1, got {context_length}")
     if not 1 <= max_batch <= MAX_BATCH:
         raise CompileError(f"--max-batch must be 1 to {MAX_BATCH}, got {max_batch}")
+    devices = split_devices(target, max_batch) if gpu_layers is not None else None
     progress(f"read {os.path.basename(gguf_path)}", 0, 1)
     model_file = load_gguf(gguf_path)
     # Everything that can refuse the file is asked before anything is written: a missing or unsupported
@@ -122,6 +140,9 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     tokenizer = build_tokenizer(spec)
     model, weights = llama_from_gguf(model_file)
     context_length = min(context_length, model_file.config.context_length)
+    if gpu_layers is not None and not 0 <= gpu_layers <= model.config.num_layers:
+        raise CompileError(f"--gpu-layers must be 0 to {model.config.num_layers} (the model's decoder layers), "
+                           f"got {gpu_layers}")
     chunk = min(prefill_chunk or default_prefill_chunk(model.config, context_length, target), context_length)
     stops = sorted({i for i, t in enumerate(spec.tokens) if t in END_OF_TURN_TOKENS}
                    | ({spec.eos_token_id} if spec.eos_token_id is not None else set()))
@@ -134,8 +155,12 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
               "compiler_version": tessera.__version__}
     if max_batch > 1:
         config |= {"max_batch": max_batch, "page_size": model.page_size}
+    if devices is not None:
+        config |= {"gpu_layers": gpu_layers, "devices": list(devices)}
     progress("export the graph", 0, 1)
-    mod = nn.bind_weights(export_llm(model, context_length, target.quantized_activations, chunk, max_batch), weights)
+    exported = export_llm(model, context_length, target.quantized_activations, chunk, max_batch, gpu_layers,
+                          devices or ("webgpu", "wasm"))
+    mod = nn.bind_weights(exported, weights)
     try:
         exe = tessera.build(mod, target, progress=progress)
     except MemoryPlanError as error:  # the option that fixes it, for people at a command line
@@ -189,7 +214,8 @@ def compile_summary(compiled: CompiledModel) -> str:
 
 
 def cached_compile(gguf_path: str, target: Target | str = "llvmpipe", context_length: int = 1024,
-                   progress: Progress | None = None, prefill_chunk: int | None = None, max_batch: int = 1) -> str:
+                   progress: Progress | None = None, prefill_chunk: int | None = None, max_batch: int = 1,
+                   gpu_layers: int | None = None) -> str:
     """The compiled directory for this file, target, context (and prefill chunk, when one is asked
     for; the batch, for a batched build), compiling it on first use."""
     target = resolve_target(target)
@@ -199,11 +225,12 @@ def cached_compile(gguf_path: str, target: Target | str = "llvmpipe", context_le
             digest.update(chunk)
     name = (f"{digest.hexdigest()[:16]}-tessera{tessera.__version__}+{compiler_fingerprint()}-"
             f"{target.name}-ctx{context_length}" + (f"-chunk{prefill_chunk}" if prefill_chunk else "")
-            + (f"-batch{max_batch}" if max_batch > 1 else ""))
+            + (f"-batch{max_batch}" if max_batch > 1 else "")
+            + (f"-gpu{gpu_layers}" if gpu_layers is not None else ""))
     directory = os.path.join(cache_root(), name)
     if not os.path.exists(os.path.join(directory, CHAT_CONFIG)):  # written last: a complete compile
         compile_model(gguf_path, directory + ".partial", target, context_length, progress,
-                      prefill_chunk=prefill_chunk, max_batch=max_batch)
+                      prefill_chunk=prefill_chunk, max_batch=max_batch, gpu_layers=gpu_layers)
         if os.path.exists(directory):
             shutil.rmtree(directory)
         os.replace(directory + ".partial", directory)

@@ -96,7 +96,12 @@ def summarize(exe: Executable, download: int | None = None) -> dict:
             "runtime_allocations": f.get("runtime_allocations", []),
             "calls": sorted({op["func"] for op in f["code"] if op["op"] == "call" and "func" in op}),
         }
-    kernels = [{"name": k["name"], "backend": k["backend"], "rule": k["rule"], "pattern": k["pattern"],
+        if exe.devices:  # a split build: each device's arena, and the copies between devices
+            functions[name]["device_arenas"] = memory.get("devices", [])
+            functions[name]["copies"] = [{"device": op["device"], "bytes": f["tensors"][str(op["dst"])]["bytes"]}
+                                         for op in f["code"] if op["op"] == "to_device"]
+    kernels = [{"name": k["name"], "backend": k["backend"], "device": k.get("device", 0), "rule": k["rule"],
+                "pattern": k["pattern"],
                 "workgroup_size": k["workgroup_size"], "grid": k["grid"],
                 "scalars": [s["name"] for s in k["abi"]["scalars"]]} for k in exe.kernels]
     arena = [f["arena_bytes"] for f in functions.values() if f["arena_bytes"] is not None]
@@ -113,17 +118,31 @@ def summarize(exe: Executable, download: int | None = None) -> dict:
                           "total_bytes": memory.total, "largest_buffer_bytes": memory.largest_buffer,
                           "largest_binding_bytes": memory.largest_binding},
         "download_bytes": download,
+        "devices": [{"name": d["vdevices"][0], "kind": d["kind"], "id": d["id"], "target": d["target"],
+                     "kernels": sum(1 for k in exe.kernels if k.get("device", 0) == index),
+                     "weights": sorted(n for n, on in exe.constant_devices.items() if index in on)}
+                    for index, d in enumerate(exe.devices)],
     }
 
 
 def format_summary(summary: dict, verbose: bool = False) -> str:
     lines = [f"target: {describe_target(summary['target'])}"]
+    for index, device in enumerate(summary.get("devices", [])):
+        lines.append(f"device {index}: {device['name']}, {describe_target(device['target'])}: "
+                     f"{_count(device['kernels'], 'kernel', 'kernels')}, {len(device['weights'])} weights")
     for name, f in summary["functions"].items():
         symbols = ", ".join(f"{s} <= {v['upper_bound']}" if v["upper_bound"] is not None else f"{s} unbounded"
                             for s, v in f["symbols"].items()) or "none"
         lines.append(f"function {name}: {_count(f['launches'], 'kernel launch', 'kernel launches')}; symbols {symbols}")
         lines.append(f"  params: {_params(f['params'])}")
         lines.append(f"  arena: {_arena(f)}")
+        for index, arena in enumerate(f.get("device_arenas", [])):
+            bound = arena["liveness_lower_bound_bytes"]
+            lines.append(f"    on {summary['devices'][index]['name']}: {mib(arena['arena_bytes'])}"
+                         + (f"; liveness lower bound {mib(bound)}" if bound is not None else ""))
+        if "copies" in f:
+            moved = ", ".join(f"{c['bytes']} bytes to {summary['devices'][c['device']]['name']}" for c in f["copies"])
+            lines.append(f"  copies between devices: {len(f['copies'])} per call" + (f" ({moved})" if moved else ""))
         if f["calls"]:
             lines.append(f"  calls: {', '.join(f['calls'])}")
         for allocation in f["runtime_allocations"]:

@@ -112,6 +112,10 @@ class LlamaForCausalLM(Module):
     block format when the weight is quantized."""
 
     page_size = 16  # positions per page of a paged KV cache (export_llm's max_batch)
+    # A build split across two devices (export_llm's gpu_layers): layers from ``split_at`` on, the final
+    # norm and the head run on the vdevice ``cpu_vdevice``; None: one device.
+    split_at: int | None = None
+    cpu_vdevice = ""
 
     def __init__(self, c: LlamaConfig, formats: dict[str, str] | None = None):
         self.config = c
@@ -140,11 +144,22 @@ class LlamaForCausalLM(Module):
         cos, sin = _rope_tables_at(positions, n, c)
         x = self.model.embed_tokens(input_ids)
         for index, layer in enumerate(self.model.layers):
+            if index == self.split_at:
+                x, cos, sin = self._to_cpu(x, positions, n)
             cache = (caches[2 * index], caches[2 * index + 1])
             h = op.add(x, layer.self_attn.cached(layer.input_layernorm(x), cos, sin, n, start, end, cache))
             x = op.add(h, layer.mlp(layer.post_attention_layernorm(h)))
+        if self.split_at == c.num_layers:
+            x, _, _ = self._to_cpu(x, positions, n)
         x = self.model.norm(x)
         return self._head(op.strided_slice(x, axes=[0], begin=[n - 1], end=[n]))
+
+    def _to_cpu(self, x: Expr, positions: Expr, n):
+        """Where a split build leaves the GPU: the hidden state and the positions move (two copies per
+        step, whatever the layers), and the CPU layers compute their own RoPE tables from the positions."""
+        x = op.to_vdevice(x, vdevice=self.cpu_vdevice)
+        cos, sin = _rope_tables_at(op.to_vdevice(positions, vdevice=self.cpu_vdevice), n, self.config)
+        return x, cos, sin
 
     def prefill_paged(self, input_ids: Expr, total: Expr, page_table: Expr, *caches: Expr) -> Expr:
         """``step`` for one sequence of a paged KV cache (``page_table`` (1, pages)): the prompt's chunk
@@ -221,7 +236,8 @@ def _rope(x: Expr, cos: Expr, sin: Expr, head_dim: int) -> Expr:
 
 
 def export_llm(model: LlamaForCausalLM, context_length: int, quantized_activations: str = "",
-               prefill_chunk: int | None = None, max_batch: int = 1):
+               prefill_chunk: int | None = None, max_batch: int = 1, gpu_layers: int | None = None,
+               devices: tuple[str, str] = ("webgpu", "wasm")):
     """``prefill(input_ids (n,), total)`` and ``decode(input_ids (1,), total)``, sharing a KV cache of
     ``context_length`` positions kept as state: each writes its positions into the cache and returns
     the last position's logits. ``total`` counts every position so far, this call's included.
@@ -229,31 +245,50 @@ def export_llm(model: LlamaForCausalLM, context_length: int, quantized_activatio
     each continuing after the last, so prefill's memory plan grows with the chunk, not the context.
     ``quantized_activations`` ("q8"): decode's quantized GEMVs read x rounded to 8 bits, for a
     target's integer SIMD kernels (transform/quantize_activations.py; ``Target.quantized_activations``).
-    ``max_batch`` > 1: the batched build of export_paged_llm instead."""
+    ``max_batch`` > 1: the batched build of export_paged_llm instead.
+    ``gpu_layers`` (llama.cpp's --n-gpu-layers): the first that many decoder layers, with the embedding,
+    on the vdevice ``devices[0]`` (a GPU target), the rest with the final norm, the head and the
+    sampler on ``devices[1]`` (a CPU target): a module split across two devices (docs/vdevice.md);
+    None: one device, the build's."""
     from ..ir import PrimStructInfo, Tensor
+    from ..ir.module import IRModule, VDevice
     from ..nn import export
     from ..transform import quantize_activations
 
     if max_batch > 1:
+        if gpu_layers is not None:
+            raise ValueError("a batched build (max_batch > 1) cannot be split across devices (gpu_layers)")
         return export_paged_llm(model, context_length, max_batch, prefill_chunk, quantized_activations)
     c = model.config
+    start = IRModule()
+    if gpu_layers is not None:
+        if not 0 <= gpu_layers <= c.num_layers:
+            raise ValueError(f"gpu_layers must be 0 .. {c.num_layers} (the model's layers), got {gpu_layers}")
+        start = IRModule({}, {"vdevice": [VDevice(devices[0]), VDevice(devices[1])]})
+        model.split_at, model.cpu_vdevice = gpu_layers, start.vdevice_name(1)
+    cpu = model.cpu_vdevice or None
     caches = {}
     for index in range(c.num_layers):
+        on = cpu if model.split_at is not None and index >= model.split_at else None
         for kind in ("k", "v"):
-            caches[f"cache_{kind}_{index}"] = Tensor((context_length, c.num_kv_heads, c.head_dim), "float32")
+            caches[f"cache_{kind}_{index}"] = Tensor((context_length, c.num_kv_heads, c.head_dim), "float32",
+                                                     vdevice=on)
     chunk = min(prefill_chunk or context_length, context_length)
     if chunk < 1:
         raise ValueError(f"prefill_chunk must be at least 1, got {prefill_chunk}")
     attrs = {"tir_var_upper_bound": {"n": chunk, "total": context_length},
              "tir_var_lower_bound": {"n": 1, "total": 1}, "state_params": list(caches)}
     total = PrimStructInfo("int64", arith.Var("total"))
-    mod = export(model, "prefill", {"input_ids": Tensor(("n",), "int32"), "total": total, **caches},
-                 method="step", attrs=attrs)
-    mod = export(model, "decode", {"input_ids": Tensor((1,), "int32"), "total": total, **caches}, method="step",
-                 attrs=attrs, module=mod)
-    if quantized_activations:
+    try:
+        mod = export(model, "prefill", {"input_ids": Tensor(("n",), "int32"), "total": total, **caches},
+                     method="step", attrs=attrs, module=start)
+        mod = export(model, "decode", {"input_ids": Tensor((1,), "int32"), "total": total, **caches},
+                     method="step", attrs=attrs, module=mod)
+    finally:
+        model.split_at, model.cpu_vdevice = None, ""
+    if quantized_activations and gpu_layers is None:
         mod = quantize_activations(mod, quantized_activations, functions=("decode",))
-    return add_sampling(mod, c.vocab_size, context_length)
+    return add_sampling(mod, c.vocab_size, context_length, cpu)
 
 
 def export_paged_llm(model: LlamaForCausalLM, context_length: int, max_batch: int, prefill_chunk: int | None = None,
@@ -294,15 +329,17 @@ def export_paged_llm(model: LlamaForCausalLM, context_length: int, max_batch: in
     return add_sampling(mod, c.vocab_size, context_length)
 
 
-def add_sampling(mod, vocab_size: int, context_length: int):
+def add_sampling(mod, vocab_size: int, context_length: int, vdevice: str | None = None):
     """``sample(logits, history, params)`` and ``sample_greedy(...)``: the next token on the device
     (tessera.op.sampling), so that a step reads back one id rather than the vocabulary's logits.
-    ``history`` holds the ids the repetition penalty applies to: at most the context."""
+    ``history`` holds the ids the repetition penalty applies to: at most the context. ``vdevice``: where
+    the logits are (a split build samples on its CPU device)."""
     from ..ir import BlockBuilder, Tensor, Var
 
     for name, greedy in (("sample", False), ("sample_greedy", True)):
-        params = [Var("logits", Tensor((1, vocab_size), "float32")), Var("history", Tensor(("m",), "int32")),
-                  Var("params", Tensor((5,), "float32"))]
+        params = [Var("logits", Tensor((1, vocab_size), "float32", vdevice=vdevice)),
+                  Var("history", Tensor(("m",), "int32", vdevice=vdevice)),
+                  Var("params", Tensor((5,), "float32", vdevice=vdevice))]
         bb = BlockBuilder(mod)
         attrs = {"tir_var_upper_bound": {"m": context_length}, "tir_var_lower_bound": {"m": 1}}
         with bb.function(name, params, attrs=attrs):

@@ -41,6 +41,7 @@ from ..op.lowering import LegalizeError
 from ..target import Target
 from ..tir.compute import ComputeDef
 from ..tir.pattern import Pattern, analyze_pattern
+from .device_targets import DeviceTargets
 from .legalize import call_signature, describe_call
 from .outline import FreshNames, group_inputs, outline_group
 from .rewrite import used_vars
@@ -50,8 +51,8 @@ EPILOGUE_KINDS = (Pattern.ELEMWISE, Pattern.BROADCAST)
 REDUCING_KINDS = (Pattern.REDUCTION, Pattern.OUT_EWISE_FUSABLE)
 
 
-def fuse_ops(mod: IRModule, target: Target | None = None) -> IRModule:
-    target = target or Target("webgpu", features={"shader-f16"})
+def fuse_ops(mod: IRModule, target: Target | DeviceTargets | None = None) -> IRModule:
+    target = DeviceTargets.of(mod, target or Target("webgpu", features={"shader-f16"}))
     functions = dict(mod.functions)
     fresh = FreshNames(functions)
     kinds: dict = {}  # call signature -> (pattern kind, is a matmul): alike calls are analyzed once
@@ -69,8 +70,11 @@ class _Group:
 
 
 class _FunctionFuser:
-    def __init__(self, func: Function, target: Target, functions: dict, fresh: FreshNames, kinds: dict):
-        self.func, self.target, self.functions, self.fresh, self.kinds = func, target, functions, fresh, kinds
+    def __init__(self, func: Function, targets: DeviceTargets, functions: dict, fresh: FreshNames, kinds: dict):
+        self.func, self.targets, self.functions, self.fresh, self.kinds = func, targets, functions, fresh, kinds
+        # A fused kernel binds no more buffers than the strictest of the module's devices allows.
+        self.max_bindings = min(t.limit("maxStorageBuffersPerShaderStage")
+                                for t in [targets.target(name) for name in targets.names])
         self.positions: dict[int, int] = {}  # id(binding) -> its index in its block
         for block in func.body.blocks:
             for index, binding in enumerate(block.bindings):
@@ -109,7 +113,7 @@ class _FunctionFuser:
     def _analyze(self, value: Call) -> tuple[Pattern | None, bool]:
         """The pattern kind of an operator call, or None when it is not fused, and whether it is a matmul."""
         try:
-            described = describe_call(value, self.target)
+            described = describe_call(value, self.targets.target_of(value.struct_info))
         except LegalizeError:
             return None, False
         result = described.result
@@ -169,20 +173,22 @@ class _FunctionFuser:
                 producer, consumer = group_of[var], group_of[readers[0].var]
                 if producer is consumer or any(group_of[r.var] is not consumer for r in readers):
                     continue
+                if not self._same_device(var, readers[0].var):
+                    continue
                 if kinds[var] not in INJECTIVE_KINDS or producer.reduction is not None or consumer.matmul:
                     continue
                 if any(kinds[r.var] not in INJECTIVE_KINDS + (Pattern.REDUCTION,) for r in readers):
                     continue
                 bindings = self._bindings_after_merge(producer, consumer)
-                if bindings > self.target.limit("maxStorageBuffersPerShaderStage"):
+                if bindings > self.max_bindings:
                     continue
                 self._merge(producer, consumer, group_of)
                 changed = True
 
     def _can_fuse(self, producer: _Group, producer_kind, consumer: _Group, consumer_kind, binding, p_binding) -> bool:
-        if producer is consumer:
+        if producer is consumer or not self._same_device(p_binding.var, binding.var):
             return False
-        if self._bindings_after_merge(producer, consumer) > self.target.limit("maxStorageBuffersPerShaderStage"):
+        if self._bindings_after_merge(producer, consumer) > self.max_bindings:
             return False  # the fused kernel would need more storage buffers than a dispatch may bind
         if producer.reduction is not None and consumer.reduction is not None:
             return False
@@ -195,12 +201,17 @@ class _FunctionFuser:
             return same_shape(p_binding.var.struct_info, binding.var.struct_info)
         return False
 
+    def _same_device(self, a: Var, b: Var) -> bool:
+        """One kernel runs on one device: values on two (a split build) are never fused."""
+        return not self.targets.split or self.targets.device_of(a.struct_info) == self.targets.device_of(b.struct_info)
+
     def _epilogue_slows(self, matmul: VarBinding) -> bool:
         """C targets' quantized GEMM tile rule (more than one row) runs its main loop 2.5x slower
         once an epilogue follows it (gcc -O3, measured on SmolLM2's prefill: 2.4 s against 1.18 s
         unfused), so there it takes none until the rule is mended; GEMVs (decode) are unaffected, and so
         are q8-activation GEMVs over a decode batch's rows (quantized_gemv_q8.py), whatever their rows."""
-        if not (self.target.cpu_adapter and self.target.serial_threads):
+        target = self.targets.target_of(matmul.var.struct_info)
+        if not (target.cpu_adapter and target.serial_threads):
             return False
         if matmul.value.op.name != "quantized_matmul" or matmul.value.attr("activations") == "q8":
             return False

@@ -17,12 +17,14 @@ from ..ir.module import IRModule
 from ..target import Target
 from ..tir.compute import ComputeDef, TensorRead, placeholder
 from ..tir.ir import Cast, Const, TExpr, cast, map_children
+from .device_targets import DeviceTargets
 from .legalize import KernelTable, call_signature, describe_call
 from .rewrite import rewrite_function
 
 
-def fuse_tir(mod: IRModule, target: Target) -> IRModule:
-    kernels = KernelTable(mod.functions, target)
+def fuse_tir(mod: IRModule, target: Target | DeviceTargets) -> IRModule:
+    targets = DeviceTargets.of(mod, target)
+    kernels = KernelTable(mod.functions, targets)
     fused = {name for name, f in mod.functions.items() if isinstance(f, Function) and f.attr("Primitive")}
     # Groups alike but for their names (one per decoder layer) are composed and scheduled once.
     signatures = {name: _signature(mod.functions[name]) for name in fused}
@@ -30,7 +32,8 @@ def fuse_tir(mod: IRModule, target: Target) -> IRModule:
     for name in sorted(fused):
         key = signatures[name] if signatures[name] is not None else name
         if key not in composites:
-            composites[key] = _compose(name, mod.functions[name], target)
+            fused_function = mod.functions[name]
+            composites[key] = _compose(name, fused_function, targets.target_of(fused_function.ret_struct_info))
 
     def rewrite(binding, dataflow):
         value = binding.value
@@ -40,7 +43,8 @@ def fuse_tir(mod: IRModule, target: Target) -> IRModule:
             defn, params = composites[signature if signature is not None else name]
             args = [a for a, p in zip(value.args, params) if p is not None]
             inputs = [p for p in params if p is not None]
-            return [VarBinding(binding.var, kernels.call(defn, args, inputs, binding.var.struct_info, signature, name))]
+            table = kernels.for_value(binding.var.struct_info)
+            return [VarBinding(binding.var, table.call(defn, args, inputs, binding.var.struct_info, signature, name))]
         return [binding]
 
     for name, func in mod.functions.items():

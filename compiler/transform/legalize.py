@@ -14,6 +14,7 @@ scheduled once.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 
 from .. import arith
@@ -46,11 +47,14 @@ from ..target import Target
 from ..tir.compute import OpaqueDef, placeholder
 from ..tir.ir import Buffer, PrimFunc
 from ..tir.schedule import schedule
+from .device_targets import DeviceTargets
 from .rewrite import rewrite_function
 
 
-def legalize_ops(mod: IRModule, target: Target) -> IRModule:
-    kernels = KernelTable(mod.functions, target)
+def legalize_ops(mod: IRModule, target: Target | DeviceTargets) -> IRModule:
+    """``target``: the build's target, or a DeviceTargets for a module split across virtual devices
+    (each call is legalized and scheduled for the target of the device its result lives on)."""
+    kernels = KernelTable(mod.functions, DeviceTargets.of(mod, target))
     for name, func in list(mod.functions.items()):
         if isinstance(func, Function) and not func.attr("Primitive"):
             kernels.functions[name] = rewrite_function(func, _Legalize(kernels, analyzer_for(dict(func.attrs))))
@@ -81,6 +85,7 @@ def _legalize_binding(binding, in_dataflow: bool, kernels: KernelTable, analyzer
 
 def _legalize(binding: VarBinding, in_dataflow: bool, kernels: KernelTable, analyzer) -> list:
     call = binding.value
+    kernels = kernels.for_value(binding.var.struct_info)
     described = describe_call(call, kernels.target)
     if isinstance(described.result, Expr):  # replaced at the graph level (shape_of, unique, split concat)
         return _rebind(binding.var, described.result, in_dataflow, kernels, analyzer)
@@ -180,13 +185,32 @@ def describe_call(call: Call, target: Target) -> DescribedCall:
 
 
 class KernelTable:
-    """The module's functions plus the kernels added to them; identical kernels are shared."""
+    """The module's functions plus the kernels added to them; identical kernels are shared.
 
-    def __init__(self, functions, target: Target):
+    In a module split across virtual devices, ``for_value`` gives the table's view for one device:
+    the same functions, kernels scheduled for that device's target and marked with its name (the
+    PrimFunc attribute ``device``), so the driver compiles each with its own backend."""
+
+    def __init__(self, functions, target: Target | DeviceTargets):
         self.functions = dict(functions)
-        self.target = target
+        self.targets = target if isinstance(target, DeviceTargets) else DeviceTargets((), "", target)
+        self.device = self.targets.default if self.targets.split else ""
+        self.target = self.targets.target(None)
         self._by_text: dict[str, str] = {}
         self._by_signature: dict[object, PrimFunc] = {}
+        self._views: dict[str, KernelTable] = {self.device: self}
+
+    def for_value(self, sinfo) -> KernelTable:
+        """The table that adds kernels for the device a value of struct info ``sinfo`` lives on."""
+        if not self.targets.split:
+            return self
+        device = self.targets.device_of(sinfo)
+        view = self._views.get(device)
+        if view is None:
+            view = copy.copy(self)  # shares the functions and the caches: one module, one name space
+            view.device, view.target = device, self.targets.target(device)
+            self._views[device] = view
+        return view
 
     def call(self, defn, args, inputs, out_sinfo, signature=None, name: str | None = None) -> Call:
         """Schedule ``defn`` (as kernel ``name``, by default ``defn.name``), add its kernel and return
@@ -196,11 +220,12 @@ class KernelTable:
         depends on but its name: a later call with an equal signature reuses the kernel scheduled
         for the first, which is the kernel ``add`` would have found for it."""
         used = [next(a for a, buf in zip(args, inputs) if buf is wanted) for wanted in defn.inputs]
-        func = self._by_signature.get(signature) if signature is not None else None
+        key = None if signature is None else (self.device, signature)
+        func = self._by_signature.get(key) if key is not None else None
         if func is None:
             func = self.functions[self.add(schedule(defn, self.target, name or defn.name))]
-            if signature is not None:
-                self._by_signature[signature] = func
+            if key is not None:
+                self._by_signature[key] = func
         return self.call_kernel(func, used, out_sinfo)
 
     def call_kernel(self, func: PrimFunc, args, out_sinfo) -> Call:
@@ -220,12 +245,15 @@ class KernelTable:
         scratch = func.outputs[len(func.outputs) - func.attrs.get("scratch_outputs", 0):]
         if not scratch:
             return with_struct_info(call_tir(GlobalVar(name), args, out_sinfo, tir_vars=tir_vars), out_sinfo)
-        outs = [out_sinfo] + [TensorStructInfo(b.shape, b.storage_dtype) for b in scratch]
+        # Scratch lives on the kernel's device (in a split build, the device this table schedules for).
+        outs = [out_sinfo] + [TensorStructInfo(b.shape, b.storage_dtype, vdevice=self.device or None) for b in scratch]
         return with_struct_info(call_tir(GlobalVar(name), args, outs, tir_vars=tir_vars), TupleStructInfo(tuple(outs)))
 
     def add(self, func: PrimFunc) -> str:
         if self.functions.get(func.name) is func:  # a kernel this table added (a signature's reuse)
             return func.name
+        if self.device and func.attrs.get("device") != self.device:
+            func = replace(func, attrs={**func.attrs, "device": self.device})
         # The key is every field (repr), not the readable text: kernels that differ only in a buffer's
         # storage dtype or an attribute print alike but are not the same kernel.
         key = repr(replace(func, name="kernel"))

@@ -31,6 +31,8 @@ from ..ir.module import IRModule
 from ..ir.printer import print_sinfo
 from ..ir.struct_info import ObjectStructInfo, TensorStructInfo, TupleStructInfo
 from ..op.registry import make_call
+from ..target import Target
+from .device_targets import DeviceTargets
 from .rewrite import map_graph_functions, rewrite_function, substitute_vars
 
 
@@ -56,12 +58,19 @@ def to_non_dataflow(mod: IRModule) -> IRModule:
     return map_graph_functions(mod, convert)
 
 
-def explicit_allocation(mod: IRModule) -> IRModule:
+def explicit_allocation(mod: IRModule, target: Target | DeviceTargets | None = None) -> IRModule:
+    """``target`` (the build's, or its DeviceTargets) tells which virtual devices share a physical one:
+    ``R.to_vdevice`` between those is no copy. Without it every ``R.to_vdevice`` copies."""
+    targets = DeviceTargets.of(mod, target) if target is not None else None
+
     def rewrite(binding, dataflow):
         value = binding.value
         if isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, Op) \
                 and value.op.name == "call_dps_library":
             return _allocate_library_outputs(binding)
+        if isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, Op) \
+                and value.op.name == "to_vdevice":
+            return _allocate_copy(binding, targets)
         if not (isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, Op)
                 and value.op.name == "call_tir"):
             return [binding]
@@ -111,6 +120,21 @@ def explicit_allocation(mod: IRModule) -> IRModule:
 
     return map_graph_functions(mod, lambda name, func: rewrite_function(func, rewrite)
                                if not func.attr("Primitive") else func)
+
+
+def _allocate_copy(binding, targets: DeviceTargets | None) -> list:
+    """``v = R.to_vdevice(x, d)``: allocate ``v`` on device ``d`` (its struct info names it), then copy;
+    ``v`` is ``x`` itself when both devices are one."""
+    out, sinfo = binding.var, binding.var.struct_info
+    source = binding.value.args[0]
+    if targets is not None and targets.placement_of(source.struct_info) == targets.placement_of(sinfo):
+        return [VarBinding(out, source)]
+    if not isinstance(sinfo, TensorStructInfo) or sinfo.shape is None or not sinfo.dtype:
+        raise LowerError(f"R.to_vdevice of {out.name_hint} needs a tensor of known shape and dtype to allocate its "
+                         f"copy; got {print_sinfo(sinfo)}")
+    alloc = with_struct_info(make_call("builtin.alloc_tensor", ShapeExpr(sinfo.shape), dtype=sinfo.dtype), sinfo)
+    copy = with_struct_info(make_call("vm.to_device", source, out), ObjectStructInfo())
+    return [VarBinding(out, alloc), VarBinding(Var(f"{out.name_hint}_copied", ObjectStructInfo()), copy)]
 
 
 def _allocate_library_outputs(binding) -> list:

@@ -9,6 +9,7 @@ from ..ir.module import IRModule
 from ..target import Target
 from .combine_parallel_matmul import combine_parallel_matmul
 from .data_dependent import split_data_dependent
+from .device_targets import DeviceTargets
 from .fuse_ops import fuse_ops
 from .fuse_tir import fuse_tir
 from .inline import inline_functions
@@ -18,6 +19,7 @@ from .lower_vm import explicit_allocation, to_non_dataflow, vm_shape_lowering
 from .mixed_precision import to_mixed_precision
 from .normalize import bind_results
 from .plan_memory import plan_memory
+from .realize_vdevice import realize_vdevice
 from .simplify import dead_code_elimination, fold_constants
 from .unalias import unalias_kernel_args
 
@@ -34,7 +36,9 @@ class Pipeline:
     def default(target: Target, upper_bounds: dict[str, int] | None = None, fuse: bool = True) -> Pipeline:
         passes = [("lambda_lift", lambda_lift), ("inline_functions", inline_functions),
                   ("bind_results", bind_results), ("fold_constants", fold_constants),
-                  ("dead_code_elimination", dead_code_elimination)]
+                  ("dead_code_elimination", dead_code_elimination),
+                  # A module placed on virtual devices: every tensor on its device, hints made copies.
+                  ("realize_vdevice", lambda m: realize_vdevice(m) if m.vdevices else m)]
         if target.activation_dtype != "float32":
             passes += [("to_mixed_precision", lambda m: to_mixed_precision(m, target.activation_dtype))]
         if fuse:
@@ -45,9 +49,9 @@ class Pipeline:
                    ("unalias_kernel_args", unalias_kernel_args),
                    ("to_non_dataflow", to_non_dataflow),
                    ("vm_shape_lowering", vm_shape_lowering),
-                   ("explicit_allocation", explicit_allocation),
+                   ("explicit_allocation", lambda m: explicit_allocation(m, target)),
                    ("plan_memory", lambda m: plan_memory(m, upper_bounds, target.limit("maxBufferSize"),
-                                                          target.storage_alignment))]
+                                                          target.storage_alignment, _split_targets(m, target)))]
         return Pipeline(passes)
 
     def insert_after(self, name: str, new_name: str, new_pass: Pass) -> None:
@@ -65,3 +69,8 @@ class Pipeline:
                 progress(name, done, len(self.passes))
             mod = run(mod)
         return mod
+
+
+def _split_targets(mod: IRModule, target: Target) -> DeviceTargets | None:
+    """The devices of a module placed on several (its vdevices), None for one."""
+    return DeviceTargets.of(mod, target) if mod.vdevices else None

@@ -23,7 +23,10 @@ active twice at once, so all its storage is allocated per call.
 
 The arena is laid out for the target's device: offsets aligned to its storage
 alignment (WebGPU: 256 bytes), split into buffers no larger than its
-``maxBufferSize`` with no tensor straddling two.
+``maxBufferSize`` with no tensor straddling two. A build split across devices
+(``DeviceTargets``) plans each device apart: one arena per device, laid out
+with that device's alignment and limit, run-time storages reused only on their
+own device; ``buffer_devices`` and each storage's ``device`` say where.
 The plan is stored on the function as the attribute ``memory_plan``.
 """
 
@@ -52,6 +55,7 @@ from ..op.registry import make_call
 from ..target import LIMIT_DEFAULTS
 from ..tir.lower.storage import element_bytes
 from .arena_layout import Lifetime, layout, peak_bytes
+from .device_targets import DeviceTargets
 from .rewrite import function_references, map_graph_functions, recursive_functions, rewrite_function, used_vars
 
 # Without a target: WebGPU's defaults, which every adapter grants (targets pass their own).
@@ -75,6 +79,7 @@ class StorageToken:
     tensors: list[str] = field(default_factory=list)
     offset: int | None = None  # in the arena
     buffer: int | None = None  # which arena buffer holds it
+    device: int = 0  # the physical device (DeviceTargets.placement) it lives on
     scope: tuple = ()  # the branch arms it was made in: a storage allocated at run time serves only there
     largest: str = ""  # the largest tensor it holds at the upper bounds, for error messages
     largest_size: int = -1
@@ -88,6 +93,8 @@ class MemoryPlan:
     liveness_lower_bound: int | None  # most bytes live at once, at the upper bounds
     recursive: bool = False  # every storage is allocated per call
     var_token: dict[Var, int] = field(default_factory=dict)  # by variable (names may repeat across arms)
+    buffer_devices: list[int] = field(default_factory=list)  # each arena buffer's device (a split build)
+    device_stats: list[dict] = field(default_factory=list)  # per device: arena and lower bound bytes
 
     @property
     def static(self) -> bool:
@@ -98,7 +105,7 @@ class MemoryPlan:
         return sum(self.buffers)
 
     def to_json(self) -> dict:
-        return {
+        plan = {
             "static": self.static,
             "recursive": self.recursive,
             "arena_bytes": self.arena_bytes,
@@ -107,13 +114,23 @@ class MemoryPlan:
             "storages": [{"index": t.index, "size": arith.to_source(t.size), "static_size": t.static_size,
                           "buffer": t.buffer, "offset": t.offset, "tensors": t.tensors} for t in self.tokens],
         }
+        if self.device_stats:  # a split build (docs/format.md, version 4)
+            plan["buffer_devices"] = self.buffer_devices
+            plan["devices"] = self.device_stats
+            for storage, token in zip(plan["storages"], self.tokens):
+                storage["device"] = token.device
+        return plan
 
 
 def plan_memory(mod: IRModule, upper_bounds: dict[str, int] | None = None,
-                max_buffer_size: int = MAX_BUFFER_SIZE, alignment: int = ALIGNMENT) -> IRModule:
+                max_buffer_size: int = MAX_BUFFER_SIZE, alignment: int = ALIGNMENT,
+                targets: DeviceTargets | None = None) -> IRModule:
     """Plan every function; after explicit allocation, also place each allocation in its storage:
     ``R.builtin.alloc_tensor`` becomes ``R.memory.alloc_tensor`` in a ``R.memory.alloc_storage``
-    emitted just before the storage's first tensor."""
+    emitted just before the storage's first tensor. ``targets``: a build split across devices, each
+    planned with its own target's limit and alignment (``max_buffer_size`` and ``alignment`` are the
+    single device's)."""
+    devices = _DeviceLayout.of(targets, max_buffer_size, alignment)
 
     callees, recursive = call_graph(mod)
 
@@ -122,10 +139,11 @@ def plan_memory(mod: IRModule, upper_bounds: dict[str, int] | None = None,
             return func
         try:
             result = plan_function(func, upper_bounds, max_buffer_size, alignment,
-                                   results_outlive_call=name in callees, recursive=name in recursive)
+                                   results_outlive_call=name in callees, recursive=name in recursive,
+                                   devices=devices)
         except MemoryPlanError as error:
             raise MemoryPlanError(f"function {name}: {error}", error.size, error.limit, error.tensors, name) from None
-        return _place(func, result, alignment).with_attr("memory_plan", result.to_json())
+        return _place(func, result, devices).with_attr("memory_plan", result.to_json())
 
     return map_graph_functions(mod, plan)
 
@@ -136,7 +154,7 @@ def call_graph(mod: IRModule) -> tuple[set[str], set[str]]:
     return set().union(*refs.values()) if refs else set(), recursive_functions(refs)
 
 
-def _place(func: Function, plan: MemoryPlan, alignment: int) -> Function:
+def _place(func: Function, plan: MemoryPlan, devices: _DeviceLayout) -> Function:
     storages: dict[int, Var] = {}
 
     def rewrite(binding, dataflow):
@@ -148,6 +166,7 @@ def _place(func: Function, plan: MemoryPlan, alignment: int) -> Function:
         token = plan.tokens[plan.var_token[binding.var]]
         out = []
         if token.index not in storages:
+            alignment = devices.alignments[token.device]
             size = arith.IntImm(_align(token.static_size, alignment)) if token.static_size is not None else token.size
             storage = Var(f"storage{token.index}", ObjectStructInfo())
             alloc = make_call("memory.alloc_storage", ShapeExpr((size,)), token=token.index)
@@ -164,10 +183,12 @@ def _place(func: Function, plan: MemoryPlan, alignment: int) -> Function:
 
 def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
                   max_buffer_size: int = MAX_BUFFER_SIZE, alignment: int = ALIGNMENT,
-                  results_outlive_call: bool = False, recursive: bool = False) -> MemoryPlan:
+                  results_outlive_call: bool = False, recursive: bool = False,
+                  devices: _DeviceLayout | None = None) -> MemoryPlan:
     """Plan one function. ``results_outlive_call``: another function calls it, so its results are not
     planned (they are allocated at run time and handed to the caller). ``recursive``: it may be
     active twice at once, so nothing goes into an arena of its own: every storage is allocated per call."""
+    devices = devices or _DeviceLayout.of(None, max_buffer_size, alignment)
     bounds = dict(func.attr("tir_var_upper_bound", {}) or {})
     bounds.update(upper_bounds or {})
     analyzer = arith.Analyzer({k: (0, v) for k, v in bounds.items()}, nonnegative=True)
@@ -222,7 +243,18 @@ def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
     # In program order, not the set's: the layout breaks ties by position, and builds must be reproducible.
     lifetimes = {v: Lifetime(produced[v], len(steps) if v in results else last_use[v], static[v])
                  for v in sorted(planned, key=produced.__getitem__) if static[v] is not None}
-    arena = _arena_layout(lifetimes, max_buffer_size, alignment)
+    device_of = {v: devices.placement(v.struct_info) for v in planned}
+    arena, buffer_devices, stats = _Arena({}, []), [], []
+    for device in range(devices.count):  # one arena per device, each in its own buffers
+        mine = {v: t for v, t in lifetimes.items() if device_of[v] == device}
+        part = _arena_layout(mine, devices.max_buffer_sizes[device], devices.alignments[device])
+        first = len(arena.buffers)
+        arena.placements.update({v: (first + b, offset) for v, (b, offset) in part.placements.items()})
+        arena.buffers += part.buffers
+        buffer_devices += [device] * len(part.buffers)
+        everything_bounded = all(static[v] is not None for v in planned if device_of[v] == device)
+        stats.append({"arena_bytes": sum(part.buffers), "liveness_lower_bound_bytes":
+                      peak_bytes(list(mine.values())) if everything_bounded else None})
 
     tokens: list[StorageToken] = []
     at_offset: dict[tuple[int, int], StorageToken] = {}  # (buffer, offset) -> the arena's token there
@@ -244,15 +276,16 @@ def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
             token = at_offset.get(place)
             if token is None:
                 token = at_offset[place] = StorageToken(len(tokens), sizes[tensor], static[tensor], buffer=place[0],
-                                                        offset=place[1], scope=step.scope)
+                                                        offset=place[1], scope=step.scope, device=device_of[tensor])
                 tokens.append(token)
             elif not analyzer.prove_equal(token.size, sizes[tensor]):
                 token.static_size = max(token.static_size, static[tensor])
                 token.size = arith.IntImm(token.static_size)
         else:  # without an upper bound: a run-time token of provably equal size, or a new one
-            token = _reuse([t for t in free if step.scope[:len(t.scope)] == t.scope], sizes[tensor], analyzer)
+            token = _reuse([t for t in free if step.scope[:len(t.scope)] == t.scope and t.device == device_of[tensor]],
+                           sizes[tensor], analyzer)
             if token is None:
-                token = StorageToken(len(tokens), sizes[tensor], None, scope=step.scope)
+                token = StorageToken(len(tokens), sizes[tensor], None, scope=step.scope, device=device_of[tensor])
                 tokens.append(token)
             else:
                 free.remove(token)
@@ -263,7 +296,9 @@ def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
         var_token[tensor] = token.index
     lower_bound = peak_bytes(list(lifetimes.values())) if len(lifetimes) == len(planned) else None
     names = {v.name_hint: t for v, t in var_token.items()}
-    return MemoryPlan(tokens, names, arena.buffers, lower_bound, recursive, var_token)
+    split = devices.count > 1
+    return MemoryPlan(tokens, names, arena.buffers, lower_bound, recursive, var_token,
+                      buffer_devices if split else [], stats if split else [])
 
 
 @dataclass
@@ -333,6 +368,34 @@ def _arena_layout(lifetimes: dict[Var, Lifetime], max_buffer_size: int, alignmen
     tensors = list(lifetimes)
     result = layout([lifetimes[v] for v in tensors], alignment, max_buffer_size)
     return _Arena(dict(zip(tensors, result.placements)), result.buffers)
+
+
+@dataclass
+class _DeviceLayout:
+    """What planning needs of each physical device of a build: its alignment and largest buffer, and
+    which device a value's struct info places it on."""
+
+    alignments: list[int]
+    max_buffer_sizes: list[int]
+    targets: DeviceTargets | None = None
+
+    @staticmethod
+    def of(targets: DeviceTargets | None, max_buffer_size: int, alignment: int) -> _DeviceLayout:
+        if targets is None or len(targets.physical_devices) < 2:
+            return _DeviceLayout([alignment], [max_buffer_size])
+        first = {}
+        for name in targets.names:  # each device's target: the first vdevice placed on it
+            first.setdefault(targets.placement(name), targets.target(name))
+        ordered = [first[i] for i in range(len(first))]
+        return _DeviceLayout([t.storage_alignment for t in ordered], [t.limit("maxBufferSize") for t in ordered],
+                             targets)
+
+    @property
+    def count(self) -> int:
+        return len(self.alignments)
+
+    def placement(self, sinfo) -> int:
+        return 0 if self.targets is None else self.targets.placement_of(sinfo)
 
 
 def _align(value: int, alignment: int) -> int:

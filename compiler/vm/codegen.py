@@ -52,6 +52,7 @@ from ..ir.struct_info import (
 )
 from ..target import Target
 from ..tir.ir import PrimFunc
+from ..transform.device_targets import DeviceTargets
 from ..transform.lower_vm import library_name
 from ..transform.plan_memory import device_bytes
 from .executable import Executable
@@ -78,9 +79,14 @@ def sinfo_json(sinfo: StructInfo) -> dict:
     raise VMCompileError(f"the VM cannot pass values of {sinfo!r} yet")
 
 
-def compile_vm(mod: IRModule, target: Target, compiled, upper_bounds: dict[str, int] | None = None) -> Executable:
+def compile_vm(mod: IRModule, target: Target, compiled, upper_bounds: dict[str, int] | None = None,
+               targets: DeviceTargets | None = None) -> Executable:
     """The executable of a lowered, memory-planned module whose kernels ``compiled`` holds: the
-    ``CompiledKernels`` a codegen backend made of the module's PrimFuncs, in module order."""
+    ``CompiledKernels`` the codegen backends made of the module's PrimFuncs, in module order.
+    ``targets``: a build split across devices (format version 4: ``devices``, and a ``device`` on
+    each kernel, tensor, allocation and arena buffer)."""
+    split = targets is not None and len(targets.physical_devices) > 1
+    placements = _Placements(targets if split else None)
     kernels: list[dict] = []
     kernel_index: dict[str, int] = {}
     prim_funcs = [(name, f) for name, f in mod.functions.items() if isinstance(f, PrimFunc)]
@@ -88,24 +94,71 @@ def compile_vm(mod: IRModule, target: Target, compiled, upper_bounds: dict[str, 
         raise VMCompileError(f"{len(compiled.kernels)} compiled kernels for {len(prim_funcs)} PrimFuncs")
     for (name, func), kernel in zip(prim_funcs, compiled.kernels):
         kernel_index[name] = len(kernels)  # call_tir names the module's entry, whatever the PrimFunc calls itself
-        kernels.append(kernel.record(func))
+        record = kernel.record(func)
+        if split:
+            record["device"] = placements.of_name(func.attrs.get("device"))
+        kernels.append(record)
     constants: dict = {}
     functions: dict = {}
     graph = {name: f for name, f in mod.functions.items() if isinstance(f, Function) and not f.attr("Primitive")}
     libraries: list[str] = []
     for name, func in graph.items():
-        functions[name] = _FunctionCompiler(name, func, kernel_index, kernels, constants, target,
+        functions[name] = _FunctionCompiler(name, func, kernel_index, kernels, constants, placements,
                                             upper_bounds, graph, libraries).run()
     features = sorted({f for k in kernels for f in k["requirements"]["features"]})
+    exe = Executable(describe_target(target), functions, kernels, features, _required_limits(kernels, functions),
+                     constants, dict(compiled.modules), sorted(libraries))
+    if split:
+        exe.devices = _devices(targets, kernels, functions)
+        exe.constant_devices = {name: sorted(devices) for name, devices in placements.constants.items()}
+    return exe
+
+
+def describe_target(target: Target) -> dict:
+    """The executable's ``target`` (and each device's, in a split build): for people."""
     described = {"kind": target.kind, "name": target.name, "backend": target.backend,
                  "features": sorted(target.features)}
     if target.cpu:  # machine code: the instruction set it was built for
         described["cpu"] = target.cpu
     if target.activation_dtype != "float32":  # activations and the KV cache (transform/mixed_precision.py)
         described["activations"] = target.activation_dtype
-    return Executable(described,
-                      functions, kernels, features, _required_limits(kernels, functions), constants,
-                      dict(compiled.modules), sorted(libraries))
+    return described
+
+
+def _devices(targets: DeviceTargets, kernels: list[dict], functions: dict) -> list[dict]:
+    """Each physical device of a split build: its target and the vdevices on it, and what its own
+    kernels and arena need of it (a runtime checks each device against its own part)."""
+    devices = []
+    for index, (kind, device_id) in enumerate(targets.physical_devices):
+        names = [n for n in targets.names if targets.placement(n) == index]
+        mine = [k for k in kernels if k["device"] == index]
+        local = {name: {**f, "memory": {**f["memory"], "buffers": [
+            size for size, d in zip(f["memory"]["buffers"], f["memory"].get("buffer_devices", [])) if d == index],
+            "storages": [s for s in f["memory"]["storages"] if s.get("device", 0) == index]}}
+            for name, f in functions.items()}
+        devices.append({"kind": kind, "id": device_id, "vdevices": names,
+                        "target": describe_target(targets.target(names[0])),
+                        "required_features": sorted({f for k in mine for f in k["requirements"]["features"]}),
+                        "required_limits": _required_limits(mine, local)})
+    return devices
+
+
+class _Placements:
+    """Which device (an index into the build's physical devices) each value lives on; all 0 unless split."""
+
+    def __init__(self, targets: DeviceTargets | None):
+        self.targets = targets
+        self.constants: dict[str, set[int]] = {}  # weight -> the devices it is read on
+
+    @property
+    def split(self) -> bool:
+        return self.targets is not None
+
+    def of(self, sinfo) -> int:
+        return self.targets.placement_of(sinfo) if self.targets is not None else 0
+
+    def of_name(self, vdevice: str | None) -> int:
+        return self.targets.placement(vdevice) if self.targets is not None else 0
 
 
 class _FunctionCompiler:
@@ -113,9 +166,10 @@ class _FunctionCompiler:
     and plan_memory) into instructions; every tensor register whose place is decided when compiling
     gets a location, the others (call results, merges, builtin results) hold run-time values."""
 
-    def __init__(self, name, func: Function, kernel_index, kernels, constants, target: Target, upper_bounds,
+    def __init__(self, name, func: Function, kernel_index, kernels, constants, placements: _Placements, upper_bounds,
                  functions: dict, libraries: list):
         self.name, self.func, self.kernel_index, self.constants = name, func, kernel_index, constants
+        self.placements = placements
         self.kernels, self.functions, self.libraries = kernels, functions, libraries
         self.registers: dict[Var, int] = {}
         self.locations: dict[int, dict] = {}  # tensor register -> where it lives
@@ -153,6 +207,8 @@ class _FunctionCompiler:
                 raise VMCompileError(f"state parameter {p.name_hint} of {self.name} needs a known shape and dtype")
             params.append({"name": p.name_hint, "register": reg, "sinfo": sinfo_json(p.struct_info),
                            "state": p.name_hint in state})
+            if self.placements.split:
+                params[-1]["device"] = self.placements.of(p.struct_info)
         result = self._seq(func.body)
         self._match(result, func.ret_struct_info, f"result of {self.name}")
         self.code.append({"op": "ret", "src": result})
@@ -186,25 +242,30 @@ class _FunctionCompiler:
         self.code.append({"op": "match", "reg": reg, "sinfo": sinfo_json(sinfo), "text": print_sinfo(sinfo),
                           "what": what})
 
-    def _tensor(self, reg: int, sinfo: TensorStructInfo, location: dict) -> None:
+    def _tensor(self, reg: int, sinfo: TensorStructInfo, location: dict, device: int | None = None) -> None:
         if not _known(sinfo):
             raise VMCompileError("a tensor the VM places when compiling needs a known shape and dtype")
         self.tensors[reg] = {"shape": [arith.to_source(d) for d in sinfo.shape], "dtype": sinfo.dtype,
                              "bytes": arith.to_source(device_bytes(sinfo))}
+        if self.placements.split:
+            self.tensors[reg]["device"] = self.placements.of(sinfo) if device is None else device
         self.locations[reg] = location
 
-    def _operand(self, expr) -> int:
+    def _operand(self, expr, device: int = 0) -> int:
+        """The register of ``expr``; ``device``: where a weight is read (a split build keeps a copy of a
+        weight on each device that reads it: a tied embedding may be read on two)."""
         if isinstance(expr, Var):
             return self.registers[expr]
         if isinstance(expr, Constant):
-            # One register per constant, however often it is used (a tied embedding is read twice).
-            if id(expr) in self.constant_registers:
-                return self.constant_registers[id(expr)]
-            name = expr.name or f"const_{len(self.constants)}"
-            self.constants[name] = expr.data
+            # One register per constant and device, however often it is used (a tied embedding is read twice).
+            key = (id(expr), device)
+            if key in self.constant_registers:
+                return self.constant_registers[key]
+            name = self._constant_name(expr)
             reg = self.register()
-            self._tensor(reg, expr.struct_info, {"kind": "constant", "name": name})
-            self.constant_registers[id(expr)] = reg
+            self._tensor(reg, expr.struct_info, {"kind": "constant", "name": name}, device)
+            self.placements.constants.setdefault(name, set()).add(device)
+            self.constant_registers[key] = reg
             return reg
         if isinstance(expr, Tuple):
             fields = [self._operand(f) for f in expr.fields]
@@ -227,6 +288,14 @@ class _FunctionCompiler:
             return reg
         raise VMCompileError(f"the VM cannot evaluate {type(expr).__name__} as a value")
 
+    def _constant_name(self, expr: Constant) -> str:
+        for key, reg in self.constant_registers.items():
+            if key[0] == id(expr):
+                return self.locations[reg]["name"]
+        name = expr.name or f"const_{len(self.constants)}"
+        self.constants[name] = expr.data
+        return name
+
     def _binding(self, binding) -> None:
         value = binding.value
         if isinstance(binding, MatchCast):
@@ -238,7 +307,7 @@ class _FunctionCompiler:
             handler = {"vm.check": self._check, "memory.alloc_storage": self._alloc_storage,
                        "memory.alloc_tensor": self._alloc_tensor, "builtin.alloc_tensor": self._alloc_runtime_tensor,
                        "call_tir_dps": self._launch, "vm.call_builtin_dps": self._builtin_dps,
-                       "call_pure_packed": self._builtin_returning}.get(value.op.name)
+                       "call_pure_packed": self._builtin_returning, "vm.to_device": self._to_device}.get(value.op.name)
             if handler is None:
                 raise VMCompileError(f"R.{value.op.name} cannot run in the VM: lower the module first "
                                      "(legalize_ops, explicit_allocation, plan_memory)")
@@ -335,6 +404,9 @@ class _FunctionCompiler:
         if token in self.dynamic_tokens:
             size = arith.to_source(call.args[0].values[0])
             self.code.append({"op": "alloc_storage", "dst": reg, "token": token, "size": size})
+            if self.placements.split:
+                storage = next(s for s in self.plan["storages"] if s["index"] == token)
+                self.code[-1]["device"] = storage.get("device", 0)
             self.runtime_allocations.append({"register": reg, "size": size, "reason": self._why_dynamic(size)})
 
     def _why_dynamic(self, size: str) -> str:
@@ -360,13 +432,23 @@ class _FunctionCompiler:
         sinfo = binding.var.struct_info
         shape = [arith.to_source(d) for d in sinfo.shape]
         self.code.append({"op": "alloc_tensor", "dst": reg, "shape": shape, "dtype": sinfo.dtype})
+        if self.placements.split:
+            self.code[-1]["device"] = self.placements.of(sinfo)
         self.runtime_allocations.append({
             "register": reg, "size": arith.to_source(device_bytes(sinfo)),
             "reason": f"a result of {self.name}, which another function calls: it outlives the call"})
 
+    def _to_device(self, binding, call) -> None:
+        """``R.vm.to_device(src, dst)``: copy into ``dst``, allocated on the other device."""
+        src, dst = self._operand(call.args[0]), self._operand(call.args[1])
+        self.registers[binding.var] = dst
+        self.code.append({"op": "to_device", "src": src, "dst": dst, "device": self.placements.of(
+            call.args[1].struct_info)})
+
     def _launch(self, binding, call) -> None:
         kernel = self.kernel_index[call.args[0].name]
-        operands = [self._operand(a) for a in call.args[1].fields]
+        device = self.kernels[kernel].get("device", 0)
+        operands = [self._operand(a, device) for a in call.args[1].fields]
         outputs = sum(b["role"] == "output" for b in self.kernels[kernel]["abi"]["bindings"])
         scalars = [arith.to_source(v) for v in call.args[2].values] if len(call.args) > 2 else []
         self.registers[binding.var] = operands[-1]

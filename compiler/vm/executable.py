@@ -33,6 +33,9 @@ from .schema import check_against_schema
 
 FORMAT = "tessera-executable"
 VERSION = 3
+# A build split across devices (heterogeneous execution, docs/format.md "Devices") is version 4: a reader
+# that knows only version 3 refuses it rather than running every kernel on one device.
+SPLIT_VERSION = 4
 CACHE_FORMAT = "tessera-tensor-cache"
 CACHE_VERSION = 1
 SHARD_BYTES = 32 << 20
@@ -58,6 +61,12 @@ class Executable:
     constants: dict = field(default_factory=dict)  # name -> numpy array (the weights)
     modules: dict = field(default_factory=dict)  # path in the folder -> bytes (kernel modules)
     libraries: list = field(default_factory=list)  # host functions call_builtin names
+    devices: list = field(default_factory=list)  # a split build's devices (version 4); [] for one device
+    constant_devices: dict = field(default_factory=dict)  # weight -> the devices it lives on (version 4)
+
+    @property
+    def version(self) -> int:
+        return SPLIT_VERSION if self.devices else VERSION
 
     @property
     def backends(self) -> list[str]:
@@ -67,10 +76,14 @@ class Executable:
     def to_json(self) -> dict:
         modules = [{"path": path, "backend": _module_backend(self.kernels, path), "nbytes": len(data),
                     "sha256": hashlib.sha256(data).hexdigest()} for path, data in sorted(self.modules.items())]
-        return {"format": FORMAT, "version": VERSION, "target": self.target, "required_features":
-                self.required_features, "required_limits": self.required_limits, "functions": self.functions,
-                "kernels": self.kernels, "modules": modules, "constants": sorted(self.constants),
-                "libraries": list(self.libraries)}
+        doc = {"format": FORMAT, "version": self.version, "target": self.target, "required_features":
+               self.required_features, "required_limits": self.required_limits, "functions": self.functions,
+               "kernels": self.kernels, "modules": modules, "constants": sorted(self.constants),
+               "libraries": list(self.libraries)}
+        if self.devices:
+            doc["devices"] = self.devices
+            doc["constant_devices"] = self.constant_devices
+        return doc
 
     def save(self, directory: str) -> None:
         os.makedirs(directory, exist_ok=True)
@@ -97,10 +110,10 @@ class Executable:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ExecutableError(f"{path} is not a Tessera executable (format {data.get('format')!r})"
                                   if isinstance(data, dict) else f"{path} is not a Tessera executable")
-        if data.get("version") != VERSION:
+        if data.get("version") not in (VERSION, SPLIT_VERSION):
             raise ExecutableError(f"{path} has format version {data.get('version')!r}; this Tessera reads "
-                                  f"version {VERSION}: rebuild it with this compiler (`tessera compile MODEL.gguf "
-                                  f"-o {directory}`)")
+                                  f"versions {VERSION} and {SPLIT_VERSION}: rebuild it with this compiler "
+                                  f"(`tessera compile MODEL.gguf -o {directory}`)")
         check_against_schema(data, "executable", path, ExecutableError)
         check_executable(data, path, ExecutableError)
         modules = {record["path"]: _load_module(directory, record) for record in data["modules"]}
@@ -110,7 +123,8 @@ class Executable:
         if missing:
             raise ExecutableError(f"weights missing from tensor-cache.json: {', '.join(sorted(missing))}")
         return Executable(data["target"], data["functions"], data["kernels"], data["required_features"],
-                          data["required_limits"], constants, modules, list(data["libraries"]))
+                          data["required_limits"], constants, modules, list(data["libraries"]),
+                          data.get("devices", []), data.get("constant_devices", {}))
 
 
 def sinfo_from_json(doc: dict) -> StructInfo:

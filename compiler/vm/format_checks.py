@@ -80,8 +80,31 @@ class Checker:
         self.unique(doc["libraries"], ["libraries"], "library function")
         for index, kernel in enumerate(doc["kernels"]):
             self.kernel(kernel, ["kernels", index], set(modules))
+        self.devices()
         for name, record in doc["functions"].items():
             Function(self, name, record).run()
+
+    def devices(self) -> None:
+        """Version 4 (a split build) lists its devices, version 3 none; every ``device`` names one of them."""
+        doc = self.doc
+        count = len(doc.get("devices", ()))
+        if (doc["version"] == 4) != (count > 0):
+            self.fail(["devices"], "must list the devices of a version 4 executable, and only of one")
+
+        def walk(value, where):
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    if key == "device" and isinstance(item, int) and item >= max(count, 1):
+                        self.fail(where + [key], f"is {item}, but the executable has {max(count, 1)} device(s)")
+                    walk(item, where + [key])
+            elif isinstance(value, list):
+                for index, item in enumerate(value):
+                    walk(item, where + [index])
+
+        walk({"kernels": doc["kernels"], "functions": doc["functions"]}, [])
+        for name, devices in doc.get("constant_devices", {}).items():
+            if name not in doc["constants"] or any(d >= count for d in devices):
+                self.fail(["constant_devices", name], "names a weight or device the executable does not have")
 
     def kernel(self, kernel: dict, where: list, modules: set) -> None:
         if kernel["module"] not in modules:
@@ -253,6 +276,14 @@ class Function:
                 if len(op["scalars"]) != len(abi["scalars"]):
                     self.fail(where + ["scalars"], f"has {len(op['scalars'])} scalars for kernel {op['kernel']}, "
                                                    f"whose ABI lists {len(abi['scalars'])}")
+                device = kernels[op["kernel"]].get("device", 0)
+                for reg in op["args"] + op["outs"]:
+                    if record["tensors"].get(str(reg), {}).get("device", device) != device:
+                        self.fail(where, f"binds register {reg}, on device {record['tensors'][str(reg)]['device']}, "
+                                         f"to kernel {op['kernel']}, which runs on device {device}")
+            elif kind == "to_device":
+                if record["tensors"].get(str(op["dst"]), {}).get("device", op["device"]) != op["device"]:
+                    self.fail(where + ["dst"], f"is not a tensor on device {op['device']}")
             elif kind == "call_builtin" and op["name"] not in doc["libraries"]:
                 self.fail(where + ["name"], f"is {op['name']!r}, which the executable's libraries do not list")
             elif kind in ("call", "func"):

@@ -25,7 +25,7 @@ from ..ir.check import ShapeValue, bind_value, check_value
 from ..ir.errors import RuntimeCheckError
 from .devices import Device, View
 from .executable import sinfo_from_json
-from .storage import Storage, allocate, check_launch, device_bytes, evaluate, from_device, to_device
+from .storage import Storage, allocate, arena_buffers, check_launch, device_bytes, evaluate, from_device, to_device
 
 MAX_CALL_DEPTH = 10000  # deeper recursion is a runaway program, reported rather than exhausting memory
 BIND_CACHE_SIZE = 4096  # kernel bindings kept for reuse (WebGPU bind groups cost a buffer each)
@@ -39,6 +39,7 @@ class Block:
     buffer: object
     nbytes: int
     serial: int = 0  # the order the pool made it in
+    device: int = 0  # which device of a split build holds it
 
 
 class BlockPool:
@@ -49,28 +50,29 @@ class BlockPool:
 
     def __init__(self, device: Device):
         self.device = device
-        self.free: dict[int, list[tuple[int, Block]]] = {}  # size class -> heap by serial
+        self.free: dict[tuple[int, int], list[tuple[int, Block]]] = {}  # (device, size class) -> heap by serial
         self.device_allocations = 0  # blocks made on the device, for tests and `tessera inspect`
         self.in_use = 0
 
-    def take(self, nbytes: int) -> Block:
+    def take(self, nbytes: int, on: int = 0) -> Block:
+        """A block of at least ``nbytes`` on device ``on`` (a part of a split device)."""
         size = SMALLEST_BLOCK
         while size < nbytes:
             size *= 2
-        blocks = self.free.get(size)
+        blocks = self.free.get((on, size))
         if blocks:
             self.in_use += 1
             return heapq.heappop(blocks)[1]
         if nbytes < 0:
             raise RuntimeCheckError(f"the program asks for {nbytes} bytes at run time")
-        buffer = allocate(self.device, size, "an allocation at run time")
+        buffer = allocate(self.device, size, "an allocation at run time", on)
         self.in_use += 1
         self.device_allocations += 1
-        return Block(buffer, size, self.device_allocations)
+        return Block(buffer, size, self.device_allocations, on)
 
     def give(self, block: Block) -> None:
         self.in_use -= 1
-        heapq.heappush(self.free.setdefault(block.nbytes, []), (block.serial, block))
+        heapq.heappush(self.free.setdefault((block.device, block.nbytes), []), (block.serial, block))
 
 
 @dataclass(eq=False)
@@ -107,8 +109,9 @@ class Interpreter:
 
     # -- from the host -------------------------------------------------------------------------
 
-    def upload(self, value, sinfo: dict, blocks: list[Block]):
-        """A host argument as a run-time value; tensors go to pooled blocks listed in ``blocks``."""
+    def upload(self, value, sinfo: dict, blocks: list[Block], on: int = 0):
+        """A host argument as a run-time value; tensors go to pooled blocks (on device ``on``) listed in
+        ``blocks``."""
         from .program import DeviceTensor  # the fast path's results may be passed in
 
         if isinstance(value, DeviceTensor):
@@ -130,7 +133,7 @@ class Interpreter:
             raise RuntimeCheckError(f"cannot pass {type(value).__name__} to the VM")
         dtype = str(array.dtype)
         data = to_device(array, dtype)
-        block = self.pool.take(len(data))
+        block = self.pool.take(len(data), on)
         blocks.append(block)
         self.device.upload(block.buffer, 0, data)
         return Tensor(View(block.buffer, 0, len(data)), tuple(array.shape), dtype, block)
@@ -196,7 +199,7 @@ class Interpreter:
         for param in record.state:
             tensor = record.tensors[param["register"]]
             nbytes = evaluate(tensor["bytes"], record.bounds)
-            buffer = self.storage.state_buffer(param["name"], nbytes)
+            buffer = self.storage.state_buffer(param["name"], nbytes, tensor.get("device", 0))
             frame.regs[param["register"]] = Tensor(View(buffer, 0, nbytes), tuple(
                 evaluate(d, record.bounds) for d in tensor["shape"]), tensor["dtype"])
         return frame
@@ -221,14 +224,17 @@ class Interpreter:
                 self._launch(frame, op)
             elif kind == "match":
                 self._match(frame, pc - 1, op)
+            elif kind == "to_device":
+                source, destination = self._get(frame, op["src"]), self._get(frame, op["dst"])
+                self.device.copy(source.view, destination.view)
             elif kind == "alloc_storage":
-                block = self.pool.take(evaluate(op["size"], frame.heap))
+                block = self.pool.take(evaluate(op["size"], frame.heap), op.get("device", 0))
                 frame.owned.append(block)
                 frame.regs[op["dst"]] = block
             elif kind == "alloc_tensor":
                 shape = tuple(evaluate(d, frame.heap) for d in op["shape"])
                 nbytes = device_bytes(int(np.prod(shape, dtype=np.int64)), op["dtype"])
-                block = self.pool.take(nbytes)
+                block = self.pool.take(nbytes, op.get("device", 0))
                 frame.owned.append(block)
                 frame.regs[op["dst"]] = Tensor(View(block.buffer, 0, nbytes), shape, op["dtype"], block)
             elif kind == "call_builtin":
@@ -273,7 +279,8 @@ class Interpreter:
         nbytes = evaluate(tensor["bytes"], frame.heap)
         block = None
         if loc["kind"] == "constant":
-            view = View(self.storage.constants[loc["name"]], 0, self.storage.constant_bytes[loc["name"]])
+            view = View(self.storage.constant(loc["name"], tensor.get("device", 0)), 0,
+                        self.storage.constant_bytes[loc["name"]])
         elif loc["kind"] == "arena":
             buffer, offset = self._arena(frame.record)[loc["token"]]
             view = View(buffer, offset, nbytes)
@@ -290,8 +297,7 @@ class Interpreter:
         arena = self._arenas.get(record.name)
         if arena is None:
             memory = record.record["memory"]
-            buffers = [allocate(self.device, size, f"arena buffer {i} of {record.name}")
-                       for i, size in enumerate(memory["buffers"])]
+            buffers = arena_buffers(self.device, memory, f"arena buffer of {record.name}:")
             arena = self._arenas[record.name] = {
                 s["index"]: (buffers[s["buffer"]], s["offset"]) for s in memory["storages"] if s["buffer"] is not None}
         return arena

@@ -19,7 +19,8 @@ import numpy as np
 from ..ir.check import ShapeValue, bind_value, check_value
 from ..ir.errors import RuntimeCheckError
 from .builtins import BUILTINS
-from .devices import Device, DeviceError, View, device_for
+from .devices import Device, DeviceError, View, device_for, open_device
+from .devices.split import SplitDevice
 from .executable import Executable, sinfo_from_json
 from .interpreter import Interpreter, Tensor
 from .storage import FunctionMemory, Storage, check_launch, evaluate, from_device, to_device
@@ -38,14 +39,19 @@ class VirtualMachine:
             raise RuntimeCheckError(f"the executable calls the library function '{missing[0]}', which is not "
                                     "registered: pass it as VirtualMachine(exe, libraries={'" + missing[0] +
                                     "': fn})")
-        self.device = device if isinstance(device, Device) else device_for(exe, device)
+        self.device = device if isinstance(device, Device) else _open(exe, device)
         self.device.check(exe)
         self.profile: dict[str, float] = {}
         self.kernels = self.device.load_kernels(exe.kernels, exe.modules)  # first: a WASM module places its statics
-        self.storage = Storage(self.device, exe.constants)
+        self.storage = Storage(self.device, exe.constants, exe.constant_devices)
         self.interpreter = Interpreter(self.device, exe, self.kernels, self.storage, self.libraries)
         self._functions = {name: (_Function if straight_line(f) else _InterpretedFunction)(self, name, f)
                            for name, f in exe.functions.items()}
+
+    @property
+    def copies(self) -> int:
+        """``to_device`` copies between the devices of a split build so far."""
+        return getattr(self.device, "copies", 0)
 
     @property
     def buffers_created(self) -> int:
@@ -80,6 +86,18 @@ class VirtualMachine:
         return self._function(name).profile(args)
 
 
+def _open(exe: Executable, kind: str | None) -> Device:
+    """The device for ``exe``: one of ``kind`` (or the first kind here that runs it), or for a split build
+    (format version 4) one device per entry of its ``devices``, behind a SplitDevice."""
+    if not exe.devices:
+        return device_for(exe, kind)
+    if kind is not None and kind not in [d["kind"] for d in exe.devices]:
+        raise DeviceError(f"this executable is split across {', '.join(d['vdevices'][0] for d in exe.devices)}, "
+                          f"not a {kind} device: the VM opens one device of each kind")
+    parts = [open_device(d["kind"]) for d in exe.devices]
+    return SplitDevice(parts, [d["vdevices"][0] for d in exe.devices])
+
+
 class _Function:
     """The fast path: a straight-line function over a static plan, every binding made once, here."""
 
@@ -88,6 +106,8 @@ class _Function:
         self.bounds = {s: v["upper_bound"] for s, v in record["symbols"].items()}
         self.tokens = {s["index"]: s for s in record["memory"]["storages"]}
         self.launches = [(index, op) for index, op in enumerate(record["code"]) if op["op"] == "launch"]
+        # Launches and the copies between them (a split build), in program order.
+        self.steps = [(index, op) for index, op in enumerate(record["code"]) if op["op"] in ("launch", "to_device")]
         self.inputs = [p for p in record["params"] if not p.get("state")]
         self.results = self._result_registers()
         # The struct info of each match, read once.
@@ -153,10 +173,15 @@ class _Function:
             device.copy(source, destination)
         return heap, memory, bound
 
-    def _launch_arguments(self, heap: dict[str, int]):
-        """(launch index, kernel record, scalar values, grid) per launch."""
+    def _launch_arguments(self, heap: dict[str, int], copies: bool = False):
+        """(launch index, kernel record, scalar values, grid) per launch; with ``copies``, also
+        (index, None, source view, destination view) per ``to_device``, in program order."""
         kernels = self.vm.exe.kernels
-        for index, op in self.launches:
+        for index, op in self.steps:
+            if op["op"] == "to_device":
+                if copies:
+                    yield index, None, self.memory.view(op["src"], heap), self.memory.view(op["dst"], heap)
+                continue
             kernel = kernels[op["kernel"]]
             values = [evaluate(s, heap) for s in op["scalars"]]
             env = dict(zip((s["name"] for s in kernel["abi"]["scalars"]), values))
@@ -168,8 +193,11 @@ class _Function:
         device = self.vm.device
         heap, memory, bound = self._prepare(args)
         self.generation += 1
-        for index, _, scalars, grid in self._launch_arguments(heap):
-            device.launch(bound[index], scalars, grid)
+        for index, kernel, scalars, grid in self._launch_arguments(heap, copies=True):
+            if kernel is None:  # to_device: scalars and grid are the two views
+                device.copy(scalars, grid)
+            else:
+                device.launch(bound[index], scalars, grid)
         result_src = self.record["code"][-1]["src"]
         if not to_host:
             device.flush()
@@ -221,7 +249,7 @@ class _InterpretedFunction:
         uploaded: list = []
         try:
             # The last call's results stay alive during this one: one of them may be an argument.
-            values = [interpreter.upload(a, p["sinfo"], uploaded) for a, p in zip(args, inputs)]
+            values = [interpreter.upload(a, p["sinfo"], uploaded, p.get("device", 0)) for a, p in zip(args, inputs)]
             self.generation += 1
             result, held = interpreter.call(self.name, values)
         finally:
@@ -257,7 +285,7 @@ class _InterpretedFunction:
 
 
 # What the fast path runs: launches and plumbing over a static plan, every parameter of known shape.
-_STRAIGHT_LINE_OPS = {"match", "launch", "move", "tuple", "get", "shape", "ret"}
+_STRAIGHT_LINE_OPS = {"match", "launch", "to_device", "move", "tuple", "get", "shape", "ret"}
 
 
 def straight_line(record: dict) -> bool:
@@ -270,6 +298,8 @@ def straight_line(record: dict) -> bool:
         return False
     known = lambda reg: str(reg) in record["tensors"] and str(reg) in record["locations"]  # noqa: E731
     if any(op["op"] == "launch" and not all(map(known, op["args"] + op["outs"])) for op in code):
+        return False
+    if any(op["op"] == "to_device" and not (known(op["src"]) and known(op["dst"])) for op in code):
         return False
     if not all(p["sinfo"]["kind"] == "prim" or known(p["register"]) for p in record["params"]):
         return False

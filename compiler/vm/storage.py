@@ -14,6 +14,7 @@ from .. import arith
 from ..ir.errors import RuntimeCheckError
 from ..tir.lower import element_bytes, host_dtype
 from .devices import Device, DeviceError, View
+from .devices.split import SplitDevice
 
 
 def device_bytes(count: int, dtype: str) -> int:
@@ -33,29 +34,46 @@ def from_device(raw, shape, dtype: str) -> np.ndarray:
     return np.frombuffer(raw, host_dtype(dtype), count).reshape(shape).astype(dtype)
 
 
-def allocate(device: Device, nbytes: int, what: str):
-    """A device buffer of ``nbytes`` for ``what``: a size from an executable is checked against the device's
-    largest buffer before anything is asked of the device."""
-    limit = device.limit("maxBufferSize")
+def allocate(device: Device, nbytes: int, what: str, on: int = 0):
+    """A device buffer of ``nbytes`` for ``what`` (on part ``on`` of a SplitDevice): a size from an
+    executable is checked against the device's largest buffer before anything is asked of the device."""
+    split = isinstance(device, SplitDevice)
+    limit = device.part_limit(on, "maxBufferSize") if split else device.limit("maxBufferSize")
     if nbytes < 0 or (limit is not None and nbytes > limit):
-        raise DeviceError(f"{what} needs a buffer of {nbytes} bytes; this device's maxBufferSize is {limit}")
-    return device.allocate(nbytes)
+        where = f"{device.names[on]}'s" if split else "this device's"
+        raise DeviceError(f"{what} needs a buffer of {nbytes} bytes; {where} maxBufferSize is {limit}")
+    return device.allocate_on(on, nbytes) if split else device.allocate(nbytes)
 
 
 class Storage:
-    """What lives on the device for the VM's lifetime: the weights and the state tensors."""
+    """What lives on the device for the VM's lifetime: the weights and the state tensors.
 
-    def __init__(self, device: Device, constants: dict[str, np.ndarray]):
+    ``placements`` (a split build's ``constant_devices``): the devices each weight is read on; a
+    weight gets a copy on each (by default, device 0 only)."""
+
+    def __init__(self, device: Device, constants: dict[str, np.ndarray], placements: dict | None = None):
         self.device = device
-        self.constants = {name: device.allocate_with(to_device(array, str(array.dtype)))
-                          for name, array in constants.items()}
+        self._constants: dict[tuple[str, int], object] = {}
+        for name, array in constants.items():
+            data = to_device(array, str(array.dtype))
+            for on in (placements or {}).get(name, [0]):
+                buffer = allocate(device, len(data), f"the weight {name}", on)
+                device.upload(buffer, 0, data)
+                self._constants[(name, on)] = buffer
         self.constant_bytes = {name: device_bytes(array.size, str(array.dtype)) for name, array in constants.items()}
         self.state: dict[str, tuple[object, int]] = {}
 
-    def state_buffer(self, name: str, size: int):
+    def constant(self, name: str, on: int = 0):
+        """The buffer of weight ``name`` on device ``on``."""
+        buffer = self._constants.get((name, on))
+        if buffer is None:
+            raise RuntimeCheckError(f"the weight {name} is not placed on device {on} (constant_devices)")
+        return buffer
+
+    def state_buffer(self, name: str, size: int, on: int = 0):
         """State is shared by name across functions: prefill and decode write one KV cache."""
         if name not in self.state:
-            self.state[name] = (allocate(self.device, size, f"the state tensor {name}"), size)
+            self.state[name] = (allocate(self.device, size, f"the state tensor {name}", on), size)
         elif self.state[name][1] < size:
             raise DeviceError(f"state '{name}' is declared with different sizes by different functions")
         return self.state[name][0]
@@ -77,12 +95,13 @@ class FunctionMemory:
             tensor = record["tensors"].get(str(param["register"]))
             if tensor is None:
                 continue
+            on = tensor.get("device", 0)
             if param.get("state"):
-                self.params[param["register"]] = storage.state_buffer(param["name"], tensor_bytes(tensor, sizes))
+                self.params[param["register"]] = storage.state_buffer(param["name"], tensor_bytes(tensor, sizes), on)
             else:
                 self.params[param["register"]] = allocate(device, tensor_bytes(tensor, sizes),
-                                                          f"the parameter {param['name']}")
-        arena = [allocate(device, size, f"arena buffer {i}") for i, size in enumerate(record["memory"]["buffers"])]
+                                                          f"the parameter {param['name']}", on)
+        arena = arena_buffers(device, record["memory"], "arena buffer")
         self.storages = {index: (arena[token["buffer"]], token["offset"]) for index, token in tokens.items()}
 
     def view(self, reg: int, sizes: dict[str, int]) -> View:
@@ -93,9 +112,16 @@ class FunctionMemory:
         if loc["kind"] == "param":
             return View(self.params[reg], 0, nbytes)
         if loc["kind"] == "constant":
-            return View(self.storage.constants[loc["name"]], 0, self.storage.constant_bytes[loc["name"]])
+            on = record["tensors"][str(reg)].get("device", 0)
+            return View(self.storage.constant(loc["name"], on), 0, self.storage.constant_bytes[loc["name"]])
         buffer, offset = self.storages[loc["token"]]
         return View(buffer, offset, nbytes)
+
+
+def arena_buffers(device: Device, memory: dict, what: str) -> list:
+    """A function's arena buffers, each on its device (``buffer_devices``, in a split build)."""
+    devices = memory.get("buffer_devices") or [0] * len(memory["buffers"])
+    return [allocate(device, size, f"{what} {i}", on) for i, (size, on) in enumerate(zip(memory["buffers"], devices))]
 
 
 _PARSED: dict[str, arith.PrimExpr] = {}

@@ -41,6 +41,8 @@ extern "C" {
 #define TESSERA_VERSION_MINOR 1
 /* The executable format version this library reads (docs/format.md). */
 #define TESSERA_FORMAT_VERSION 3
+/* The version of an executable split across devices (docs/format.md, "Devices"): refused by name for now. */
+#define TESSERA_SPLIT_FORMAT_VERSION 4
 
 typedef enum tessera_status {
     TESSERA_OK = 0,

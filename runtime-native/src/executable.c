@@ -620,6 +620,26 @@ static int string_list(parser *p, const cJSON *root, const char *key, const char
     return 0;
 }
 
+/* A build split across devices (format version 4, `tessera compile --gpu-layers N`): this runtime has one
+ * CPU device until its GPU backends exist, so it names the devices the executable wants instead. */
+static int refuse_split(const cJSON *root) {
+    char names[256] = "";
+    size_t used = 0;
+    const cJSON *devices = cJSON_GetObjectItemCaseSensitive(root, "devices"), *device;
+    cJSON_ArrayForEach(device, devices) {
+        const cJSON *vdevices = cJSON_GetObjectItemCaseSensitive(device, "vdevices");
+        const cJSON *first = cJSON_IsArray(vdevices) ? cJSON_GetArrayItem(vdevices, 0) : NULL;
+        const char *name = cJSON_IsString(first) ? first->valuestring : "?";
+        int wrote = snprintf(names + used, sizeof names - used, "%s%.64s", used ? " and " : "", name);
+        if (wrote < 0 || (size_t)wrote >= sizeof names - used) break;
+        used += (size_t)wrote;
+    }
+    return tsr_error(TESSERA_ERROR_UNSUPPORTED, "executable.json is split across the devices %s (format version %d, "
+                     "tessera compile --gpu-layers); runtime-native runs one CPU device and lacks the others: "
+                     "compile without --gpu-layers for --target cpu, or run it in the Python VM or a browser",
+                     used ? names : "(none listed)", TESSERA_SPLIT_FORMAT_VERSION);
+}
+
 static int parse_root(parser *p, const cJSON *root) {
     tsr_executable *exe = p->exe;
     const char *format;
@@ -629,6 +649,7 @@ static int parse_root(parser *p, const cJSON *root) {
     if ((rc = tsr_json_string(root, "format", "executable.json", &format))) return rc;
     if (strcmp(format, "tessera-executable") != 0) return fail("format", "not \"tessera-executable\"");
     if ((rc = tsr_json_int(root, "version", "executable.json", 0, INT32_MAX, &version))) return rc;
+    if (version == TESSERA_SPLIT_FORMAT_VERSION) return refuse_split(root);
     if (version != TESSERA_FORMAT_VERSION)
         return tsr_error(TESSERA_ERROR_VERSION, "executable.json has format version %lld; this runtime reads version "
                          "%d: rebuild it with a matching Tessera (tessera compile MODEL.gguf --target cpu -o DIR)",

@@ -86,7 +86,7 @@ def test_bad_files_are_clear_errors(tmp_path):
     with pytest.raises(ExecutableError, match="is not valid JSON \\(truncated or corrupted\\?\\)"):
         Executable.load(tmp_path)
     path.write_text(text.replace('"version": 3', '"version": 99'))
-    with pytest.raises(ExecutableError, match="has format version 99; this Tessera reads version 3"):
+    with pytest.raises(ExecutableError, match="has format version 99; this Tessera reads versions 3 and 4"):
         Executable.load(tmp_path)
     path.write_text(text.replace('"version": 3', '"version": 1'))
     with pytest.raises(ExecutableError, match="has format version 1; .* rebuild it with this compiler"):

@@ -1,0 +1,40 @@
+"""A Llama split after N decoder layers (llama.cpp's --n-gpu-layers): the first N on WebGPU
+(llvmpipe), the rest with the head on WASM, in the Python VM; the greedy tokens are the unsplit
+build's, and the copies per step are what the split implies."""
+
+import numpy as np
+import pytest
+import tessera
+from tessera import nn
+from tessera.models.llama import LlamaForCausalLM, export_llm
+from tessera.vm import VirtualMachine
+from test_llama_vs_transformers import reference
+
+
+def tiny_greedy(vm, prompt, steps):
+    vm.reset_state()
+    tokens = [int(vm["prefill"](prompt, len(prompt))[0].argmax())]
+    while len(tokens) < steps:
+        tokens.append(int(vm["decode"](np.array([tokens[-1]], np.int32), len(prompt) + len(tokens))[0].argmax()))
+    return tokens
+
+
+@pytest.mark.parametrize("variant", ["gqa-2x", "mha"])  # mha ties the head to the embedding
+def test_a_llama_split_after_n_layers_decodes_like_the_unsplit_model(variant):
+    _, config, weights = reference(variant)
+    prompt = np.array([5, 17, 3, 88, 41], np.int32)
+    whole = tiny_greedy(VirtualMachine(tessera.build(
+        nn.bind_weights(export_llm(LlamaForCausalLM(config), 32), weights), "llvmpipe")), prompt, 8)
+    for gpu_layers in range(config.num_layers + 1):
+        exe = tessera.build(nn.bind_weights(export_llm(LlamaForCausalLM(config), 32, gpu_layers=gpu_layers),
+                                            weights), "llvmpipe")
+        kernels = {k["name"]: k["device"] for k in exe.kernels}
+        assert set(kernels.values()) == {0, 1}
+        vm = VirtualMachine(exe)
+        assert tiny_greedy(vm, prompt, 8) == whole, gpu_layers
+        # Per step: the hidden state, and the positions the CPU layers make their RoPE tables of (none
+        # when no decoder layer is on the CPU) -- whatever the number of layers on either side.
+        per_step = 2 if gpu_layers < config.num_layers else 1
+        assert vm.copies == 8 * per_step
+        # Each weight lives on the device that reads it (both, when both do).
+        assert {d for devices in exe.constant_devices.values() for d in devices} == {0, 1}
