@@ -102,6 +102,16 @@ class Checker:
                     walk(item, where + [index])
 
         walk({"kernels": doc["kernels"], "functions": doc["functions"]}, [])
+        for name, record in doc["functions"].items():
+            memory, where = record["memory"], ["functions", name, "memory", "buffer_devices"]
+            placed = memory.get("buffer_devices")
+            if placed is None:
+                continue
+            if len(placed) != len(memory["buffers"]):
+                self.fail(where, f"lists {len(placed)} devices for {len(memory['buffers'])} buffers")
+            for index, device in enumerate(placed):
+                if device >= max(count, 1):
+                    self.fail(where + [index], f"is {device}, but the executable has {max(count, 1)} device(s)")
         for name, devices in doc.get("constant_devices", {}).items():
             if name not in doc["constants"] or any(d >= count for d in devices):
                 self.fail(["constant_devices", name], "names a weight or device the executable does not have")

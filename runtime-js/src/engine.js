@@ -17,6 +17,7 @@ import { DeviceError, requestAdapter, requestDeviceFor, softwareRenderer } from 
 import { WASM_MEMORY_LIMIT, wasmMisfit, webgpuMisfit } from "./fit.js";
 import { runsOn } from "./format.js";
 import { insideUrl, loadBuild, loadBundleJson, loadChatFiles, loadExecutable } from "./loader.js";
+import { deviceName, SplitVirtualMachine } from "./split-vm.js";
 import { HostTensor, VirtualMachine } from "./vm.js";
 import { WasmVirtualMachine } from "./wasm-vm.js";
 
@@ -316,6 +317,38 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
     initProgressCallback({ progress: 0, loaded: 0, total: 0, text: `${KIND_LABELS[build.kind]} build: ${reason}` });
     return reason;
   };
+  /** What engine.load says: bytes, shards from the cache, which cache. */
+  const loadFigures = (/** @type {any} */ loaded) => ({ bytes: loaded.bytes, shardsFromCache: loaded.shardsFromCache, cache: loaded.cacheKind });
+  /** A build split across devices (format version 4): its WebGPU and WASM parts in one SplitVirtualMachine;
+   * null, with the reason in reasons, when this page lacks a device it names.
+   * @param {any} build @param {string} folder @param {string} tensorCacheUrl @param {any} executable */
+  const splitEngine = async (build, folder, tensorCacheUrl, executable) => {
+    const gpu = executable.devices.find((/** @type {any} */ d) => d.kind === "webgpu");
+    const wasm = executable.devices.find((/** @type {any} */ d) => d.kind === "wasm");
+    if (!adapter) {
+      reasons.push(`build ${build.name} runs part of its model on ${deviceName(gpu)}, and this page has no WebGPU adapter`);
+      return null;
+    }
+    if (typeof WebAssembly === "undefined") {
+      reasons.push(`build ${build.name} runs part of its model on ${deviceName(wasm)}, and this browser has no WebAssembly`);
+      return null;
+    }
+    let device, adapterName;
+    try {
+      ({ device, adapterName } = await requestDeviceFor(gpu, adapter));
+    } catch (error) {
+      reasons.push(`build ${build.name} runs part of its model on ${deviceName(gpu)}: ${/** @type {Error} */ (error).message}`);
+      return null;
+    }
+    const reason = chosen(build);
+    const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable, tensorCacheUrl });
+    initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
+    const vm = await SplitVirtualMachine.create(loaded.executable, loaded.weights, loaded.modules, { gpuDevice: device, libraries });
+    initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
+    const name = `${adapterName} (${deviceName(gpu)}) + WebAssembly (${deviceName(wasm)})`;
+    return new Engine({ ...parts, vm, prefillChunk: prefillChunk(executable, chatConfig), device: { kind: "split", name, build: build.name, reason },
+      load: loadFigures(loaded) });
+  };
   const baseUrl = new URL(base, globalThis.location?.href ?? "http://localhost/");
   for (const build of builds) {
     const folder = insideUrl(build.path.replace(/\/$/, ""), baseUrl.href, `build ${build.name}'s folder`) + "/";
@@ -324,6 +357,11 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
       if (!adapter) continue;  // why is in reasons already
       const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });
       refuseContextMisfit(executable, chatConfig);
+      if (executable.devices) {
+        const engine = await splitEngine(build, folder, tensorCacheUrl, executable);
+        if (engine) return engine;
+        continue;
+      }
       if (!runsOn(executable, "webgpu")) { reasons.push(`build ${build.name} holds kernels WebGPU cannot run`); continue; }
       let device, adapterName;
       try {
@@ -338,19 +376,24 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
       const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights, loaded.modules, { libraries });
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
       return new Engine({ ...parts, vm, prefillChunk: prefillChunk(executable, chatConfig), device: { kind: "webgpu", name: adapterName, build: build.name, reason },
-        load: { bytes: loaded.bytes, shardsFromCache: loaded.shardsFromCache, cache: loaded.cacheKind } });
+        load: loadFigures(loaded) });
     }
     if (build.kind === "wasm") {
       if (typeof WebAssembly === "undefined") { reasons.push("this browser has no WebAssembly"); continue; }
       const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });
       refuseContextMisfit(executable, chatConfig);
+      if (executable.devices) {
+        const engine = await splitEngine(build, folder, tensorCacheUrl, executable);
+        if (engine) return engine;
+        continue;
+      }
       if (!runsOn(executable, "wasm")) { reasons.push(`build ${build.name} holds kernels WebAssembly cannot run`); continue; }
       const reason = chosen(build);
       const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable, tensorCacheUrl });
       const vm = await WasmVirtualMachine.create(loaded.executable, loaded.weights, loaded.modules, { libraries });
       initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
       return new Engine({ ...parts, vm, prefillChunk: prefillChunk(executable, chatConfig), device: { kind: "wasm", name: "WebAssembly SIMD on the CPU", build: build.name, reason },
-        load: { bytes: loaded.bytes, shardsFromCache: loaded.shardsFromCache, cache: loaded.cacheKind } });
+        load: loadFigures(loaded) });
     }
     reasons.push(`build ${build.name} is of an unknown kind ${build.kind}`);
   }

@@ -70,7 +70,46 @@ export function checkExecutable(doc, what) {
     kernel.grid.forEach((/** @type {string} */ text, /** @type {number} */ axis) =>
       expr(what, text, ["kernels", k, "grid", axis], new Set(scalars), "one of the kernel's scalars"));
   });
+  checkDevices(doc, what);
   for (const [name, record] of Object.entries(doc.functions)) checkFunction(doc, what, name, record);
+}
+
+/**
+ * Version 4 (a build split across devices) lists its devices, version 3 none; every `device` of a kernel
+ * or a function names one of them, and every weight of `constant_devices` is a constant placed on them.
+ * @param {any} doc @param {string} what
+ */
+function checkDevices(doc, what) {
+  const count = doc.devices?.length ?? 0;
+  if ((doc.version === 4) !== (count > 0)) fail(what, ["devices"], "must list the devices of a version 4 executable, and only of one");
+  const most = Math.max(count, 1);
+  /** @param {any} value @param {(string|number)[]} where */
+  const walk = (value, where) => {
+    if (Array.isArray(value)) {
+      value.forEach((item, i) => walk(item, [...where, i]));
+    } else if (value && typeof value === "object") {
+      for (const [key, item] of Object.entries(value)) {
+        if (key === "device" && Number.isInteger(item) && item >= most) fail(what, [...where, key], `is ${item}, but the executable has ${most} device(s)`);
+        walk(item, [...where, key]);
+      }
+    }
+  };
+  walk({ kernels: doc.kernels, functions: doc.functions }, []);
+  // Each arena buffer's device too (the Python loader leaves these to its VM, which fails on them later).
+  for (const [name, record] of Object.entries(doc.functions)) {
+    const { buffers, buffer_devices: devices } = /** @type {any} */ (record).memory;
+    if (devices === undefined) continue;
+    const where = ["functions", name, "memory", "buffer_devices"];
+    if (devices.length !== buffers.length) fail(what, where, `lists ${devices.length} devices for ${buffers.length} buffers`);
+    devices.forEach((/** @type {number} */ d, /** @type {number} */ i) => {
+      if (d >= most) fail(what, [...where, i], `is ${d}, but the executable has ${most} device(s)`);
+    });
+  }
+  for (const [name, devices] of Object.entries(doc.constant_devices ?? {})) {
+    if (!doc.constants.includes(name) || /** @type {number[]} */ (devices).some((d) => d >= count)) {
+      fail(what, ["constant_devices", name], "names a weight or device the executable does not have");
+    }
+  }
 }
 
 /** @param {any} doc @param {string} what @param {string} name @param {any} record */
@@ -206,6 +245,14 @@ function checkCode(doc, record, base, bad, register, shape, sinfo) {
       if (op.scalars.length !== abi.scalars.length) {
         bad([...where, "scalars"], `has ${op.scalars.length} scalars for kernel ${op.kernel}, whose ABI lists ${abi.scalars.length}`);
       }
+      // A kernel reads and writes only the memory of its own device (a split build's tensors name theirs).
+      const device = doc.kernels[op.kernel].device ?? 0;
+      for (const reg of [...op.args, ...op.outs]) {
+        const on = record.tensors[String(reg)]?.device ?? device;
+        if (on !== device) bad(where, `binds register ${reg}, on device ${on}, to kernel ${op.kernel}, which runs on device ${device}`);
+      }
+    } else if (op.op === "to_device") {
+      if ((record.tensors[String(op.dst)]?.device ?? op.device) !== op.device) bad([...where, "dst"], `is not a tensor on device ${op.device}`);
     } else if (op.op === "call_builtin") {
       if (!doc.libraries.includes(op.name)) bad([...where, "name"], `is '${op.name}', which the executable's libraries do not list`);
     } else if (op.op === "call" || op.op === "func") {

@@ -9,7 +9,8 @@ import { FormatError, schemaProblem } from "./schema.js";
 
 export { FormatError, isInsidePath };
 
-const EXECUTABLE_VERSION = 3;
+/** Executable versions this runtime reads: 3, and 4 for a build split across devices (split-vm.js). */
+const EXECUTABLE_VERSIONS = [3, 4];
 const TENSOR_CACHE_VERSION = 1;
 const BUNDLE_VERSION = 2;
 
@@ -32,19 +33,46 @@ const BACKENDS = { webgpu: "wgsl", wasm: "c-wasm" };
 export function validateExecutable(doc, what = "executable.json") {
   expect(doc && typeof doc === "object" && !Array.isArray(doc), what, "not a JSON object");
   expect(doc.format === "tessera-executable", what, `not a Tessera executable (format ${JSON.stringify(doc.format)})`);
-  expect(doc.version === EXECUTABLE_VERSION, what,
-    `format version ${doc.version}; this runtime reads version ${EXECUTABLE_VERSION}: rebuild the bundle with this Tessera`);
+  expect(EXECUTABLE_VERSIONS.includes(doc.version), what,
+    `format version ${doc.version}; this runtime reads versions ${EXECUTABLE_VERSIONS.join(" and ")}: rebuild the bundle with this Tessera`);
   expectSchema(doc, "executable", what);
   checkExecutable(doc, what);
   const known = Object.values(BACKENDS);
   for (const kernel of doc.kernels) {
     expect(known.includes(kernel.backend), what, `kernel ${kernel.name} is for the ${kernel.backend} backend; this runtime runs ${known.join(", ")}`);
   }
+  if (doc.devices) expectDevicesRunHere(doc, what);
   return doc;
 }
 
-/** Whether every kernel of ``doc`` is for the backend a device of ``kind`` runs. @param {any} doc @param {string} kind */
+/**
+ * A split build (version 4) runs here when each of its devices is one this runtime has (WebGPU, WASM),
+ * at most one of each kind (a page has one WebGPU adapter and one WebAssembly memory), and each kernel
+ * is for the backend of its device.
+ * @param {any} doc @param {string} what
+ */
+function expectDevicesRunHere(doc, what) {
+  /** @type {Set<string>} */
+  const kinds = new Set();
+  for (const device of doc.devices) {
+    const name = device.vdevices[0] ?? `${device.kind}:${device.id}`;
+    expect(Object.hasOwn(BACKENDS, device.kind), what,
+      `device ${name} is a ${device.kind} device; this runtime runs ${Object.keys(BACKENDS).join(" and ")} devices`);
+    expect(!kinds.has(device.kind), what, `the build is split across two ${device.kind} devices; this runtime runs one of each kind`);
+    kinds.add(device.kind);
+  }
+  for (const kernel of doc.kernels) {
+    const device = doc.devices[kernel.device ?? 0];
+    const backend = /** @type {Record<string, string>} */ (BACKENDS)[device.kind];
+    expect(kernel.backend === backend, what,
+      `kernel ${kernel.name} is for the ${kernel.backend} backend but placed on ${device.vdevices[0]}, a ${device.kind} device (${backend})`);
+  }
+}
+
+/** Whether every kernel of ``doc`` is for the backend a device of ``kind`` runs (false for a split build, which
+ * runs on its devices together: split-vm.js). @param {any} doc @param {string} kind */
 export function runsOn(doc, kind) {
+  if (doc.devices) return false;
   const backend = /** @type {Record<string, string>} */ (BACKENDS)[kind];
   return doc.kernels.every((/** @type {any} */ k) => k.backend === backend);
 }

@@ -1,5 +1,6 @@
 // The frame interpreter: runs any function of an executable (docs/format.md "Instructions") on a
-// machine, the device-specific half that vm.js (WebGPU) and wasm-vm.js (WASM) each supply.
+// machine, the device-specific half that vm.js (WebGPU) and wasm-vm.js (WASM) each supply, and
+// split-vm.js for a build split across both (which adds `to_device`).
 // Functions that are one straight line over a static plan take the VMs' precomputed fast path
 // instead; this is for calls, branches, loops, tuples, coarse parameters, run-time allocation and
 // host library functions.
@@ -41,11 +42,13 @@ class StorageValue {
 }
 
 /**
- * What the interpreter needs of a device.
+ * What the interpreter needs of a device. ``device`` is an index into a split build's devices
+ * (docs/format.md, "Devices"): a machine of one device ignores it; split-vm.js's hands the request to
+ * the machine of that device, and `copy` (the `to_device` instruction) is only a split machine's.
  * @typedef {{
- *   pool: import("./pool.js").BlockPool,
- *   constant: (name: string) => {memory: any, offset: number},
- *   state: (name: string, nbytes: number) => {memory: any, offset: number},
+ *   pool: {alloc: (nbytes: number, device?: number) => Block, release: (block: Block) => void},
+ *   constant: (name: string, device?: number) => {memory: any, offset: number},
+ *   state: (name: string, nbytes: number, device?: number) => {memory: any, offset: number},
  *   arena: (fn: string, buffer: number) => {memory: any, offset: number},
  *   write: (tensor: TensorValue, bytes: Uint8Array) => void,
  *   read: (tensor: TensorValue) => Uint8Array | Promise<Uint8Array>,
@@ -53,6 +56,7 @@ class StorageValue {
  *   inPlace: (value: any) => TensorValue | null,
  *   leaveInPlace: (fn: any, generation: number, tensor: TensorValue) => any,
  *   flush: () => void,
+ *   copy?: (source: TensorValue, destination: TensorValue) => Promise<void>,
  * }} Machine
  */
 
@@ -125,14 +129,15 @@ export class Interpreter {
    */
   async callFromHost(name, args, toHost, handle) {
     const { machine } = this;
-    const entry = new Frame(/** @type {CompiledFunction} */ (this.functions.get(name)), null);
+    const fn = /** @type {CompiledFunction} */ (this.functions.get(name));
+    const entry = new Frame(fn, null);
     const previous = handle.held;  // the last call's results: valid until this call is done
     handle.held = [];
     /** @type {Set<Block>} */
     let kept = new Set();
     let done = false;
     try {
-      const values = args.map((arg) => this.upload(arg, entry));
+      const values = args.map((arg, i) => this.upload(arg, entry, fn.inputs[i]?.device ?? 0));
       const result = await this.invoke(name, values, entry, 0);
       machine.flush();
       kept = reachable(result);
@@ -154,24 +159,26 @@ export class Interpreter {
     }
   }
 
-  /** A host argument as a value in device memory (owned by the entry frame). @param {any} arg @param {Frame} frame @returns {any} */
-  upload(arg, frame) {
-    if (Array.isArray(arg)) return arg.map((item) => this.upload(item, frame));
+  /** A host argument as a value in device memory (owned by the entry frame), on device ``device`` of a split build.
+   * @param {any} arg @param {Frame} frame @param {number} device @returns {any} */
+  upload(arg, frame, device) {
+    if (Array.isArray(arg)) return arg.map((item) => this.upload(item, frame, device));
     if (typeof arg === "bigint") return Number(arg);
     const inPlace = this.machine.inPlace(arg);
     if (inPlace) return inPlace;
     if (arg instanceof HostTensor) {
-      const tensor = this.allocate(arg.shape, arg.dtype, frame);
+      const tensor = this.allocate(arg.shape, arg.dtype, frame, device);
       this.machine.write(tensor, toDeviceBytes(arg.data, arg.dtype));
       return tensor;
     }
     return arg;  // a number, a FunctionValue ...: the parameter's match says whether it fits
   }
 
-  /** A tensor from the pool, owned by ``frame``. @param {number[]} shape @param {string} dtype @param {Frame} frame */
-  allocate(shape, dtype, frame) {
+  /** A tensor from the pool (of device ``device``), owned by ``frame``.
+   * @param {number[]} shape @param {string} dtype @param {Frame} frame @param {number} [device] */
+  allocate(shape, dtype, frame, device = 0) {
     const nbytes = deviceBytes(elementCount(shape), dtype);
-    const block = this.machine.pool.alloc(nbytes);
+    const block = this.machine.pool.alloc(nbytes, device);
     frame.owned.add(block);
     return new TensorValue(block.memory, block.offset, nbytes, shape, dtype, block);
   }
@@ -243,14 +250,19 @@ export class Interpreter {
           if (Math.min(...grid) > 0) machine.launch(op, tensors, scalars, grid);
           break;
         }
+        case "to_device": {
+          if (!machine.copy) throw new RuntimeCheckError(`${frame.fn.name}: to_device copies between the devices of a split build, and this executable has one`);
+          await machine.copy(this.readTensor(frame, op.src, "to_device"), this.readTensor(frame, op.dst, "to_device"));
+          break;
+        }
         case "alloc_storage": {
-          const block = machine.pool.alloc(evalShape(op.size, frame.heap));
+          const block = machine.pool.alloc(evalShape(op.size, frame.heap), op.device ?? 0);
           frame.owned.add(block);
           frame.regs[op.dst] = new StorageValue(block);
           break;
         }
         case "alloc_tensor":
-          frame.regs[op.dst] = this.allocate(op.shape.map((/** @type {string} */ d) => evalShape(d, frame.heap)), op.dtype, frame);
+          frame.regs[op.dst] = this.allocate(op.shape.map((/** @type {string} */ d) => evalShape(d, frame.heap)), op.dtype, frame, op.device ?? 0);
           break;
         case "call": {
           let callee = op.func;
@@ -319,11 +331,11 @@ export class Interpreter {
     const nbytes = evalShape(tensor.bytes, frame.heap);
     /** @type {{memory: any, offset: number}} */
     let place;
-    if (loc.kind === "constant") place = this.machine.constant(loc.name);
+    if (loc.kind === "constant") place = this.machine.constant(loc.name, tensor.device ?? 0);
     else if (loc.kind === "param") {
       const state = frame.fn.stateParams.get(reg);
       if (state === undefined) throw new Error(`${name}: parameter register ${reg} has no value`);
-      place = this.machine.state(state, evalShape(tensor.bytes, frame.fn.bounds));
+      place = this.machine.state(state, evalShape(tensor.bytes, frame.fn.bounds), tensor.device ?? 0);
     } else if (loc.kind === "arena") {
       const token = frame.fn.tokens.get(loc.token);
       const base = this.machine.arena(name, token.buffer);

@@ -82,6 +82,14 @@ export class FunctionTable {
   }
 }
 
+/** A VM of one device refuses a build split across devices (format version 4): split-vm.js runs those.
+ * @param {any} exe @param {string} vm the VM's name */
+export function expectOneDevice(exe, vm) {
+  if (!exe.devices) return;
+  const names = exe.devices.map((/** @type {any} */ d) => d.vdevices[0] ?? d.kind).join(" and ");
+  throw new Error(`this executable is split across ${names}; ${vm} runs one device: load it with SplitVirtualMachine`);
+}
+
 /** @param {any} record a function of executable.json */
 export function upperBounds(record) {
   /** @type {Record<string, number>} */

@@ -19,3 +19,4 @@ export { FunctionValue, RuntimeCheckError, ShapeValue } from "./checks.js";
 export { HostTensor } from "./host.js";
 export { DeviceTensor, VirtualMachine } from "./vm.js";
 export { WasmTensor, WasmVirtualMachine } from "./wasm-vm.js";
+export { deviceName, SplitVirtualMachine } from "./split-vm.js";

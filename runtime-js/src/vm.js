@@ -12,7 +12,7 @@ import { libraryRegistry } from "./builtins.js";
 import { fromDeviceBytes, HostTensor, toDeviceBytes } from "./host.js";
 import { InterpretedFunction, Interpreter } from "./interpreter.js";
 import {
-  assembleResult, bindArguments, FunctionTable, isStraightLine, launchSizes, resultRegisters, RuntimeCheckError, upperBounds,
+  assembleResult, bindArguments, expectOneDevice, FunctionTable, isStraightLine, launchSizes, resultRegisters, RuntimeCheckError, upperBounds,
 } from "./program.js";
 import { evalShape } from "./shape.js";
 import { DeviceTensor, GpuMachine } from "./webgpu-machine.js";
@@ -32,6 +32,7 @@ export class VirtualMachine extends FunctionTable {
    * @param {{libraries?: Record<string, Function>}} [options] host functions `call_builtin` may call, by name
    */
   static async create(device, exe, weights, modules, { libraries } = {}) {
+    expectOneDevice(exe, "VirtualMachine");
     const registry = libraryRegistry(exe, libraries);
     const vm = new VirtualMachine(device, exe);
     for (const name of exe.constants) {
@@ -124,8 +125,9 @@ export class VirtualMachine extends FunctionTable {
   }
 }
 
-/** A straight-line function, prepared at load (the fast path). */
-class VMFunction {
+/** A straight-line function, prepared at load (the fast path). A split build's VM (split-vm.js) runs its
+ * steps one by one: writeInputs, encodeLaunches (in parts, between copies), resultTensors. */
+export class VMFunction {
   /** @param {VirtualMachine} vm @param {string} name @param {any} record */
   constructor(vm, name, record) {
     this.vm = vm;
@@ -179,10 +181,19 @@ class VMFunction {
 
   /** @param {any[]} args @param {boolean} toHost */
   async call(args, toHost) {
-    const { vm, record } = this;
-    const { inputs, values, heap } = bindArguments(this.name, record, args, this.bounds);
-    const device = vm.device;
-    const encoder = device.createCommandEncoder();
+    const { inputs, values, heap } = bindArguments(this.name, this.record, args, this.bounds);
+    const encoder = this.vm.device.createCommandEncoder();
+    this.writeInputs(encoder, inputs, values);
+    this.generation += 1;  // from here, results of the last call left in place are stale (one may have been an argument)
+    this.encodeLaunches(encoder, heap);
+    return assembleResult(this.record, await this.resultTensors(encoder, heap, toHost));
+  }
+
+  /** Write the arguments into the parameter buffers: host values through the queue, results left in
+   * place by copies recorded in ``encoder``. Parameters this function has no buffer for are skipped.
+   * @param {GPUCommandEncoder} encoder @param {any[]} inputs the parameter records @param {Map<number, any>} values by register */
+  writeInputs(encoder, inputs, values) {
+    const device = this.vm.device;
     for (const param of inputs) {
       const buffer = this.params.get(param.register);
       const value = values.get(param.register);
@@ -196,9 +207,15 @@ class VMFunction {
         device.queue.writeBuffer(buffer, 0, direct ? value.data : toDeviceBytes(value.data, value.dtype));
       }
     }
-    this.generation += 1;
+  }
+
+  /** Record launches ``from`` to ``to`` (of this function's, in program order) in one compute pass of
+   * ``encoder``, with this call's sizes. @param {GPUCommandEncoder} encoder @param {Record<string, number>} heap
+   * @param {number} [from] @param {number} [to] */
+  encodeLaunches(encoder, heap, from = 0, to = this.launches.length) {
+    const device = this.vm.device;
     const pass = encoder.beginComputePass();
-    for (const { op, kernel, uniform, group } of this.launches) {
+    for (const { op, kernel, uniform, group } of this.launches.slice(from, to)) {
       const { scalars, grid } = launchSizes(op, kernel, heap);
       if (uniform) {
         const words = new Int32Array(uniform.size / 4);
@@ -206,12 +223,21 @@ class VMFunction {
         device.queue.writeBuffer(uniform, 0, words);
       }
       if (Math.min(...grid) > 0) {
-        pass.setPipeline(vm.pipelines[op.kernel].pipeline);
+        pass.setPipeline(this.vm.pipelines[op.kernel].pipeline);
         pass.setBindGroup(0, group);
         pass.dispatchWorkgroups(grid[0], grid[1], grid[2]);
       }
     }
     pass.end();
+  }
+
+  /** Submit ``encoder`` and give the result tensors by register: read back, or left in place as results
+   * of ``owner`` (this function, or the split function it is a share of).
+   * @param {GPUCommandEncoder} encoder @param {Record<string, number>} heap @param {boolean} toHost
+   * @param {{name: string, generation: number}} [owner] @returns {Promise<Map<number, any>>} */
+  async resultTensors(encoder, heap, toHost, owner = this) {
+    const { vm, record } = this;
+    const device = vm.device;
     /** @type {Map<number, any>} */
     const results = new Map();
     const shapes = new Map(this.results.map((reg) => [reg, record.tensors[String(reg)].shape.map((/** @type {string} */ d) => evalShape(d, heap))]));
@@ -220,9 +246,9 @@ class VMFunction {
       device.queue.submit([encoder.finish()]);
       for (const reg of this.results) {
         const { buffer, offset } = this.location(reg);
-        results.set(reg, new DeviceTensor(this, this.generation, buffer, offset, sizes.get(reg), shapes.get(reg), record.tensors[String(reg)].dtype));
+        results.set(reg, new DeviceTensor(owner, owner.generation, buffer, offset, sizes.get(reg), shapes.get(reg), record.tensors[String(reg)].dtype));
       }
-      return assembleResult(record, results);
+      return results;
     }
     for (const reg of this.results) {
       const { buffer, offset } = this.location(reg);
@@ -236,6 +262,6 @@ class VMFunction {
       results.set(reg, fromDeviceBytes(raw, shapes.get(reg), record.tensors[String(reg)].dtype));
       readback.unmap();
     }
-    return assembleResult(record, results);
+    return results;
   }
 }

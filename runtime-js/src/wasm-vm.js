@@ -17,7 +17,7 @@ import { InterpretedFunction, Interpreter, TensorValue } from "./interpreter.js"
 import { BlockPool } from "./pool.js";
 import { evalShape } from "./shape.js";
 import {
-  assembleResult, bindArguments, FunctionTable, isStraightLine, launchSizes, ResultInPlace, resultRegisters, RuntimeCheckError,
+  assembleResult, bindArguments, expectOneDevice, FunctionTable, isStraightLine, launchSizes, ResultInPlace, resultRegisters, RuntimeCheckError,
   upperBounds,
 } from "./program.js";
 
@@ -48,6 +48,7 @@ export class WasmVirtualMachine extends FunctionTable {
    * @param {{libraries?: Record<string, Function>}} [options] host functions `call_builtin` may call, by name
    */
   static async create(exe, weights, modules, { libraries } = {}) {
+    expectOneDevice(exe, "WasmVirtualMachine");
     const registry = libraryRegistry(exe, libraries);
     const paths = [...new Set(exe.kernels.map((/** @type {any} */ k) => k.module))];
     if (paths.length > 1) throw new Error(`the WASM runtime runs kernels of one module; this executable has ${paths.join(", ")}`);
@@ -151,8 +152,9 @@ function layout(exe, weights) {
   };
 }
 
-/** A straight-line function, prepared at load (the fast path). */
-class WasmFunction {
+/** A straight-line function, prepared at load (the fast path). A split build's VM (split-vm.js) runs its
+ * steps one by one: writeInputs, runLaunches (in parts, between copies), resultTensors. */
+export class WasmFunction {
   /** @param {WasmVirtualMachine} vm @param {string} name @param {any} record @param {any} places */
   constructor(vm, name, record, places) {
     this.vm = vm;
@@ -180,9 +182,17 @@ class WasmFunction {
 
   /** @param {any[]} args @param {boolean} toHost */
   async call(args, toHost) {
-    const { vm, record } = this;
-    const { inputs, values, heap } = bindArguments(this.name, record, args, this.bounds);
-    const bytes = vm.bytes();
+    const { inputs, values, heap } = bindArguments(this.name, this.record, args, this.bounds);
+    this.writeInputs(inputs, values);
+    this.generation += 1;  // from here, results of the last call left in place are stale (one may have been an argument)
+    this.runLaunches(heap);
+    return assembleResult(this.record, this.resultTensors(heap, toHost));
+  }
+
+  /** Write the arguments into their places in memory; parameters without one here are skipped.
+   * @param {any[]} inputs the parameter records @param {Map<number, any>} values by register */
+  writeInputs(inputs, values) {
+    const bytes = this.vm.bytes();
     for (const param of inputs) {
       const pointer = this.places.params.get(param.register);
       const value = values.get(param.register);
@@ -196,11 +206,23 @@ class WasmFunction {
           toDeviceBytes(value.data, value.dtype), pointer);
       }
     }
-    this.generation += 1;
-    for (const { op, kernel, run, pointers } of this.launches) {
+  }
+
+  /** Run launches ``from`` to ``to`` (of this function's, in program order) with this call's sizes.
+   * @param {Record<string, number>} heap @param {number} [from] @param {number} [to] */
+  runLaunches(heap, from = 0, to = this.launches.length) {
+    for (const { op, kernel, run, pointers } of this.launches.slice(from, to)) {
       const { scalars, grid } = launchSizes(op, kernel, heap);
       if (Math.min(...grid) > 0) run(...pointers, ...scalars, ...grid);
     }
+  }
+
+  /** The result tensors by register: read to the host, or left in place as results of ``owner`` (this
+   * function, or the split function it is a share of).
+   * @param {Record<string, number>} heap @param {boolean} toHost @param {{name: string, generation: number}} [owner]
+   * @returns {Map<number, any>} */
+  resultTensors(heap, toHost, owner = this) {
+    const { vm, record } = this;
     /** @type {Map<number, any>} */
     const results = new Map();
     for (const reg of resultRegisters(record)) {
@@ -209,12 +231,12 @@ class WasmFunction {
       const nbytes = evalShape(tensor.bytes, heap);
       const pointer = this.pointer(reg);
       if (!toHost) {
-        results.set(reg, new WasmTensor(this, this.generation, pointer, nbytes, shape, tensor.dtype));
+        results.set(reg, new WasmTensor(owner, owner.generation, pointer, nbytes, shape, tensor.dtype));
         continue;
       }
       results.set(reg, fromDeviceBytes(new Uint8Array(vm.memory.buffer, pointer, nbytes), shape, tensor.dtype));
     }
-    return assembleResult(record, results);
+    return results;
   }
 }
 

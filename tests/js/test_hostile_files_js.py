@@ -104,6 +104,58 @@ def test_every_malformed_executable_and_tensor_cache_gets_the_python_loaders_ver
     compare(cases, verdicts, run_js(cases, tmp_path))
 
 
+# A build split across WebGPU and WASM (format version 4): tests/vm/test_split_execution.py's module.
+SPLIT_MODULE = '''
+@I.ir_module
+class Module:
+    I.module_global_infos({"vdevice": [I.vdevice("webgpu", 0), I.vdevice("wasm", 0)]})
+
+    @R.function
+    def main(x: R.Tensor((n, 8), "float32"), y: R.Tensor((n, 8), "float32"),
+             z: R.Tensor((n, 8), "float32", vdevice="wasm")):
+        R.func_attr({"tir_var_upper_bound": {"n": 16}})
+        with R.dataflow():
+            a = R.add(x, y)
+            b = R.to_vdevice(a, "wasm:0")
+            c = R.multiply(b, z)
+            e = R.to_vdevice(c, "webgpu:0")
+            f = R.subtract(e, x)
+            R.output(f)
+        return f
+'''
+
+
+def test_every_malformed_split_executable_gets_the_python_loaders_verdict(tmp_path):
+    """Version 4: every field of a split build's executable.json (its devices, constant_devices, each
+    kernel's, tensor's, parameter's, storage's and instruction's device, the to_device instruction) changed
+    one at a time gets the same verdict from both loaders."""
+    import tessera
+    from tessera.script import from_source
+
+    folder = str(tmp_path / "split")
+    exe = tessera.build(from_source(SPLIT_MODULE), "llvmpipe")
+    assert exe.version == 4
+    exe.save(folder)
+    with open(os.path.join(folder, "executable.json"), encoding="utf-8") as f:
+        doc = json.load(f)
+    code = doc["functions"]["main"]["code"]
+
+    def about_devices(path) -> bool:  # the rest of the format is the version-3 test's
+        return path == ("version",) or any(isinstance(p, str) and "device" in p for p in path) or (
+            path[:3] == ("functions", "main", "code") and len(path) > 3 and code[path[3]]["op"] == "to_device")
+
+    cases, verdicts = [], {}
+    changed = [m for m in mutations(doc) if about_devices(m[2])]
+    for label, _, _, mutated in changed + [("version 3", "", (), {**doc, "version": 3}),
+                                           ("a weight it lacks", "", (), {**doc, "constant_devices": {"w": [0]}})]:
+        files = {"executable.json": json.dumps(mutated)}
+        label = f"split executable.json: {label}"
+        cases.append({"label": label, "kind": "build", "folder": folder, "files": files})
+        verdicts[label] = python_verdict(folder, files)
+    assert sum(v is not None for v in verdicts.values()) > 100, len(verdicts)
+    compare(cases, verdicts, run_js(cases, tmp_path))
+
+
 def test_no_escaping_path_in_a_build_is_fetched(build, tmp_path):
     folder, doc, cache = build
     module = doc["modules"][0]["path"]

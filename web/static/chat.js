@@ -119,9 +119,11 @@ async function startBrowserEngine() {
     },
   });
   const weights = `${formatBytes(engine.load.bytes)} of weights ${engine.load.shardsFromCache ? "from the browser cache" : "downloaded"}`;
-  $("device").textContent = `Running on ${engine.device.kind === "webgpu" ? "WebGPU" : "WASM"}: ${engine.device.name} · ${weights}`;
+  // A build split by --gpu-layers runs on both (engine.device.kind "split").
+  const runtime = { webgpu: "WebGPU", split: "WebGPU + WASM" }[engine.device.kind] ?? "WASM";
+  $("device").textContent = `Running on ${runtime}: ${engine.device.name} · ${weights}`;
   // Which build runs and why (a software WebGPU adapter runs the WASM build; ?backend=webgpu overrides).
-  $("device-reason").textContent = `${engine.device.kind === "webgpu" ? "WebGPU" : "WASM"} build: ${engine.device.reason}`;
+  $("device-reason").textContent = `${runtime} build: ${engine.device.reason}`;
 }
 
 try {
