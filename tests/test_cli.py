@@ -252,7 +252,7 @@ def test_chat_runs_every_build_as_it_runs_a_webgpu_one(compiled_tiny, tiny_gguf,
 def test_gpu_layers_splits_the_model_and_it_replies_as_the_whole_model(compiled_tiny, tiny_gguf, tmp_path):
     """`tessera compile --gpu-layers 1`: layer 0 on WebGPU, layer 1 and the head on WASM. `tessera chat`
     runs it in the Python VM with the webgpu build's greedy reply; `tessera inspect` shows each device,
-    its arena and the two copies a step makes; runtime-native refuses it naming the devices; a count
+    its arena and the one copy a step makes; runtime-native refuses it naming the devices; a count
     past the model's layers or a target that is not a GPU is one clear line."""
     _, webgpu = compiled_tiny
     split = str(tmp_path / "split")
@@ -264,7 +264,7 @@ def test_gpu_layers_splits_the_model_and_it_replies_as_the_whole_model(compiled_
     text = run("inspect", split).stdout
     assert "device 0: webgpu:0, webgpu (webgpu, wgsl)" in text and "device 1: wasm:0, wasm (wasm, c-wasm)" in text
     assert re.search(r"function decode: .*\n.*\n.*\n    on webgpu:0: .*\n    on wasm:0: .*\n"
-                     r"  copies between devices: 2 per call", text)
+                     r"  copies between devices: 1 per call", text)
     native = run("chat", split, "--prompt", "Hi", "--max-tokens", "2", "--runtime", "native")
     assert native.returncode == 1 and "Traceback" not in native.stderr
     assert "split across the devices webgpu:0 and wasm:0" in native.stderr

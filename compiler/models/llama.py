@@ -145,20 +145,22 @@ class LlamaForCausalLM(Module):
         x = self.model.embed_tokens(input_ids)
         for index, layer in enumerate(self.model.layers):
             if index == self.split_at:
-                x, cos, sin = self._to_cpu(x, positions, n)
+                x, cos, sin = self._to_cpu(x, start, end, n)
             cache = (caches[2 * index], caches[2 * index + 1])
             h = op.add(x, layer.self_attn.cached(layer.input_layernorm(x), cos, sin, n, start, end, cache))
             x = op.add(h, layer.mlp(layer.post_attention_layernorm(h)))
         if self.split_at == c.num_layers:
-            x, _, _ = self._to_cpu(x, positions, n)
+            x = op.to_vdevice(x, vdevice=self.cpu_vdevice)
         x = self.model.norm(x)
         return self._head(op.strided_slice(x, axes=[0], begin=[n - 1], end=[n]))
 
-    def _to_cpu(self, x: Expr, positions: Expr, n):
-        """Where a split build leaves the GPU: the hidden state and the positions move (two copies per
-        step, whatever the layers), and the CPU layers compute their own RoPE tables from the positions."""
+    def _to_cpu(self, x: Expr, start, end, n):
+        """Where a split build leaves the GPU: the hidden state moves (one copy per step, whatever the
+        layers), and the CPU layers make their own RoPE tables, of positions counted on the CPU (a hint
+        that realize_vdevice places there) rather than copied from the GPU's."""
         x = op.to_vdevice(x, vdevice=self.cpu_vdevice)
-        cos, sin = _rope_tables_at(op.to_vdevice(positions, vdevice=self.cpu_vdevice), n, self.config)
+        positions = op.hint_on_device(op.arange(start=start, end=end, step=1, dtype="int32"), device="cpu")
+        cos, sin = _rope_tables_at(positions, n, self.config)
         return x, cos, sin
 
     def prefill_paged(self, input_ids: Expr, total: Expr, page_table: Expr, *caches: Expr) -> Expr:
@@ -286,7 +288,13 @@ def export_llm(model: LlamaForCausalLM, context_length: int, quantized_activatio
                      method="step", attrs=attrs, module=mod)
     finally:
         model.split_at, model.cpu_vdevice = None, ""
-    if quantized_activations and gpu_layers is None:
+    if gpu_layers is not None:  # the CPU part reads activations as its target asks; the GPU part as they are
+        from ..target import Target
+
+        cpu_activations = Target.preset(devices[1]).quantized_activations
+        if cpu_activations:
+            mod = quantize_activations(mod, cpu_activations, functions=("decode",), vdevice=cpu)
+    elif quantized_activations:
         mod = quantize_activations(mod, quantized_activations, functions=("decode",))
     return add_sampling(mod, c.vocab_size, context_length, cpu)
 

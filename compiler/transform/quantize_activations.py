@@ -29,9 +29,11 @@ from ..op.quantized import ACTIVATIONS, Q8_ACTIVATION_FORMATS
 from .rewrite import map_graph_functions, rewrite_function
 
 
-def quantize_activations(mod: IRModule, mode: str = "q8", functions=None, batched: bool = False) -> IRModule:
+def quantize_activations(mod: IRModule, mode: str = "q8", functions=None, batched: bool = False,
+                         vdevice: str | None = None) -> IRModule:
     """``batched``: also calls whose activations are several rows (a decode batch: models/llama.py's
-    decode_batch, whose rows are one token of each sequence, not a prompt)."""
+    decode_batch, whose rows are one token of each sequence, not a prompt). ``vdevice``: only calls
+    whose activations are placed on that virtual device (the CPU part of a split build)."""
     if mode not in ACTIVATIONS:
         raise ValueError(f"quantize_activations: {mode!r} is not one of {', '.join(repr(a) for a in ACTIVATIONS)}")
 
@@ -39,7 +41,8 @@ def quantize_activations(mod: IRModule, mode: str = "q8", functions=None, batche
         value = binding.value
         if not (isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, Op)
                 and value.op.name == "quantized_matmul" and (batched or _one_row(value.args[0].struct_info))
-                and value.attr("format") in Q8_ACTIVATION_FORMATS):
+                and value.attr("format") in Q8_ACTIVATION_FORMATS
+                and (vdevice is None or getattr(value.args[0].struct_info, "vdevice", None) == vdevice)):
             return [binding]
         attrs = tuple((key, mode if key == "activations" else v) for key, v in value.attrs)
         if "activations" not in dict(attrs):

@@ -1,6 +1,6 @@
 """A Llama split after N decoder layers (llama.cpp's --n-gpu-layers): the first N on WebGPU
 (llvmpipe), the rest with the head on WASM, in the Python VM; the greedy tokens are the unsplit
-build's, and the copies per step are what the split implies."""
+build's, and the copies per step are what the split implies: one, the hidden state."""
 
 import numpy as np
 import pytest
@@ -32,9 +32,24 @@ def test_a_llama_split_after_n_layers_decodes_like_the_unsplit_model(variant):
         assert set(kernels.values()) == {0, 1}
         vm = VirtualMachine(exe)
         assert tiny_greedy(vm, prompt, 8) == whole, gpu_layers
-        # Per step: the hidden state, and the positions the CPU layers make their RoPE tables of (none
-        # when no decoder layer is on the CPU) -- whatever the number of layers on either side.
-        per_step = 2 if gpu_layers < config.num_layers else 1
-        assert vm.copies == 8 * per_step
+        # One copy per step, the hidden state, whatever the number of layers on either side (the CPU
+        # layers count their positions themselves).
+        assert vm.copies == 8
         # Each weight lives on the device that reads it (both, when both do).
         assert {d for devices in exe.constant_devices.values() for d in devices} == {0, 1}
+
+
+@pytest.mark.parametrize("gpu, cpu", [("lavapipe", "cpu"), ("pocl", "cpu")])
+def test_vulkan_or_opencl_beside_the_native_cpu_kernels(gpu, cpu):
+    """The edge GPU kinds split the same way: SPIR-V on Vulkan (lavapipe) or OpenCL C (PoCL) for the
+    first layer, the C kernels of kernels.so (through ctypes) for the rest."""
+    _, config, weights = reference("gqa-2x")
+    prompt = np.array([5, 17, 3, 88, 41], np.int32)
+    whole = tiny_greedy(VirtualMachine(tessera.build(
+        nn.bind_weights(export_llm(LlamaForCausalLM(config), 32), weights), "llvmpipe")), prompt, 8)
+    exe = tessera.build(nn.bind_weights(export_llm(LlamaForCausalLM(config), 32, gpu_layers=1, devices=(gpu, cpu)),
+                                        weights), gpu)
+    assert [d["target"]["backend"] for d in exe.devices] == [exe.target["backend"], "c-native"]
+    vm = VirtualMachine(exe)
+    assert tiny_greedy(vm, prompt, 8) == whole
+    assert vm.copies == 8
