@@ -68,11 +68,15 @@ def _parser() -> argparse.ArgumentParser:
     bundle = commands.add_parser("bundle", help="write a static web site that chats with a model")
     bundle.add_argument("model", nargs="?", help="a .gguf file (default: the bundled SmolLM2)")
     bundle.add_argument("-o", "--output", default="dist", help="the folder to write (default dist/)")
-    bundle.add_argument("--targets", default="webgpu-f16,webgpu,wasm",
+    bundle.add_argument("--targets",
                         help="builds in order of preference (default webgpu-f16,webgpu,wasm: WebGPU with "
                              "float16 activations for adapters with shader-f16, WebGPU in float32 with "
                              "spec-default limits, then the WebAssembly CPU fallback)")
     bundle.add_argument("--context", type=int, default=1024, help="KV cache positions (default 1024)")
+    bundle.add_argument("--gpu-layers", type=int, metavar="N",
+                        help="split the WebGPU build: the first N decoder layers on WebGPU, the rest on WASM, as "
+                             "`tessera compile --gpu-layers` (default targets then webgpu,wasm: a float16 build is "
+                             "not split)")
 
     serve = commands.add_parser("serve", help="serve a model over the OpenAI chat API with its chat page, or a "
                                 "bundle's site (docs/serve.md)")
@@ -208,15 +212,17 @@ def _targets(args) -> int:
 
 
 def _bundle(args) -> int:
-    from .app.bundle import bundle_model
+    from .app.bundle import DEFAULT_TARGETS, SPLIT_TARGETS, bundle_model
     from .app.progress import ProgressBar
     from .frontend import bundled_smollm2_path
 
     model = args.model or bundled_smollm2_path()
     print(f"bundling {os.path.basename(model)} (the compile is cached after the first time) ...", file=sys.stderr)
+    targets = tuple(t.strip() for t in args.targets.split(",") if t.strip()) if args.targets is not None else \
+        (SPLIT_TARGETS if args.gpu_layers is not None else DEFAULT_TARGETS)
     with ProgressBar() as progress:
-        folder = bundle_model(model, args.output, args.context,
-                              targets=tuple(t.strip() for t in args.targets.split(",") if t.strip()), progress=progress)
+        folder = bundle_model(model, args.output, args.context, targets=targets, progress=progress,
+                              gpu_layers=args.gpu_layers)
     print(f"wrote {args.output}: the chat page is index.html, the model {os.path.relpath(folder, args.output)}")
     return 0
 

@@ -27,6 +27,7 @@ import re
 import shutil
 from pathlib import Path
 
+from tessera.target import Target
 from tessera.vm import Executable
 
 from .bundle_json import BUNDLE_VERSION, BundleError, check_bundle
@@ -49,17 +50,26 @@ def model_id(gguf_path: str) -> str:
 # The builds `tessera bundle` knows, best first for a GPU; the runtime takes the first that fits the device.
 TARGETS = ("webgpu-f16", "webgpu", "wasm")
 DEFAULT_TARGETS = TARGETS
+# With --gpu-layers: the split WebGPU build (float32: a float16 build is not split), then the WASM fallback.
+SPLIT_TARGETS = ("webgpu", "wasm")
 
 
 def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title: str | None = None,
-                 targets: tuple[str, ...] = DEFAULT_TARGETS, progress=None) -> str:
+                 targets: tuple[str, ...] = DEFAULT_TARGETS, progress=None, gpu_layers: int | None = None) -> str:
     """Write the site for ``gguf_path`` into ``output``; returns the model's folder in it.
 
     ``targets``: the builds, in the order the runtime tries them (WebGPU, then the WASM fallback).
+    ``gpu_layers``: the WebGPU builds are split, their first that many decoder layers on WebGPU and
+    the rest on WASM (`tessera compile --gpu-layers`); the WASM build stays whole.
     ``progress(stage, done, total)`` follows the compiles that are not cached yet."""
     unknown = sorted(set(targets) - set(TARGETS))
     if unknown or not targets:
         raise BundleError(f"unknown bundle target {', '.join(unknown) or '(none)'}; known: {', '.join(TARGETS)}")
+    split = {t for t in targets if gpu_layers is not None and Target.preset(t).split_partner}
+    unsplittable = [t for t in split if Target.preset(t).activation_dtype != "float32"]
+    if unsplittable:
+        raise BundleError(f"--gpu-layers splits float32 builds; drop {', '.join(unsplittable)} from --targets "
+                          f"(e.g. --targets {','.join(SPLIT_TARGETS)})")
     targets = tuple(dict.fromkeys(targets))
     runtime_source, web_source = runtime_folder(), web_folder()
     name = model_id(gguf_path)
@@ -68,7 +78,8 @@ def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title:
         shutil.rmtree(model_dir)
     executables = {}
     for target in targets:  # in order of preference: the runtime takes the first that can run
-        compiled = cached_compile(gguf_path, target, context_length, progress)
+        compiled = cached_compile(gguf_path, target, context_length, progress,
+                                  gpu_layers=gpu_layers if target in split else None)
         # The weights, tokenizer and chat configuration are written once for all builds, below.
         shutil.copytree(compiled, os.path.join(model_dir, target), ignore=shutil.ignore_patterns(
             "tensor-cache.json", "params_shard_*.bin", TOKENIZER, CHAT_CONFIG))

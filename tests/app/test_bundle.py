@@ -177,3 +177,26 @@ def test_a_bad_figure_in_bundle_json_is_an_error_that_names_it(site, tmp_path, d
     result = run("inspect", str(broken))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.startswith(f"error: {broken / 'bundle.json'}: ")
+
+
+def test_bundle_gpu_layers_splits_the_webgpu_build(tiny_gguf, tmp_path):
+    """`tessera bundle --gpu-layers 1`: the WebGPU build is split (layer 0 on WebGPU, the rest on WASM,
+    format version 4) and the WASM fallback stays whole; the weights are still stored once. Asking to
+    split a float16 build is one clear line."""
+    output = str(tmp_path / "site")
+    result = run("bundle", tiny_gguf, "-o", output, "--context", "64", "--gpu-layers", "1")
+    assert result.returncode == 0, result.stderr
+    model_dir = os.path.join(output, "models", "tiny")
+    index = json.load(open(os.path.join(model_dir, "bundle.json")))
+    assert [b["name"] for b in index["builds"]] == ["webgpu", "wasm"]
+    split = json.load(open(os.path.join(model_dir, "webgpu", "executable.json")))
+    whole = json.load(open(os.path.join(model_dir, "wasm", "executable.json")))
+    assert split["version"] == 4 and [d["vdevices"] for d in split["devices"]] == [["webgpu:0"], ["wasm:0"]]
+    assert whole["version"] == 3
+    names = [r["name"] for cache in os.listdir(os.path.join(model_dir, "weights")) if cache.endswith(".json")
+             for shard in json.load(open(os.path.join(model_dir, "weights", cache)))["records"] for r in shard["records"]]
+    assert len(names) > len(set(names))  # both builds name the same stored tensors
+    bad = run("bundle", tiny_gguf, "-o", str(tmp_path / "bad"), "--context", "64", "--gpu-layers", "1",
+              "--targets", "webgpu-f16,wasm")
+    assert bad.returncode == 1 and "--gpu-layers splits float32 builds; drop webgpu-f16" in bad.stderr
+    assert "Traceback" not in bad.stderr
