@@ -2,6 +2,8 @@
 (llvmpipe), the rest with the head on WASM, in the Python VM; the greedy tokens are the unsplit
 build's, and the copies per step are what the split implies: one, the hidden state."""
 
+import os
+
 import numpy as np
 import pytest
 import tessera
@@ -53,3 +55,31 @@ def test_vulkan_or_opencl_beside_the_native_cpu_kernels(gpu, cpu):
     vm = VirtualMachine(exe)
     assert tiny_greedy(vm, prompt, 8) == whole
     assert vm.copies == 8
+
+
+def test_smollm2_split_at_none_half_and_all_decodes_like_the_whole_model(reference, smollm2_chat_vm):
+    """SmolLM2 (30 layers) split after 0, 15 and 30 layers (WebGPU on llvmpipe + WASM) gives the whole
+    llvmpipe build's greedy tokens on a plain-text prompt, with one copy per decode step. The WASM half
+    reads q8 activations in decode, as the all-WASM build does, so on a near tie a split may follow the
+    all-WASM build instead: split after 0 layers, all its arithmetic that build's, must equal it always.
+
+    A split build of SmolLM2 compiles in about 45 s here, so `make test` splits after 15 layers only;
+    ``TESSERA_SPLIT_LAYERS=0,15,30`` runs all three (and the all-WASM build), about 4 minutes."""
+    from conftest import prompt_ids
+    from tessera.frontend import bundled_smollm2_path, load_gguf
+    from tessera.models.from_gguf import llama_from_gguf
+
+    model, weights = llama_from_gguf(load_gguf(bundled_smollm2_path()))
+    prompt = prompt_ids(reference[0], "The history of the printing press begins in the fifteenth century, when")
+    whole = tiny_greedy(smollm2_chat_vm, prompt, 12)
+    splits = [int(n) for n in os.environ.get("TESSERA_SPLIT_LAYERS", "15").split(",")]
+    wasm = tiny_greedy(VirtualMachine(tessera.build(nn.bind_weights(
+        export_llm(model, 256, quantized_activations="q8"), weights), "wasm")), prompt, 12) if 0 in splits else None
+    for gpu_layers in splits:
+        exe = tessera.build(nn.bind_weights(export_llm(model, 256, gpu_layers=gpu_layers), weights), "llvmpipe")
+        vm = VirtualMachine(exe)
+        tokens = tiny_greedy(vm, prompt, 12)
+        assert tokens == whole, gpu_layers
+        if gpu_layers == 0:
+            assert tokens == wasm
+        assert vm.copies == 12
