@@ -25,7 +25,17 @@ from ..ir.check import ShapeValue, bind_value, check_value
 from ..ir.errors import RuntimeCheckError
 from .devices import Device, View
 from .executable import sinfo_from_json
-from .storage import Storage, allocate, arena_buffers, check_launch, device_bytes, evaluate, from_device, to_device
+from .storage import (
+    Storage,
+    allocate,
+    arena_buffers,
+    check_copy,
+    check_launch,
+    device_bytes,
+    evaluate,
+    from_device,
+    to_device,
+)
 
 MAX_CALL_DEPTH = 10000  # deeper recursion is a runaway program, reported rather than exhausting memory
 BIND_CACHE_SIZE = 4096  # kernel bindings kept for reuse (WebGPU bind groups cost a buffer each)
@@ -226,6 +236,10 @@ class Interpreter:
                 self._match(frame, pc - 1, op)
             elif kind == "to_device":
                 source, destination = self._get(frame, op["src"]), self._get(frame, op["dst"])
+                if not (isinstance(source, Tensor) and isinstance(destination, Tensor)):
+                    raise RuntimeCheckError(f"{record.name}: instruction {pc - 1} copies a {type(source).__name__} "
+                                            f"into a {type(destination).__name__}; to_device copies tensors")
+                check_copy(source.view, destination.view, record.name)
                 self.device.copy(source.view, destination.view)
             elif kind == "alloc_storage":
                 block = self.pool.take(evaluate(op["size"], frame.heap), op.get("device", 0))

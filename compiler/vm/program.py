@@ -23,7 +23,7 @@ from .devices import Device, DeviceError, View, device_for, open_device
 from .devices.split import SplitDevice
 from .executable import Executable, sinfo_from_json
 from .interpreter import Interpreter, Tensor
-from .storage import FunctionMemory, Storage, check_launch, evaluate, from_device, to_device
+from .storage import FunctionMemory, Storage, check_copy, check_launch, evaluate, from_device, to_device
 
 
 class VirtualMachine:
@@ -195,6 +195,7 @@ class _Function:
         self.generation += 1
         for index, kernel, scalars, grid in self._launch_arguments(heap, copies=True):
             if kernel is None:  # to_device: scalars and grid are the two views
+                check_copy(scalars, grid, self.name)
                 device.copy(scalars, grid)
             else:
                 device.launch(bound[index], scalars, grid)

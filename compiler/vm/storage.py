@@ -159,5 +159,13 @@ def check_launch(kernel: dict, scalars: list[int], grid: list[int]) -> None:
             raise RuntimeCheckError(f"kernel {kernel['name']}: its grid is {count} workgroups along {axis}")
 
 
+def check_copy(source: View, destination: View, function: str) -> None:
+    """A ``to_device`` copies a tensor into one of the same bytes: anything else would read or write past
+    one of them (the two registers' shapes come from the file)."""
+    if source.nbytes != destination.nbytes:
+        raise RuntimeCheckError(f"{function}: to_device copies {source.nbytes} bytes into a tensor of "
+                                f"{destination.nbytes}")
+
+
 def tensor_bytes(tensor: dict, sizes: dict[str, int]) -> int:
     return evaluate(tensor["bytes"], sizes)

@@ -34,6 +34,12 @@ import { WasmFunction, WasmTensor, WasmVirtualMachine } from "./wasm-vm.js";
 
 const align4 = (/** @type {number} */ n) => Math.ceil(n / 4) * 4;
 
+/** A `to_device` copies a tensor into one of the same bytes (as the Python VM's storage.check_copy).
+ * @param {number} from @param {number} into @param {string} fn */
+function checkCopy(from, into, fn) {
+  if (from !== into) throw new RuntimeCheckError(`${fn}: to_device copies ${from} bytes into a tensor of ${into}`);
+}
+
 /** How people call a device of a split build: its first vdevice, "webgpu:0". @param {any} device */
 export const deviceName = (device) => device.vdevices[0] ?? `${device.kind}:${device.id}`;
 
@@ -262,7 +268,8 @@ class SplitFunction {
    */
   async copy({ from, to, src, dst, staging }, heap, encoder) {
     const { vm, record } = this;
-    const nbytes = Math.min(...[src, dst].map((reg) => evalShape(record.tensors[String(reg)].bytes, heap)));
+    const [nbytes, into] = [src, dst].map((reg) => evalShape(record.tensors[String(reg)].bytes, heap));
+    checkCopy(nbytes, into, this.name);
     const device = vm.gpu.device;
     vm.copies += 1;
     if (nbytes === 0) return encoder;
@@ -394,7 +401,8 @@ class SplitMachine {
   /** `to_device`: the source's bytes, read once its device has run what came before, into the destination.
    * @param {TensorValue} source @param {TensorValue} destination */
   async copy(source, destination) {
-    const nbytes = Math.min(source.nbytes, destination.nbytes);
+    checkCopy(source.nbytes, destination.nbytes, "the program");
+    const nbytes = source.nbytes;
     const bytes = await this.machineOf(source).read(source);
     this.machineOf(destination).write(destination, /** @type {Uint8Array<ArrayBuffer>} */ (bytes.subarray(0, nbytes)));
     this.vm.copies += 1;

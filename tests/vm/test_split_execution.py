@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tessera
 from tessera.script import from_source
+from tessera.ir import RuntimeCheckError
 from tessera.vm import Executable, ExecutableError, VirtualMachine
 
 SPLIT = '''
@@ -85,6 +86,21 @@ def test_a_kernel_bound_to_another_devices_tensor_is_refused_on_load(split_exe, 
     (tmp_path / "executable.json").write_text(json.dumps(doc))
     with pytest.raises(ExecutableError, match="devices"):
         Executable.load(str(tmp_path))
+
+
+def test_a_copy_between_tensors_of_different_sizes_is_refused(split_exe, tmp_path):
+    """to_device copies a tensor into one of the same bytes; a file that says otherwise fails the call
+    with a Tessera error, on the fast path and in the interpreter alike."""
+    doc = json.loads((split_exe / "executable.json").read_text())
+    main = doc["functions"]["main"]
+    copy = next(op for op in main["code"] if op["op"] == "to_device")
+    main["tensors"][str(copy["dst"])]["bytes"] = "16"
+    shutil.copytree(split_exe, tmp_path, dirs_exist_ok=True)
+    (tmp_path / "executable.json").write_text(json.dumps(doc))
+    vm = VirtualMachine(Executable.load(str(tmp_path)))
+    x = np.ones((3, 8), np.float32)
+    with pytest.raises(RuntimeCheckError, match="main: to_device copies 96 bytes into a tensor of 16"):
+        vm["main"](x, x, x)
 
 
 def test_hints_place_a_program_and_become_copies_where_values_change_device():
