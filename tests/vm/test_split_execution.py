@@ -12,8 +12,8 @@ import shutil
 import numpy as np
 import pytest
 import tessera
-from tessera.script import from_source
 from tessera.ir import RuntimeCheckError
+from tessera.script import from_source
 from tessera.vm import Executable, ExecutableError, VirtualMachine
 
 SPLIT = '''
