@@ -231,7 +231,11 @@ static void malformed(void) {
         "not \"tessera-executable\"");
     bad("\"version\": 3", "\"version\": 2", TESSERA_ERROR_VERSION, "rebuild");
     bad("\"version\": 3", "\"version\": 2", TESSERA_ERROR_VERSION, "version 2");
-    bad("\"version\": 3", "\"version\": 4", TESSERA_ERROR_VERSION, "rebuild");
+    bad("\"version\": 3", "\"version\": 5", TESSERA_ERROR_VERSION, "rebuild");
+    /* Version 4 is a build split across devices: refused by name, with the devices it lists. */
+    bad("\"version\": 3", "\"version\": 4", TESSERA_ERROR_UNSUPPORTED, "split across the devices (none listed)");
+    bad("\"version\": 3,", "\"version\": 4, \"devices\": [{\"vdevices\": [\"webgpu:0\"]}, {\"vdevices\": "
+        "[\"wasm:0\"]}],", TESSERA_ERROR_UNSUPPORTED, "split across the devices webgpu:0 and wasm:0");
     bad("\"version\": 3", "\"version\": \"3\"", TESSERA_ERROR_FORMAT, "version");
     bad("\"version\": 3,", "", TESSERA_ERROR_FORMAT, "field 'version' is missing");
 

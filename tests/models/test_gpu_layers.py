@@ -57,14 +57,17 @@ def test_vulkan_or_opencl_beside_the_native_cpu_kernels(gpu, cpu):
     assert vm.copies == 8
 
 
+@pytest.mark.long  # not in `make test` (about a minute of compiling per split): run with -m long
 def test_smollm2_split_at_none_half_and_all_decodes_like_the_whole_model(reference, smollm2_chat_vm):
     """SmolLM2 (30 layers) split after 0, 15 and 30 layers (WebGPU on llvmpipe + WASM) gives the whole
     llvmpipe build's greedy tokens on a plain-text prompt, with one copy per decode step. The WASM half
     reads q8 activations in decode, as the all-WASM build does, so on a near tie a split may follow the
     all-WASM build instead: split after 0 layers, all its arithmetic that build's, must equal it always.
 
-    A split build of SmolLM2 compiles in about 45 s here, so `make test` splits after 15 layers only;
-    ``TESSERA_SPLIT_LAYERS=0,15,30`` runs all three (and the all-WASM build), about 4 minutes."""
+    A split build of SmolLM2 compiles in about 45 s here, so this is a `long` test, left out of `make
+    test` (the tiny Llamas split at every N there, and bench/split.py checks SmolLM2's split tokens):
+    ``-m long`` splits after 15 layers, and ``TESSERA_SPLIT_LAYERS=0,15,30`` all three (with the
+    all-WASM build), about 4 minutes."""
     from conftest import prompt_ids
     from tessera.frontend import bundled_smollm2_path, load_gguf
     from tessera.models.from_gguf import llama_from_gguf
