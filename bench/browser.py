@@ -7,6 +7,11 @@ first token (load included) and decode tokens/s, and the ratios Tessera / wllama
 
     .venv/bin/python bench/browser.py            (make bench runs it)
     BENCH_TOKENS=32 .venv/bin/python bench/browser.py tessera-wasm,wllama-wasm
+    .venv/bin/python bench/browser.py tessera-wasm,wllama-wasm --prompt-tokens 3000
+
+``--prompt-tokens N`` replaces the short prompt with a text of N tokens (a paragraph repeated, cut
+by SmolLM2's tokenizer; the chat template adds a few), and sizes both engines' context for it and
+the reply (Tessera's bundle and wllama's n_ctx alike), so that decode runs at a long context.
 """
 
 from __future__ import annotations
@@ -22,12 +27,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SITE = os.path.join(ROOT, "build", "bench-browser")
 
 
-def build_site() -> str:
+LONG_TEXT = ("The history of the printing press begins in the fifteenth century, when movable type made books "
+             "cheaper to produce and ideas faster to spread across Europe. ")
+
+
+def build_site(context: int, targets: tuple[str, ...]) -> str:
     from tessera.app.bundle import bundle_model, model_id
     from tessera.frontend import bundled_smollm2_path
 
     gguf = bundled_smollm2_path()
-    folder = bundle_model(gguf, SITE, context_length=512)
+    folder = bundle_model(gguf, SITE, context_length=context, targets=targets)
     for page in ("tessera.html", "wllama.html"):
         shutil.copy(os.path.join(ROOT, "bench", "browser", page), os.path.join(SITE, page))
     wllama = os.path.join(ROOT, "node_modules", "@wllama", "wllama", "esm")
@@ -58,23 +67,50 @@ def serve_in_background() -> str:
     return holder["url"]
 
 
+def long_prompt(tokens: int) -> str:
+    """A text of ``tokens`` tokens of SmolLM2's vocabulary (the bundled model's tokenizer)."""
+    from tessera.frontend import build_tokenizer, bundled_smollm2_path, load_gguf
+
+    tokenizer = build_tokenizer(load_gguf(bundled_smollm2_path()).tokenizer)
+    ids: list[int] = []
+    while len(ids) < tokens:
+        ids += tokenizer.encode(LONG_TEXT, add_special_tokens=False).ids
+    return tokenizer.decode(ids[:tokens])
+
+
 def main() -> int:
-    model = build_site()
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("engines", nargs="?", help="comma separated (default: all three)")
+    parser.add_argument("--prompt-tokens", type=int, help="a long prompt of this many tokens (default: a short one)")
+    args = parser.parse_args()
+    replies = int(os.environ.get("BENCH_TOKENS", 24))
+    context = 512
+    while args.prompt_tokens and context < args.prompt_tokens + replies + 64:  # the template and the reply
+        context *= 2
+    engines = (args.engines or "tessera-webgpu,tessera-wasm,wllama-wasm").split(",")
+    targets = ("webgpu-f16", "webgpu", "wasm") if "tessera-webgpu" in engines else ("wasm",)
+    model = build_site(context, targets)
     url = serve_in_background()
     command = ["node", os.path.join(ROOT, "bench", "browser", "run.mjs"), url, url + model, url + "gguf/model.gguf"]
-    if len(sys.argv) > 1:
-        command.append(sys.argv[1])
-    output = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    if args.engines:
+        command.append(args.engines)
+    env = {**os.environ, "BENCH_CONTEXT": str(context)}
+    if args.prompt_tokens:
+        env["BENCH_PROMPT"] = long_prompt(args.prompt_tokens)
+    output = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
     if output.returncode != 0:
         print(output.stderr, file=sys.stderr)
         return 1
     results = [json.loads(line) for line in output.stdout.splitlines() if line.startswith("{")]
-    print(f"SmolLM2-135M-Instruct Q4_1, headless Chromium, greedy reply of up to "
-          f"{os.environ.get('BENCH_TOKENS', 24)} tokens, {os.cpu_count()} cores")
-    print(f"{'engine':16} {'run':7} {'load s':>7} {'TTFT s':>7} {'decode tok/s':>13}  tokens")
+    prompt = f"a prompt of {args.prompt_tokens} tokens, " if args.prompt_tokens else ""
+    print(f"SmolLM2-135M-Instruct Q4_1, headless Chromium, greedy reply of up to {replies} tokens, {prompt}"
+          f"context {context}, {os.cpu_count()} cores")
+    print(f"{'engine':16} {'run':7} {'load s':>7} {'TTFT s':>7} {'decode tok/s':>13}  tokens  prompt tokens")
     for r in results:
         print(f"{r['engine']:16} {r['run']:7} {r['loadSeconds']:7.2f} {r['ttftSeconds']:7.2f} "
-              f"{r['decodeTokensPerSecond']:13.2f}  {r['tokens']}")
+              f"{r['decodeTokensPerSecond']:13.2f}  {r['tokens']:6}  {r.get('promptTokens', '?')}")
     by = {(r["engine"], r["run"]): r for r in results}
     peer = by.get(("wllama-wasm", "cached"))
     if peer:

@@ -6,7 +6,9 @@ import { chromium } from "playwright-core";
 import { CHROMIUM_FLAGS } from "../../tests/browser/chromium.mjs";
 
 const [siteUrl, tesseraModel, ggufUrl, only] = process.argv.slice(2);
-const PROMPT = "Write a short story about a cat who learns to swim.";
+// bench/browser.py passes a long prompt (--prompt-tokens) and the context it sized both engines for.
+const PROMPT = process.env.BENCH_PROMPT || "Write a short story about a cat who learns to swim.";
+const CONTEXT = Number(process.env.BENCH_CONTEXT ?? 512);
 const MAX_TOKENS = Number(process.env.BENCH_TOKENS ?? 24);
 const engines = [
   { name: "tessera-webgpu", page: "tessera.html", args: { model: tesseraModel, backend: "webgpu" } },
@@ -18,11 +20,12 @@ const browser = await chromium.launch({ executablePath: process.env.CHROMIUM_PAT
 for (const engine of engines) {
   const context = await browser.newContext();
   const page = await context.newPage();
+  page.setDefaultTimeout(30 * 60 * 1000);  // a long prompt's prefill on one CPU thread takes minutes
   page.on("pageerror", (error) => console.error(`${engine.name}: ${error.message}`));
   for (const run of ["cold", "cached"]) {
     await page.goto(siteUrl + engine.page);
     await page.waitForFunction(() => window.benchReady === true);
-    const result = await page.evaluate((args) => window.runBench(args), { ...engine.args, prompt: PROMPT, maxTokens: MAX_TOKENS });
+    const result = await page.evaluate((args) => window.runBench(args), { ...engine.args, prompt: PROMPT, maxTokens: MAX_TOKENS, context: CONTEXT });
     console.log(JSON.stringify({ ...result, run }));
   }
   await context.close();
