@@ -74,7 +74,7 @@ def same_vdevice(infos: list[TensorStructInfo], call: Call | None = None, ctx: D
     between devices only through R.to_vdevice. ``call`` and ``ctx`` name the operands in the message
     when ``infos`` are the call's arguments, in order."""
     if call is not None and ctx is not None and len(call.args) == len(infos):
-        return _shared_vdevice([(s.vdevice, ctx.show(a)) for s, a in zip(infos, call.args)])
+        return _shared_vdevice([(s.vdevice, _namer(ctx, a)) for s, a in zip(infos, call.args)])
     return _shared_vdevice([(s.vdevice, None) for s in infos])
 
 
@@ -84,11 +84,17 @@ def operands_vdevice(call: Call, ctx: DeduceContext) -> str | None:
     placed = []
     for arg in call.args:
         for path, tensor in tensor_paths(arg.sinfo) if arg.sinfo is not None else ():
-            placed.append((tensor.vdevice, ctx.show(arg) + "".join(f"[{i}]" for i in path)))
+            placed.append((tensor.vdevice, _namer(ctx, arg, path)))
     return _shared_vdevice(placed)
 
 
-def _shared_vdevice(placed: list[tuple[str | None, str | None]]) -> str | None:
+def _namer(ctx: DeduceContext, arg, path=()):
+    """How the error names an operand, made only if there is an error: showing an operand prints it,
+    and a weight's constant prints every value (seconds for a model's embedding)."""
+    return lambda: ctx.show(arg) + "".join(f"[{i}]" for i in path)
+
+
+def _shared_vdevice(placed: list[tuple[str | None, object]]) -> str | None:
     named = [(device, name) for device, name in placed if device]
     devices = list(dict.fromkeys(device for device, _ in named))
     if len(devices) <= 1:
@@ -96,7 +102,7 @@ def _shared_vdevice(placed: list[tuple[str | None, str | None]]) -> str | None:
     shown = []
     for device in devices[:2]:
         name = next(name for d, name in named if d == device)
-        shown.append(f"{device} ({name})" if name else device)
+        shown.append(f"{device} ({name()})" if name else device)
     raise DeductionError("device mismatch", f"operands are on different devices: {shown[0]} and {shown[1]}; "
                          "move one with R.to_vdevice")
 
