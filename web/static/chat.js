@@ -120,10 +120,10 @@ async function startBrowserEngine() {
   });
   const weights = `${formatBytes(engine.load.bytes)} of weights ${engine.load.shardsFromCache ? "from the browser cache" : "downloaded"}`;
   // A build split by --gpu-layers runs on both (engine.device.kind "split").
-  const runtime = { webgpu: "WebGPU", split: "WebGPU + WASM" }[engine.device.kind] ?? "WASM";
-  $("device").textContent = `Running on ${runtime}: ${engine.device.name} · ${weights}`;
+  const runsOn = { webgpu: "WebGPU", split: "WebGPU + WASM" }[engine.device.kind] ?? "WASM";
+  $("device").textContent = `Running on ${runsOn}: ${engine.device.name} · ${weights}`;
   // Which build runs and why (a software WebGPU adapter runs the WASM build; ?backend=webgpu overrides).
-  $("device-reason").textContent = `${runtime} build: ${engine.device.reason}`;
+  $("device-reason").textContent = `${runsOn} build: ${engine.device.reason}`;
 }
 
 try {
