@@ -174,6 +174,30 @@ def closures() -> IRModule:
     return from_source(CLOSURES)
 
 
+# A module split across two devices (docs/vdevice.md, docs/format.md "Devices"): exp((x + y) * z) - x,
+# the product on WASM and the rest on WebGPU. The Python VM (tests/vm/test_split_execution.py), both
+# loaders (tests/js/test_hostile_files_js.py) and Chromium (tests/browser/split.test.mjs) run it.
+SPLIT_ACROSS_DEVICES = '''
+@I.ir_module
+class Module:
+    I.module_global_infos({"vdevice": [I.vdevice("webgpu", 0), I.vdevice("wasm", 0)]})
+
+    @R.function
+    def main(x: R.Tensor((n, 8), "float32"), y: R.Tensor((n, 8), "float32"),
+             z: R.Tensor((n, 8), "float32", vdevice="wasm")):
+        R.func_attr({"tir_var_upper_bound": {"n": 16}})
+        with R.dataflow():
+            a = R.add(x, y)
+            b = R.to_vdevice(a, "wasm:0")
+            c = R.multiply(b, z)
+            d = R.exp(c)
+            e = R.to_vdevice(d, "webgpu:0")
+            f = R.subtract(e, x)
+            R.output(f)
+        return f
+'''
+
+
 CATALOGUE = {
     "attention_demo": build_attention,
     "mlp_with_branch": mlp_with_branch,

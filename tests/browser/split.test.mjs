@@ -1,9 +1,9 @@
 // A build split across WebGPU and WebAssembly (format version 4, docs/format.md "Devices") in Chromium
 // (WebGPU on SwiftShader): the tiny model compiled with --gpu-layers 1 (layer 0 on WebGPU, layer 1 and
 // the head on WASM) decodes greedily in the page as its unsplit build does (the WASM one: SwiftShader
-// takes seconds to compile a WebGPU build's kernels), copying between the devices twice per decode
-// step; a small split module (tests/vm/test_split_execution.py's) computes what numpy would, on the
-// fast path and, without an upper bound, in the interpreter.
+// takes seconds to compile a WebGPU build's kernels), copying between the devices once per decode
+// step (the hidden state); a small split module (tests/modules.py's SPLIT_ACROSS_DEVICES) computes
+// what numpy would, on the fast path and, without an upper bound, in the interpreter.
 import assert from "node:assert/strict";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
@@ -30,31 +30,14 @@ function compileModel(name, kind, args) {
   return join(model, "build");
 }
 
-/** tests/vm/test_split_execution.py's module: exp((x + y) * z) - x, the product on WASM; and the same
+/** tests/modules.py's SPLIT_ACROSS_DEVICES: exp((x + y) * z) - x, the product on WASM; and the same
  * without an upper bound on n, whose tensors are allocated at run time (so the interpreter runs it). */
 const SPLIT_MODULE = `
 import sys
 import tessera
 from tessera.script import from_source
-source = '''
-@I.ir_module
-class Module:
-    I.module_global_infos({"vdevice": [I.vdevice("webgpu", 0), I.vdevice("wasm", 0)]})
-
-    @R.function
-    def main(x: R.Tensor((n, 8), "float32"), y: R.Tensor((n, 8), "float32"),
-             z: R.Tensor((n, 8), "float32", vdevice="wasm")):
-        R.func_attr({"tir_var_upper_bound": {"n": 16}})
-        with R.dataflow():
-            a = R.add(x, y)
-            b = R.to_vdevice(a, "wasm:0")
-            c = R.multiply(b, z)
-            d = R.exp(c)
-            e = R.to_vdevice(d, "webgpu:0")
-            f = R.subtract(e, x)
-            R.output(f)
-        return f
-'''
+sys.path.insert(0, "tests")
+from modules import SPLIT_ACROSS_DEVICES as source
 tessera.build(from_source(source), "llvmpipe").save(sys.argv[1] + "/module")
 unbounded = source.replace('        R.func_attr({"tir_var_upper_bound": {"n": 16}})\\n', "")
 tessera.build(from_source(unbounded), "llvmpipe").save(sys.argv[1] + "/module-unbounded")

@@ -104,36 +104,16 @@ def test_every_malformed_executable_and_tensor_cache_gets_the_python_loaders_ver
     compare(cases, verdicts, run_js(cases, tmp_path))
 
 
-# A build split across WebGPU and WASM (format version 4): tests/vm/test_split_execution.py's module.
-SPLIT_MODULE = '''
-@I.ir_module
-class Module:
-    I.module_global_infos({"vdevice": [I.vdevice("webgpu", 0), I.vdevice("wasm", 0)]})
-
-    @R.function
-    def main(x: R.Tensor((n, 8), "float32"), y: R.Tensor((n, 8), "float32"),
-             z: R.Tensor((n, 8), "float32", vdevice="wasm")):
-        R.func_attr({"tir_var_upper_bound": {"n": 16}})
-        with R.dataflow():
-            a = R.add(x, y)
-            b = R.to_vdevice(a, "wasm:0")
-            c = R.multiply(b, z)
-            e = R.to_vdevice(c, "webgpu:0")
-            f = R.subtract(e, x)
-            R.output(f)
-        return f
-'''
-
-
 def test_every_malformed_split_executable_gets_the_python_loaders_verdict(tmp_path):
     """Version 4: every field of a split build's executable.json (its devices, constant_devices, each
     kernel's, tensor's, parameter's, storage's and instruction's device, the to_device instruction) changed
     one at a time gets the same verdict from both loaders."""
     import tessera
+    from modules import SPLIT_ACROSS_DEVICES
     from tessera.script import from_source
 
     folder = str(tmp_path / "split")
-    exe = tessera.build(from_source(SPLIT_MODULE), "llvmpipe")
+    exe = tessera.build(from_source(SPLIT_ACROSS_DEVICES), "llvmpipe")
     assert exe.version == 4
     exe.save(folder)
     with open(os.path.join(folder, "executable.json"), encoding="utf-8") as f:

@@ -12,35 +12,16 @@ import shutil
 import numpy as np
 import pytest
 import tessera
+from modules import SPLIT_ACROSS_DEVICES
 from tessera.ir import RuntimeCheckError
 from tessera.script import from_source
 from tessera.vm import Executable, ExecutableError, VirtualMachine
-
-SPLIT = '''
-@I.ir_module
-class Module:
-    I.module_global_infos({"vdevice": [I.vdevice("webgpu", 0), I.vdevice("wasm", 0)]})
-
-    @R.function
-    def main(x: R.Tensor((n, 8), "float32"), y: R.Tensor((n, 8), "float32"),
-             z: R.Tensor((n, 8), "float32", vdevice="wasm")):
-        R.func_attr({"tir_var_upper_bound": {"n": 16}})
-        with R.dataflow():
-            a = R.add(x, y)
-            b = R.to_vdevice(a, "wasm:0")
-            c = R.multiply(b, z)
-            d = R.exp(c)
-            e = R.to_vdevice(d, "webgpu:0")
-            f = R.subtract(e, x)
-            R.output(f)
-        return f
-'''
 
 
 @pytest.fixture(scope="module")
 def split_exe(tmp_path_factory):
     folder = tmp_path_factory.mktemp("split")
-    tessera.build(from_source(SPLIT), "llvmpipe").save(str(folder))
+    tessera.build(from_source(SPLIT_ACROSS_DEVICES), "llvmpipe").save(str(folder))
     return folder
 
 
@@ -64,7 +45,7 @@ def test_a_split_module_runs_each_part_on_its_device(split_exe):
 def test_vdevices_on_one_device_share_its_memory():
     """Two targets of one device kind (llvmpipe and webgpu both run on the WebGPU device): kernels for
     each, but no copy and one device, so the executable is an ordinary version 3 one."""
-    source = SPLIT.replace('I.vdevice("wasm", 0)', 'I.vdevice("webgpu", 0)').replace('"wasm:0"', '"webgpu:1"') \
+    source = SPLIT_ACROSS_DEVICES.replace('I.vdevice("wasm", 0)', 'I.vdevice("webgpu", 0)').replace('"wasm:0"', '"webgpu:1"') \
         .replace('vdevice="wasm"', 'vdevice="webgpu:1"')
     exe = tessera.build(from_source(source), "llvmpipe")
     assert exe.version == 3 and not exe.devices
