@@ -2,31 +2,16 @@
 // tests/fixtures/js_programs.py pass the same checks as on the WASM VM in Node
 // (tests/js/program-checks.mjs), each on a device made for its executable.
 import assert from "node:assert/strict";
-import { readFile } from "node:fs/promises";
-import { extname, join, normalize } from "node:path";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 
 import { CHECKS } from "../js/program-checks.mjs";
 import { ROOT, tessera } from "./bundle.mjs";
-import { openWebGPUPage } from "./chromium.mjs";
+import { openWebGPUPage, serveFolders } from "./chromium.mjs";
 
 const FOLDER = join(ROOT, "build", "js-programs");
 const SERVED = ["runtime-js/src/", "tests/js/", "build/js-programs/"].map((p) => join(ROOT, p));
-const TYPES = { ".js": "text/javascript", ".mjs": "text/javascript", ".json": "application/json", ".wgsl": "text/plain" };
 let session;
-
-async function serveFile(request, response) {
-  const path = normalize(join(ROOT, decodeURIComponent(new URL(request.url, "http://127.0.0.1").pathname)));
-  if (!SERVED.some((prefix) => path.startsWith(prefix))) {
-    response.writeHead(404).end();
-    return;
-  }
-  try {
-    response.writeHead(200, { "content-type": TYPES[extname(path)] ?? "application/octet-stream" }).end(await readFile(path));
-  } catch {
-    response.writeHead(404).end();
-  }
-}
 
 /** In the page: load one program on a fresh device and run its check; the error text or null. */
 async function runInPage(program) {
@@ -51,7 +36,7 @@ async function runInPage(program) {
 
 before(async () => {
   tessera([join(ROOT, "tests", "fixtures", "js_programs.py"), FOLDER, "webgpu"], "python");
-  session = await openWebGPUPage(serveFile);
+  session = await openWebGPUPage(serveFolders(ROOT, SERVED));
 });
 
 after(async () => {

@@ -6,15 +6,13 @@
 // what numpy would, on the fast path and, without an upper bound, in the interpreter.
 import assert from "node:assert/strict";
 import { mkdirSync, writeFileSync } from "node:fs";
-import { readFile } from "node:fs/promises";
-import { extname, join, normalize } from "node:path";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 
 import { FIXTURES, pythonGreedyReply, ROOT, tessera, tinyGGUF } from "./bundle.mjs";
-import { openWebGPUPage } from "./chromium.mjs";
+import { openWebGPUPage, serveFolders } from "./chromium.mjs";
 
 const FOLDER = join(FIXTURES, "split");
-const TYPES = { ".js": "text/javascript", ".json": "application/json", ".wgsl": "text/plain" };
 const PROMPT = "Hi";
 const TOKENS = 6;
 let session;
@@ -43,25 +41,12 @@ unbounded = source.replace('        R.func_attr({"tir_var_upper_bound": {"n": 16
 tessera.build(from_source(unbounded), "llvmpipe").save(sys.argv[1] + "/module-unbounded")
 `;
 
-async function serveFile(request, response) {
-  const path = normalize(join(ROOT, decodeURIComponent(new URL(request.url, "http://127.0.0.1").pathname)));
-  if (![join(ROOT, "runtime-js", "src"), FOLDER].some((prefix) => path.startsWith(prefix + "/"))) {
-    response.writeHead(404).end();
-    return;
-  }
-  try {
-    response.writeHead(200, { "content-type": TYPES[extname(path)] ?? "application/octet-stream" }).end(await readFile(path));
-  } catch {
-    response.writeHead(404).end();
-  }
-}
-
 before(async () => {
   mkdirSync(FOLDER, { recursive: true });
   compileModel("tiny-split", "webgpu", ["--gpu-layers", "1"]);
   compileModel("tiny-wasm", "wasm", ["--target", "wasm"]);
   tessera(["-c", SPLIT_MODULE, FOLDER], "python");
-  session = await openWebGPUPage(serveFile);
+  session = await openWebGPUPage(serveFolders(ROOT, [join(ROOT, "runtime-js", "src"), FOLDER]));
 });
 
 after(async () => {
