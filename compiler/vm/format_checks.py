@@ -91,17 +91,25 @@ class Checker:
         if (doc["version"] == 4) != (count > 0):
             self.fail(["devices"], "must list the devices of a version 4 executable, and only of one")
 
-        def walk(value, where):
-            if isinstance(value, dict):
-                for key, item in value.items():
-                    if key == "device" and isinstance(item, int) and item >= max(count, 1):
-                        self.fail(where + [key], f"is {item}, but the executable has {max(count, 1)} device(s)")
-                    walk(item, where + [key])
-            elif isinstance(value, list):
-                for index, item in enumerate(value):
-                    walk(item, where + [index])
+        most = max(count, 1)
 
-        walk({"kernels": doc["kernels"], "functions": doc["functions"]}, [])
+        def check(where: list, device) -> None:
+            if isinstance(device, int) and device >= most:
+                self.fail(where, f"is {device}, but the executable has {most} device(s)")
+
+        # Where the schema lets a "device" stand: kernels, parameters, tensors, storages, instructions.
+        for index, kernel in enumerate(doc["kernels"]):
+            check(["kernels", index, "device"], kernel.get("device"))
+        for name, record in doc["functions"].items():
+            at = ["functions", name]
+            for index, param in enumerate(record["params"]):
+                check(at + ["params", index, "device"], param.get("device"))
+            for reg, tensor in record["tensors"].items():
+                check(at + ["tensors", reg, "device"], tensor.get("device"))
+            for index, storage in enumerate(record["memory"]["storages"]):
+                check(at + ["memory", "storages", index, "device"], storage.get("device"))
+            for pc, op in enumerate(record["code"]):
+                check(at + ["code", pc, "device"], op.get("device"))
         for name, record in doc["functions"].items():
             memory, where = record["memory"], ["functions", name, "memory", "buffer_devices"]
             placed = memory.get("buffer_devices")
@@ -110,8 +118,7 @@ class Checker:
             if len(placed) != len(memory["buffers"]):
                 self.fail(where, f"lists {len(placed)} devices for {len(memory['buffers'])} buffers")
             for index, device in enumerate(placed):
-                if device >= max(count, 1):
-                    self.fail(where + [index], f"is {device}, but the executable has {max(count, 1)} device(s)")
+                check(where + [index], device)
         for name, devices in doc.get("constant_devices", {}).items():
             if name not in doc["constants"] or any(d >= count for d in devices):
                 self.fail(["constant_devices", name], "names a weight or device the executable does not have")

@@ -83,27 +83,26 @@ function checkDevices(doc, what) {
   const count = doc.devices?.length ?? 0;
   if ((doc.version === 4) !== (count > 0)) fail(what, ["devices"], "must list the devices of a version 4 executable, and only of one");
   const most = Math.max(count, 1);
-  /** @param {any} value @param {(string|number)[]} where */
-  const walk = (value, where) => {
-    if (Array.isArray(value)) {
-      value.forEach((item, i) => walk(item, [...where, i]));
-    } else if (value && typeof value === "object") {
-      for (const [key, item] of Object.entries(value)) {
-        if (key === "device" && Number.isInteger(item) && item >= most) fail(what, [...where, key], `is ${item}, but the executable has ${most} device(s)`);
-        walk(item, [...where, key]);
-      }
-    }
+  /** @param {(string|number)[]} where @param {any} device */
+  const check = (where, device) => {
+    if (Number.isInteger(device) && device >= most) fail(what, where, `is ${device}, but the executable has ${most} device(s)`);
   };
-  walk({ kernels: doc.kernels, functions: doc.functions }, []);
-  // Each arena buffer's device too (the Python loader leaves these to its VM, which fails on them later).
+  // Where the schema lets a "device" stand: kernels, parameters, tensors, storages, instructions.
+  doc.kernels.forEach((/** @type {any} */ kernel, /** @type {number} */ k) => check(["kernels", k, "device"], kernel.device));
+  for (const [name, record] of Object.entries(doc.functions)) {
+    const { params, tensors, memory, code } = /** @type {any} */ (record);
+    params.forEach((/** @type {any} */ p, /** @type {number} */ i) => check(["functions", name, "params", i, "device"], p.device));
+    for (const [reg, tensor] of Object.entries(tensors)) check(["functions", name, "tensors", reg, "device"], /** @type {any} */ (tensor).device);
+    memory.storages.forEach((/** @type {any} */ s, /** @type {number} */ i) => check(["functions", name, "memory", "storages", i, "device"], s.device));
+    code.forEach((/** @type {any} */ op, /** @type {number} */ pc) => check(["functions", name, "code", pc, "device"], op.device));
+  }
+  // Each arena buffer's device too.
   for (const [name, record] of Object.entries(doc.functions)) {
     const { buffers, buffer_devices: devices } = /** @type {any} */ (record).memory;
     if (devices === undefined) continue;
     const where = ["functions", name, "memory", "buffer_devices"];
     if (devices.length !== buffers.length) fail(what, where, `lists ${devices.length} devices for ${buffers.length} buffers`);
-    devices.forEach((/** @type {number} */ d, /** @type {number} */ i) => {
-      if (d >= most) fail(what, [...where, i], `is ${d}, but the executable has ${most} device(s)`);
-    });
+    devices.forEach((/** @type {number} */ d, /** @type {number} */ i) => check([...where, i], d));
   }
   for (const [name, devices] of Object.entries(doc.constant_devices ?? {})) {
     if (!doc.constants.includes(name) || /** @type {number[]} */ (devices).some((d) => d >= count)) {
