@@ -175,7 +175,8 @@ class _FunctionCompiler:
         self.locations: dict[int, dict] = {}  # tensor register -> where it lives
         self.tensors: dict[int, dict] = {}  # tensor register -> {"shape", "dtype", "bytes"}
         self.storages: dict[int, int] = {}  # storage register -> token
-        self.constant_registers: dict[int, int] = {}
+        self.constant_registers: dict[tuple[int, int], int] = {}  # (id of the constant, device) -> register
+        self.constant_names: dict[int, str] = {}  # id of the constant -> its name in the tensor cache
         self.runtime_allocations: list[dict] = []
         self.symbols: list[str] = []
         self.code: list[dict] = []
@@ -289,11 +290,10 @@ class _FunctionCompiler:
         raise VMCompileError(f"the VM cannot evaluate {type(expr).__name__} as a value")
 
     def _constant_name(self, expr: Constant) -> str:
-        for key, reg in self.constant_registers.items():
-            if key[0] == id(expr):
-                return self.locations[reg]["name"]
-        name = expr.name or f"const_{len(self.constants)}"
-        self.constants[name] = expr.data
+        name = self.constant_names.get(id(expr))
+        if name is None:
+            name = self.constant_names[id(expr)] = expr.name or f"const_{len(self.constants)}"
+            self.constants[name] = expr.data
         return name
 
     def _binding(self, binding) -> None:
