@@ -19,8 +19,7 @@ import numpy as np
 from ..ir.check import ShapeValue, bind_value, check_value
 from ..ir.errors import RuntimeCheckError
 from .builtins import BUILTINS
-from .devices import Device, DeviceError, View, device_for, open_device
-from .devices.split import SplitDevice
+from .devices import Device, DeviceError, View, device_for
 from .executable import Executable, sinfo_from_json
 from .interpreter import Interpreter, Tensor
 from .storage import FunctionMemory, Storage, check_copy, check_launch, evaluate, from_device, to_device
@@ -39,7 +38,7 @@ class VirtualMachine:
             raise RuntimeCheckError(f"the executable calls the library function '{missing[0]}', which is not "
                                     "registered: pass it as VirtualMachine(exe, libraries={'" + missing[0] +
                                     "': fn})")
-        self.device = device if isinstance(device, Device) else _open(exe, device)
+        self.device = device if isinstance(device, Device) else device_for(exe, device)
         self.device.check(exe)
         self.profile: dict[str, float] = {}
         self.kernels = self.device.load_kernels(exe.kernels, exe.modules)  # first: a WASM module places its statics
@@ -84,18 +83,6 @@ class VirtualMachine:
         """Seconds each kernel launch of one call takes, in program order (GPU timestamps where the
         device has them, else each launch timed alone on the host)."""
         return self._function(name).profile(args)
-
-
-def _open(exe: Executable, kind: str | None) -> Device:
-    """The device for ``exe``: one of ``kind`` (or the first kind here that runs it), or for a split build
-    (format version 4) one device per entry of its ``devices``, behind a SplitDevice."""
-    if not exe.devices:
-        return device_for(exe, kind)
-    if kind is not None and kind not in [d["kind"] for d in exe.devices]:
-        raise DeviceError(f"this executable is split across {', '.join(d['vdevices'][0] for d in exe.devices)}, "
-                          f"not a {kind} device: the VM opens one device of each kind")
-    parts = [open_device(d["kind"]) for d in exe.devices]
-    return SplitDevice(parts, [d["vdevices"][0] for d in exe.devices])
 
 
 class _Function:

@@ -147,7 +147,16 @@ def open_device(kind: str) -> Device:
 
 def device_for(exe, kind: str | None = None) -> Device:
     """A device that runs every kernel of ``exe``: ``kind`` if given, else the first registered kind
-    whose backends cover the executable's."""
+    whose backends cover the executable's. A build split across devices (format version 4) gets one
+    device per entry of its ``devices``, behind a SplitDevice (``kind``, if given, must be one of them)."""
+    if getattr(exe, "devices", None):
+        from .split import SplitDevice
+
+        names = [d["vdevices"][0] for d in exe.devices]
+        if kind is not None and kind not in [d["kind"] for d in exe.devices]:
+            raise DeviceError(f"this executable is split across {', '.join(names)}, not a {kind} device: the VM "
+                              "opens one device of each kind")
+        return SplitDevice([open_device(d["kind"]) for d in exe.devices], names)
     if kind is not None:
         return open_device(kind)
     needed = set(exe.backends)
