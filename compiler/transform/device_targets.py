@@ -90,12 +90,6 @@ class DeviceTargets:
     def names(self) -> list[str]:
         return [name for name, _ in self.targets] or [""]
 
-    def index(self, name: str | None) -> int:
-        """The device's position in the module's list (0 for a module without vdevices)."""
-        if not self.targets:
-            return 0
-        return self.names.index(self.device(name))
-
     def device(self, name: str | None) -> str:
         """The device a value annotated ``name`` (or not annotated: None) lives on."""
         if not self.targets:
