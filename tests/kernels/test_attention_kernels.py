@@ -12,7 +12,8 @@ from harness import COVERED_OPS, _record_browser_shaders, build, target_for
 from tessera import arith, op
 from tessera.ir import Function, PrimStructInfo, PrimValue, Tensor, interpret
 from tessera.target import Target
-from tessera.tir.schedule.attention import lanes_loop_iterations
+from tessera.tir.schedule import attention as attention_rules
+from tessera.tir.schedule.attention import heads_per_lane, lanes_loop_iterations
 from tessera.tir.verify import verify_kernel
 from tessera.transform import legalize_ops
 
@@ -105,6 +106,26 @@ def test_decode_attention_small_heads(runner, shape, rules):
     kernels = run_attention(runner, attention_module(heads, kv_heads, d, 64, rows=1), [(1, 1), (1, 40), (1, 64)], 64,
                             shape, target=RULES[rules])
     assert [k.attrs["rule"] for k in kernels] == [_rule(runner, rules)]
+
+
+def test_heads_per_lane():
+    """The lanes rule gives an invocation as many of a KV head's query heads as divide the group
+    and fit LANE_VALUES (256) values of q: SmolLM2's 3 heads of 64, 2 of Llama 3's 4 of 128."""
+    assert [heads_per_lane(group, d) for group, d in ((3, 64), (4, 128), (3, 128), (1, 64), (8, 8))] == [3, 2, 1, 1, 8]
+
+
+@pytest.mark.parametrize("shape", [(8, 2, 32), (6, 2, 32), (4, 4, 32)])
+def test_attention_lanes_with_part_of_a_group(runner, shape, monkeypatch):
+    """Lanes that take part of a KV head's query heads: with room for 64 values of q, 2 of 4 heads
+    of 32, 1 of 3, and 1 of 1 (no grouped queries); prefill and decode. (The same shapes at head
+    size 128 would test the real bound, at minutes of Mesa's compile time per kernel.)"""
+    if not target_for(runner).cpu_adapter or target_for(runner).serial_threads:
+        pytest.skip("the lanes rule is for GPU languages on a CPU adapter")
+    monkeypatch.setattr(attention_rules, "LANE_VALUES", 64)
+    heads, kv_heads, d = shape
+    assert heads_per_lane(heads // kv_heads, d) == {(8, 2, 32): 2, (6, 2, 32): 1, (4, 4, 32): 1}[shape]
+    run_attention(runner, attention_module(heads, kv_heads, d, 300), [(3, 3), (20, 300)], 300, shape)
+    run_attention(runner, attention_module(heads, kv_heads, d, 300, rows=1), [(1, 1), (1, 299)], 300, shape)
 
 
 def test_partial_shares_and_merge_as_operators(runner):

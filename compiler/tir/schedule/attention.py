@@ -18,9 +18,10 @@ Three shapes of the same loop nest:
 - C and WASM kernels (``serial_threads``, ``cpu_adapter``): one thread per workgroup walks the
   rows in plain loops whose inner loops run along the head size, which the C compiler vectorizes
   (the dot products in ``DOT_LANES`` independent lanes, so no reassociation is needed).
-- GPU languages on a CPU (``cpu_adapter``: llvmpipe, lavapipe, PoCL, SwiftShader): one query row
-  per invocation, eight invocations a workgroup, which the driver runs as the lanes of its SIMD
-  registers; each row's q and output in registers, keys walked eight at a time (``_lanes``).
+- GPU languages on a CPU (``cpu_adapter``: llvmpipe, lavapipe, PoCL, SwiftShader): one query
+  position and the query heads of one KV head per invocation (each key loaded once for all of
+  them), eight invocations a workgroup, which the driver runs as the lanes of its SIMD registers;
+  q and the output in registers, keys walked eight at a time (``_lanes``).
   On llvmpipe (1,024 queries over 1,024 keys, 9 query and 3 KV heads of 64) it takes 1.0 s
   where the GPU shape, whose barriers and workgroup memory llvmpipe emulates, takes 3.9 s, and
   7.6 ms against 21.5 ms for one query. (The one-thread shape is no faster there: its arrays are
@@ -68,6 +69,7 @@ LID = Builtin("local_id", 0)
 DOT_LANES = 8
 LANE_ROWS = 8  # query rows per workgroup of the lanes rule: llvmpipe's SIMD lanes in 256-bit registers
 LANE_KEYS = 8  # keys per step of the lanes rule's loop
+LANE_VALUES = 256  # at most this many values of q (and as many of the output) an invocation of the lanes rule
 GPU_THREADS = 128
 GPU_ROWS = 16  # query rows (positions x group) per GPU workgroup, at most
 
@@ -288,33 +290,55 @@ def _serial(defn: OpaqueDef, target, name: str) -> PrimFunc:
                     scratch=(qs, acc, m_row, l_row, scores, part), attrs={"rule": "attention-rows"})
 
 
+def heads_per_lane(group: int, d: int) -> int:
+    """How many of a KV head's ``group`` query heads one invocation of the lanes rule takes: the
+    most that divide the group and keep its rows of q and of the output within ``LANE_VALUES``."""
+    return max(g for g in range(1, group + 1) if group % g == 0 and (g == 1 or g * d <= LANE_VALUES))
+
+
 def _lanes(defn: OpaqueDef, target, name: str) -> PrimFunc:
-    """One query row (position, head) per invocation, ``LANE_ROWS`` of them a workgroup: a CPU that
-    runs a workgroup's invocations as the lanes of its SIMD registers (llvmpipe, lavapipe) computes
-    eight rows at once. Each invocation keeps its row of q and its output in registers (private
-    arrays indexed only by constants once the head-size loops are unrolled: a CPU driver keeps an
-    array indexed at run time in memory, a gather and scatter per access) and walks its keys
-    ``LANE_KEYS`` at a time, one online-softmax rescale per step, so its loops run about keys /
-    ``LANE_KEYS`` iterations: far within a loop budget."""
+    """One query position and ``g`` query heads of one KV head per invocation (``heads_per_lane``:
+    all the heads that read a KV head, where they fit), ``LANE_ROWS`` invocations a workgroup: a
+    CPU that runs a workgroup's invocations as the lanes of its SIMD registers (llvmpipe, lavapipe)
+    computes eight of them at once. Each key and value element is loaded once for the ``g`` heads:
+    on llvmpipe a load costs as much as a dozen arithmetic instructions, so grouped-query attention
+    reads its cache ``g`` times less than one head per invocation would. Each invocation keeps its
+    rows of q and of the output in registers (private arrays indexed only by constants once the
+    head-size loops are unrolled: a CPU driver keeps an array indexed at run time in memory, a
+    gather and scatter per access) and walks its keys ``LANE_KEYS`` at a time, one online-softmax
+    rescale per step, so its loops run about keys / ``LANE_KEYS`` iterations: far within a loop
+    budget."""
     lay = _Layout(defn, positions=1, tile=LANE_KEYS)
     d, heads, group, keys_per_step = lay.d, lay.heads, lay.group, lay.tile
+    g = heads_per_lane(group, d)
+    lane_groups = heads // g  # invocations per position
     capacity = arith.Analyzer().as_int(lay.capacity_dim)
     if target.loop_budget and lanes_loop_iterations(-(-capacity // lay.splits)) > target.loop_budget:
         raise ValueError(f"kernel {name}: attention over a cache of {capacity} keys in {lay.splits} "
                          f"share(s) would run past the driver's loop budget of {target.loop_budget} iterations "
                          "an invocation (Target.loop_budget): compile with a shorter --context")
-    qv = Buffer("qv", F32, (arith.IntImm(d),), "private")
-    acc = Buffer("acc", F32, (arith.IntImm(d),), "private")
-    score = Buffer("score", F32, (arith.IntImm(keys_per_step),), "private")
-    row, i, h, share, total, lo, hi, limit = (Local("row"), Local("i"), Local("h"), Local("share"), Local("total"),
-                                              Local("lo"), Local("hi"), Local("limit"))
+    qv = Buffer("qv", F32, (arith.IntImm(g * d),), "private")
+    acc = Buffer("acc", F32, (arith.IntImm(g * d),), "private")
+    score = Buffer("score", F32, (arith.IntImm(g * keys_per_step),), "private")
+    row, i, h0, share, total, lo, hi, limit = (Local("row"), Local("i"), Local("h0"), Local("share"), Local("total"),
+                                               Local("lo"), Local("hi"), Local("limit"))
     kvh, t, j0, d0, lane = Local("kvh"), Local("t"), Local("j0"), Local("d0"), Local("lane")
-    m, mass, m_new, alpha, p, dot = (Local("m", F32), Local("l", F32), Local("m_new", F32), Local("alpha", F32),
-                                     Local("p", F32), Local("dot", F32))
+    heads_of_lane = range(g)
+    m = [Local(f"m{u}", F32) for u in heads_of_lane]
+    mass = [Local(f"l{u}", F32) for u in heads_of_lane]
+    m_new = [Local(f"m_new{u}", F32) for u in heads_of_lane]
+    alpha = [Local(f"alpha{u}", F32) for u in heads_of_lane]
+    p = [Local(f"p{u}", F32) for u in heads_of_lane]
+    dot = [Local(f"dot{u}", F32) for u in heads_of_lane]
+    element = Local("element", F32)
     seq, key_row = Local("seq"), Local("key_row")
     chunk = binary("/", binary("+", total, Const(lay.splits - 1)), Const(lay.splits))
     v = {"total": total, "kvh": kvh, "seq": seq}
     lanes = DOT_LANES if d % DOT_LANES == 0 else 1
+
+    def at(u: int, dd: TExpr) -> TExpr:
+        """Element dd of head u's row in qv and acc."""
+        return binary("+", Const(u * d), dd)
 
     def kv_at(source: Buffer, dd) -> TExpr:
         """Element dd of key j0 + t's row of K or V (``key_row``, declared once a key)."""
@@ -331,58 +355,76 @@ def _lanes(defn: OpaqueDef, target, name: str) -> PrimFunc:
         return For(t, Const(0), Const(keys_per_step), (Declare(key_row, lay.kv_row(v, binary("+", j0, t))),) + body,
                    unroll=True)
 
+    def scored(u: int) -> TExpr:
+        return Load(score, binary("+", Const(u * keys_per_step), t))
+
     valid = binary("<", binary("+", j0, t), limit)
     step = (
-        Declare(m_new, m),
-        key_loop(Declare(dot, _f(0)),
-                 head_loop(lambda dd: [Assign(dot, binary("+", dot, binary("*", Load(qv, dd), kv_at(lay.keys, dd))))]),
-                 Store(score, t, select(valid, dot, _f(NEG))),
-                 Assign(m_new, maximum(m_new, Load(score, t)))),
-        Declare(alpha, intrinsic("exp", binary("-", m, m_new))),
-        Assign(mass, binary("*", mass, alpha)),
-        head_loop(lambda dd: [Store(acc, dd, binary("*", Load(acc, dd), alpha))]),
-        key_loop(Declare(p, select(valid, intrinsic("exp", binary("-", Load(score, t), m_new)), _f(0))),
-                 Assign(mass, binary("+", mass, p)),
-                 head_loop(lambda dd: [Store(acc, dd, binary("+", Load(acc, dd),
-                                                             binary("*", p, kv_at(lay.values, dd))))])),
-        Assign(m, m_new),
+        *[Declare(m_new[u], m[u]) for u in heads_of_lane],
+        key_loop(*[Declare(dot[u], _f(0)) for u in heads_of_lane],
+                 head_loop(lambda dd: [Declare(element, kv_at(lay.keys, dd))] + [
+                     Assign(dot[u], binary("+", dot[u], binary("*", Load(qv, at(u, dd)), element)))
+                     for u in heads_of_lane]),
+                 *[x for u in heads_of_lane for x in (
+                     Store(score, binary("+", Const(u * keys_per_step), t), select(valid, dot[u], _f(NEG))),
+                     Assign(m_new[u], maximum(m_new[u], scored(u))))]),
+        *[x for u in heads_of_lane for x in (
+            Declare(alpha[u], intrinsic("exp", binary("-", m[u], m_new[u]))),
+            Assign(mass[u], binary("*", mass[u], alpha[u])))],
+        head_loop(lambda dd: [Store(acc, at(u, dd), binary("*", Load(acc, at(u, dd)), alpha[u]))
+                              for u in heads_of_lane]),
+        key_loop(*[x for u in heads_of_lane for x in (
+                     Declare(p[u], select(valid, intrinsic("exp", binary("-", scored(u), m_new[u])), _f(0))),
+                     Assign(mass[u], binary("+", mass[u], p[u])))],
+                 head_loop(lambda dd: [Declare(element, kv_at(lay.values, dd))] + [
+                     Store(acc, at(u, dd), binary("+", Load(acc, at(u, dd)), binary("*", p[u], element)))
+                     for u in heads_of_lane])),
+        *[Assign(m[u], m_new[u]) for u in heads_of_lane],
     )
 
-    def q_index(dd):  # also the output's, with one share
+    def q_index(u: int, dd):  # also the output's, with one share
+        h = binary("+", h0, Const(u))
         return binary("+", binary("*", binary("+", binary("*", i, Const(heads)), h), Const(d)), dd)
 
     # Paged: the row's own sequence and length; else the op's total, shared by every row.
     row_bounds = [Declare(total, lay.row_total(i)), Declare(seq, lay.sequence(i))] if lay.page_size else \
         [Declare(total, from_prim(lay.total))]
     if lay.splits == 1:
-        results = [head_loop(lambda dd: [Store(lay.out, q_index(dd), cast(binary("/", Load(acc, dd), mass),
-                                                                           lay.out.dtype))])]
+        results = [head_loop(lambda dd: [Store(lay.out, q_index(u, dd), cast(binary("/", Load(acc, at(u, dd)), mass[u]),
+                                                                              lay.out.dtype))
+                                         for u in heads_of_lane])]
     else:
-        out_row = binary("+", binary("*", binary("+", binary("*", share, lay.n), i), Const(heads)), h)
-        out_base = binary("*", out_row, Const(d + 2))
-        results = [head_loop(lambda dd: [Store(lay.out, binary("+", out_base, dd), Load(acc, dd))]),
-                   Store(lay.out, binary("+", out_base, Const(d)), m),
-                   Store(lay.out, binary("+", out_base, Const(d + 1)), mass)]
+        def out_base(u: int) -> TExpr:
+            out_row = binary("+", binary("*", binary("+", binary("*", share, lay.n), i), Const(heads)),
+                             binary("+", h0, Const(u)))
+            return binary("*", out_row, Const(d + 2))
+
+        results = [head_loop(lambda dd: [Store(lay.out, binary("+", out_base(u), dd), Load(acc, at(u, dd)))
+                                         for u in heads_of_lane])]
+        results += [x for u in heads_of_lane for x in (
+            Store(lay.out, binary("+", out_base(u), Const(d)), m[u]),
+            Store(lay.out, binary("+", out_base(u), Const(d + 1)), mass[u]))]
     body = (
-        Declare(h, binary("%", row, Const(heads))),
-        Declare(kvh, binary("/", h, Const(group))),
+        Declare(h0, binary("*", binary("%", row, Const(lane_groups)), Const(g))),
+        Declare(kvh, binary("/", h0, Const(group))),
         *row_bounds,
         Declare(lo, binary("*", share, chunk)),
         Declare(hi, minimum(binary("+", lo, chunk), total)),
         # Keys below this are the row's: its share, up to and including its own position.
         Declare(limit, minimum(hi, binary("+", binary("-", total, lay.n), binary("+", i, Const(1))) if not
                                lay.page_size else total)),
-        head_loop(lambda dd: [Store(qv, dd, binary("*", cast(Load(lay.q, q_index(dd)), F32), _f(lay.scale))),
-                              Store(acc, dd, _f(0))]),
-        Declare(m, _f(NEG)), Declare(mass, _f(0)),
+        head_loop(lambda dd: [x for u in heads_of_lane for x in (
+            Store(qv, at(u, dd), binary("*", cast(Load(lay.q, q_index(u, dd)), F32), _f(lay.scale))),
+            Store(acc, at(u, dd), _f(0)))]),
+        *[x for u in heads_of_lane for x in (Declare(m[u], _f(NEG)), Declare(mass[u], _f(0)))],
         For(j0, lo, limit, step, step=keys_per_step),
         *results,
     )
     stmts = [Declare(share, Builtin("workgroup_id", 1)),
              Declare(row, binary("+", binary("*", Builtin("workgroup_id", 0), Const(LANE_ROWS)), LID)),
-             Declare(i, binary("/", row, Const(heads))),
+             Declare(i, binary("/", row, Const(lane_groups))),
              IfThen(binary("<", i, lay.n), body)]
-    grid = (ceil_div(arith.as_expr(defn.inputs[0].shape[0]) * heads, LANE_ROWS), arith.IntImm(lay.splits),
+    grid = (ceil_div(arith.as_expr(defn.inputs[0].shape[0]) * lane_groups, LANE_ROWS), arith.IntImm(lay.splits),
             arith.IntImm(1))
     return PrimFunc(name, defn.inputs, (defn.output,), lay.scalars(), tuple(stmts), (LANE_ROWS, 1, 1), grid,
                     scratch=(qv, acc, score), attrs={"rule": "attention-lanes"})
