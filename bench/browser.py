@@ -3,7 +3,9 @@
 
 For each engine: a cold run (fresh browser profile: weights downloaded and compiled) and a cached
 run (a reload), each one greedy chat reply of up to 24 tokens to the same prompt. Reports time to
-first token (load included) and decode tokens/s, and the ratios Tessera / wllama.
+first token (load included), decode tokens/s and peak memory (the proportional set size of all
+the browser's processes, summed, sampled every 100 ms; each engine runs in a browser of its own, and
+"idle" is that sum with a blank page), and the ratios Tessera / wllama.
 
     .venv/bin/python bench/browser.py            (make bench runs it)
     BENCH_TOKENS=32 .venv/bin/python bench/browser.py tessera-wasm,wllama-wasm
@@ -62,14 +64,15 @@ def serve_in_background() -> str:
         holder["url"] = url
         ready.set()
 
-    threading.Thread(target=serve, args=(SITE, 0), kwargs={"ready": started}, daemon=True).start()
+    threading.Thread(target=serve, args=(SITE,), kwargs={"port": 0, "ready": started}, daemon=True).start()
     ready.wait(30)
     return holder["url"]
 
 
 def long_prompt(tokens: int) -> str:
     """A text of ``tokens`` tokens of SmolLM2's vocabulary (the bundled model's tokenizer)."""
-    from tessera.frontend import build_tokenizer, bundled_smollm2_path, load_gguf
+    from tessera.frontend import bundled_smollm2_path, load_gguf
+    from tessera.frontend.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(load_gguf(bundled_smollm2_path()).tokenizer)
     ids: list[int] = []
@@ -107,10 +110,12 @@ def main() -> int:
     prompt = f"a prompt of {args.prompt_tokens} tokens, " if args.prompt_tokens else ""
     print(f"SmolLM2-135M-Instruct Q4_1, headless Chromium, greedy reply of up to {replies} tokens, {prompt}"
           f"context {context}, {os.cpu_count()} cores")
-    print(f"{'engine':16} {'run':7} {'load s':>7} {'TTFT s':>7} {'decode tok/s':>13}  tokens  prompt tokens")
+    print(f"{'engine':16} {'run':7} {'load s':>7} {'TTFT s':>7} {'decode tok/s':>13}  tokens  prompt tokens"
+          "  peak MiB  idle MiB")
     for r in results:
         print(f"{r['engine']:16} {r['run']:7} {r['loadSeconds']:7.2f} {r['ttftSeconds']:7.2f} "
-              f"{r['decodeTokensPerSecond']:13.2f}  {r['tokens']:6}  {r.get('promptTokens', '?')}")
+              f"{r['decodeTokensPerSecond']:13.2f}  {r['tokens']:6}  {r.get('promptTokens', '?'):>13}"
+              f"  {r['peakMiB']:8.0f}  {r['idleMiB']:8.0f}")
     by = {(r["engine"], r["run"]): r for r in results}
     peer = by.get(("wllama-wasm", "cached"))
     if peer:
@@ -120,6 +125,14 @@ def main() -> int:
                 decode = ours["decodeTokensPerSecond"] / peer["decodeTokensPerSecond"]
                 print(f"{name} / wllama-wasm: decode {decode:.2f}x, "
                       f"cached TTFT {peer['ttftSeconds'] / ours['ttftSeconds']:.2f}x as fast")
+    peer = by.get(("wllama-wasm", "cold"))
+    if peer:
+        for name in ("tessera-wasm", "tessera-webgpu"):
+            ours = by.get((name, "cold"))
+            if ours:  # a cold run's browser held nothing before it: its peak above idle is the engine's
+                mine, theirs = ours["peakMiB"] - ours["idleMiB"], peer["peakMiB"] - peer["idleMiB"]
+                print(f"{name} / wllama-wasm: memory above an idle browser (cold run) {mine:.0f} vs {theirs:.0f} MiB, "
+                      f"{mine / theirs:.2f}x")
     for r in results:
         if r["run"] == "cold":
             print(f"{r['engine']} reply: {r['text'][:80]!r}")

@@ -1,6 +1,13 @@
 // Drive the benchmark pages in Debian's Chromium: for each engine, a cold run (fresh profile: the
 // weights are downloaded) then a cached run (a reload), each one greedy reply. Prints JSON lines.
 // Usage: node bench/browser/run.mjs SITE_URL TESSERA_MODEL_URL GGUF_URL [engines]
+//
+// Each engine gets a browser of its own, so that its memory is its own: the proportional set size
+// (PSS: resident memory, shared pages divided among their sharers, so that the sum counts each
+// page once) of every process of that browser (browser, GPU, renderers), summed, is sampled every
+// 100 ms; a run reports the peak of that sum, and the sum with a blank page open before it (idle).
+import { readdir, readFile } from "node:fs/promises";
+
 import { chromium } from "playwright-core";
 
 import { CHROMIUM_FLAGS } from "../../tests/browser/chromium.mjs";
@@ -16,18 +23,62 @@ const engines = [
   { name: "wllama-wasm", page: "wllama.html", args: { model: ggufUrl } },
 ].filter((e) => !only || only.split(",").includes(e.name));
 
-const browser = await chromium.launch({ executablePath: process.env.CHROMIUM_PATH || "/usr/bin/chromium", args: CHROMIUM_FLAGS });
+/** Proportional resident bytes (PSS) of this process's descendants (the browser Playwright started and its children). */
+async function browserResidentBytes() {
+  const parents = new Map();
+  const resident = new Map();
+  for (const name of await readdir("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const status = await readFile(`/proc/${name}/status`, "utf8");
+      parents.set(Number(name), Number(/^PPid:\s+(\d+)/m.exec(status)[1]));
+      const rollup = await readFile(`/proc/${name}/smaps_rollup`, "utf8").catch(() => "");
+      resident.set(Number(name), 1024 * Number(/^Pss:\s+(\d+)/m.exec(rollup)?.[1] ?? 0));
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  const within = (pid) => {
+    for (let p = pid; p > 1; p = parents.get(p) ?? 0) if (parents.get(p) === process.pid) return true;
+    return false;
+  };
+  let total = 0;
+  for (const [pid, bytes] of resident) if (within(pid)) total += bytes;
+  return total;
+}
+
+/** Samples browserResidentBytes every 100 ms until stop() is called; stop() resolves to the peak. */
+function samplePeak() {
+  let peak = 0, running = true;
+  const loop = (async () => {
+    while (running) {
+      peak = Math.max(peak, await browserResidentBytes());
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  })();
+  return async () => {
+    running = false;
+    await loop;
+    return Math.max(peak, await browserResidentBytes());
+  };
+}
+
+const MIB = 1024 * 1024;
 for (const engine of engines) {
+  const browser = await chromium.launch({ executablePath: process.env.CHROMIUM_PATH || "/usr/bin/chromium", args: CHROMIUM_FLAGS });
   const context = await browser.newContext();
   const page = await context.newPage();
   page.setDefaultTimeout(30 * 60 * 1000);  // a long prompt's prefill on one CPU thread takes minutes
   page.on("pageerror", (error) => console.error(`${engine.name}: ${error.message}`));
   for (const run of ["cold", "cached"]) {
+    await page.goto("about:blank");
+    const idle = await browserResidentBytes();
+    const stop = samplePeak();
     await page.goto(siteUrl + engine.page);
     await page.waitForFunction(() => window.benchReady === true);
     const result = await page.evaluate((args) => window.runBench(args), { ...engine.args, prompt: PROMPT, maxTokens: MAX_TOKENS, context: CONTEXT });
-    console.log(JSON.stringify({ ...result, run }));
+    const peak = await stop();
+    console.log(JSON.stringify({ ...result, run, peakMiB: peak / MIB, idleMiB: idle / MIB }));
   }
-  await context.close();
+  await browser.close();
 }
-await browser.close();
