@@ -22,10 +22,11 @@ Three shapes of the same loop nest:
   position and the query heads of one KV head per invocation (each key loaded once for all of
   them), eight invocations a workgroup, which the driver runs as the lanes of its SIMD registers;
   q and the output in registers, keys walked eight at a time (``_lanes``).
-  On llvmpipe (1,024 queries over 1,024 keys, 9 query and 3 KV heads of 64) it takes 1.0 s
-  where the GPU shape, whose barriers and workgroup memory llvmpipe emulates, takes 3.9 s, and
-  7.6 ms against 21.5 ms for one query. (The one-thread shape is no faster there: its arrays are
-  indexed at run time, which llvmpipe keeps in memory, and it overruns the loop budget below.)
+  On llvmpipe (1,024 queries over 1,024 keys, 9 query and 3 KV heads of 64) it takes 0.35 s
+  where the GPU shape, whose barriers and workgroup memory llvmpipe emulates, takes 3.5 s, and
+  1.7 ms against 9.4 ms for one query (bench/attention.py). (The one-thread shape is no faster
+  there: its arrays are indexed at run time, which llvmpipe keeps in memory, and it overruns the
+  loop budget below.)
 
 Mesa's CPU drivers stop all of an invocation's loops, silently, once it has run 65,535 loop
 iterations in all (``Target.loop_budget``): the lanes shape runs one per eight keys of its share,
