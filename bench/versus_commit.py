@@ -3,7 +3,7 @@ tokens/s on llvmpipe) run from this checkout and from a git worktree of an earli
 in one session on one machine (this machine's figures swing 3x from one machine to the next, so
 only a side-by-side run compares).
 
-    .venv/bin/python bench/versus_commit.py 45a74e1 [--rounds 2]
+    .venv/bin/python bench/versus_commit.py 45a74e1 [--rounds 2] [--prompt-tokens 128] [--decode-tokens 64]
 
 The earlier commit is checked out under build/versus/<commit> and imported through a folder of
 symlinks on PYTHONPATH (this venv's dependencies, that commit's source); each tree's own
@@ -40,11 +40,12 @@ def checkout(commit: str) -> str:
     return tree, path
 
 
-def run_engine(tree: str, pythonpath: str | None, model: str) -> dict:
+def run_engine(tree: str, pythonpath: str | None, model: str, prompt_tokens: int, decode_tokens: int) -> dict:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    run = subprocess.run([sys.executable, os.path.join(tree, "bench", "llm.py"), "tessera", model], env=env,
+    run = subprocess.run([sys.executable, os.path.join(tree, "bench", "llm.py"), "--child", "tessera", model,
+                          "--prompt-tokens", str(prompt_tokens), "--decode-tokens", str(decode_tokens)], env=env,
                          capture_output=True, text=True, cwd="/tmp")
     if run.returncode != 0:
         raise SystemExit(f"the engine failed in {tree}:\n{run.stderr[-3000:]}")
@@ -59,6 +60,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("commit")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--decode-tokens", type=int, default=64)
     args = parser.parse_args()
     from tessera.frontend import bundled_smollm2_path
 
@@ -66,8 +69,8 @@ def main() -> int:
     tree, path = checkout(args.commit)
     rows = []
     for round_ in range(args.rounds):
-        earlier = run_engine(tree, path, model)
-        this = run_engine(ROOT, None, model)
+        earlier = run_engine(tree, path, model, args.prompt_tokens, args.decode_tokens)
+        this = run_engine(ROOT, None, model, args.prompt_tokens, args.decode_tokens)
         assert earlier["source"].startswith(tree) and this["source"].startswith(ROOT), (earlier["source"],
                                                                                        this["source"])
         rows.append((earlier, this))
