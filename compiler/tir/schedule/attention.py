@@ -421,12 +421,17 @@ def _lanes(defn: OpaqueDef, target, name: str) -> PrimFunc:
         For(j0, lo, limit, step, step=keys_per_step),
         *results,
     )
-    stmts = [Declare(share, Builtin("workgroup_id", 1)),
-             Declare(row, binary("+", binary("*", Builtin("workgroup_id", 0), Const(LANE_ROWS)), LID)),
+    # The invocations are numbered share by share, so that a decode query's few invocations per
+    # share (3 for SmolLM2) fill a workgroup's lanes with other shares' instead of idling beside them.
+    flat, per_share = Local("flat"), Local("per_share")
+    stmts = [Declare(flat, binary("+", binary("*", Builtin("workgroup_id", 0), Const(LANE_ROWS)), LID)),
+             Declare(per_share, binary("*", lay.n, Const(lane_groups))),
+             Declare(share, binary("/", flat, per_share)),
+             Declare(row, binary("%", flat, per_share)),
              Declare(i, binary("/", row, Const(lane_groups))),
-             IfThen(binary("<", i, lay.n), body)]
-    grid = (ceil_div(arith.as_expr(defn.inputs[0].shape[0]) * lane_groups, LANE_ROWS), arith.IntImm(lay.splits),
-            arith.IntImm(1))
+             IfThen(binary("<", share, Const(lay.splits)), body)]
+    invocations = arith.as_expr(defn.inputs[0].shape[0]) * (lane_groups * lay.splits)
+    grid = (ceil_div(invocations, LANE_ROWS), arith.IntImm(1), arith.IntImm(1))
     return PrimFunc(name, defn.inputs, (defn.output,), lay.scalars(), tuple(stmts), (LANE_ROWS, 1, 1), grid,
                     scratch=(qv, acc, score), attrs={"rule": "attention-lanes"})
 
