@@ -117,22 +117,17 @@ def main() -> int:
               f"{r['decodeTokensPerSecond']:13.2f}  {r['tokens']:6}  {r.get('promptTokens', '?'):>13}"
               f"  {r['peakMiB']:8.0f}  {r['idleMiB']:8.0f}")
     by = {(r["engine"], r["run"]): r for r in results}
-    peer = by.get(("wllama-wasm", "cached"))
-    if peer:
-        for name in ("tessera-wasm", "tessera-webgpu"):
-            ours = by.get((name, "cached"))
-            if ours:
-                decode = ours["decodeTokensPerSecond"] / peer["decodeTokensPerSecond"]
-                print(f"{name} / wllama-wasm: decode {decode:.2f}x, "
-                      f"cached TTFT {peer['ttftSeconds'] / ours['ttftSeconds']:.2f}x as fast")
-    peer = by.get(("wllama-wasm", "cold"))
-    if peer:
-        for name in ("tessera-wasm", "tessera-webgpu"):
-            ours = by.get((name, "cold"))
-            if ours:  # a cold run's browser held nothing before it: its peak above idle is the engine's
-                mine, theirs = ours["peakMiB"] - ours["idleMiB"], peer["peakMiB"] - peer["idleMiB"]
-                print(f"{name} / wllama-wasm: memory above an idle browser (cold run) {mine:.0f} vs {theirs:.0f} MiB, "
-                      f"{mine / theirs:.2f}x")
+    for name in ("tessera-wasm", "tessera-webgpu"):
+        ours, peer = by.get((name, "cached")), by.get(("wllama-wasm", "cached"))
+        if ours and peer:
+            decode = ours["decodeTokensPerSecond"] / peer["decodeTokensPerSecond"]
+            print(f"{name} / wllama-wasm: decode {decode:.2f}x, "
+                  f"cached TTFT {peer['ttftSeconds'] / ours['ttftSeconds']:.2f}x as fast")
+        ours, peer = by.get((name, "cold")), by.get(("wllama-wasm", "cold"))
+        if ours and peer:  # a cold run's browser held nothing before it: its peak above idle is the engine's
+            mine, theirs = ours["peakMiB"] - ours["idleMiB"], peer["peakMiB"] - peer["idleMiB"]
+            print(f"{name} / wllama-wasm: memory above an idle browser (cold run) {mine:.0f} vs {theirs:.0f} MiB, "
+                  f"{mine / theirs:.2f}x")
     for r in results:
         if r["run"] == "cold":
             print(f"{r['engine']} reply: {r['text'][:80]!r}")
