@@ -356,8 +356,12 @@ def _lanes(defn: OpaqueDef, target, name: str) -> PrimFunc:
         return For(t, Const(0), Const(keys_per_step), (Declare(key_row, lay.kv_row(v, binary("+", j0, t))),) + body,
                    unroll=True)
 
+    def score_at(u: int) -> TExpr:
+        """Where key j0 + t's score for head u is kept in ``score``."""
+        return binary("+", Const(u * keys_per_step), t)
+
     def scored(u: int) -> TExpr:
-        return Load(score, binary("+", Const(u * keys_per_step), t))
+        return Load(score, score_at(u))
 
     valid = binary("<", binary("+", j0, t), limit)
     step = (
@@ -367,7 +371,7 @@ def _lanes(defn: OpaqueDef, target, name: str) -> PrimFunc:
                      Assign(dot[u], binary("+", dot[u], binary("*", Load(qv, at(u, dd)), element)))
                      for u in heads_of_lane]),
                  *[x for u in heads_of_lane for x in (
-                     Store(score, binary("+", Const(u * keys_per_step), t), select(valid, dot[u], _f(NEG))),
+                     Store(score, score_at(u), select(valid, dot[u], _f(NEG))),
                      Assign(m_new[u], maximum(m_new[u], scored(u))))]),
         *[x for u in heads_of_lane for x in (
             Declare(alpha[u], intrinsic("exp", binary("-", m[u], m_new[u]))),
