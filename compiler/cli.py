@@ -113,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     except TesseraError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except OSError as error:  # what no check foresaw (a disk that fills, a file removed meanwhile): one line still
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"error: {where}{error.strerror or error}", file=sys.stderr)
+        return 1
 
 
 def _check(args) -> int:
@@ -133,8 +137,10 @@ def _check(args) -> int:
 
 def _compile(args) -> int:
     from .app.compile import compile_model, compile_summary
+    from .app.paths import check_output_folder
     from .app.progress import ProgressBar
 
+    check_output_folder(args.output, "the compiled model")  # before the compile, not after it
     with ProgressBar("quiet" if args.quiet else None) as progress:
         compiled = compile_model(args.model, args.output, args.target, args.context, progress, args.cpu,
                                  args.prefill_chunk, args.max_batch, args.gpu_layers)
@@ -149,6 +155,7 @@ def _chat(args) -> int:
     from .app.chat_build import choose_chat_build, compiled_build, native_runtime_problem, webgpu_adapters
     from .app.compile import cached_compile
     from .app.conversation import check_max_tokens, check_messages
+    from .app.paths import check_chat_source
     from .app.progress import ProgressBar
     from .frontend import bundled_smollm2_path
 
@@ -161,6 +168,7 @@ def _chat(args) -> int:
         check_messages([{"role": "user", "content": args.prompt}])
 
     source = args.model or bundled_smollm2_path()
+    check_chat_source(source)
     native_problem = native_runtime_problem() if args.runtime is None else None
     if os.path.isdir(source):
         directory = source

@@ -27,12 +27,14 @@ import re
 import shutil
 from pathlib import Path
 
+from tessera.frontend import check_gguf_file
 from tessera.target import Target
 from tessera.vm import Executable
 
 from .bundle_json import BUNDLE_VERSION, BundleError, check_bundle
 from .compile import CHAT_CONFIG, TOKENIZER, cached_compile
 from .memory import device_memory
+from .paths import check_output_folder
 from .weights import download_bytes, write_shared_weights
 
 # The runtime's npm dependencies, copied next to its sources by runtime-js/scripts/vendor.mjs (make setup),
@@ -71,6 +73,9 @@ def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title:
         raise BundleError(f"--gpu-layers splits float32 builds; drop {', '.join(unsplittable)} from --targets "
                           f"(e.g. --targets {','.join(SPLIT_TARGETS)})")
     targets = tuple(dict.fromkeys(targets))
+    # Before anything is compiled, and before an earlier bundle of this model is removed below.
+    check_gguf_file(gguf_path)
+    check_output_folder(output, "the site")
     runtime_source, web_source = runtime_folder(), web_folder()
     name = model_id(gguf_path)
     model_dir = os.path.join(output, "models", name)

@@ -124,6 +124,8 @@ def open_model(source: str, device: str = "auto", context: int = 1024, prefill_c
     it holds; a bundle's model folder runs one of its builds, WASM first when every WebGPU adapter here is
     a CPU, as the browser runtime orders them. With ``max_batch`` > 1, or for a compiled folder that holds
     a batched build, a ``PagedModel`` (batch_engine.py) in place of the session."""
+    from tessera.frontend import check_gguf_file
+
     from .chat import ChatSession, NativeChatSession
     from .chat_build import ChatBuild, choose_chat_build, compiled_build, native_runtime_problem, webgpu_adapters
     from .compile import cached_compile
@@ -158,6 +160,7 @@ def open_model(source: str, device: str = "auto", context: int = 1024, prefill_c
             choice = ChatBuild("native" if device == "native" else "python", built_for, f"--device {device}")
         directory, name = source, os.path.basename(os.path.normpath(source))
     else:
+        check_gguf_file(source)  # a FIFO would block the compile cache's hash of it
         if device == "auto":
             choice = choose_chat_build(webgpu_adapters(), native_runtime_problem())
         else:

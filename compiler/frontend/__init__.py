@@ -6,9 +6,10 @@ from .gguf_reader import (
     GGUFModel,
     QuantizedWeight,
     bundled_smollm2_path,
+    check_gguf_file,
     load_gguf,
     load_tokenizer,
 )
 
-__all__ = ["GGUFError", "GGUFHyperparameters", "GGUFModel", "QuantizedWeight", "bundled_smollm2_path", "load_gguf",
-           "load_tokenizer"]
+__all__ = ["GGUFError", "GGUFHyperparameters", "GGUFModel", "QuantizedWeight", "bundled_smollm2_path",
+           "check_gguf_file", "load_gguf", "load_tokenizer"]

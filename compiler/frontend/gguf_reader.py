@@ -12,6 +12,7 @@ matmul kernels read directly.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,13 +71,30 @@ def _read(path: str):
         import gguf
     except ImportError as error:  # pragma: no cover - a dependency
         raise GGUFError(f"the gguf package is missing: {error}") from None
-    if not os.path.exists(path):
-        raise GGUFError(f"no GGUF file at {path}")
+    check_gguf_file(path)
     try:
         return read_gguf_file(path, gguf), gguf
     except Exception as error:  # the parsers raise many kinds on truncated or corrupted input
         raise GGUFError(f"cannot read GGUF file {path}: truncated or corrupted ({type(error).__name__}: "
                         f"{error})") from None
+
+
+def check_gguf_file(path: str) -> None:
+    """A GGUFError naming why ``path`` cannot be a GGUF file, found before anything opens it: it is
+    missing, empty, a directory, or no regular file (opening a FIFO waits for a writer, and /dev/zero
+    never ends; a cached compile hashes the file before it parses it)."""
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise GGUFError(f"no GGUF file at {path}") from None
+    except OSError as error:
+        raise GGUFError(f"cannot read GGUF file {path}: {error.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise GGUFError(f"{path} is a directory, not a GGUF file")
+    if not stat.S_ISREG(info.st_mode):
+        raise GGUFError(f"{path} is not a regular file (a FIFO, a device or a socket), so not a GGUF file")
+    if info.st_size == 0:
+        raise GGUFError(f"{path} is empty, not a GGUF file")
 
 
 def load_gguf(path: str) -> GGUFModel:
