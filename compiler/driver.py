@@ -10,6 +10,7 @@ from .target import Target
 from .tir.ir import PrimFunc
 from .transform.device_targets import DeviceTargets
 from .transform.pipeline import Pipeline
+from .vm.binding_limits import check_binding_limits, record_binding_needs
 from .vm.codegen import compile_vm
 from .vm.executable import Executable
 
@@ -32,7 +33,19 @@ def build(mod: IRModule, target: Target | str = "webgpu", upper_bounds: dict[str
     compiled = _compile_kernels(kernels, target, devices, progress)
     if progress is not None:
         progress("vm", 0, 1)
-    return compile_vm(lowered, target, compiled, upper_bounds, devices)
+    exe = compile_vm(lowered, target, compiled, upper_bounds, devices)
+    check_binding_limits(exe, _binding_limits(target, devices))
+    record_binding_needs(exe)
+    return exe
+
+
+def _binding_limits(target: Target, devices: DeviceTargets | None) -> list[int]:
+    """maxStorageBufferBindingSize of each physical device of the build, in the executable's order."""
+    key = "maxStorageBufferBindingSize"
+    if devices is None or len(devices.physical_devices) < 2:
+        return [target.limit(key)]
+    return [min(devices.target(name).limit(key) for name in devices.names if devices.placement(name) == index)
+            for index in range(len(devices.physical_devices))]
 
 
 def _compile_kernels(kernels: list[PrimFunc], target: Target, devices: DeviceTargets | None, progress):

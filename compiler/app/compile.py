@@ -23,7 +23,7 @@ from tessera import nn
 from tessera.frontend import GGUFError, load_gguf
 from tessera.frontend.chat_format import analyze_chat_template
 from tessera.frontend.tokenizer import build_tokenizer
-from tessera.ir import MemoryPlanError, TesseraError
+from tessera.ir import BindingLimitError, MemoryPlanError, TesseraError
 from tessera.models.from_gguf import llama_from_gguf
 from tessera.models.llama import export_llm
 from tessera.target import Target, presets
@@ -169,6 +169,9 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
         raise MemoryPlanError(f"{error}; a context of {context_length} positions with prefill chunks of {chunk} "
                               f"does not fit {target.name}: compile with a smaller {fix}", error.size, error.limit,
                               error.tensors, error.function) from None
+    except BindingLimitError as error:
+        raise BindingLimitError(f"{error}; {_binding_fix(error, context_length, chunk)}", error.tensor, error.size,
+                                error.limit, error.kind, error.function) from None
     progress(f"write {output}", 0, 1)
     os.makedirs(output, exist_ok=True)
     exe.save(output)
@@ -176,6 +179,19 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     with open(os.path.join(output, CHAT_CONFIG), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=1)
     return CompiledModel(output, exe, context_length, time.perf_counter() - start)
+
+
+def _binding_fix(error: BindingLimitError, context_length: int, chunk: int) -> str:
+    """The option of `tessera compile` that makes a tensor over the binding limit fit, for people."""
+    if error.kind == "state":
+        return f"the KV cache of {context_length} positions does not fit: compile with a smaller --context"
+    if error.kind == "storage":
+        fix = "--prefill-chunk" if error.function in ("prefill", "prefill_paged") else \
+            "--max-batch or --context" if error.function == "decode_batch" else "--context"
+        return (f"a context of {context_length} positions with prefill chunks of {chunk} does not fit: compile with "
+                f"a smaller {fix}")
+    return ("no option of this build reads that weight in parts: compile for a target whose devices allow larger "
+            "bindings (--target)")
 
 
 def chat_format_json(spec, model_name: str) -> dict | None:

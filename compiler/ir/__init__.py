@@ -3,6 +3,7 @@
 from .builder import BlockBuilder
 from .deduce import DeduceContext, deduce
 from .errors import (
+    BindingLimitError,
     DeductionError,
     MemoryPlanError,
     RuntimeCheckError,

@@ -53,6 +53,17 @@ class MemoryPlanError(TesseraError):
         super().__init__(message)
 
 
+class BindingLimitError(TesseraError):
+    """A tensor that a kernel would bind whole but that is larger than the target lets one binding be
+    (``maxStorageBufferBindingSize``). ``tensor`` names it; ``size`` and ``limit`` are bytes; ``kind`` is
+    "weight", "state" or "storage" (an arena storage of ``function``), which says what fixes it."""
+
+    def __init__(self, message: str, tensor: str = "", size: int = 0, limit: int = 0, kind: str = "weight",
+                 function: str = ""):
+        self.tensor, self.size, self.limit, self.kind, self.function = tensor, size, limit, kind, function
+        super().__init__(message)
+
+
 class UnknownVDeviceError(WellFormedError):
     """A virtual-device spec (``"webgpu"``, ``"webgpu:1"``, ``"vdevice:2"``) that names no device of the
     module; the message lists the module's devices by their canonical names."""

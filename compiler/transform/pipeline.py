@@ -21,6 +21,7 @@ from .normalize import bind_results
 from .plan_memory import plan_memory
 from .realize_vdevice import realize_vdevice
 from .simplify import dead_code_elimination, fold_constants
+from .split_weights import split_oversized_weights
 from .unalias import unalias_kernel_args
 
 Pass = Callable[[IRModule], IRModule]
@@ -41,6 +42,10 @@ class Pipeline:
                   ("realize_vdevice", lambda m: realize_vdevice(m) if m.vdevices else m)]
         if target.activation_dtype != "float32":
             passes += [("to_mixed_precision", lambda m: to_mixed_precision(m, target.activation_dtype))]
+        # A weight larger than one binding may be is read in row chunks (after mixed precision has set
+        # its dtype, before fusion puts its readers into kernels).
+        binding_limit = target.limit("maxStorageBufferBindingSize")
+        passes += [("split_oversized_weights", lambda m: split_oversized_weights(m, binding_limit))]
         if fuse:
             passes.insert(4, ("combine_parallel_matmul", combine_parallel_matmul))  # after fold_constants
             passes += [("fuse_ops", lambda m: fuse_ops(m, target)), ("fuse_tir", lambda m: fuse_tir(m, target))]
