@@ -94,14 +94,18 @@ lint:
 # tests need nothing of the rest, so they run beside it in processes of their own, to keep CI within its
 # time on 2 cores; their logs are printed when all are done, and any failing fails the target.
 KERNEL_TESTS ?= tests/kernels
-# Tests marked long (half an hour or more on 2 cores) are left to `pytest -m long`.
+# Tests marked long (half an hour or more on 2 cores) are left to `pytest -m long`. The rest runs on
+# two pytest-xdist workers, each taking whole test files (module fixtures compile once); what several
+# workers may build at once (the conformance cases, the native build, the compile cache) is locked.
 PYTEST_ARGS ?= -m "not long"
+PYTEST_WORKERS ?= 2
 test-python: native node-deps
 	@mkdir -p build
 	@( $(PY) -m pytest -p no:cacheprovider $(KERNEL_TESTS) > build/test-kernels.log 2>&1; \
 	   echo $$? > build/test-kernels.status ) & \
 	 ( node --test tests/js/ > build/test-js.log 2>&1; echo $$? > build/test-js.status ) & \
-	 $(PY) -m pytest -p no:cacheprovider --ignore=tests/kernels $(PYTEST_ARGS); status=$$?; wait; \
+	 $(PY) -m pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --ignore=tests/kernels $(PYTEST_ARGS); \
+	   status=$$?; wait; \
 	 echo "== $(KERNEL_TESTS) (ran beside the rest)"; cat build/test-kernels.log; \
 	 echo "== tests/js (ran beside the rest)"; tail -n 9 build/test-js.log; \
 	 [ $$status -eq 0 ] && [ "$$(cat build/test-kernels.status)" = 0 ] && [ "$$(cat build/test-js.status)" = 0 ]

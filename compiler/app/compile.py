@@ -245,11 +245,17 @@ def cached_compile(gguf_path: str, target: Target | str = "llvmpipe", context_le
             + (f"-gpu{gpu_layers}" if gpu_layers is not None else ""))
     directory = os.path.join(cache_root(), name)
     if not os.path.exists(os.path.join(directory, CHAT_CONFIG)):  # written last: a complete compile
-        compile_model(gguf_path, directory + ".partial", target, context_length, progress,
+        # A folder of this process's own: two processes (parallel test workers, two servers) may compile
+        # the same model at once, and the first to finish puts its folder in place.
+        partial = f"{directory}.partial-{os.getpid()}"
+        compile_model(gguf_path, partial, target, context_length, progress,
                       prefill_chunk=prefill_chunk, max_batch=max_batch, gpu_layers=gpu_layers)
-        if os.path.exists(directory):
-            shutil.rmtree(directory)
-        os.replace(directory + ".partial", directory)
+        if os.path.exists(directory) and not os.path.exists(os.path.join(directory, CHAT_CONFIG)):
+            shutil.rmtree(directory, ignore_errors=True)  # an interrupted compile of an older version
+        try:
+            os.replace(partial, directory)
+        except OSError:  # another process's complete compile is there already
+            shutil.rmtree(partial, ignore_errors=True)
     return directory
 
 

@@ -184,7 +184,17 @@ def write_case(folder: str, name: str, target: str, spec: Case, expected, digest
 
 def generate(root: str = DEFAULT_ROOT, cases=None, targets=None, force: bool = False, log=print) -> dict:
     """Bring every (target, case) folder up to date (``force``: rebuild them all) and write the
-    index; returns the index."""
+    index; returns the index. One process at a time: pytest's workers (make test runs two) may both
+    ask, and the second then finds the folders up to date."""
+    import fcntl
+
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _generate(root, cases, targets, force, log)
+
+
+def _generate(root: str, cases, targets, force: bool, log) -> dict:
     from tessera.target import Target
 
     names = list(cases or CASES)

@@ -12,7 +12,17 @@ BUILD = os.path.join(REPO, "build", "native", "release")
 
 
 def ensure_native_build() -> str:
-    """The build folder, with libtessera.so and tessera-run up to date."""
+    """The build folder, with libtessera.so and tessera-run up to date. One process at a time: two
+    pytest workers building into one folder would race."""
+    import fcntl
+
+    os.makedirs(BUILD, exist_ok=True)
+    with open(os.path.join(os.path.dirname(BUILD), ".release.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build()
+
+
+def _build() -> str:
     if not os.path.exists(os.path.join(BUILD, "CMakeCache.txt")):
         subprocess.run(["cmake", "-S", SOURCE, "-B", BUILD, "-DCMAKE_BUILD_TYPE=Release"], check=True,
                        capture_output=True)
