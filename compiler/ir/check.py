@@ -32,6 +32,10 @@ def _is_tensor(value) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (int, np.integer))
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def bind_value(sinfo: StructInfo, value, sym: dict[str, int]) -> None:
     """Bind the not-yet-bound plain symbolic dims of ``sinfo`` from ``value``."""
     dims: tuple = ()
@@ -48,7 +52,7 @@ def bind_value(sinfo: StructInfo, value, sym: dict[str, int]) -> None:
     if len(dims) != len(actual):
         return
     for dim, size in zip(dims, actual):
-        if isinstance(dim, arith.Var) and dim.name not in sym:
+        if isinstance(dim, arith.Var) and dim.name not in sym and _is_int(size):  # else check_value says why
             sym[dim.name] = int(size)
 
 
@@ -75,8 +79,15 @@ def _mismatch(value, sinfo: StructInfo, sym: dict[str, int]) -> str | None:
             return _dims_mismatch(sinfo.shape, value.shape, sym)
         return None
     if isinstance(sinfo, ShapeStructInfo):
+        if isinstance(value, (tuple, list)) and not isinstance(value, ShapeValue):
+            # A Python tuple is a tuple value of the program; a shape is passed as a ShapeValue.
+            return f"got a {type(value).__name__} (pass a shape as ShapeValue({tuple(value)!r}))"
         if not isinstance(value, ShapeValue):
             return f"got a {type(value).__name__}"
+        # A caller's ShapeValue may hold anything; a dimension is a size, so a non-negative integer.
+        bad = next((d for d in value if not _is_int(d) or d < 0), None)
+        if bad is not None:
+            return f"got a shape {tuple(value)!r} with the dimension {bad!r}, which is not a size"
         if sinfo.ndim >= 0 and len(value) != sinfo.ndim:
             return f"got a shape of rank {len(value)}"
         return _dims_mismatch(sinfo.values, value, sym) if sinfo.values is not None else None

@@ -129,6 +129,10 @@ class Interpreter:
             return Tensor(value.view, tuple(value.shape), str(value.dtype))
         if isinstance(value, Tensor):
             return value
+        if isinstance(value, ShapeValue):  # an R.Shape argument is a value of the shape heap, not a tensor
+            return value
+        if isinstance(value, (tuple, list)) and sinfo.get("kind") == "shape":
+            return tuple(value)  # not a tensor either: the parameter's match refuses it and says what to pass
         if isinstance(value, (tuple, list)) and sinfo.get("kind") == "tuple":
             return tuple(self.upload(v, f, blocks) for v, f in zip(value, sinfo["fields"])) + \
                 tuple(self.upload(v, {}, blocks) for v in value[len(sinfo["fields"]):])
