@@ -23,17 +23,22 @@ for (const [target, [name, file]] of Object.entries(packages)) {
 }
 
 // @huggingface/jinja exports its Interpreter and Environment, which the runtime extends to render a chat
-// template within a budget (src/chat-template.js), but not two things that needs: the globals a template
-// starts with (setupGlobals: range, strftime_now, ...) and the class of string values. They are added
-// to its exports; a version without them stops this script rather than the chat.
+// template within a budget (src/chat-template.js), but not what that needs besides: the globals a template
+// starts with (setupGlobals: range, strftime_now, ...), the classes of the values a for loop makes and
+// iterates, and the two exceptions of break and continue (chat-template.js has its own for loop, see
+// BoundedInterpreter.evaluateFor). They are added to its exports; a version without them stops this
+// script rather than the chat.
 const jinja = join(vendor, "jinja.js");
 const source = readFileSync(jinja, "utf8");
-for (const declaration of ["function setupGlobals(env)", "var StringValue = class"]) {
+const added = ["setupGlobals", "StringValue", "IntegerValue", "BooleanValue", "UndefinedValue", "ArrayValue",
+  "ObjectValue", "BreakControl", "ContinueControl"];
+for (const name of added) {
+  const declaration = name === "setupGlobals" ? "function setupGlobals(env)" : `var ${name} = class`;
   if (!source.includes(declaration)) {
     throw new Error(`${jinja}: no "${declaration}" in this version of @huggingface/jinja (src/chat-template.js uses it)`);
   }
 }
-writeFileSync(jinja, `${source}export { setupGlobals, StringValue };\n`);
+writeFileSync(jinja, `${source}export { ${added.join(", ")} };\n`);
 
 // The parts of their APIs the runtime uses, for `tsc --checkJs` (make lint): the type checker reads
 // these instead of the bundled JavaScript.
@@ -51,6 +56,7 @@ writeFileSync(join(vendor, "jinja.d.ts"), `export class Template {
 export class Environment {
   constructor(parent?: Environment);
   set(name: string, value: unknown): any;
+  setVariable(name: string, value: RuntimeValue): RuntimeValue;
 }
 export class Interpreter {
   constructor(env?: Environment);
@@ -61,10 +67,37 @@ export class Interpreter {
   evaluateArguments(args: any[], environment: Environment): [any[], Map<string, any>];
   applyFilter(operand: any, filterNode: any, environment: Environment): any;
 }
-export class StringValue {
+// A type only: the library does not export the base class of its values.
+declare class RuntimeValue {
+  constructor(value?: any);
+  type: string;
+  value: any;
+  __bool__(): BooleanValue;
+}
+export class StringValue extends RuntimeValue {
   constructor(value: string);
   value: string;
 }
+export class IntegerValue extends RuntimeValue {
+  constructor(value: number);
+  value: number;
+}
+export class BooleanValue extends RuntimeValue {
+  constructor(value: boolean);
+  value: boolean;
+}
+export class UndefinedValue extends RuntimeValue {}
+export class ArrayValue extends RuntimeValue {
+  constructor(value: RuntimeValue[]);
+  value: RuntimeValue[];
+}
+export class ObjectValue extends RuntimeValue {
+  constructor(value: Map<string, RuntimeValue>);
+  value: Map<string, RuntimeValue>;
+  keys(): ArrayValue;
+}
+export class BreakControl extends Error {}
+export class ContinueControl extends Error {}
 export function setupGlobals(env: Environment): void;
 `);
 

@@ -12,9 +12,12 @@
 // make a value much larger than its operands is checked before it runs (range, a block's text, the
 // width of indent, join's separator, replace, tojson's indent), every value made is checked after.
 // The interpreter is the library's, extended (BoundedInterpreter); the library itself is not changed
-// beyond two exports its vendoring adds (scripts/vendor.mjs).
+// beyond the exports its vendoring adds (scripts/vendor.mjs).
 
-import { Environment, Interpreter, StringValue, Template, setupGlobals } from "./vendor/jinja.js";
+import {
+  ArrayValue, BooleanValue, BreakControl, ContinueControl, Environment, IntegerValue, Interpreter, ObjectValue,
+  StringValue, Template, UndefinedValue, setupGlobals,
+} from "./vendor/jinja.js";
 
 export const TEMPLATE_BUDGET = Object.freeze({
   steps: 100_000, chars: 1 << 20, work: 1 << 24,
@@ -33,6 +36,9 @@ export class TemplateRaised extends ChatTemplateError {
 
 export class TemplateBudgetError extends ChatTemplateError {
   name = "TemplateBudgetError";
+  /** The steps the template had taken when it was stopped (set by renderChatTemplate): past a budget of
+   * N steps, N + 1; stopped by a size, fewer. A figure that, unlike a time, a busy machine does not change. */
+  steps = 0;
 }
 
 const number = (/** @type {number} */ n) => n.toLocaleString("en-US");
@@ -177,6 +183,9 @@ const FILTER_CHECKS = /** @type {Record<string, (meter: Meter, operand: any, arg
   },
 });
 
+/** Values a loop shares between its iterations: the library never changes a value but a namespace. */
+const TRUE = new BooleanValue(true), FALSE = new BooleanValue(false), UNDEFINED = new UndefinedValue();
+
 /** Values that are already made (a name's, an item's): looking them up makes nothing. */
 const LOOKUPS = new Set(["Identifier", "MemberExpression"]);
 /** A node that stands for a value this interpreter already has (see evaluateCallExpression). */
@@ -191,6 +200,13 @@ class BoundedInterpreter extends Interpreter {
     /** A check of the arguments of the call or filter being evaluated: taken by the next evaluateArguments.
      * @type {((args: any[], kwargs: Map<string, any>) => void) | null} */
     this.pending = null;
+    /** IntegerValue(k) at [k], made once for all the loops of this rendering (see evaluateFor). @type {IntegerValue[]} */
+    this.integers = [];
+  }
+
+  /** @param {number} k */
+  integer(k) {
+    return this.integers[k] ??= new IntegerValue(k);
   }
 
   /** @param {any} statement @param {Environment} environment */
@@ -214,6 +230,62 @@ class BoundedInterpreter extends Interpreter {
       }
     }
     return this.meter.made(new StringValue(result));
+  }
+
+  /**
+   * The library's for loop, made cheap enough to count its iterations as the budget's steps. The
+   * library's makes, before the first iteration, a scope and a closure for every item, and then in each
+   * iteration ten values for `loop`, each of which costs a few hundred nanoseconds in V8 (the base class
+   * of values sets a field that every subclass sets again): about 5 us an iteration, so a loop nested in a
+   * loop took a second (ten on a busy machine) to reach its budget. This one binds the loop variable when
+   * an iteration starts, checking every item's unpacking first as the library does, and shares what it
+   * can between iterations and loops: true, false, undefined and each integer are made once. The output
+   * is the library's (tests/js/chat-template.test.mjs compares them).
+   * @param {any} node @param {Environment} environment
+   */
+  evaluateFor(node, environment) {
+    const scope = new Environment(environment);
+    const select = node.iterable.type === "SelectExpression" ? node.iterable : null;  // for x in xs if test
+    let iterable = this.evaluate(select ? select.lhs : node.iterable, scope);
+    if (!(iterable instanceof ArrayValue || iterable instanceof ObjectValue)) {
+      throw new Error(`Expected iterable or object type in for loop: got ${iterable.type}`);
+    }
+    if (iterable instanceof ObjectValue) iterable = iterable.keys();
+    const [check, bind] = loopBinding(node.loopvar);
+    const items = iterable.value.filter((item) => {  // all before the first iteration, in the library's order
+      check(item);
+      if (!select) return true;
+      const itemScope = new Environment(scope);
+      bind(itemScope, item);
+      return this.evaluate(select.test, itemScope).__bool__().value;
+    });
+    const n = items.length;
+    let result = "";
+    let iterated = false;
+    for (let i = 0; i < n; ++i) {
+      scope.setVariable("loop", new ObjectValue(new Map([
+        ["index", this.integer(i + 1)],
+        ["index0", this.integer(i)],
+        ["revindex", this.integer(n - i)],
+        ["revindex0", this.integer(n - i - 1)],
+        ["first", i === 0 ? TRUE : FALSE],
+        ["last", i === n - 1 ? TRUE : FALSE],
+        ["length", this.integer(n)],
+        ["previtem", i > 0 ? items[i - 1] : UNDEFINED],
+        ["nextitem", i < n - 1 ? items[i + 1] : UNDEFINED],
+      ])));
+      bind(scope, items[i]);
+      try {
+        result += this.evaluateBlock(node.body, scope).value;
+      } catch (error) {
+        if (error instanceof ContinueControl) continue;
+        if (error instanceof BreakControl) break;
+        throw error;
+      }
+      iterated = true;
+    }
+    if (!iterated) result += this.evaluateBlock(node.defaultBlock, scope).value;
+    return new StringValue(result);
   }
 
   /** @param {any} expr @param {Environment} environment */
@@ -258,6 +330,30 @@ class BoundedInterpreter extends Interpreter {
       this.pending = saved;
     }
   }
+}
+
+/**
+ * How a loop binds its variable(s): [check(item), bind(scope, item)]. The loop checks every item before
+ * its first iteration, so that an item a tuple cannot unpack is refused then, as the library refuses it.
+ * @param {any} loopvar
+ * @returns {[(item: any) => void, (scope: Environment, item: any) => void]}
+ */
+function loopBinding(loopvar) {
+  if (loopvar.type === "Identifier") return [() => {}, (scope, item) => scope.setVariable(loopvar.value, item)];
+  if (loopvar.type !== "TupleLiteral") throw new Error(`Invalid loop variable(s): ${loopvar.type}`);
+  const names = loopvar.value;
+  const check = (/** @type {any} */ item) => {
+    if (item.type !== "ArrayValue") throw new Error(`Cannot unpack non-iterable type: ${item.type}`);
+    if (names.length !== item.value.length) {
+      throw new Error(`Too ${names.length > item.value.length ? "few" : "many"} items to unpack`);
+    }
+  };
+  return [check, (scope, item) => {
+    for (let j = 0; j < names.length; ++j) {
+      if (names[j].type !== "Identifier") throw new Error(`Cannot unpack non-identifier type: ${names[j].type}`);
+      scope.setVariable(names[j].value, item.value[j]);
+    }
+  }];
 }
 
 /** The library's range, with its length checked first. @param {Meter} meter @param {number[]} args */
@@ -312,14 +408,20 @@ export function renderChatTemplate(source, variables, budget = TEMPLATE_BUDGET) 
   try {
     return new BoundedInterpreter(env, meter).run(template.parsed).value;
   } catch (error) {
-    if (error instanceof ChatTemplateError) throw error;
+    if (error instanceof ChatTemplateError) throw withSteps(error, meter);
     const message = /** @type {Error} */ (error)?.message ?? String(error);
     if (error instanceof RangeError && /call stack/i.test(message)) {
-      throw new TemplateBudgetError("the chat template recursed too deeply (a macro that calls itself?)");
+      throw withSteps(new TemplateBudgetError("the chat template recursed too deeply (a macro that calls itself?)"), meter);
     }
     if (error instanceof RangeError && /string length/i.test(message)) {
-      throw new TemplateBudgetError("the chat template made a string longer than this browser allows");
+      throw withSteps(new TemplateBudgetError("the chat template made a string longer than this browser allows"), meter);
     }
     throw new ChatTemplateError(`the chat template failed: ${/** @type {Error} */ (error)?.name ?? "Error"}: ${message}`);
   }
+}
+
+/** A budget error with the steps taken when it was stopped. @param {ChatTemplateError} error @param {Meter} meter */
+function withSteps(error, meter) {
+  if (error instanceof TemplateBudgetError) error.steps = meter.stepsTaken;
+  return error;
 }
