@@ -47,6 +47,10 @@ class TemplateRaised(ChatTemplateError):
 class TemplateBudgetError(ChatTemplateError):
     """The template ran past its budget."""
 
+    # The steps the template had taken when it was stopped (set by render_chat_template): past a budget of
+    # N steps, N + 1; stopped by a size, fewer. A figure that, unlike a time, a busy machine does not change.
+    steps: int = 0
+
 
 @dataclass(frozen=True)
 class TemplateBudget:
@@ -83,10 +87,15 @@ def render_chat_template(template: str, messages: list[dict], add_generation_pro
                                           "characters")
             pieces.append(piece)
         return "".join(pieces)
+    except TemplateBudgetError as error:
+        error.steps = meter.steps_taken
+        raise
     except ChatTemplateError:
         raise
     except RecursionError:
-        raise TemplateBudgetError("the chat template recursed too deeply (a macro that calls itself?)") from None
+        error = TemplateBudgetError("the chat template recursed too deeply (a macro that calls itself?)")
+        error.steps = meter.steps_taken
+        raise error from None
     except Exception as error:
         raise ChatTemplateError(f"the chat template failed: {type(error).__name__}: {error}") from None
     finally:
