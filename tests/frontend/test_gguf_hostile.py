@@ -8,7 +8,6 @@ import os
 import struct
 import subprocess
 import sys
-import time
 import tracemalloc
 
 import numpy as np
@@ -92,6 +91,9 @@ def test_the_hand_written_model_loads_and_builds(tmp_path):
     llama_from_gguf(model)
 
 
+# A guard against a hang (a loop over 2**31 layers, say), not a time the check must keep: each takes
+# milliseconds, and what it must not do is allocate, which the test measures.
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("changes, message", [
     ({"llama.block_count": (UINT32, 2 ** 31)}, r"llama\.block_count is 2147483648, outside 1 \.\. 1024"),
     ({"llama.embedding_length": (UINT32, 2 ** 31)}, r"llama\.embedding_length is 2147483648, outside 1 \.\. 65536"),
@@ -126,14 +128,13 @@ def test_each_bad_hyperparameter_is_an_error_naming_its_key_before_anything_is_b
     path = write_gguf(tmp_path / "bad.gguf", model_kvs(**{k.replace(".", "__"): v for k, v in changes.items()}),
                       model_tensors())
     tracemalloc.start()
-    start = time.perf_counter()
     try:
         with pytest.raises(GGUFError, match=message):
             load_gguf(path)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert time.perf_counter() - start < 10 and peak < 64 << 20, (time.perf_counter() - start, peak)
+    assert peak < 64 << 20, peak
 
 
 def test_a_layer_the_file_lacks_is_named_before_the_model_is_built(tmp_path):
