@@ -23,6 +23,18 @@ from .struct_info import (
     TupleStructInfo,
 )
 
+# The function attribute in which inline_functions lists, by variable, what each match_cast that an
+# inlined call left checks: {"x_in": "argument 'x_in' of inner_square"}.
+INLINED_CHECKS = "inlined_checks"
+
+
+def inlined_check(checks: dict | None, function: str, var_name: str) -> str | None:
+    """What a match_cast binding ``var_name`` of ``function`` checks when an inlined call left it (its
+    function's ``INLINED_CHECKS`` are ``checks``), named as the user wrote the call: ``argument 'x_in'
+    of inner_square (inlined into main)``; None for any other match_cast."""
+    origin = (checks or {}).get(var_name)
+    return f"{origin} (inlined into {function})" if origin else None
+
 
 class ShapeValue(tuple):
     """A shape at run time (distinct from a tuple of values)."""

@@ -24,6 +24,13 @@ the name; the callee's ``tir_var_upper_bound`` does not carry over (the caller's
 
 A function with the attribute ``"inline": False`` is never inlined (its calls stay calls).
 
+Every match_cast an inlined call leaves (a check of an argument or of the result, or one of the
+callee's own) is listed in the caller's attribute ``"inlined_checks"`` by its variable, with what
+it checks: ``{"x_in": "argument 'x_in' of inner_square"}``. A failed check then names the
+function the user called, not only the match_cast of the function it was inlined into (the
+reference interpreter and the VM say ``argument 'x_in' of inner_square (inlined into main)``);
+a helper's own list carries over when the helper is inlined in turn.
+
 Entry points: every function of a module is one, unless it carries the attribute
 ``"private": True`` (``R.func_attr({"private": True})``; ``lambda_lift`` marks what it lifts).
 A private function that was inlined and that no function refers to any more is removed; an
@@ -36,6 +43,7 @@ from dataclasses import dataclass
 
 from .. import arith
 from ..ir.builder import BlockBuilder, analyzer_for
+from ..ir.check import INLINED_CHECKS
 from ..ir.deduce import bind_plain_vars
 from ..ir.expr import (
     Call,
@@ -91,7 +99,8 @@ def inline_functions(mod: IRModule, max_size: int = DEFAULT_MAX_SIZE) -> IRModul
 class _Site:
     """Where bindings are being emitted: the caller's own, or a callee's inlined at a call."""
 
-    callee: bool = False
+    callee: str | None = None  # the function whose bindings these are, when inlined
+    checks: dict | None = None  # the callee's "inlined_checks": what its match_casts check
     result: VarBinding | None = None  # the callee binding that becomes the call's variable
     call_var: Var | None = None
     flatten: bool = False  # the call is in a dataflow block: the callee's blocks merge into it
@@ -107,11 +116,13 @@ class _Inliner:
         self.analyzer = analyzer_for(dict(func.attrs))
         self.names = {p.name_hint for p in func.params} | {b.var.name_hint for b in walk_bindings(func.body)}
         self.symbols = {v.name for v in function_symbolic_vars(func)}
+        self.checks = dict(func.attr(INLINED_CHECKS) or {})  # its own match_casts keep their names
         with self.bb.function(self.name, func.params, dict(func.attrs), func.pure, func.ret_struct_info):
             vmap: dict[Var, Expr] = {}
             self._blocks(func.body.blocks, vmap, {}, _Site(), in_dataflow=False)
             self.bb.emit_func_output(self._result(func.body.body, vmap, {}, "gv"))
-        return self.bb.get()[self.name]
+        rebuilt = self.bb.get()[self.name]
+        return rebuilt.with_attr(INLINED_CHECKS, self.checks) if self.checks else rebuilt
 
     # -- emitting ----------------------------------------------------------------------
 
@@ -140,11 +151,14 @@ class _Inliner:
             if site.callee:  # the callee's own symbolic variables, renamed where the caller has the name
                 self._define_symbols(binding.struct_info, smap)
             new = self.bb.match_cast(_subst(value, vmap, smap), _subst_sinfo(binding.struct_info, smap), name)
+            if site.callee:  # the callee's own match_cast, or one that stands for a call it inlined
+                self.checks[new.name_hint] = (site.checks or {}).get(var.name_hint) or \
+                    f"match_cast of {var.name_hint} in {site.callee}"
         elif isinstance(value, If):
             arms = []
             for arm in (value.true_branch, value.false_branch):
                 with self.bb.branch() as branch:
-                    self._blocks(arm.blocks, vmap, smap, _Site(callee=site.callee), False)
+                    self._blocks(arm.blocks, vmap, smap, _Site(callee=site.callee, checks=site.checks), False)
                     branch.result = self._result(arm.body, vmap, smap, "gv")
                 arms.append(branch.seq)
             new = self.bb.emit_if(_subst(value.cond, vmap, smap), arms[0], arms[1], name, annotation)
@@ -200,8 +214,10 @@ class _Inliner:
         for param, arg in checked:
             self._define_symbols(param.struct_info, smap)
             vmap[param] = self.bb.match_cast(arg, _subst_sinfo(param.struct_info, smap), self._fresh(param.name_hint))
+            self.checks[vmap[param].name_hint] = f"argument '{param.name_hint}' of {call.op.name}"
         result = _result_binding(callee)
-        site = _Site(callee=True, result=result, call_var=call_var or Var(name), flatten=in_dataflow)
+        site = _Site(callee=call.op.name, checks=callee.attr(INLINED_CHECKS), result=result,
+                     call_var=call_var or Var(name), flatten=in_dataflow)
         self._blocks(callee.body.blocks, vmap, smap, site, in_dataflow)
         if result is not None:
             new = vmap[result.var]
@@ -212,6 +228,7 @@ class _Inliner:
         if expected is not None and not is_base_of(expected, new.struct_info, self.analyzer):
             # Deduction through the body says less than the callee's signature promised: assert it.
             new = self.bb.match_cast(new, expected, self._fresh(name))
+            self.checks[new.name_hint] = f"result of {call.op.name}"
             if output:
                 new = self.bb.emit_output(new, self._fresh(name))
         return new

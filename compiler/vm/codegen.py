@@ -21,6 +21,7 @@ expressions as text (``tessera.arith`` syntax) evaluated on the shape heap.
 from __future__ import annotations
 
 from .. import arith
+from ..ir.check import INLINED_CHECKS, inlined_check
 from ..ir.errors import TesseraError
 from ..ir.expr import (
     Call,
@@ -301,7 +302,9 @@ class _FunctionCompiler:
         if isinstance(binding, MatchCast):
             src = self._operand(value)
             self.registers[binding.var] = src
-            self._match(src, binding.struct_info, f"match_cast of {binding.var.name_hint} in {self.name}")
+            name = binding.var.name_hint
+            self._match(src, binding.struct_info, inlined_check(self.func.attr(INLINED_CHECKS), self.name, name)
+                        or f"match_cast of {name} in {self.name}")
             return
         if isinstance(value, Call) and isinstance(value.op, Op):
             handler = {"vm.check": self._check, "memory.alloc_storage": self._alloc_storage,

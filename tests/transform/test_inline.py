@@ -147,6 +147,8 @@ def test_arguments_that_do_not_prove_the_parameter_get_a_match_cast():
     after = inline_functions(before)
     check_round_trip(after)
     assert body_lines(after, "main") == [
+        # what each match_cast below checks, so that a failed one names the call the user wrote
+        'R.func_attr({"inlined_checks": {"x": "argument \'x\' of pairs", "x0": "argument \'x\' of pairs"}})',
         "with R.dataflow():",
         'lv0: R.Tensor((n * 2, n), dtype="float32") = R.permute_dims(a)',  # (n, n * 2) proves (k, k * 2)
         "R.output(lv0)",
@@ -165,7 +167,8 @@ def test_arguments_that_do_not_prove_the_parameter_get_a_match_cast():
     assert "pairs" not in after
     a, b = np.ones((2, 4), np.float32), np.arange(18, dtype=np.float32).reshape(3, 6)
     np.testing.assert_array_equal(interpret(after, "main", a, b, b), interpret(before, "main", a, b, b))
-    with pytest.raises(RuntimeCheckError, match=r"match_cast in x: .*dimension 1 is 5, not p \* 2 = 6"):
+    with pytest.raises(RuntimeCheckError, match=r"^argument 'x' of pairs \(inlined into main\): .*dimension 1 is 5, "
+                       r"not p \* 2 = 6$"):
         interpret(after, "main", a, np.ones((3, 5), np.float32), b)
 
 
@@ -193,6 +196,7 @@ class Module:
     check_round_trip(after)
     assert 'um: R.Tensor((m1,), dtype="float32") = R.match_cast(u, R.Tensor((m1,), dtype="float32"))' \
         in body_lines(after, "main")
+    assert after["main"].attr("inlined_checks") == {"um": "match_cast of um in uniq"}
     x = np.array([3, 1, 3, 2], np.float32)
     np.testing.assert_allclose(interpret(after, "main", x), np.exp([1, 2, 3]), rtol=1e-6)
 
@@ -301,3 +305,56 @@ def test_inlined_programs_compile_and_run_in_the_vm(name, text):
     for n in (1, 7, 16):
         x, w = rng.standard_normal((n, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
         np.testing.assert_allclose(vm["main"](x, w), interpret(mod, "main", x, w), rtol=1e-5, atol=1e-6)
+
+
+INNER_SQUARE = '''
+@I.ir_module
+class Module:
+    @R.function
+    def inner_square(x_in: R.Tensor(("k", 4), dtype="float32")) -> R.Tensor(("k", 4), dtype="float32"):
+        k = T.int64()
+        R.func_attr({"private": True})
+        y: R.Tensor((k, 4), dtype="float32") = R.multiply(x_in, x_in)
+        return y
+
+    @R.function
+    def square_plus_one(a: R.Tensor(dtype="float32", ndim=2)) -> R.Tensor(dtype="float32", ndim=2):
+        R.func_attr({"private": True})
+        s: R.Tensor(dtype="float32", ndim=2) = cls.inner_square(a)
+        t: R.Tensor(dtype="float32", ndim=2) = R.add(s, R.const(1.0, "float32"))
+        return t
+
+    @R.function
+    def main(x: R.Tensor(dtype="float32", ndim=2)) -> R.Tensor(dtype="float32", ndim=2):
+        z: R.Tensor(dtype="float32", ndim=2) = cls.inner_square(x)
+        return z
+
+    @R.function
+    def through_a_helper(x: R.Tensor(dtype="float32", ndim=2)) -> R.Tensor(dtype="float32", ndim=2):
+        z: R.Tensor(dtype="float32", ndim=2) = cls.square_plus_one(x)
+        return z
+'''
+
+
+@pytest.mark.parametrize("entry", ["main", "through_a_helper"])
+def test_a_failed_argument_check_of_an_inlined_helper_names_the_helper(entry):
+    """The user called inner_square; after inlining its argument check is a match_cast in the entry point
+    (directly, or through square_plus_one, itself inlined), and a failure says whose argument it was."""
+    before = from_source(INNER_SQUARE)
+    after = inline_functions(before)
+    check_round_trip(after)
+    assert not any(calls(after[name]) for name in ("main", "through_a_helper"))
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    expected = x * x + (1 if entry == "through_a_helper" else 0)
+    vm = VirtualMachine(tessera.build(before, "wasm"), "wasm")
+    np.testing.assert_array_equal(vm[entry](x), expected)
+    np.testing.assert_array_equal(interpret(after, entry, x), expected)
+    wrong = np.ones((3, 5), np.float32)
+    reason = 'expected R.Tensor((k, 4), dtype="float32"), got shape (3, 5): dimension 1 is 5, not 4'
+    with pytest.raises(RuntimeCheckError) as called:
+        interpret(before, entry, wrong)
+    assert str(called.value).startswith(f"argument 'x_in' of inner_square: {reason} (in ")
+    for run in (lambda: interpret(after, entry, wrong), lambda: vm[entry](wrong)):
+        with pytest.raises(RuntimeCheckError) as inlined:
+            run()
+        assert str(inlined.value) == f"argument 'x_in' of inner_square (inlined into {entry}): {reason}"
