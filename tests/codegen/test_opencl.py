@@ -3,7 +3,7 @@ at sizes that are not multiples of any tile (1, 7, 64, 1000), plus what the emit
 
 import numpy as np
 import pytest
-from harness import build, check_op
+from harness import NONZERO, SIGNED, SIGNED_GRID, Domain, build, check_op
 from tessera import op
 from tessera.codegen import get_backend
 from tessera.ir import Function, PrimValue, Tensor
@@ -36,7 +36,8 @@ CASES = {
     "unary_math": (lambda a: op.nn.gelu_tanh(op.nn.gelu(op.sqrt(op.abs(a)))), [Tensor(("n", 3), F32)]),
     "vectorized": (lambda a, b: op.nn.silu(op.subtract(a, b)), [Tensor(("n", 8), F32)] * 2),
     "compare_where": (lambda a, b: op.where(op.greater(a, b), a, op.negative(b)), [Tensor(("n", 8), F32)] * 2),
-    "integer_floordiv": (lambda a, b: op.floor_divide(op.negative(a), b), [Tensor(("n", 3), "int32")] * 2),
+    "integer_floordiv": (lambda a, b: op.floor_divide(op.negative(a), b), [Tensor(("n", 3), "int32")] * 2,
+                         [SIGNED, NONZERO]),  # numerators of either sign and zero, divisors of either sign
     "sum_rows": (lambda a: op.sum(a, axis=[1]), [Tensor(("n", 300), F32)]),
     "max_columns": (lambda a: op.max(a, axis=[0]), [Tensor(("n", 37), F32)]),
     "softmax": (op.nn.softmax, [Tensor(("n", 300), F32)]),
@@ -46,7 +47,8 @@ CASES = {
     "transpose": (op.permute_dims, [Tensor(("n", 37), F32)]),
     "concat_split": (lambda a, b: op.split(op.concat((a, b), axis=1), indices_or_sections=[2], axis=1),
                      [Tensor(("n", 3), F32), Tensor(("n", 4), F32)]),
-    "take": (lambda w, i: op.take(w, i, axis=0), [Tensor((50, 8), F32), Tensor(("n",), "int32")]),
+    "take": (lambda w, i: op.take(w, i, axis=0), [Tensor((50, 8), F32), Tensor(("n",), "int32")],
+             [SIGNED, Domain(0.0, 0.0, (0, 49))]),  # indices into the 50 rows
     "int64_arange": (lambda x: op.add(op.arange(start=0, end=7, step=1, dtype="int64"), op.astype(x, dtype="int64")),
                      [Tensor((7,), "int32")]),
     "argmax_bool": (lambda a: op.logical_and(op.greater(op.argmax(a, axis=1), op.argmin(a, axis=1)),
@@ -57,33 +59,41 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_operators_as_opencl_kernels(opencl, name):
-    make, params = CASES[name]
-    check_op(opencl, make, params, target=opencl.target, rtol=1e-4, atol=1e-4)
+    make, params, *domains = CASES[name]
+    check_op(opencl, make, params, target=opencl.target, rtol=1e-4, atol=1e-4, domains=domains[0] if domains else SIGNED)
 
 
+# Each case with the float16 ulps it holds (harness.assert_within_ulps). Every kernel computes in
+# float and rounds its float16 result once (1 ulp); a case of two kernels also carries the first
+# one's rounding (1 ulp of its result, at most 2^-10 of it) through the second, as numpy's reference
+# of the same two operators does. Inputs on harness.SIGNED_GRID: the GEMM's sums are exact in float.
 F16_CASES = {
-    "unary": (lambda a: op.nn.silu(op.exp(a)), [Tensor(("n", 3), F16)]),
-    "vectorized": (lambda a, b: op.multiply(op.tanh(a), b), [Tensor(("n", 8), F16)] * 2),
+    # silu(y) for y = exp(a) > 0 has a condition number below 1.3: 1.3 * 2^-10 of the result, at
+    # most 2.6 of its ulps (at least 2^-11 of it), plus its own 1: 4.
+    "unary": (lambda a: op.nn.silu(op.exp(a)), [Tensor(("n", 3), F16)], 4),
+    # A product passes tanh's 2^-10 through as it is: 2 ulps of the product, plus its own 1: 3.
+    "vectorized": (lambda a, b: op.multiply(op.tanh(a), b), [Tensor(("n", 8), F16)] * 2, 3),
     "casts": (lambda a: op.astype(op.add(op.astype(a, dtype=F32), op.astype(a, dtype=F32)), dtype=F16),
-              [Tensor(("n", 4), F16)]),
-    "softmax": (op.nn.softmax, [Tensor(("n", 100), F16)]),
-    "gemm": (op.matmul, [Tensor(("n", 40), F16), Tensor((40, 9), F16)]),
-    "transpose": (lambda x: op.permute_dims(x, axes=[0, 2, 1]), [Tensor((3, "n", 33), F16)]),
+              [Tensor(("n", 4), F16)], 1),
+    "softmax": (op.nn.softmax, [Tensor(("n", 100), F16)], 1),
+    "gemm": (op.matmul, [Tensor(("n", 40), F16), Tensor((40, 9), F16)], 1),
+    # The rest move, compare or select values: exact.
+    "transpose": (lambda x: op.permute_dims(x, axes=[0, 2, 1]), [Tensor((3, "n", 33), F16)], 0),
     # With cl_khr_fp16 a half4 comparison gives a short4 mask and select on half4 wants one.
     "compare": (lambda a, b: op.logical_and(op.greater(a, b), op.less_equal(a, op.multiply(b, b))),
-                [Tensor(("n", 8), F16)] * 2),
-    "where_compare": (lambda a, b: op.where(op.greater(a, b), a, b), [Tensor(("n", 8), F16)] * 2),
-    "where_bool": (op.where, [Tensor(("n", 8), "bool"), Tensor(("n", 8), F16), Tensor(("n", 8), F16)]),
+                [Tensor(("n", 8), F16)] * 2, 0),
+    "where_compare": (lambda a, b: op.where(op.greater(a, b), a, b), [Tensor(("n", 8), F16)] * 2, 0),
+    "where_bool": (op.where, [Tensor(("n", 8), "bool"), Tensor(("n", 8), F16), Tensor(("n", 8), F16)], 0),
     "bool_astype": (lambda c, a: op.add(op.astype(c, dtype=F16), op.astype(op.astype(a, dtype="bool"), dtype=F16)),
-                    [Tensor(("n", 8), "bool"), Tensor(("n", 8), F16)]),
+                    [Tensor(("n", 8), "bool"), Tensor(("n", 8), F16)], 0),
 }
 
 
 @pytest.mark.parametrize("name", sorted(F16_CASES))
 def test_float16_tensors_computed_in_float(opencl, name):
     """PoCL has no cl_khr_fp16: halves are loaded with vload_half and stored with vstore_half."""
-    make, params = F16_CASES[name]
-    check_op(opencl, make, params, target=opencl.target, rtol=1e-2, atol=1e-2)
+    make, params, ulps = F16_CASES[name]
+    check_op(opencl, make, params, target=opencl.target, ulps=ulps, atol=0.0, domains=SIGNED_GRID)
 
 
 def test_the_llm_kernels_as_opencl(opencl):
@@ -152,7 +162,7 @@ def test_half_arithmetic_kernels_compile_where_cl_khr_fp16_is(name, tmp_path):
     without the pragma it rejects a half load or half arithmetic, so the check has teeth."""
     import subprocess
 
-    make, params = F16_CASES[name]
+    make, params, _ = F16_CASES[name]
     source, _ = opencl_source(make, params, Target("opencl", {"shader-f16", "cl_khr_fp16"}))
     path = tmp_path / "kernel.cl"
     path.write_text(source)

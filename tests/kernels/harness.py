@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import dataclass
 
 import numpy as np
 from tessera import arith
@@ -106,13 +107,58 @@ def build(make, params):
     return bb.get()
 
 
-def random_value(sinfo: TensorStructInfo, env, rng, low=0.5, high=1.5):
+@dataclass(frozen=True)
+class Domain:
+    """The values drawn for an operand: floats uniform in [low, high], integers in ints (both ends
+    included). ``mirrored``: that range is the magnitude and the sign is drawn apart (a divisor:
+    either sign, never near zero). ``special``: every 7th element, from the first, is exactly zero,
+    and every 7th from the fourth a half-integer (-1.5, -0.5, 0.5, 1.5, in turn), where relu, abs,
+    sign changes, rounding ties and equal operands are decided. ``step``: floats are rounded to
+    multiples of it."""
+
+    low: float
+    high: float
+    ints: tuple[int, int]
+    mirrored: bool = False
+    special: bool = False
+    step: float | None = None
+
+
+# The default: negatives, zero and positives, for every operator defined there.
+SIGNED = Domain(-2.0, 2.0, (-3, 3), special=True)
+# log, sqrt, rsqrt, a power's base: away from zero, where they stay well conditioned.
+POSITIVE = Domain(0.125, 4.0, (1, 3))
+# Divisors: either sign, bounded away from zero.
+NONZERO = Domain(0.25, 2.0, (1, 3), mirrored=True)
+# SIGNED on a grid of 2^-6 (every such value in -2..2 is a float16): products of two are multiples of
+# 2^-12, so float32 holds every partial sum of up to 1023 of them (below 4096 in size) exactly. A
+# reduction, matmul or convolution that accumulates float16 inputs in float32 then rounds only its
+# result, as numpy's float64 rounded once does: the float16 tests can hold it to 1 ulp.
+SIGNED_GRID = Domain(-2.0, 2.0, (-3, 3), special=True, step=2.0**-6)
+HALVES = np.array([-1.5, -0.5, 0.5, 1.5])
+
+
+def random_value(sinfo: TensorStructInfo, env, rng, domain: Domain = SIGNED):
     shape = tuple(arith.evaluate(d, env) for d in sinfo.shape)
     if sinfo.dtype == "bool":
         return rng.random(shape) > 0.5
+    unsigned = sinfo.dtype.startswith("uint")  # no negatives to draw
     if sinfo.dtype.startswith(("int", "uint")):
-        return rng.integers(1, 4, shape).astype(sinfo.dtype)
-    return rng.uniform(low, high, shape).astype(sinfo.dtype)
+        low, high = domain.ints
+        value = np.array(rng.integers(max(low, 0) if unsigned else low, high + 1, shape))
+    else:
+        value = np.array(rng.uniform(domain.low, domain.high, shape))
+    if domain.step and value.dtype.kind == "f":
+        value = np.round(value / domain.step) * domain.step
+    if domain.mirrored and not unsigned:
+        value = value * rng.choice([-1, 1], shape)
+    if domain.special:
+        flat = value.reshape(-1)  # a view: value itself changes
+        flat[::7] = 0
+        if value.dtype.kind == "f":
+            count = len(flat[3::7])
+            flat[3::7] = HALVES[np.arange(count) % len(HALVES)]
+    return value.astype(sinfo.dtype)
 
 
 def size_sweeps(params, sizes=SIZES, base=7):
@@ -129,9 +175,15 @@ COVERED_OPS: set[str] = set()
 SHADERS: dict[str, dict] = {}
 
 
-def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=None, seed=0, target=None):
+def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, ulps=None, sizes=SIZES, inputs=None, domains=SIGNED,
+             seed=0, target=None):
     """Legalize ``make(*params)`` for ``target`` (llvmpipe's when None) as the runner's device kind
-    states it (``target_for``), run it on the runner's device and compare every size with numpy."""
+    states it (``target_for``), run it on the runner's device and compare every size with numpy.
+
+    Inputs are ``inputs(env, rng)``, else drawn from ``domains`` (one ``Domain`` for every operand,
+    or a list of one per operand). float16 results compare within ``ulps`` units in the last place
+    of the reference (numpy on the same float16 inputs in float64, rounded to float16 once) plus
+    ``atol``, where ``ulps`` is given; other results within ``rtol`` and ``atol``."""
     target = target if target is not None and target.kind == runner.target.kind else target_for(runner, target)
     mod = build(make, params)
     COVERED_OPS.update(_op_names(mod))
@@ -143,7 +195,11 @@ def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=
     for env in size_sweeps(params, sizes):
         for kernel in kernels:
             verify_kernel(kernel, {name: env[name] for name in kernel.scalars})
-        args = inputs(env, rng) if inputs else [random_value(p, env, rng) for p in params]
+        if inputs:
+            args = inputs(env, rng)
+        else:
+            per_operand = domains if isinstance(domains, (list, tuple)) else [domains] * len(params)
+            args = [random_value(p, env, rng, d) for p, d in zip(params, per_operand, strict=True)]
         want = interpret(mod, "main", *args)
         got = interpret(lowered, "main", *args, kernel_runner=runner)
         for g, w in zip(_flat(got), _flat(want)):
@@ -152,11 +208,42 @@ def check_op(runner, make, params, *, rtol=1e-5, atol=1e-5, sizes=SIZES, inputs=
                 continue
             assert g.dtype == w.dtype and g.shape == w.shape, (env, g.dtype, w.dtype, g.shape, w.shape)
             if w.dtype.kind == "f":
-                np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
-                                           err_msg=f"sizes {env}")
+                # assert_allclose counts NaN equal to NaN: a reference NaN from inputs without one
+                # means the draw left the operator's domain, and any kernel giving NaN would pass.
+                assert not np.isnan(w).any() or any(_has_nan(a) for a in args), \
+                    f"sizes {env}: the reference has NaN; draw inputs in the operator's domain"
+                if ulps is not None and w.dtype == np.float16:
+                    assert_within_ulps(g, w, ulps, atol, f"sizes {env}")
+                else:
+                    np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
+                                               err_msg=f"sizes {env}")
             else:
                 np.testing.assert_array_equal(g, w, err_msg=f"sizes {env}")
     return lowered, kernels
+
+
+def assert_within_ulps(got: np.ndarray, want: np.ndarray, ulps: float, atol: float = 0.0, where: str = ""):
+    """|got - want| <= ulps * (want's spacing in float16) + atol, elementwise; equal infinities and
+    NaNs pass. A kernel that computes in float32 and rounds its float16 result once is within 1 ulp
+    of a reference that rounds the exact value once: the two round values that differ by far less
+    than an ulp, so they land on the same or neighbouring float16 values."""
+    got64, want64 = got.astype(np.float64).reshape(-1), want.astype(np.float64).reshape(-1)
+    with np.errstate(invalid="ignore"):  # infinities: their spacing and difference are NaN
+        same = (got64 == want64) | (np.isnan(got64) & np.isnan(want64))
+        spacing = np.spacing(np.abs(want.reshape(-1)).astype(np.float16)).astype(np.float64)
+        error = np.abs(got64 - want64)
+        bad = np.flatnonzero(~same & ~(error <= ulps * spacing + atol))
+        worst = np.nan_to_num(error[bad] / spacing[bad], nan=np.inf).max(initial=0.0)
+    if len(bad):
+        first = bad[0]
+        raise AssertionError(
+            f"{where}: {len(bad)} of {got.size} float16 elements beyond {ulps} ulp + {atol:g}; worst "
+            f"{worst:.2f} ulp; first at flat index {first}: got "
+            f"{got64[first]!r}, want {want64[first]!r}")
+
+
+def _has_nan(value) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype.kind == "f" and bool(np.isnan(value).any())
 
 
 def _flat(value):

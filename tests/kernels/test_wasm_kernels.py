@@ -3,7 +3,7 @@ wasmtime, against numpy at sizes that are not multiples of any tile (1, 7, 64, 1
 
 import numpy as np
 import pytest
-from harness import check_op
+from harness import SIGNED, Domain, check_op
 from tessera import op
 from tessera.codegen.c import LOWERING, emit_c
 from tessera.ir import PrimValue, Tensor
@@ -35,7 +35,8 @@ CASES = {
     "transpose": (op.permute_dims, [Tensor(("n", 37), F32)]),
     "concat_split": (lambda a, b: op.split(op.concat((a, b), axis=1), indices_or_sections=[2], axis=1),
                      [Tensor(("n", 3), F32), Tensor(("n", 4), F32)]),
-    "take": (lambda w, i: op.take(w, i, axis=0), [Tensor((50, 8), F32), Tensor(("n",), "int32")]),
+    "take": (lambda w, i: op.take(w, i, axis=0), [Tensor((50, 8), F32), Tensor(("n",), "int32")],
+             [SIGNED, Domain(0.0, 0.0, (0, 49))]),  # indices into the 50 rows
     "int64_arange": (lambda x: op.add(op.arange(start=0, end=7, step=1, dtype="int64"), op.astype(x, dtype="int64")),
                      [Tensor((7,), "int32")]),
     "argmax_bool": (lambda a: op.logical_and(op.greater(op.argmax(a, axis=1), op.argmin(a, axis=1)),
@@ -46,8 +47,8 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_operators_as_wasm_kernels(wasm, name):
-    make, params = CASES[name]
-    check_op(wasm, make, params, target=WASM, rtol=1e-4, atol=1e-4)
+    make, params, *domains = CASES[name]
+    check_op(wasm, make, params, target=WASM, rtol=1e-4, atol=1e-4, domains=domains[0] if domains else SIGNED)
 
 
 def test_the_other_gguf_formats_as_wasm(wasm):
