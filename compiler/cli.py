@@ -137,10 +137,8 @@ def _check(args) -> int:
 
 def _compile(args) -> int:
     from .app.compile import compile_model, compile_summary
-    from .app.paths import check_output_folder
     from .app.progress import ProgressBar
 
-    check_output_folder(args.output, "the compiled model")  # before the compile, not after it
     with ProgressBar("quiet" if args.quiet else None) as progress:
         compiled = compile_model(args.model, args.output, args.target, args.context, progress, args.cpu,
                                  args.prefill_chunk, args.max_batch, args.gpu_layers)

@@ -13,6 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tessera.vm import FileCheckError
+
+from .bundle_json import BundleError
+
+# What reading a compiled folder's executable.json and chat-config.json raises when they are no build
+# (AttributeError: a document that is no JSON object).
+_BUILD_ERRORS = (FileCheckError, AttributeError, BundleError)
 # Names of software renderers in an adapter's info (as runtime-js/src/device.js lists them).
 SOFTWARE_RENDERERS = ("llvmpipe", "lavapipe", "swiftshader", "basic render driver", "warp")
 
@@ -101,16 +108,33 @@ def native_runtime_problem() -> str | None:
 def compiled_build(directory: str) -> tuple[str | None, bool]:
     """The target kind a compiled directory was built for (None when it holds no readable
     executable.json), and whether its chat-config.json has the chat_format runtime-native needs."""
-    from tessera.vm import FileCheckError, parse_json, read_inside, read_regular
-
-    from .bundle_json import BundleError, build_files
-
-    try:  # regular files only: a FIFO in their place is refused, never opened
-        executable = parse_json(read_inside(directory, "executable.json", "executable"), "executable.json")
-        chat_config = build_files(directory).chat_config
-        config = parse_json(read_regular(chat_config, "chat configuration"), chat_config)
-        kind = executable.get("target", {}).get("kind")
-        has_chat_format = config.get("chat_format") is not None
-    except (FileCheckError, AttributeError, BundleError):
+    try:
+        return _read_build(directory)
+    except _BUILD_ERRORS:
         return None, False
+
+
+def compiled_build_problem(directory: str) -> str | None:
+    """Why ``compiled_build`` finds no build in ``directory``, in words, where a file says why (None
+    where none does): a folder with an executable.json but a chat-config.json that is a FIFO, say."""
+    try:
+        _read_build(directory)
+    except _BUILD_ERRORS as error:
+        return str(error) if not isinstance(error, AttributeError) else \
+            "executable.json or chat-config.json is not a JSON object"
+    return None
+
+
+def _read_build(directory: str) -> tuple[str | None, bool]:
+    from tessera.vm import parse_json, read_inside, read_regular
+
+    from .bundle_json import build_files
+
+    # Regular files only: a FIFO in their place is refused, never opened
+    executable = parse_json(read_inside(directory, "executable.json", "executable"), "executable.json")
+    chat_config = build_files(directory).chat_config
+    config = parse_json(read_regular(chat_config, "chat configuration"), chat_config)
+    kind = executable.get("target", {}).get("kind")
+    has_chat_format = config.get("chat_format") is not None
     return (kind if isinstance(kind, str) else None), has_chat_format
+

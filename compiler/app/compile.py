@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import tessera
 from tessera import nn
-from tessera.frontend import GGUFError, load_gguf
+from tessera.frontend import GGUFError, check_gguf_file, load_gguf
 from tessera.frontend.chat_format import analyze_chat_template
 from tessera.frontend.tokenizer import build_tokenizer
 from tessera.ir import BindingLimitError, MemoryPlanError, TesseraError
@@ -31,6 +31,7 @@ from tessera.vm import Executable
 
 from .inspect import describe_target
 from .memory import device_memory, mib
+from .paths import check_output_folder
 
 CHAT_CONFIG = "chat-config.json"
 TOKENIZER = "tokenizer.json"
@@ -129,6 +130,7 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     if not 1 <= max_batch <= MAX_BATCH:
         raise CompileError(f"--max-batch must be 1 to {MAX_BATCH}, got {max_batch}")
     devices = split_devices(target, max_batch) if gpu_layers is not None else None
+    check_output_folder(output, "the compiled model")  # now, not after a compile of minutes
     progress(f"read {os.path.basename(gguf_path)}", 0, 1)
     model_file = load_gguf(gguf_path)
     # Everything that can refuse the file is asked before anything is written: a missing or unsupported
@@ -235,6 +237,7 @@ def cached_compile(gguf_path: str, target: Target | str = "llvmpipe", context_le
     """The compiled directory for this file, target, context (and prefill chunk, when one is asked
     for; the batch, for a batched build), compiling it on first use."""
     target = resolve_target(target)
+    check_gguf_file(gguf_path)  # a missing file is named, and a FIFO is not opened to be hashed
     digest = hashlib.sha256()
     with open(gguf_path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):

@@ -127,7 +127,14 @@ def open_model(source: str, device: str = "auto", context: int = 1024, prefill_c
     from tessera.frontend import check_gguf_file
 
     from .chat import ChatSession, NativeChatSession
-    from .chat_build import ChatBuild, choose_chat_build, compiled_build, native_runtime_problem, webgpu_adapters
+    from .chat_build import (
+        ChatBuild,
+        choose_chat_build,
+        compiled_build,
+        compiled_build_problem,
+        native_runtime_problem,
+        webgpu_adapters,
+    )
     from .compile import cached_compile
     from .progress import ProgressBar
 
@@ -148,6 +155,10 @@ def open_model(source: str, device: str = "auto", context: int = 1024, prefill_c
         max_batch = folder_batch
     if os.path.isdir(source):
         built_for, has_chat_format = compiled_build(source)
+        if built_for is None and os.path.lexists(os.path.join(source, "executable.json")):
+            problem = compiled_build_problem(source)  # a compiled folder after all: its files say what is wrong
+            if problem:
+                raise ServeError(f"{source} is not a compiled model that can be served: {problem}")
         if built_for is None:
             raise ServeError(f"{source} is neither a compiled model (no readable executable.json), a bundle's model "
                              "folder (bundle.json) nor a bundle's site (index.html)")
@@ -191,10 +202,12 @@ def _compiled_batch(directory: str) -> int:
     chat build, or a folder whose configuration does not say)."""
     import json
 
-    try:
-        with open(os.path.join(directory, "chat-config.json"), encoding="utf-8") as f:
-            return max(1, int(json.load(f).get("max_batch", 1)))
-    except (OSError, ValueError, TypeError, AttributeError):
+    from tessera.vm import FileCheckError, read_regular
+
+    try:  # a FIFO in its place is not opened (the open would wait for a writer): the session refuses it by name
+        return max(1, int(json.loads(read_regular(os.path.join(directory, "chat-config.json"),
+                                                  "chat configuration")).get("max_batch", 1)))
+    except (FileCheckError, ValueError, TypeError, AttributeError):
         return 1
 
 

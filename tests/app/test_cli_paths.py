@@ -95,3 +95,23 @@ def test_bundle_of_a_missing_model_keeps_the_earlier_bundle_of_that_name(tmp_pat
 ])
 def test_inspect_refuses_a_path_that_is_no_compiled_folder_in_one_line(paths, directory, expected):
     one_line_error(tessera("inspect", directory, cwd=paths), expected)
+
+
+def test_serve_names_a_fifo_in_place_of_a_compiled_folders_chat_config(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "executable.json").write_text("{}")
+    os.mkfifo(folder / "chat-config.json")
+    one_line_error(tessera("serve", "model", "--port", "0", cwd=tmp_path), "model is not a compiled model that can be "
+                   f"served: the chat configuration {folder}/chat-config.json is a FIFO, not a regular file")
+
+
+def test_the_compile_cache_names_a_missing_file_and_never_opens_a_fifo(paths, monkeypatch):
+    from tessera.app.compile import cached_compile
+    from tessera.frontend import GGUFError
+
+    monkeypatch.setenv("TESSERA_CACHE", str(paths / "cache"))
+    with pytest.raises(GGUFError, match="^no GGUF file at .*missing.gguf$"):
+        cached_compile(str(paths / "missing.gguf"), "wasm")
+    with pytest.raises(GGUFError, match="fifo.gguf is not a regular file"):
+        cached_compile(str(paths / "fifo.gguf"), "wasm")
