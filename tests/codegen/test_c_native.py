@@ -126,16 +126,22 @@ ARM = Target.preset("cpu-armv8.2-a")
 
 @pytest.mark.skipif(host_machine() != "x86_64", reason="the cross build is tested from x86-64 hosts")
 def test_armv8_builds_an_aarch64_shared_object_that_this_machine_refuses():
+    # make setup installs gcc-aarch64-linux-gnu: without it this build, and the test, fail.
+    assert shutil.which("aarch64-linux-gnu-gcc"), "no aarch64-linux-gnu-gcc: run make setup"
     kernels = kernels_of(op.exp, [Tensor(("n",), F32)], ARM)
-    if shutil.which("aarch64-linux-gnu-gcc") is None:  # make setup installs gcc-aarch64-linux-gnu
-        with pytest.raises(NativeBuildError, match="install gcc-aarch64-linux-gnu"):
-            get_backend("c-native").compile(kernels, ARM)
-        return
     compiled = get_backend("c-native").compile(kernels, ARM)
     data = compiled.modules["kernels.so"]
     assert data[:4] == b"\x7fELF" and int.from_bytes(data[18:20], "little") == 183  # EM_AARCH64
     with pytest.raises(DeviceError, match="kernels.so holds aarch64 machine code; this machine is x86_64"):
         CPUDevice().load_kernels([compiled.kernels[0].record(kernels[0])], compiled.modules)
+
+
+@pytest.mark.skipif(host_machine() != "x86_64", reason="the cross build is tested from x86-64 hosts")
+def test_a_missing_cross_compiler_is_named_with_its_package(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH with no compiler on it
+    with pytest.raises(NativeBuildError, match="needs the cross compiler aarch64-linux-gnu-gcc: install "
+                                               "gcc-aarch64-linux-gnu"):
+        get_backend("c-native").compile(kernels_of(op.exp, [Tensor(("n",), F32)], ARM), ARM)
 
 
 def test_a_module_that_is_not_elf_is_refused():
