@@ -7,7 +7,8 @@ range: every register is below the function's count, every kernel index names a 
 many tensors and scalars as its ABI lists, every jump lands inside the code and the code ends with
 ``ret`` or ``goto``, every location names a parameter, a constant, a placed storage or a register,
 every storage lies inside its arena buffer, and every shape expression parses and uses only the
-variables it may.
+variables it may. No tensor dimension is negative at the upper bounds, and no two tensors of different
+storages share bytes while both are live (plan_checks.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from .. import arith
 from ..ir.errors import TesseraError
 from .files import check_relative_path
+from .plan_checks import check_live_storages
 from .schema import json_path
 
 # Bytes per element of each dtype in a tensor cache record (the host layout: numpy's itemsize).
@@ -143,6 +145,7 @@ class Function:
         self.where = ["functions", name]
         self.registers = record["registers"]
         self.symbols = set(record["symbols"])
+        self.bounds = {name: s["upper_bound"] for name, s in record["symbols"].items() if s["upper_bound"] is not None}
 
     def fail(self, where: list, problem: str):
         self.checker.fail(self.where + where, problem)
@@ -154,10 +157,24 @@ class Function:
     def expr(self, text: str, where: list) -> arith.PrimExpr:
         return self.checker.expr(text, self.where + where, self.symbols)
 
+    def dimension(self, text: str, where: list) -> None:
+        """A tensor's dimension: a shape expression, not negative (where its symbols have upper bounds, at them)."""
+        parsed = self.expr(text, where)
+        try:
+            value = arith.evaluate(parsed, self.bounds)
+        except (KeyError, ZeroDivisionError):  # a symbol without a bound; what divides by 0 fails when run
+            return
+        if value < 0:
+            at = f", {value} at the upper bounds" if arith.free_vars(parsed) else ""
+            self.fail(where, f"is {text!r}{at}: a negative dimension")
+
     def sinfo(self, sinfo: dict, where: list) -> None:
         for key in ("shape", "values"):
             for axis, text in enumerate(sinfo.get(key) or ()):
-                self.expr(text, where + [key, axis])
+                if key == "shape" and sinfo["kind"] == "tensor":
+                    self.dimension(text, where + [key, axis])
+                else:
+                    self.expr(text, where + [key, axis])
         if sinfo.get("value") is not None:
             self.expr(sinfo["value"], where + ["value"])
         for index, field in enumerate(sinfo.get("fields", ())):
@@ -187,7 +204,7 @@ class Function:
         for key, tensor in record["tensors"].items():
             self.register(int(key), ["tensors", key])
             for axis, text in enumerate(tensor["shape"]):
-                self.expr(text, ["tensors", key, "shape", axis])
+                self.dimension(text, ["tensors", key, "shape", axis])
             self.expr(tensor["bytes"], ["tensors", key, "bytes"])
         for key, location in record["locations"].items():
             self.location(key, location, storages, bounds)
@@ -195,6 +212,8 @@ class Function:
             self.register(allocation["register"], ["runtime_allocations", index, "register"])
             self.expr(allocation["size"], ["runtime_allocations", index, "size"])
         self.code()
+        # Last: it follows registers and jumps, which the checks above found in range.
+        check_live_storages(record, self.where, self.checker.fail)
 
     def memory(self, bounds: dict) -> dict[int, dict]:
         """The function's storages by token, each checked to lie inside its buffer."""
@@ -274,7 +293,10 @@ class Function:
                     self.register(reg, where + [key, index])
             for key in ("scalars", "shape", "values"):
                 for index, text in enumerate(op.get(key, ())):
-                    self.expr(text, where + [key, index])
+                    if key == "shape":  # alloc_tensor's
+                        self.dimension(text, where + [key, index])
+                    else:
+                        self.expr(text, where + [key, index])
             for key in ("size", "value"):
                 if isinstance(op.get(key), str):
                     self.expr(op[key], where + [key])

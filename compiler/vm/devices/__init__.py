@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ...ir.errors import TesseraError
 from ...target import LIMIT_DEFAULTS, REQUIRED_LIMITS, Target
+from ..plan_checks import MOST_WORKGROUPS, WORD_BYTES, DeviceFit, check_device_fit
 
 
 class DeviceError(TesseraError):
@@ -56,7 +57,20 @@ class Device:
         return Target(self.kind, self.features, limits, name=self.name, cpu_adapter=self.cpu_adapter,
                       loop_budget=self.loop_budget)
 
+    def fit(self) -> list[DeviceFit]:
+        """What this device asks of a plan and its launches, per device of an executable (one here). A device
+        that states no storage alignment still reads words; one that states no workgroup limit takes a grid
+        as 32-bit integers."""
+        return [DeviceFit(self.limit("minStorageBufferOffsetAlignment") or WORD_BYTES,
+                          self.limit("maxComputeWorkgroupsPerDimension") or MOST_WORKGROUPS, f"{self.kind} device")]
+
     def check(self, exe) -> None:
+        """Raise DeviceError naming the first backend, feature or limit ``exe`` needs and this lacks, or the
+        first storage offset or launch grid of its plan this device cannot take."""
+        self.check_requirements(exe)
+        check_device_fit(exe, self.fit(), "executable.json", DeviceError)
+
+    def check_requirements(self, exe) -> None:
         """Raise DeviceError naming the first backend, feature or limit ``exe`` needs and this lacks."""
         for backend in exe.backends:
             if backend not in self.backends:

@@ -11,8 +11,9 @@ order: a read waits for the source's queued kernels, a write is ordered after th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..plan_checks import DeviceFit, check_device_fit
 from . import Device, DeviceError, View
 
 
@@ -38,12 +39,16 @@ class SplitDevice(Device):
         values = [v for v in (p.limit(name) for p in self.parts) if v is not None]
         return min(values) if values else None
 
+    def fit(self) -> list[DeviceFit]:
+        return [replace(part.fit()[0], name=f"device {name}") for part, name in zip(self.parts, self.names)]
+
     def check(self, exe) -> None:
         for part, device in zip(self.parts, exe.devices):
             try:
-                part.check(_DevicePart(exe, device))
+                part.check_requirements(_DevicePart(exe, device))
             except DeviceError as error:
                 raise DeviceError(f"{device['vdevices'][0]}: {error}") from None
+        check_device_fit(exe, self.fit(), "executable.json", DeviceError)
 
     # -- memory --------------------------------------------------------------------------------
 
