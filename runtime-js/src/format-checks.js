@@ -2,6 +2,7 @@
 // (docs/format.md, "What a loader checks"): the facts a schema cannot state, because they relate one
 // value to another. The Python loader checks the same (tessera/vm/format_checks.py), in the same words.
 
+import { checkLiveStorages, evaluate } from "./plan-checks.js";
 import { FormatError, jsonPath } from "./schema.js";
 import { parseShapeExpr, shapeFacts } from "./shape.js";
 
@@ -121,9 +122,27 @@ function checkFunction(doc, what, name, record) {
     if (reg >= registers) bad(where, `is register ${reg}, but the function has ${registers} registers`);
   };
   const shape = (/** @type {string} */ text, /** @type {(string|number)[]} */ where) => expr(what, text, [...base, ...where], symbols);
+  /** @type {Record<string, number>} */
+  const upperBounds = Object.create(null);
+  for (const [k, v] of Object.entries(record.symbols)) if (/** @type {any} */ (v).upper_bound !== null) upperBounds[k] = /** @type {any} */ (v).upper_bound;
+  /** A tensor's dimension: a shape expression, not negative (where its symbols have upper bounds, at them).
+   * @param {string} text @param {(string|number)[]} where */
+  const dimension = (text, where) => {
+    const node = shape(text, where);
+    let value;
+    try {
+      value = evaluate(node, upperBounds);
+    } catch {
+      return;  // a symbol without a bound; what divides by 0 fails when run
+    }
+    if (value < 0) bad(where, `is '${text}'${shapeFacts(node).vars.size ? `, ${value} at the upper bounds` : ""}: a negative dimension`);
+  };
   /** @param {any} info @param {(string|number)[]} where */
   const sinfo = (info, where) => {
-    for (const key of ["shape", "values"]) (info[key] ?? []).forEach((/** @type {string} */ t, /** @type {number} */ i) => shape(t, [...where, key, i]));
+    for (const key of ["shape", "values"]) {
+      (info[key] ?? []).forEach((/** @type {string} */ t, /** @type {number} */ i) =>
+        (key === "shape" && info.kind === "tensor" ? dimension : shape)(t, [...where, key, i]));
+    }
     if (info.value !== undefined && info.value !== null) shape(info.value, [...where, "value"]);
     (info.fields ?? []).forEach((/** @type {any} */ f, /** @type {number} */ i) => sinfo(f, [...where, "fields", i]));
   };
@@ -167,7 +186,7 @@ function checkFunction(doc, what, name, record) {
   });
   for (const [key, tensor] of Object.entries(record.tensors)) {
     register(Number(key), ["tensors", key]);
-    /** @type {any} */ (tensor).shape.forEach((/** @type {string} */ t, /** @type {number} */ i) => shape(t, ["tensors", key, "shape", i]));
+    /** @type {any} */ (tensor).shape.forEach((/** @type {string} */ t, /** @type {number} */ i) => dimension(t, ["tensors", key, "shape", i]));
     shape(/** @type {any} */ (tensor).bytes, ["tensors", key, "bytes"]);
   }
   const bounded = Object.values(bounds).every((b) => b !== null);
@@ -206,7 +225,9 @@ function checkFunction(doc, what, name, record) {
     register(a.register, ["runtime_allocations", i, "register"]);
     shape(a.size, ["runtime_allocations", i, "size"]);
   });
-  checkCode(doc, record, base, bad, register, shape, sinfo);
+  checkCode(doc, record, base, bad, register, shape, sinfo, dimension);
+  // Last: it follows registers and jumps, which the checks above found in range.
+  checkLiveStorages(record, bad);
 }
 
 /**
@@ -215,8 +236,9 @@ function checkFunction(doc, what, name, record) {
  * @param {(reg: number, where: (string|number)[]) => void} register
  * @param {(text: string, where: (string|number)[]) => any} shape
  * @param {(sinfo: any, where: (string|number)[]) => void} sinfo
+ * @param {(text: string, where: (string|number)[]) => void} dimension
  */
-function checkCode(doc, record, base, bad, register, shape, sinfo) {
+function checkCode(doc, record, base, bad, register, shape, sinfo, dimension) {
   const code = record.code;
   const last = code[code.length - 1];
   if (last.op !== "ret" && last.op !== "goto") {
@@ -230,7 +252,10 @@ function checkCode(doc, record, base, bad, register, shape, sinfo) {
       if (op[key] !== undefined && op[key] !== null) register(op[key], [...where, key]);
     }
     for (const key of ["args", "outs", "fields"]) (op[key] ?? []).forEach((/** @type {number} */ r, /** @type {number} */ i) => register(r, [...where, key, i]));
-    for (const key of ["scalars", "shape", "values"]) (op[key] ?? []).forEach((/** @type {string} */ t, /** @type {number} */ i) => shape(t, [...where, key, i]));
+    for (const key of ["scalars", "shape", "values"]) {
+      // alloc_tensor's shape is a tensor's
+      (op[key] ?? []).forEach((/** @type {string} */ t, /** @type {number} */ i) => (key === "shape" ? dimension : shape)(t, [...where, key, i]));
+    }
     for (const key of ["size", "value"]) if (typeof op[key] === "string") shape(op[key], [...where, key]);
     for (const key of ["else", "target"]) {
       if (op[key] !== undefined && op[key] >= code.length) bad([...where, key], `is ${op[key]}, past the function's ${code.length} instructions`);
@@ -285,26 +310,6 @@ function checkCode(doc, record, base, bad, register, shape, sinfo) {
         stack.push({ reg: field, at: 0 });
       }
     }
-  }
-}
-
-/** @param {any} node @param {Record<string, number>} env @returns {number} */
-function evaluate(node, env) {
-  if (node.kind === "num") return node.value;
-  if (node.kind === "var") {
-    if (!Object.hasOwn(env, node.name)) throw new Error(`symbolic variable '${node.name}' has no value`);
-    return env[node.name];
-  }
-  const a = evaluate(node.a, env), b = evaluate(node.b, env);
-  if ((node.op === "//" || node.op === "%") && b === 0) throw new Error("division by zero");
-  switch (node.op) {
-    case "+": return a + b;
-    case "-": return a - b;
-    case "*": return a * b;
-    case "//": return Math.floor(a / b);
-    case "%": return a - b * Math.floor(a / b);
-    case "min": return Math.min(a, b);
-    default: return Math.max(a, b);
   }
 }
 

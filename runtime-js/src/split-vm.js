@@ -25,6 +25,7 @@ import { InterpretedFunction, Interpreter, TensorValue } from "./interpreter.js"
 import {
   assembleResult, bindArguments, FunctionTable, isStraightLine, resultRegisters, RuntimeCheckError, upperBounds,
 } from "./program.js";
+import { checkDeviceFit, WASM_FIT, webgpuFit } from "./plan-checks.js";
 import { FormatError } from "./schema.js";
 import { evalShape } from "./shape.js";
 import { DeviceTensor, VirtualMachine, VMFunction } from "./vm.js";
@@ -61,6 +62,9 @@ export class SplitVirtualMachine extends FunctionTable {
       throw new DeviceError(`this build is split across ${exe.devices.map(deviceName).join(", ")}; runtime-js runs one WebGPU and one WASM device`);
     }
     gpuDevice ??= await requestGpu(exe.devices[gpuIndex], adapter);
+    // The whole plan, each storage and launch against its own device (each part checks its share again).
+    const fits = exe.devices.map((/** @type {any} */ _, /** @type {number} */ i) => (i === gpuIndex ? webgpuFit(gpuDevice.limits) : WASM_FIT));
+    checkDeviceFit(exe, fits.map((fit, i) => ({ ...fit, name: `device ${deviceName(exe.devices[i])}` })), "executable.json", (message) => new DeviceError(message));
     const gpu = await VirtualMachine.create(gpuDevice, devicePart(exe, gpuIndex), weights, modules);
     const wasm = await WasmVirtualMachine.create(devicePart(exe, wasmIndex), weights, modules);
     const vm = new SplitVirtualMachine(exe, { gpu, wasm, gpuIndex, wasmIndex });

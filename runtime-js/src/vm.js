@@ -9,11 +9,13 @@
 // over GpuMachine (webgpu-machine.js), with run-time tensors in pooled GPU buffers.
 
 import { libraryRegistry } from "./builtins.js";
+import { DeviceError } from "./device.js";
 import { fromDeviceBytes, HostTensor, toDeviceBytes } from "./host.js";
 import { InterpretedFunction, Interpreter } from "./interpreter.js";
 import {
   assembleResult, bindArguments, expectOneDevice, FunctionTable, isStraightLine, launchSizes, resultRegisters, RuntimeCheckError, upperBounds,
 } from "./program.js";
+import { checkDeviceFit, webgpuFit } from "./plan-checks.js";
 import { evalShape } from "./shape.js";
 import { DeviceTensor, GpuMachine } from "./webgpu-machine.js";
 
@@ -33,6 +35,7 @@ export class VirtualMachine extends FunctionTable {
    */
   static async create(device, exe, weights, modules, { libraries } = {}) {
     expectOneDevice(exe, "VirtualMachine");
+    checkDeviceFit(exe, [webgpuFit(device.limits)], "executable.json", (message) => new DeviceError(message));
     const registry = libraryRegistry(exe, libraries);
     const vm = new VirtualMachine(device, exe);
     for (const name of exe.constants) {

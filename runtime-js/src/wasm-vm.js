@@ -12,8 +12,10 @@
 // growing the memory when it needs more.
 
 import { libraryRegistry } from "./builtins.js";
+import { DeviceError } from "./device.js";
 import { fromDeviceBytes, toDeviceBytes } from "./host.js";
 import { InterpretedFunction, Interpreter, TensorValue } from "./interpreter.js";
+import { checkDeviceFit, WASM_FIT } from "./plan-checks.js";
 import { BlockPool } from "./pool.js";
 import { evalShape } from "./shape.js";
 import {
@@ -49,6 +51,7 @@ export class WasmVirtualMachine extends FunctionTable {
    */
   static async create(exe, weights, modules, { libraries } = {}) {
     expectOneDevice(exe, "WasmVirtualMachine");
+    checkDeviceFit(exe, [WASM_FIT], "executable.json", (message) => new DeviceError(message));
     const registry = libraryRegistry(exe, libraries);
     const paths = [...new Set(exe.kernels.map((/** @type {any} */ k) => k.module))];
     if (paths.length > 1) throw new Error(`the WASM runtime runs kernels of one module; this executable has ${paths.join(", ")}`);
