@@ -33,6 +33,11 @@ typedef struct tsr_device_ops {
 struct tsr_device {
     const tsr_device_ops *ops;
     tsr_alloc *alloc;
+    /* What the device asks of an executable's plan (plan_checks.h), checked at load: each storage's offset
+     * a multiple of `storage_alignment` bytes, at most `max_workgroups` along each grid dimension; 0 where
+     * the device states none. */
+    uint64_t storage_alignment;
+    int64_t max_workgroups;
 };
 
 /* The CPU device (backends/cpu): kernels from one shared object, workgroups over n_threads. */

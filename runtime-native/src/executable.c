@@ -7,6 +7,7 @@
 
 #include "files.h"
 #include "json.h"
+#include "plan_checks.h"
 #include "tensor_cache.h"
 
 #define MAX_REGISTERS (1 << 20)
@@ -22,6 +23,7 @@ typedef struct parser {
     tsr_executable *exe;
     size_t text_size; /* counts read from the file are checked against it before allocating */
     tsr_alloc mem; /* over exe->mem */
+    tsr_alloc *scratch; /* what the checks need while they run, freed by them */
     char what[256];
 } parser;
 
@@ -551,7 +553,9 @@ static int parse_function(parser *p, const cJSON *all, const cJSON *doc, tsr_fun
         return tsr_error(TESSERA_ERROR_FORMAT, "executable.json: %s: an expression uses %s, which is not one of the "
                          "function's symbols", where, q);
     }
-    return 0;
+    /* Last: they evaluate at the bounds and follow the registers and jumps checked above. */
+    if ((rc = tsr_check_dimensions(p->scratch, f))) return rc;
+    return tsr_check_live_storages(p->scratch, f);
 }
 
 /* ---- kernels and modules ------------------------------------------------------------------- */
@@ -724,7 +728,7 @@ int tsr_executable_parse(tsr_alloc *a, const char *json, size_t size, tsr_execut
     memset(out, 0, sizeof *out);
     out->mem = tsr_bump_new(a, 1 << 16);
     if (!out->mem) return TESSERA_ERROR_OUT_OF_MEMORY;
-    parser p = {.exe = out, .text_size = size};
+    parser p = {.exe = out, .text_size = size, .scratch = a};
     p.mem.base.alloc = bump_alloc_cb;
     p.mem.base.free = bump_free_cb;
     p.mem.base.user = out->mem;

@@ -5,6 +5,7 @@
 
 #include "files.h"
 #include "model.h"
+#include "plan_checks.h"
 
 /* executable.json of a real model is a few MB; 256 MiB is far beyond any and keeps a hostile file
  * from asking for more. */
@@ -93,6 +94,12 @@ tessera_model *tessera_model_load(const char *dir, const tessera_model_params *p
     if (!rc) {
         m->device = tsr_cpu_device_new(&m->alloc, m->n_threads);
         if (!m->device) rc = TESSERA_ERROR_OUT_OF_MEMORY;
+    }
+    if (!rc) {
+        char name[64];
+        snprintf(name, sizeof name, "%s device", m->device->ops->name);
+        rc = tsr_check_device_fit(&m->alloc, &m->exe, name, m->device->storage_alignment, m->device->max_workgroups);
+        if (rc) tsr_error_context(rc, "%s", dir);
     }
     if (!rc && (rc = m->device->ops->load_kernels(m->device, &m->exe, dir))) tsr_error_context(rc, "%s", dir);
     if (!rc) {

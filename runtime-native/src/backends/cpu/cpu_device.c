@@ -194,6 +194,9 @@ tsr_device *tsr_cpu_device_new(tsr_alloc *a, int32_t n_threads) {
     if (!cpu) return NULL;
     cpu->base.ops = &CPU_OPS;
     cpu->base.alloc = a;
+    /* Kernels read and write words, and take their grid as int32_t counts. */
+    cpu->base.storage_alignment = 4;
+    cpu->base.max_workgroups = INT32_MAX;
     cpu->pool = tsr_thread_pool_new(a, n_threads);
     if (!cpu->pool) {
         tsr_free(a, cpu);
