@@ -1,7 +1,9 @@
 """runtime-js refuses the files the Python loader refuses (issue 17): every case of
 tests/fixtures/hostile_files.py, fed to the JS loader by tests/js/hostile-files.mjs as a page loads a
 bundle, gets the same verdict from both runtimes, a FormatError or LoadError naming the field in JS, and
-no URL the JS loader asks for leaves the model's folder."""
+no URL the JS loader asks for leaves the model's folder. A plan that would run garbage or fail inside a
+device (issue 32) is refused where the Python VM refuses it: at load, by the WASM VM, or by a WebGPU
+device's limits."""
 
 import copy
 import json
@@ -9,8 +11,21 @@ import os
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
-from fixtures.hostile_files import ESCAPING_PATHS, broken_texts, mutations, small_build
+from fixtures.hostile_files import (
+    ESCAPING_PATHS,
+    EVERY_DEVICE,
+    LOAD,
+    NONE,
+    WEBGPU,
+    WEBGPU_DEFAULTS,
+    broken_texts,
+    expected_output,
+    mutations,
+    plan_cases,
+    small_build,
+)
 from tessera.app.bundle_json import BundleError, check_bundle
 from tessera.app.chat_files import ChatFilesError, read_chat_config
 from tessera.vm import Executable, ExecutableError
@@ -206,3 +221,35 @@ def test_bundle_json_and_chat_config_are_refused_alike(build, tmp_path):
     assert not results[label]["refused"] and sorted(results[label]["urls"]) == [
         "http://bundle.test/models/m/bundle.json", "http://bundle.test/models/m/chat-config.json",
         "http://bundle.test/models/m/tokenizer.json"]
+
+
+def test_a_plan_that_would_run_garbage_or_fail_inside_the_device_is_refused_where_python_refuses_it(build, tmp_path):
+    """Each plan case of the corpus: refused at load, by the WASM VM (a DeviceError), or by a WebGPU device's
+    limits, as tests/vm/test_hostile_files.py expects of the Python VM, each error one line naming the field;
+    the near misses load and compute the small module's answer."""
+    folder, doc, _ = build
+    x = np.linspace(-1, 1, 48, dtype=np.float32).reshape(3, 16)
+    expected = {}
+    cases = []
+    for label, where, names, mutated in plan_cases(doc):
+        cases.append({"label": label, "kind": "build", "folder": folder, "files": {"executable.json": json.dumps(mutated)},
+                      "fit": list(WEBGPU_DEFAULTS), "wasm": True,
+                      "input": {"data": x.ravel().tolist(), "shape": list(x.shape)}})
+        expected[label] = (where, names)
+    wrong = []
+    for label, result in run_js(cases, tmp_path).items():
+        where, names = expected[label]
+        if result["refused"]:
+            verdict, message = LOAD, result["message"]
+        elif result["vmRefused"]:
+            verdict, message = EVERY_DEVICE, f"{result['vmName']}: {result['vmMessage']}"
+        elif result["fitRefused"]:
+            verdict, message = WEBGPU, result["fitMessage"]
+        else:
+            right = np.allclose(np.reshape(result["output"], (3, 8)), expected_output(x), rtol=1e-4, atol=1e-5)
+            verdict, message = (NONE, "") if right else ("a wrong answer", "")
+        if verdict != where or names not in message or "\n" in message or (verdict == EVERY_DEVICE and not
+                                                                           message.startswith("DeviceError: ")):
+            wrong.append(f"{label}: expected {where} naming {names!r}, got {verdict}: {message}")
+    assert not wrong, "\n".join(wrong)
+    assert len(expected) == 20

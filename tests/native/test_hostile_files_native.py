@@ -7,7 +7,9 @@ so that a crash would name its case:
 - what the Python loader accepts (an optional member deleted), native loads too;
 - what the Python loader refuses, native refuses at load, or (a member native does not read, such as a
   kernel binding's name or a target's description) loads and still computes the right answer, or stops
-  with a NativeError: never a wrong answer, never a crash.
+  with a NativeError: never a wrong answer, never a crash;
+- a plan that would run garbage or fail inside a device (issue 32) is refused at load where the Python VM
+  refuses it at load or when it opens a CPU device; the near misses load and compute the right answer.
 """
 
 import json
@@ -16,7 +18,16 @@ import subprocess
 import sys
 
 import pytest
-from fixtures.hostile_files import ESCAPING_PATHS, broken_texts, case_folder, mutations, small_build
+from fixtures.hostile_files import (
+    ESCAPING_PATHS,
+    EVERY_DEVICE,
+    LOAD,
+    broken_texts,
+    case_folder,
+    mutations,
+    plan_cases,
+    small_build,
+)
 from tessera.vm import Executable, ExecutableError
 
 from native.build import ensure_native_build
@@ -107,3 +118,23 @@ def test_no_escaping_path_symlink_fifo_device_or_directory_is_read(build, tmp_pa
                                                       "not a regular file", "is a FIFO", "is a directory",
                                                       "holds the NUL character")), \
             (case["label"], result["error"])
+
+
+def test_a_plan_that_would_run_garbage_or_fail_inside_the_device_is_refused_at_load(build, tmp_path):
+    """Each plan case of the corpus: refused at load with one line naming the field where the Python VM
+    refuses it (at load, or by every device: native's CPU device is known at load); a case only a WebGPU
+    device refuses, or none, loads and computes the small module's answer."""
+    folder, doc, _ = build
+    expected = {label: (where, names) for label, where, names, _ in plan_cases(doc)}
+    cases = [{"label": label, "folder": folder, "files": {"executable.json": json.dumps(mutated)}}
+             for label, _, _, mutated in plan_cases(doc)]
+    wrong = []
+    for label, result in run_native(cases, tmp_path).items():
+        where, names = expected[label]
+        if where in (LOAD, EVERY_DEVICE):
+            if result["loaded"] or names not in result["error"] or "\n" in result["error"]:
+                wrong.append(f"{label}: expected a refusal naming {names!r}, got {result}")
+        elif not (result["loaded"] and result["ran"] and result["correct"]):
+            wrong.append(f"{label}: expected the right answer, got {result}")
+    assert not wrong, "\n".join(wrong)
+    assert len(expected) == 20

@@ -1,7 +1,8 @@
 """The Python loader trusts no file of a model folder (issue 17): every case of tests/fixtures/hostile_files.py
 is refused with a Tessera error that names the field, or (a member the format makes optional) loads and
 runs or stops with one. Nothing outside the folder is read, nothing blocks, nothing is allocated by a
-number that was not checked first."""
+number that was not checked first. A memory plan, tensor shape or launch grid that would run garbage or
+fail inside a device's API is refused when the executable loads or the VM opens its device (issue 32)."""
 
 import json
 import os
@@ -10,10 +11,28 @@ import threading
 
 import numpy as np
 import pytest
-from fixtures.hostile_files import ESCAPING_PATHS, broken_texts, expected_output, mutations, small_build
+from fixtures.hostile_files import (
+    ESCAPING_PATHS,
+    EVERY_DEVICE,
+    LOAD,
+    NONE,
+    WEBGPU,
+    WEBGPU_DEFAULTS,
+    broken_texts,
+    expected_output,
+    mutations,
+    plan_cases,
+    small_build,
+)
 from tessera.ir import TesseraError
 from tessera.vm import Executable, ExecutableError, VirtualMachine
+from tessera.vm.devices import DeviceError
 from tessera.vm.files import check_relative_path, path_problem
+from tessera.vm.plan_checks import DeviceFit, check_device_fit
+
+# A guard against a load that blocks (a FIFO opened for reading waits for a writer forever), not a
+# timing: a busy machine may take seconds, a blocked open never returns.
+HANG_GUARD_SECONDS = 300
 
 # Members the format makes optional (docs/format.md): deleting one leaves an executable that loads.
 OPTIONAL = ("kernels[0].rule", "kernels[0].pattern", "kernels[1].rule", "kernels[1].pattern", "kernels[0].abi.grid",
@@ -131,8 +150,8 @@ def test_the_path_rule_says_why():
         assert check_relative_path(fine, "weight shard") == fine
 
 
-def load_within(folder, seconds: float = 20) -> list[str]:
-    """The load's error messages, from a thread that must finish within ``seconds`` (a FIFO would block it)."""
+def load_errors(folder) -> list[str]:
+    """The load's error messages, from a thread (a FIFO would block it: HANG_GUARD_SECONDS)."""
     done, errors = threading.Event(), []
 
     def load():
@@ -143,7 +162,7 @@ def load_within(folder, seconds: float = 20) -> list[str]:
         done.set()
 
     threading.Thread(target=load, daemon=True).start()
-    assert done.wait(seconds), f"loading {folder} blocked"
+    assert done.wait(HANG_GUARD_SECONDS), f"loading {folder} blocked"
     return errors
 
 
@@ -167,8 +186,8 @@ def test_symlinks_out_of_the_folder_fifos_devices_and_directories_are_refused_wi
         for what, make in cases.items():
             target.unlink()
             make(target)
-            errors = load_within(folder)
-            assert errors and ("leaves the folder" in errors[0] or "not a regular file" in errors[0]), \
+            errors = load_errors(folder)
+            assert len(errors) == 1 and ("leaves the folder" in errors[0] or "not a regular file" in errors[0]), \
                 (name, what, errors)
             if target.is_dir() and not target.is_symlink():
                 target.rmdir()
@@ -184,7 +203,8 @@ def test_symlinks_out_of_the_folder_fifos_devices_and_directories_are_refused_wi
     write_json(str(folder), "tensor-cache.json", cache)
     os.unlink(folder / "executable.json")
     os.mkfifo(folder / "executable.json")
-    assert "is a FIFO, not a regular file" in load_within(folder)[0]
+    errors = load_errors(folder)
+    assert len(errors) == 1 and "is a FIFO, not a regular file" in errors[0], errors
 
 
 def test_sizes_and_offsets_are_checked_against_the_real_size_before_anything_is_read(build, tmp_path):
@@ -221,3 +241,65 @@ def test_a_module_or_shard_the_file_says_is_huge_is_refused_by_its_real_size(bui
     write_json(folder, "executable.json", huge)
     with pytest.raises(ExecutableError, match=r"kernel module .* has \d+ bytes, expected 9007199254740991"):
         Executable.load(folder)
+
+
+def plan_verdict(folder, device: str) -> tuple[str, str]:
+    """Where the plan of the executable in ``folder`` is refused and the error: at load, by ``device`` when the
+    VM opens it, by a WebGPU device of the spec's defaults (checked without one), or nowhere ("none": then
+    main computes the small module's answer on ``device``)."""
+    try:
+        exe = Executable.load(folder)
+    except ExecutableError as error:
+        return LOAD, str(error)
+    try:
+        vm = VirtualMachine(exe, device)
+    except DeviceError as error:
+        return EVERY_DEVICE, str(error)
+    try:
+        check_device_fit(exe, [DeviceFit(*WEBGPU_DEFAULTS, "webgpu device")], "executable.json", DeviceError)
+    except DeviceError as error:
+        verdict = (WEBGPU, str(error))
+    else:
+        verdict = (NONE, "")
+    x = np.linspace(-1, 1, 48, dtype=np.float32).reshape(3, 16)
+    np.testing.assert_allclose(vm["main"](x), expected_output(x), rtol=1e-4, atol=1e-5)
+    return verdict
+
+
+def test_a_plan_that_would_run_garbage_or_fail_inside_the_device_is_refused_by_name(build, tmp_path):
+    """Storages that share bytes while both are live, negative dimensions, offsets a device does not align,
+    grids past its workgroups: each refused with one line naming the field; the near misses run right."""
+    source, doc, _ = build
+    folder = str(tmp_path / "case")
+    shutil.copytree(source, folder)
+    wrong, verdicts = [], []
+    for label, where, names, mutated in plan_cases(doc):
+        write_json(folder, "executable.json", mutated)
+        verdict, message = plan_verdict(folder, "wasm")
+        verdicts.append(verdict)
+        if verdict != where or names not in message or "\n" in message:
+            wrong.append(f"{label}: expected {where} naming {names!r}, got {verdict}: {message}")
+    assert not wrong, "\n".join(wrong)
+    assert [verdicts.count(v) for v in (LOAD, EVERY_DEVICE, WEBGPU, NONE)] == [12, 2, 2, 4]
+
+
+def test_a_webgpu_device_refuses_what_it_cannot_run_before_wgpu_sees_it(tmp_path):
+    """On llvmpipe (storage alignment 32, 65,535 workgroups per dimension): the WebGPU-only cases fail as
+    the VM opens the device, naming the field, instead of inside wgpu at the first launch."""
+    source = str(tmp_path / "webgpu")
+    doc = small_build("llvmpipe", source)
+    folder = str(tmp_path / "case")
+    shutil.copytree(source, folder)
+    x = np.linspace(-1, 1, 48, dtype=np.float32).reshape(3, 16)
+    np.testing.assert_allclose(VirtualMachine(Executable.load(folder), "webgpu")["main"](x), expected_output(x),
+                               rtol=1e-4, atol=1e-5)
+    refused = []
+    for label, where, names, mutated in plan_cases(doc):
+        if where not in (WEBGPU, EVERY_DEVICE):
+            continue
+        write_json(folder, "executable.json", mutated)
+        with pytest.raises(DeviceError, match=r"^executable\.json does not fit the webgpu device: ") as error:
+            VirtualMachine(Executable.load(folder), "webgpu")
+        assert names in str(error.value), (label, str(error.value))
+        refused.append(label)
+    assert len(refused) == 4
