@@ -24,14 +24,14 @@ for (const [target, [name, file]] of Object.entries(packages)) {
 
 // @huggingface/jinja exports its Interpreter and Environment, which the runtime extends to render a chat
 // template within a budget (src/chat-template.js), but not what that needs besides: the globals a template
-// starts with (setupGlobals: range, strftime_now, ...), the classes of the values a for loop makes and
-// iterates, and the two exceptions of break and continue (chat-template.js has its own for loop, see
-// BoundedInterpreter.evaluateFor). They are added to its exports; a version without them stops this
+// starts with (setupGlobals: range, strftime_now, ...), the classes of the values a for loop and range
+// make and iterate, and the two exceptions of break and continue (chat-template.js has its own for loop
+// and range, see BoundedInterpreter.evaluateFor). They are added to its exports; a version without them stops this
 // script rather than the chat.
 const jinja = join(vendor, "jinja.js");
 const source = readFileSync(jinja, "utf8");
-const added = ["setupGlobals", "StringValue", "IntegerValue", "BooleanValue", "UndefinedValue", "ArrayValue",
-  "ObjectValue", "BreakControl", "ContinueControl"];
+const added = ["setupGlobals", "StringValue", "IntegerValue", "FloatValue", "BooleanValue", "UndefinedValue",
+  "ArrayValue", "ObjectValue", "FunctionValue", "BreakControl", "ContinueControl"];
 for (const name of added) {
   const declaration = name === "setupGlobals" ? "function setupGlobals(env)" : `var ${name} = class`;
   if (!source.includes(declaration)) {
@@ -82,6 +82,10 @@ export class IntegerValue extends RuntimeValue {
   constructor(value: number);
   value: number;
 }
+export class FloatValue extends RuntimeValue {
+  constructor(value: number);
+  value: number;
+}
 export class BooleanValue extends RuntimeValue {
   constructor(value: boolean);
   value: boolean;
@@ -95,6 +99,9 @@ export class ObjectValue extends RuntimeValue {
   constructor(value: Map<string, RuntimeValue>);
   value: Map<string, RuntimeValue>;
   keys(): ArrayValue;
+}
+export class FunctionValue extends RuntimeValue {
+  constructor(value: (args: any[], scope: Environment) => any);
 }
 export class BreakControl extends Error {}
 export class ContinueControl extends Error {}

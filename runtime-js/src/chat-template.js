@@ -15,8 +15,8 @@
 // beyond the exports its vendoring adds (scripts/vendor.mjs).
 
 import {
-  ArrayValue, BooleanValue, BreakControl, ContinueControl, Environment, IntegerValue, Interpreter, ObjectValue,
-  StringValue, Template, UndefinedValue, setupGlobals,
+  ArrayValue, BooleanValue, BreakControl, ContinueControl, Environment, FloatValue, FunctionValue, IntegerValue,
+  Interpreter, ObjectValue, StringValue, Template, UndefinedValue, setupGlobals,
 } from "./vendor/jinja.js";
 
 export const TEMPLATE_BUDGET = Object.freeze({
@@ -183,8 +183,9 @@ const FILTER_CHECKS = /** @type {Record<string, (meter: Meter, operand: any, arg
   },
 });
 
-/** Values a loop shares between its iterations: the library never changes a value but a namespace. */
+/** Values shared wherever they are made (loops, blocks): the library never changes a value but a namespace. */
 const TRUE = new BooleanValue(true), FALSE = new BooleanValue(false), UNDEFINED = new UndefinedValue();
+const EMPTY = new StringValue("");
 
 /** Values that are already made (a name's, an item's): looking them up makes nothing. */
 const LOOKUPS = new Set(["Identifier", "MemberExpression"]);
@@ -200,13 +201,20 @@ class BoundedInterpreter extends Interpreter {
     /** A check of the arguments of the call or filter being evaluated: taken by the next evaluateArguments.
      * @type {((args: any[], kwargs: Map<string, any>) => void) | null} */
     this.pending = null;
-    /** IntegerValue(k) at [k], made once for all the loops of this rendering (see evaluateFor). @type {IntegerValue[]} */
+    /** IntegerValue(k) at [k], made once for all the loops and ranges of this rendering (see evaluateFor).
+     * @type {IntegerValue[]} */
     this.integers = [];
   }
 
   /** @param {number} k */
   integer(k) {
-    return this.integers[k] ??= new IntegerValue(k);
+    return k >= 0 ? (this.integers[k] ??= new IntegerValue(k)) : new IntegerValue(k);
+  }
+
+  /** The library's range (see boundedRange), its integers shared as the loops' are. @param {any[]} args */
+  range(args) {
+    const numbers = boundedRange(this.meter, ...args.map((arg) => arg.value));
+    return new ArrayValue(numbers.map((n) => (Number.isInteger(n) ? this.integer(n) : new FloatValue(n))));
   }
 
   /** @param {any} statement @param {Environment} environment */
@@ -229,7 +237,7 @@ class BoundedInterpreter extends Interpreter {
         result += value.toString();
       }
     }
-    return this.meter.made(new StringValue(result));
+    return this.meter.made(result ? new StringValue(result) : EMPTY);
   }
 
   /**
@@ -239,8 +247,8 @@ class BoundedInterpreter extends Interpreter {
    * of values sets a field that every subclass sets again): about 5 us an iteration, so a loop nested in a
    * loop took a second (ten on a busy machine) to reach its budget. This one binds the loop variable when
    * an iteration starts, checking every item's unpacking first as the library does, and shares what it
-   * can between iterations and loops: true, false, undefined and each integer are made once. The output
-   * is the library's (tests/js/chat-template.test.mjs compares them).
+   * can between iterations, loops and ranges: true, false, undefined, the empty string and each integer
+   * are made once. The output is the library's (tests/js/chat-template.test.mjs compares them).
    * @param {any} node @param {Environment} environment
    */
   evaluateFor(node, environment) {
@@ -400,13 +408,14 @@ export function renderChatTemplate(source, variables, budget = TEMPLATE_BUDGET) 
   const globals = new Environment();
   setupGlobals(globals);  // true, none, strftime_now ... as the library's Template.render has them
   const env = new Environment(globals);
-  env.set("range", (/** @type {number[]} */ ...args) => boundedRange(meter, ...args));
+  const interpreter = new BoundedInterpreter(env, meter);
+  env.setVariable("range", new FunctionValue((/** @type {any[]} */ args) => interpreter.range(args)));
   env.set("raise_exception", (/** @type {unknown} */ message) => {
     throw new TemplateRaised(`the chat template refuses this conversation: ${message}`);
   });
   for (const [name, value] of Object.entries(variables)) env.set(name, value);
   try {
-    return new BoundedInterpreter(env, meter).run(template.parsed).value;
+    return interpreter.run(template.parsed).value;
   } catch (error) {
     if (error instanceof ChatTemplateError) throw withSteps(error, meter);
     const message = /** @type {Error} */ (error)?.message ?? String(error);

@@ -102,7 +102,7 @@ for (const { name, template, js } of HOSTILE) {
   });
 }
 
-test("a loop renders as the library's: loop's attributes, a filter, unpacking, break, continue, else", () => {
+test("a loop and range render as the library's: loop's attributes, a filter, unpacking, break, continue, else", () => {
   const variables = {
     messages: [{ role: "system", content: "s" }, { role: "user", content: "u" }, { role: "assistant", content: "a" }],
     pairs: [[1, "a"], [2, "b"]], table: { x: 1, y: 2 }, empty: [],
@@ -121,6 +121,8 @@ test("a loop renders as the library's: loop's attributes, a filter, unpacking, b
     "{% for i in range(3) %}{% set ns = namespace(l=loop) %}{{ ns.l.index }}{% endfor %}{{ loop is defined }}",
     "{% for i in range(-3, 3) %}{{ loop.index }}{{ i }}{% endfor %}{{ i is defined }}",
     "{% for m in messages %}{{ loop | tojson }}{% endfor %}",
+    "{% for i in range(10, 0, -3) %}{{ i }},{% endfor %}{{ range(3) }}{{ range(2, -2, -1) }}{{ range(0.5, 3) }}" +
+      "{{ range(-3) | length }}{{ range(5)[2] + 1 }}",
   ];
   for (const template of templates) {
     assert.equal(renderChatTemplate(template, variables), new Template(template).render(variables), template);
