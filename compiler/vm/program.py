@@ -100,6 +100,8 @@ class _Function:
         # The struct info of each match, read once.
         self.checks = {index: sinfo_from_json(op["sinfo"]) for index, op in enumerate(record["code"])
                        if op["op"] == "match"}
+        # Shapes the program computes from the heap (check_reshapes compares element counts with them).
+        self.shapes = {op["dst"]: op["values"] for op in record["code"] if op["op"] == "shape"}
         self.generation = 0  # calls so far: a DeviceTensor from an earlier call is stale
         self.memory = FunctionMemory(vm.storage, record, self.bounds, self.tokens)
         self.bound = self._bind(self.memory, self.bounds)
@@ -132,6 +134,8 @@ class _Function:
         for index, sinfo in self.checks.items():
             op = record["code"][index]
             value = values.get(op["reg"])
+            if value is None and op["reg"] in self.shapes:  # checked here, before any kernel runs
+                value = ShapeValue(evaluate(d, heap) for d in self.shapes[op["reg"]])
             if value is None and (op["sinfo"]["kind"] == "prim" or str(op["reg"]) not in record["tensors"]):
                 continue  # a tuple of the program's own tensors (the result): each field was checked
             if value is None:  # a tensor the program or the state holds: its shape is known symbolically
