@@ -28,6 +28,20 @@ from .struct_info import (
 INLINED_CHECKS = "inlined_checks"
 
 
+# The function attribute in which a pass that inserts a match_cast of its own (check_reshapes) says,
+# by variable, what the check stands for in the program the user wrote, in full:
+# {"lv0_count": "reshape of x to (a, b) in main: the element count of x"}.
+DESCRIBED_CHECKS = "described_checks"
+
+
+def match_cast_origin(func, function: str, var_name: str) -> str | None:
+    """What the match_cast binding ``var_name`` of ``func`` (named ``function``) checks when a pass
+    put it there, in the user's terms: a check a pass described, or an inlined call's; None for a
+    match_cast the user wrote."""
+    described = (func.attr(DESCRIBED_CHECKS) or {}).get(var_name)
+    return described or inlined_check(func.attr(INLINED_CHECKS), function, var_name)
+
+
 def inlined_check(checks: dict | None, function: str, var_name: str) -> str | None:
     """What a match_cast binding ``var_name`` of ``function`` checks when an inlined call left it (its
     function's ``INLINED_CHECKS`` are ``checks``), named as the user wrote the call: ``argument 'x_in'

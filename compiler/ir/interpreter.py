@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import arith
-from .check import INLINED_CHECKS, ShapeValue, bind_value, check_value, inlined_check
+from .check import ShapeValue, bind_value, check_value, match_cast_origin
 from .errors import RuntimeCheckError
 from .expr import (
     Call,
@@ -79,7 +79,7 @@ class Interpreter:
             raise RuntimeCheckError(f"{name} takes {len(func.params)} arguments "
                                     f"({', '.join(p.name_hint for p in func.params)}), got {len(args)}")
         frame = _Frame(name)
-        frame.checks = func.attr(INLINED_CHECKS)
+        frame.function = func
         if captured is not None:
             own = {v.name for p in func.params for v in defining_vars(p.struct_info)}
             frame.env = dict(captured.env)
@@ -115,7 +115,7 @@ class Interpreter:
         if isinstance(binding, MatchCast):
             bind_value(binding.struct_info, value, frame.sym)
             check_value(value, binding.struct_info, frame.sym,
-                        lambda: inlined_check(frame.checks, frame.name, binding.var.name_hint)
+                        lambda: match_cast_origin(frame.function, frame.name, binding.var.name_hint)
                         or f"match_cast in {print_binding(binding)}")
         else:
             check_value(value, binding.var.struct_info, frame.sym,
@@ -248,7 +248,7 @@ _LOWERED = {
 class _Frame:
     def __init__(self, name: str):
         self.name = name
-        self.checks: dict | None = None  # the function's INLINED_CHECKS
+        self.function: Function | None = None  # its attributes say what a pass's match_casts check
         self.env: dict[Var, Any] = {}
         self.sym: dict[str, int] = {}
 

@@ -21,7 +21,7 @@ expressions as text (``tessera.arith`` syntax) evaluated on the shape heap.
 from __future__ import annotations
 
 from .. import arith
-from ..ir.check import INLINED_CHECKS, inlined_check
+from ..ir.check import match_cast_origin
 from ..ir.errors import TesseraError
 from ..ir.expr import (
     Call,
@@ -303,7 +303,7 @@ class _FunctionCompiler:
             src = self._operand(value)
             self.registers[binding.var] = src
             name = binding.var.name_hint
-            self._match(src, binding.struct_info, inlined_check(self.func.attr(INLINED_CHECKS), self.name, name)
+            self._match(src, binding.struct_info, match_cast_origin(self.func, self.name, name)
                         or f"match_cast of {name} in {self.name}")
             return
         if isinstance(value, Call) and isinstance(value.op, Op):
