@@ -75,7 +75,26 @@ def _deduce_reshape(call, ctx):
 
 
 def _reshape_reference(x, shape):
-    return np.reshape(x, tuple(shape))
+    shape = tuple(int(d) for d in shape)
+    try:
+        return np.reshape(x, shape)
+    except ValueError:
+        # numpy's words drop a -1 ("cannot reshape array of size 30 into shape (4)"): say both counts.
+        holds = "" if -1 in shape else f", which holds {math.prod(shape)}"
+        raise ValueError(f"{x.size} elements cannot take the shape {_text(shape)}{holds}") from None
+
+
+def unproven_reshape_counts(call, analyzer: arith.Analyzer) -> tuple[arith.PrimExpr, arith.PrimExpr] | None:
+    """(the element count of x, that of the result) of a deduced ``reshape`` call whose two counts
+    ``analyzer`` cannot prove equal: deduction lets such a reshape through (a shape the caller
+    passes, dims of other symbolic variables), so it is a run-time check's to compare them, before a
+    kernel reads past x or leaves the result half written. None when they are provably equal or
+    either shape is unknown."""
+    x, out = call.args[0].struct_info, call.struct_info
+    if getattr(x, "shape", None) is None or getattr(out, "shape", None) is None:
+        return None
+    size, count = analyzer.simplify(product(x.shape)), analyzer.simplify(product(out.shape))
+    return None if analyzer.prove_equal(size, count) else (size, count)
 
 
 register_op("reshape", inputs=("x", "shape"), deduce=_deduce_reshape, reference=_reshape_reference,
