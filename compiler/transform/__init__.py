@@ -12,12 +12,13 @@ from .pipeline import Pipeline
 from .plan_memory import plan_memory
 from .quantize_activations import quantize_activations
 from .realize_vdevice import realize_vdevice
+from .reshape_checks import check_reshapes
 from .simplify import dead_code_elimination, fold_constants, normalize
 from .split_weights import split_oversized_weights
 from .unalias import unalias_kernel_args
 from .update_vdevice import update_vdevice
 
-__all__ = ["FusionPattern", "Pipeline", "dead_code_elimination", "explicit_allocation", "find_matches",
-           "fold_constants", "fuse_ops", "fuse_ops_by_pattern", "fuse_tir", "inline_functions", "lambda_lift",
-           "legalize_ops", "normalize", "quantize_activations", "plan_memory", "realize_vdevice",
+__all__ = ["FusionPattern", "Pipeline", "check_reshapes", "dead_code_elimination", "explicit_allocation",
+           "find_matches", "fold_constants", "fuse_ops", "fuse_ops_by_pattern", "fuse_tir", "inline_functions",
+           "lambda_lift", "legalize_ops", "normalize", "quantize_activations", "plan_memory", "realize_vdevice",
            "split_oversized_weights", "to_mixed_precision", "to_non_dataflow", "update_vdevice", "vm_shape_lowering"]

@@ -20,6 +20,7 @@ from .mixed_precision import to_mixed_precision
 from .normalize import bind_results
 from .plan_memory import plan_memory
 from .realize_vdevice import realize_vdevice
+from .reshape_checks import check_reshapes
 from .simplify import dead_code_elimination, fold_constants
 from .split_weights import split_oversized_weights
 from .unalias import unalias_kernel_args
@@ -39,7 +40,9 @@ class Pipeline:
                   ("bind_results", bind_results), ("fold_constants", fold_constants),
                   ("dead_code_elimination", dead_code_elimination),
                   # A module placed on virtual devices: every tensor on its device, hints made copies.
-                  ("realize_vdevice", lambda m: realize_vdevice(m) if m.vdevices else m)]
+                  ("realize_vdevice", lambda m: realize_vdevice(m) if m.vdevices else m),
+                  # A reshape whose element count only a call can tell is checked before fusion hides it.
+                  ("check_reshapes", check_reshapes)]
         if target.activation_dtype != "float32":
             passes += [("to_mixed_precision", lambda m: to_mixed_precision(m, target.activation_dtype))]
         # A weight larger than one binding may be is read in row chunks (after mixed precision has set

@@ -602,6 +602,21 @@ def _program_coarse() -> Case:
                 else [call.args[0] * 2])
 
 
+@case("program-reshape-unproven")
+def _program_reshape_unproven() -> Case:
+    x = np.linspace(-1, 1, 30, dtype=np.float32).reshape(3, 10)
+    y = np.random.default_rng(39).standard_normal((5, 6)).astype(np.float32)
+    return Case("program", "reshapes whose element count only a call tells (to another tensor's shape, to sizes the "
+                "caller passes): a call whose sizes hold fewer or more elements than x is refused, naming the reshape",
+                from_source(programs.RESHAPE_UNPROVEN),
+                (Call("like", (x, y)), Call("to_sizes", (x, 2, 15)),
+                 Call("like", (x, y[:4]), error=programs.reshape_error(24)),
+                 Call("to_sizes", (x, 6, 6), error=programs.reshape_error(36)),
+                 Call("to_sizes", (x, 30, 1))),
+                numpy=lambda call: [call.args[0].reshape(call.args[1].shape) + call.args[1]] if call.function == "like"
+                else [call.args[0].reshape(call.args[1], call.args[2])])
+
+
 @case("program-function-value")
 def _program_function_value() -> Case:
     from tessera.ir import Call as CallExpr

@@ -91,6 +91,45 @@ class Module:
 # What an argument that breaks the callee's parameter shape must be reported with, in every runtime.
 HELPER_SHAPE_ERROR = ("argument 'y' of helper", 'R.Tensor((m, 4), dtype="float32")', "(3, 5)")
 
+# A reshape whose element count the compiler cannot prove (issue 32): to the shape of another tensor,
+# or to sizes the caller passes. A call whose sizes disagree with x's must fail before the kernel
+# runs (it would read past x, or leave the result half written), as the interpreter refuses it.
+RESHAPE_UNPROVEN = '''
+@I.ir_module
+class Module:
+    @R.function
+    def like(x: R.Tensor(("n", "m"), dtype="float32"), y: R.Tensor(("a", "b"), dtype="float32")) -> R.Tensor(("a", "b"), dtype="float32"):
+        n = T.int64()
+        m = T.int64()
+        a = T.int64()
+        b = T.int64()
+        R.func_attr({"tir_var_upper_bound": {"n": 40, "m": 40, "a": 40, "b": 40}})
+        with R.dataflow():
+            lv0: R.Tensor((a, b), dtype="float32") = R.reshape(x, R.shape([a, b]))
+            gv: R.Tensor((a, b), dtype="float32") = R.add(lv0, y)
+            R.output(gv)
+        return gv
+
+    @R.function
+    def to_sizes(x: R.Tensor(("n", "m"), dtype="float32"), a: R.Prim(value="a"), b: R.Prim(value="b")) -> R.Tensor(("a", "b"), dtype="float32"):
+        n = T.int64()
+        m = T.int64()
+        a = T.int64()
+        b = T.int64()
+        R.func_attr({"tir_var_upper_bound": {"n": 40, "m": 40, "a": 40, "b": 40}})
+        with R.dataflow():
+            gv: R.Tensor((a, b), dtype="float32") = R.reshape(x, R.shape([a, b]))
+            R.output(gv)
+        return gv
+'''
+
+
+def reshape_error(count: int) -> tuple[str, ...]:
+    """What a runtime's refusal of a RESHAPE_UNPROVEN call whose sizes hold ``count`` elements (x holds
+    30) must hold: the reshape as printed (the VMs' check quotes it, the interpreter its binding) and
+    both counts."""
+    return ("R.reshape(x, R.shape([a, b]))", "30", str(count))
+
 
 def double(x: np.ndarray, out: np.ndarray, *scalars: int) -> None:
     """``tessera.test.double``, the library every conformance adapter registers (the call's tir_vars
