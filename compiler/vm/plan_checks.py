@@ -36,8 +36,6 @@ MAX_ALIAS_ROUNDS = 16
 WORD_BYTES = 4
 # A grid is passed to a kernel as 32-bit integers: what a device without a stated limit takes.
 MOST_WORKGROUPS = 2**31 - 1
-# Instructions that pass a tensor on without reading its bytes.
-PASSING_ON = ("move", "tuple", "get")
 
 
 @dataclass(frozen=True)
