@@ -38,8 +38,14 @@ DEFAULT_ROOT = os.path.join(REPO, "build", "conformance")
 # and on any other adapter, and the vulkan (opencl) folder on lavapipe (PoCL) and on a phone's GPU alike.
 # The cpu folder is machine code: built for a portable instruction set of this machine's architecture,
 # never -march=native, since its digest does not name the CPU and the folder may be run elsewhere.
+AARCH64_HOST = platform.machine().lower() in ("aarch64", "arm64")
 TARGETS = {"webgpu": "webgpu", "wasm": "wasm", "vulkan": "vulkan", "opencl": "opencl",
-           "cpu": "cpu-armv8.2-a" if platform.machine().lower() in ("aarch64", "arm64") else "cpu-x86-64-v2"}
+           "cpu": "cpu-armv8.2-a" if AARCH64_HOST else "cpu-x86-64-v2"}
+# Machine code for a phone's CPU built on another machine, which runs it under qemu-user
+# (test_native_aarch64.py). Built only when asked for by name, and left out of the index: no
+# adapter on this machine runs it natively. (On AArch64 the cpu folder is this build.)
+CROSS_TARGETS = {} if AARCH64_HOST else {"cpu-aarch64": "cpu-armv8.2-a"}
+PRESETS = {**TARGETS, **CROSS_TARGETS}
 SOURCES = [os.path.join(HERE, name) for name in ("cases.py", "caseio.py", "generate.py", "programs.py")] + \
     [os.path.join(REPO, "tests", name) for name in ("tiny_llama.py", "modules.py")]
 
@@ -149,7 +155,7 @@ def write_case(folder: str, name: str, target: str, spec: Case, expected, digest
     partial = folder + ".partial"
     shutil.rmtree(partial, ignore_errors=True)
     start = time.perf_counter()
-    exe = tessera.build(spec.module, TARGETS[target])
+    exe = tessera.build(spec.module, PRESETS[target])
     seconds = time.perf_counter() - start
     exe.save(partial)
     os.makedirs(os.path.join(partial, "data"))
@@ -170,7 +176,7 @@ def write_case(folder: str, name: str, target: str, spec: Case, expected, digest
             outputs.append({**entry, "exact": True} if exact else {**entry, "rtol": rtol, "atol": atol})
         calls.append({"function": call.function, "args": args, "outputs": outputs})
     record = {"format": CASE_FORMAT, "version": VERSION, "case": name, "family": spec.family,
-              "description": " ".join(spec.description.split()), "target": target, "preset": TARGETS[target],
+              "description": " ".join(spec.description.split()), "target": target, "preset": PRESETS[target],
               "backends": exe.backends, "digest": digest, "libraries": list(spec.libraries),
               "expected_from": "tessera.ir.interpret on the unlowered module" + (" (checked against numpy)"
                                                                                  if spec.numpy else ""),
@@ -250,7 +256,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", default=DEFAULT_ROOT)
     parser.add_argument("--case", action="append", choices=sorted(CASES), help="only this case (repeatable)")
-    parser.add_argument("--target", action="append", choices=sorted(TARGETS), help="only this target (repeatable)")
+    parser.add_argument("--target", action="append", choices=sorted(PRESETS), help="only this target (repeatable)")
     parser.add_argument("--force", action="store_true", help="rebuild even the folders whose digest is current")
     args = parser.parse_args(argv)
     generate(args.root, args.case, args.target, args.force)
