@@ -3,10 +3,10 @@ wasmtime, against numpy at sizes that are not multiples of any tile (1, 7, 64, 1
 
 import numpy as np
 import pytest
-from harness import SIGNED, Domain, check_op
+from harness import NONZERO, SIGNED, Domain, check_op
 from tessera import op
 from tessera.codegen.c import LOWERING, emit_c
-from tessera.ir import PrimValue, Tensor
+from tessera.ir import Constant, PrimValue, Tensor
 from tessera.target import Target
 from tessera.tir.lower import lower_kernel
 from tessera.vm.wasm_runner import WasmKernelRunner
@@ -23,6 +23,12 @@ def wasm():
 CASES = {
     "elementwise": (lambda a, b: op.multiply(op.exp(a), op.add(b, a)), [Tensor(("n", 5), F32), Tensor((5,), F32)]),
     "compare_where": (lambda a, b: op.where(op.greater(a, b), a, op.negative(b)), [Tensor(("n",), F32)] * 2),
+    # Signed operands (harness.SIGNED: negatives, zeros, half-integers) where the sign decides.
+    "relu_abs_round": (lambda a: op.add(op.nn.relu(a), op.subtract(op.abs(a), op.round(a))), [Tensor(("n", 3), F32)]),
+    "floor_divide": (op.floor_divide, [Tensor(("n", 3), F32)] * 2, [SIGNED, NONZERO]),
+    "integer_division": (lambda a, b: op.add(op.floor_divide(a, b), op.multiply(op.divide(a, b), Constant(
+        np.array(100, np.int32)))), [Tensor(("n",), "int32")] * 2, [SIGNED, NONZERO]),
+    "int64_floor_divide": (op.floor_divide, [Tensor(("n",), "int64")] * 2, [SIGNED, NONZERO]),
     "gelu_silu": (lambda a: op.nn.silu(op.nn.gelu(a)), [Tensor(("n", 3), F32)]),
     "sum_rows": (lambda a: op.sum(a, axis=[1]), [Tensor(("n", 300), F32)]),
     "mean_all": (lambda a: op.mean(a), [Tensor(("n", 3), F32)]),
