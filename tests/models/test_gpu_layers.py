@@ -57,7 +57,9 @@ def test_vulkan_or_opencl_beside_the_native_cpu_kernels(gpu, cpu):
     assert vm.copies == 8
 
 
-@pytest.mark.long  # not in `make test` (about a minute of compiling per split): run with -m long
+# Not in `make test` (about a minute of compiling per split): run with -m long. SmolLM2's first two
+# layers split in `make test`: tests/models/test_split_smollm2_layers.py.
+@pytest.mark.long
 def test_smollm2_split_at_none_half_and_all_decodes_like_the_whole_model(reference, smollm2_chat_vm):
     """SmolLM2 (30 layers) split after 0, 15 and 30 layers (WebGPU on llvmpipe + WASM) gives the whole
     llvmpipe build's greedy tokens on a plain-text prompt, with one copy per decode step. The WASM half

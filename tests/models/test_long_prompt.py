@@ -87,7 +87,9 @@ def test_a_3000_token_prompt_continues_as_transformers_in_the_wasm_vm_in_node(bu
     assert result["tokens"] == want
 
 
-@pytest.mark.long  # not in `make test`: minutes of llvmpipe's prefill (three 1,024-position chunks)
+# Not in `make test`: minutes of llvmpipe's prefill (three 1,024-position chunks). Its attention over
+# the 3,072-position cache runs there in tests/kernels/test_long_context_kernels.py.
+@pytest.mark.long
 @pytest.mark.timeout(3600)
 def test_a_3000_token_prompt_continues_as_transformers_in_the_python_vm_on_llvmpipe(builds, expected):
     """Run with `pytest -m long`. WGSL's attention on llvmpipe takes the lanes rule (one query row
