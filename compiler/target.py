@@ -11,7 +11,7 @@ A target is asked by capability, never by name: schedule rules size workgroups a
 memory from ``limit(...)``, use vector types when ``vector_lanes`` says the language has them,
 subgroup reductions when ``subgroup_feature`` names one, and the memory planner aligns tensors to
 ``storage_alignment``. The executable records what its kernels need so that loading on a smaller
-device fails with a message that names the limit (DESIGN.md section 5).
+device fails with a message that names the limit (docs/kernels.md, section 6).
 
 This module is a leaf: it imports nothing of Tessera. Device kinds and presets are registered by
 the codegen backends (``tessera.codegen``), each from its own folder; the facts every backend
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # Limit names (WebGPU's spelling, which every runtime's device maps to its own API) and the values
-# every WebGPU adapter grants (DESIGN.md section 5). Other kinds start from these and raise them.
+# every WebGPU adapter grants (docs/kernels.md, section 6). Other kinds start from these and raise them.
 LIMIT_DEFAULTS = {
     "maxStorageBufferBindingSize": 128 << 20,
     "maxBufferSize": 256 << 20,

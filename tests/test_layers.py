@@ -1,7 +1,7 @@
 """The layers close: no module of ``tessera`` imports a module of a layer above its own.
 
-DESIGN.md section 1: "No layer imports a layer after it; applications sit on top and use only
-public APIs." This test states the layers as data and checks every import of every module of
+docs/architecture.md, "The layers": "A module may import its own layer and the layers below it,
+never one above." This test states the layers as data and checks every import of every module of
 the ``tessera`` package (compiler/ is ``tessera``, codegen/ is ``tessera.codegen``: pyproject's
 package-dir). It reads the source with ``ast``, so it sees every import at any depth: at module
 top, inside functions (the lazy imports that keep start-up fast), under ``if TYPE_CHECKING``;
@@ -214,4 +214,4 @@ def test_no_module_imports_a_higher_layer():
         reason = broken_rule(imp)
         if reason:
             broken.append(reason)
-    assert not broken, "imports against the layers (DESIGN.md section 1):\n  " + "\n  ".join(sorted(broken))
+    assert not broken, "imports against the layers (docs/architecture.md, section 'The layers'):\n  " + "\n  ".join(sorted(broken))

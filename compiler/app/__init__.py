@@ -1,4 +1,4 @@
-"""Applications over the compiler's public API (DESIGN.md section 1).
+"""Applications over the compiler's public API (docs/architecture.md, "The layers").
 
     compile.py   `tessera compile`: a GGUF chat model into a directory, and the compile cache
     chat.py      `tessera chat`: a conversation with a compiled model in the Python VM

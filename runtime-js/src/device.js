@@ -5,7 +5,7 @@ export class DeviceError extends Error {
   name = "DeviceError";
 }
 
-/** What every WebGPU adapter grants (DESIGN.md section 5). @type {Record<string, number>} */
+/** What every WebGPU adapter grants (docs/kernels.md, section 6). @type {Record<string, number>} */
 export const SPEC_DEFAULTS = {
   maxStorageBufferBindingSize: 134217728, maxBufferSize: 268435456, maxComputeWorkgroupStorageSize: 16384,
   maxComputeInvocationsPerWorkgroup: 256, maxStorageBuffersPerShaderStage: 8,

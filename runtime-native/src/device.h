@@ -1,4 +1,4 @@
-/* A device runs kernels of the backends it supports (DESIGN.md: program, storage, devices).
+/* A device runs kernels of the backends it supports (docs/architecture.md: program, storage, devices).
  * Memory is addressed as (base, offset): on the CPU a base is host memory; a GPU backend's base
  * is its buffer handle, and the storage layer never touches bytes except through these calls. */
 #ifndef TSR_DEVICE_H
