@@ -299,3 +299,21 @@ class Module:
 
 PAPER_TEXTS = {"figure_3": FIGURE_3, "figure_4": FIGURE_4, "figure_4_callable": FIGURE_4_CALLABLE,
                "shape_example": SHAPE_EXAMPLE}
+
+# The Relax paper's Figure 4 shape that a caller hands in: x reshaped to the shape s, whose variables a
+# and b the function learns from s alone (tests/vm: passing an R.Shape from Python, and checking its count).
+RESHAPE_TO_SHAPE_ARGUMENT = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", "m"), dtype="float32"), s: R.Shape(["a", "b"])) -> R.Tensor(("a", "b"), dtype="float32"):
+        n = T.int64()
+        m = T.int64()
+        a = T.int64()
+        b = T.int64()
+        with R.dataflow():
+            lv0: R.Tensor((a, b), dtype="float32") = R.reshape(x, s)
+            gv: R.Tensor((a, b), dtype="float32") = R.exp(lv0)
+            R.output(gv)
+        return gv
+'''

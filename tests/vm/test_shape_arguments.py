@@ -5,27 +5,10 @@ the parameter's struct info, instead of uploading it as a tensor."""
 import numpy as np
 import pytest
 import tessera
+from modules import RESHAPE_TO_SHAPE_ARGUMENT
 from tessera.ir import RuntimeCheckError, ShapeValue, interpret
 from tessera.script import from_source
 from tessera.vm import VirtualMachine
-
-# The shape of the paper's Figure 4 that a caller hands in: x reshaped to the shape s, whose
-# variables a and b the function learns from s alone (nothing else gives them).
-RESHAPE_TO = '''
-@I.ir_module
-class Module:
-    @R.function
-    def main(x: R.Tensor(("n", "m"), dtype="float32"), s: R.Shape(["a", "b"])) -> R.Tensor(("a", "b"), dtype="float32"):
-        n = T.int64()
-        m = T.int64()
-        a = T.int64()
-        b = T.int64()
-        with R.dataflow():
-            lv0: R.Tensor((a, b), dtype="float32") = R.reshape(x, s)
-            gv: R.Tensor((a, b), dtype="float32") = R.exp(lv0)
-            R.output(gv)
-        return gv
-'''
 
 # A shape whose first dimension is x's own: a shape that disagrees with x violates the signature.
 SPLIT_ROWS = '''
@@ -43,7 +26,7 @@ class Module:
 
 @pytest.fixture(scope="module")
 def reshape_to():
-    mod = from_source(RESHAPE_TO)
+    mod = from_source(RESHAPE_TO_SHAPE_ARGUMENT)
     return mod, VirtualMachine(tessera.build(mod, "wasm"), "wasm")
 
 

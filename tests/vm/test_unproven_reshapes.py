@@ -8,27 +8,11 @@ import numpy as np
 import pytest
 import tessera
 from conformance.programs import RESHAPE_UNPROVEN
+from modules import RESHAPE_TO_SHAPE_ARGUMENT
 from tessera.ir import RuntimeCheckError, ShapeValue
 from tessera.script import from_source
 from tessera.vm import VirtualMachine
 from tessera.vm.program import straight_line
-
-# x reshaped to a shape the caller passes, then used: the Relax paper's Figure 4 shape.
-TO_SHAPE_ARGUMENT = '''
-@I.ir_module
-class Module:
-    @R.function
-    def main(x: R.Tensor(("n", "m"), dtype="float32"), s: R.Shape(["a", "b"])) -> R.Tensor(("a", "b"), dtype="float32"):
-        n = T.int64()
-        m = T.int64()
-        a = T.int64()
-        b = T.int64()
-        with R.dataflow():
-            lv0: R.Tensor((a, b), dtype="float32") = R.reshape(x, s)
-            gv: R.Tensor((a, b), dtype="float32") = R.exp(lv0)
-            R.output(gv)
-        return gv
-'''
 
 DEVICES = {"wasm": "wasm", "webgpu": "llvmpipe"}  # device kind: the target preset it runs
 X = np.linspace(-1, 1, 30, dtype=np.float32).reshape(3, 10)
@@ -43,7 +27,7 @@ def refusal(function: str, call: str, count: int) -> str:
 def vms(request):
     device = request.param
     build = lambda text: VirtualMachine(tessera.build(from_source(text), DEVICES[device]), device)  # noqa: E731
-    return build(TO_SHAPE_ARGUMENT), build(RESHAPE_UNPROVEN)
+    return build(RESHAPE_TO_SHAPE_ARGUMENT), build(RESHAPE_UNPROVEN)
 
 
 def launches_during(vm, monkeypatch, call) -> tuple[int, str]:
