@@ -10,9 +10,8 @@ from .target import Target
 from .tir.ir import PrimFunc
 from .transform.device_targets import DeviceTargets
 from .transform.pipeline import Pipeline
-from .vm.binding_limits import check_binding_limits, record_binding_needs
-from .vm.codegen import compile_vm
 from .vm.executable import Executable
+from .vm_build import check_binding_limits, compile_vm, record_binding_needs
 
 
 def build(mod: IRModule, target: Target | str = "webgpu", upper_bounds: dict[str, int] | None = None,

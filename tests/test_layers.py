@@ -34,7 +34,12 @@ before ``tessera.tir``); the root package ``tessera`` matches only itself.
   transform  graph passes; ``legalize_ops`` is where an operator's computation (op) meets its
              schedule rule (schedule).
   codegen    the backend registry ``tessera.codegen`` and one renderer per language.
-  vm         the executable format and the Python VM.
+  vm         the Python runtime: the executable format, its checks, and the VM over its devices.
+             It imports nothing of the passes (``NARROWER_RULES``).
+  native     ``tessera.native``: runtime-native's C API from Python, a runtime beside the VM.
+  vm_build   the VM's back end on the compiler side: emits the VM's bytecode from a lowered
+             module (it imports passes: ``lower_vm``, ``plan_memory``, ``device_targets``) and
+             checks its tensors against the devices' binding limits. It writes the format of vm.
   model      frontend (GGUF reader, tokenizer), ``nn``, ``models``.
   driver     ``tessera.build`` (``tessera.driver`` and the root package that exports it): the one
              place where the compiler's layers meet.
@@ -42,9 +47,10 @@ before ``tessera.tir``); the root package ``tessera`` matches only itself.
              demo, inspect).
   cli        the ``tessera`` command line.
 
-``NARROWER_RULES`` forbids imports that the order allows but the design does not: the VM reaches
-backends only through the registry ``tessera.codegen``, never a language's renderer; schedule
-rules know patterns, not operators.
+``NARROWER_RULES`` forbids imports that the order allows but the layering does not: the VM imports
+the executable format and its devices, never a pass; the VM reaches backends only through the
+registry ``tessera.codegen``, never a language's renderer; schedule rules know patterns, not
+operators.
 """
 
 from __future__ import annotations
@@ -71,27 +77,30 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("codegen", ("tessera.codegen",)),
     ("vm", ("tessera.vm",)),
     ("native", ("tessera.native",)),  # runtime-native's C API from Python: a runtime beside the VM
+    ("vm_build", ("tessera.vm_build",)),  # the bytecode emitter: passes and the executable format meet
     ("model", ("tessera.frontend", "tessera.nn", "tessera.models")),
     ("driver", ("tessera", "tessera.driver")),
     ("app", ("tessera.app",)),
     ("cli", ("tessera.cli",)),
 ]
 
-# (importing layer, imported-module patterns (fnmatch), why): imports the order allows but the design does not.
+# (importing layer, imported-module patterns (fnmatch), why): imports the order allows but the layering does not.
 NARROWER_RULES: list[tuple[str, tuple[str, ...], str]] = [
+    ("vm", ("tessera.transform", "tessera.transform.*"),
+     "tessera.vm, the Python runtime, imports the executable format and the devices and nothing of the passes: "
+     "compile-side code belongs in tessera.vm_build"),
     ("vm", ("tessera.codegen.*",),
      "the VM reaches a backend through the registry tessera.codegen, never a language's renderer"),
     ("schedule", ("tessera.op", "tessera.op.*"),
      "schedule rules choose by a computation's pattern and the target, never by operator"),
     # tessera.ir.* is left out: tessera.ir exports functions named like its modules (well_formed).
     ("app", ("tessera.driver", "tessera.arith.*", "tessera.tir", "tessera.tir.*", "tessera.op.*", "tessera.script.*",
-             "tessera.transform", "tessera.transform.*", "tessera.codegen.*", "tessera.vm.*"),
+             "tessera.transform", "tessera.transform.*", "tessera.codegen.*", "tessera.vm.*",
+             "tessera.vm_build", "tessera.vm_build.*"),
      "applications use the public APIs: tessera.build, the names a package exports (tessera.vm, tessera.ir ...), "
      "tessera.frontend, tessera.nn and tessera.models"),
 ]
 
-# Removed when the backend registry lands: the VM still calls the WGSL and C renderers directly.
-# (importing module, imported module)
 
 
 @dataclass(frozen=True)
@@ -215,3 +224,15 @@ def test_no_module_imports_a_higher_layer():
         if reason:
             broken.append(reason)
     assert not broken, "imports against the layers (docs/architecture.md, section 'The layers'):\n  " + "\n  ".join(sorted(broken))
+
+
+def test_the_vm_rule_keeps_passes_on_the_compiler_side():
+    """The rule itself, on made-up imports: the Python VM may not import a pass or the bytecode emitter;
+    the emitter may import both the passes and the executable format."""
+    vm = Module("tessera.vm.program", ROOT / "compiler/vm/program.py", False)
+    emitter = Module("tessera.vm_build.bytecode", ROOT / "compiler/vm_build/bytecode.py", False)
+    assert "nothing of the passes" in broken_rule(Import(vm, 1, "tessera.transform.plan_memory"))
+    assert "above vm" in broken_rule(Import(vm, 1, "tessera.vm_build.bytecode"))
+    assert broken_rule(Import(vm, 1, "tessera.vm.executable")) is None
+    assert broken_rule(Import(emitter, 1, "tessera.transform.plan_memory")) is None
+    assert broken_rule(Import(emitter, 1, "tessera.vm.executable")) is None

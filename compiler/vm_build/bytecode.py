@@ -1,4 +1,4 @@
-"""VM code generation: a legalized, memory-planned module becomes an Executable.
+"""The bytecode emitter: a legalized, memory-planned module becomes an Executable.
 
 Each graph function becomes a list of instructions over numbered registers:
 
@@ -56,7 +56,7 @@ from ..tir.ir import PrimFunc
 from ..transform.device_targets import DeviceTargets
 from ..transform.lower_vm import library_name
 from ..transform.plan_memory import device_bytes
-from .executable import Executable
+from ..vm.executable import Executable
 
 
 class VMCompileError(TesseraError):
