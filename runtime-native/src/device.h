@@ -40,7 +40,13 @@ struct tsr_device {
     int64_t max_workgroups;
 };
 
+/* What a device is made with (tessera_model_params, checked by model.c). */
+typedef struct tsr_device_options {
+    int32_t n_threads; /* host threads for the device's work, at least 1 */
+} tsr_device_options;
+
 /* The CPU device (backends/cpu): kernels from one shared object, workgroups over n_threads. */
-tsr_device *tsr_cpu_device_new(tsr_alloc *a, int32_t n_threads);
+extern const char *const tsr_cpu_backends[]; /* the kernel backends it runs, NULL-ended */
+tsr_device *tsr_cpu_device_new(tsr_alloc *a, const tsr_device_options *options);
 
 #endif

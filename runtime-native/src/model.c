@@ -3,6 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device_table.h"
 #include "files.h"
 #include "model.h"
 #include "plan_checks.h"
@@ -62,17 +63,22 @@ int tessera_model_plan(const char *dir, tessera_memory *out) {
     return 0;
 }
 
+/* The device of the table (device_table.h) that params name and that runs m's kernels. */
+static int open_device(tessera_model *m, const char *name) {
+    size_t n_rows;
+    const tsr_device_row *rows = tsr_device_table(&n_rows), *row;
+    int rc = tsr_device_choose(rows, n_rows, &m->exe, name, &row);
+    if (rc) return tsr_error_context(rc, "%s", m->dir);
+    tsr_device_options options = {.n_threads = m->n_threads};
+    m->device = row->create(&m->alloc, &options);
+    return m->device ? 0 : TESSERA_ERROR_OUT_OF_MEMORY;
+}
+
 tessera_model *tessera_model_load(const char *dir, const tessera_model_params *params) {
     tessera_model_params defaults = tessera_model_default_params();
     if (!params) params = &defaults;
     if (!dir) {
         tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "tessera_model_load: dir is NULL");
-        return NULL;
-    }
-    const char *device = params->device ? params->device : "auto";
-    if (strcmp(device, "auto") != 0 && strcmp(device, "cpu") != 0) {
-        tsr_error(TESSERA_ERROR_UNSUPPORTED, "device '%s' is not available in this build of libtessera (devices: cpu)",
-                  device);
         return NULL;
     }
     if (params->n_threads < 0 || params->n_threads > 1024) {
@@ -90,11 +96,9 @@ tessera_model *tessera_model_load(const char *dir, const tessera_model_params *p
     m->dir = tsr_strdup(&m->alloc, dir);
     if (!m->dir) rc = TESSERA_ERROR_OUT_OF_MEMORY;
     if (!rc && (rc = read_executable(&m->alloc, dir, &m->exe))) tsr_error_context(rc, "%s", dir);
+    /* The device before the weights: a build no device here runs is refused without reading them. */
+    if (!rc) rc = open_device(m, params->device ? params->device : "auto");
     if (!rc && (rc = tsr_tensor_cache_load(&m->alloc, dir, 1, &m->weights))) tsr_error_context(rc, "%s", dir);
-    if (!rc) {
-        m->device = tsr_cpu_device_new(&m->alloc, m->n_threads);
-        if (!m->device) rc = TESSERA_ERROR_OUT_OF_MEMORY;
-    }
     if (!rc) {
         char name[64];
         snprintf(name, sizeof name, "%s device", m->device->ops->name);

@@ -189,7 +189,9 @@ static const tsr_device_ops CPU_OPS = {
     .destroy = cpu_destroy,
 };
 
-tsr_device *tsr_cpu_device_new(tsr_alloc *a, int32_t n_threads) {
+const char *const tsr_cpu_backends[] = {CPU_BACKEND, NULL};
+
+tsr_device *tsr_cpu_device_new(tsr_alloc *a, const tsr_device_options *options) {
     cpu_device *cpu = tsr_calloc(a, 1, sizeof *cpu);
     if (!cpu) return NULL;
     cpu->base.ops = &CPU_OPS;
@@ -197,7 +199,7 @@ tsr_device *tsr_cpu_device_new(tsr_alloc *a, int32_t n_threads) {
     /* Kernels read and write words, and take their grid as int32_t counts. */
     cpu->base.storage_alignment = 4;
     cpu->base.max_workgroups = INT32_MAX;
-    cpu->pool = tsr_thread_pool_new(a, n_threads);
+    cpu->pool = tsr_thread_pool_new(a, options->n_threads);
     if (!cpu->pool) {
         tsr_free(a, cpu);
         return NULL;

@@ -1,0 +1,111 @@
+/* The device table: a device is chosen by name, or for "auto" as the first row that runs every
+ * kernel's backend; an unknown name, or kernels no device runs, are refused by name. The table of
+ * this build has the CPU device, which runs the c-native kernels of --target cpu. */
+#include <string.h>
+
+#include "device_table.h"
+#include "harness.h"
+
+static int has(const char *needle) {
+    if (strstr(tessera_last_error(), needle)) return 1;
+    fprintf(stderr, "last error \"%s\" lacks \"%s\"\n", tessera_last_error(), needle);
+    return 0;
+}
+
+static const char *const SPIRV[] = {"spirv", NULL};
+static const char *const C_AND_WASM[] = {"c-native", "wasm", NULL};
+
+/* Two rows that are never created: a GPU first, then a CPU, as a build with a Vulkan device would list them. */
+static const tsr_device_row ROWS[] = {
+    {"vulkan", SPIRV, "vulkan", NULL},
+    {"host", C_AND_WASM, "cpu", NULL},
+};
+
+static tsr_executable executable_of(tsr_kernel *kernels, int32_t n) {
+    tsr_executable exe;
+    memset(&exe, 0, sizeof exe);
+    exe.kernels = kernels;
+    exe.n_kernels = n;
+    exe.target_name = "test";
+    return exe;
+}
+
+static void auto_takes_the_first_row_that_runs_every_kernel(void) {
+    tsr_kernel kernels[2] = {{.name = "add", .backend = "c-native"}, {.name = "mul", .backend = "wasm"}};
+    const tsr_device_row *row = NULL;
+    tsr_executable exe = executable_of(kernels, 2);
+    CHECK_EQ_INT(tsr_device_choose(ROWS, 2, &exe, "auto", &row), 0);
+    CHECK(row == &ROWS[1]);
+    kernels[0].backend = kernels[1].backend = "spirv";
+    CHECK_EQ_INT(tsr_device_choose(ROWS, 2, &exe, "auto", &row), 0);
+    CHECK(row == &ROWS[0]);
+    /* No kernels at all: any device runs them, so the first. */
+    exe = executable_of(kernels, 0);
+    CHECK_EQ_INT(tsr_device_choose(ROWS, 2, &exe, "auto", &row), 0);
+    CHECK(row == &ROWS[0]);
+}
+
+static void a_named_device_is_that_row_if_it_runs_the_kernels(void) {
+    tsr_kernel kernels[1] = {{.name = "add", .backend = "wasm"}};
+    const tsr_device_row *row = NULL;
+    tsr_executable exe = executable_of(kernels, 1);
+    CHECK_EQ_INT(tsr_device_choose(ROWS, 2, &exe, "host", &row), 0);
+    CHECK(row == &ROWS[1]);
+    CHECK_EQ_INT(tsr_device_choose(ROWS, 2, &exe, "vulkan", &row), TESSERA_ERROR_UNSUPPORTED);
+    CHECK(row == NULL);
+    CHECK(has("kernel 'add' is for backend 'wasm' (target test); the vulkan device does not run it: compile the "
+              "model with --target vulkan"));
+}
+
+static void an_unknown_name_is_refused_listing_the_table(void) {
+    const tsr_device_row *row = NULL;
+    tsr_executable exe = executable_of(NULL, 0);
+    CHECK_EQ_INT(tsr_device_choose(ROWS, 2, &exe, "metal", &row), TESSERA_ERROR_UNSUPPORTED);
+    CHECK(has("device 'metal' is not in this build of libtessera (devices: auto, vulkan, host)"));
+    CHECK_EQ_INT(tsr_device_choose(ROWS, 2, &exe, "", &row), TESSERA_ERROR_UNSUPPORTED);
+    CHECK(has("device '' is not in this build"));
+}
+
+static void kernels_no_device_runs_are_refused_naming_the_targets(void) {
+    tsr_kernel kernels[2] = {{.name = "add", .backend = "c-native"}, {.name = "softmax", .backend = "wgsl"}};
+    const tsr_device_row *row = NULL;
+    tsr_executable exe = executable_of(kernels, 2);
+    CHECK_EQ_INT(tsr_device_choose(ROWS, 2, &exe, "auto", &row), TESSERA_ERROR_UNSUPPORTED);
+    CHECK(has("kernel 'add' is for backend 'c-native' (target test); no device of this build of libtessera runs it"));
+    CHECK_EQ_INT(tsr_device_choose(ROWS, 1, &exe, "auto", &row), TESSERA_ERROR_UNSUPPORTED);
+    CHECK(has("compile the model with --target vulkan"));
+    CHECK_EQ_INT(tsr_device_choose(ROWS, 2, &exe, "host", &row), TESSERA_ERROR_UNSUPPORTED);
+    CHECK(has("kernel 'softmax' is for backend 'wgsl' (target test); the host device does not run it"));
+    CHECK_EQ_INT(tsr_device_choose(ROWS, 0, &exe, "auto", &row), TESSERA_ERROR_UNSUPPORTED);
+    CHECK(has("no devices"));
+}
+
+static void this_builds_table_has_the_cpu_device(void) {
+    size_t n;
+    const tsr_device_row *rows = tsr_device_table(&n);
+    CHECK_EQ_INT(n, 1);
+    CHECK(strcmp(rows[0].name, "cpu") == 0 && strcmp(rows[0].target, "cpu") == 0);
+    CHECK(strcmp(rows[0].backends[0], "c-native") == 0 && rows[0].backends[1] == NULL);
+    tsr_kernel kernels[1] = {{.name = "matmul", .backend = "wgsl"}};
+    const tsr_device_row *row = NULL;
+    tsr_executable exe = executable_of(kernels, 1);
+    CHECK_EQ_INT(tsr_device_choose(rows, n, &exe, "auto", &row), TESSERA_ERROR_UNSUPPORTED);
+    CHECK(has("kernel 'matmul' is for backend 'wgsl' (target test); no device of this build of libtessera runs it: "
+              "compile the model with --target cpu"));
+    /* The row makes a working device with the threads asked for. */
+    tsr_alloc a;
+    tsr_alloc_init(&a, NULL);
+    tsr_device_options options = {.n_threads = 2};
+    tsr_device *cpu = rows[0].create(&a, &options);
+    CHECK(cpu != NULL && strcmp(cpu->ops->name, "cpu") == 0);
+    if (cpu) cpu->ops->destroy(cpu);
+}
+
+int main(void) {
+    auto_takes_the_first_row_that_runs_every_kernel();
+    a_named_device_is_that_row_if_it_runs_the_kernels();
+    an_unknown_name_is_refused_listing_the_table();
+    kernels_no_device_runs_are_refused_naming_the_targets();
+    this_builds_table_has_the_cpu_device();
+    return tsr_test_failures();
+}
