@@ -123,7 +123,7 @@ typedef struct tessera_session tessera_session;
 
 typedef struct tessera_model_params {
     int32_t n_threads;          /* 0: the number of online CPUs */
-    const char *device;         /* "auto" or "cpu" */
+    const char *device;         /* "auto" (the first device that runs the kernels) or a device's name: "cpu" */
     tessera_allocator allocator;
     const tessera_library *libraries; /* registered before loading; the executable's names must all be here */
     size_t n_libraries;
