@@ -1,6 +1,6 @@
-/* The LLM program contract: chat-config.json's "program" section (docs/format.md), which names the
- * functions of executable.json a chat runtime calls, by role, with the state tensors they share and
- * the layout of the sampler's parameter vector. Version 1:
+/* The LLM program contract: chat-config.json's "program" section (docs/native.md, "The program"),
+ * which names the functions of executable.json a chat runtime calls, by role, with the state tensors
+ * they share and the layout of the sampler's parameter vector. Version 1:
  *
  *   "program": {"version": 1,
  *               "functions": {"prefill": ..., "decode": ...,  (or "prefill_paged", "decode_batch")

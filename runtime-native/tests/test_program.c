@@ -16,7 +16,10 @@ static int has(const char *needle) {
 
 /* Step functions taking (input_ids, total, cache_k_0, cache_v_0), the last two state. */
 static tsr_param STEP_PARAMS[] = {
-    {.name = "input_ids"}, {.name = "total"}, {.name = "cache_k_0", .state = true}, {.name = "cache_v_0", .state = true},
+    {.name = "input_ids"},
+    {.name = "total"},
+    {.name = "cache_k_0", .state = true},
+    {.name = "cache_v_0", .state = true},
 };
 static tsr_param SAMPLE_PARAMS[] = {{.name = "logits"}, {.name = "history"}, {.name = "params"}};
 
@@ -55,8 +58,8 @@ static int parse(const char *json, tsr_program *out) {
 static void a_one_sequence_build_names_its_functions(void) {
     tsr_program p;
     tsr_executable exe = executable();
-    CHECK_EQ_INT(parse("{\"program\": {\"version\": 1, \"functions\": {" ONE_SEQUENCE "}, " STATE ", " SAMPLER "}}", &p),
-                 0);
+    const char *json = "{\"program\": {\"version\": 1, \"functions\": {" ONE_SEQUENCE "}, " STATE ", " SAMPLER "}}";
+    CHECK_EQ_INT(parse(json, &p), 0);
     CHECK(!p.batched);
     CHECK_EQ_INT(p.n_state, 2);
     CHECK_EQ_INT(p.page_size, 0);
@@ -97,8 +100,8 @@ static const broken_case BROKEN[] = {
     {"{\"program\": [1]}", TESSERA_ERROR_FORMAT, "field 'program'"},
     {"{\"program\": {\"functions\": {" ONE_SEQUENCE "}, " STATE ", " SAMPLER "}}", TESSERA_ERROR_FORMAT,
      "chat-config.json's program: field 'version' is missing"},
-    {"{\"program\": {\"version\": 2, \"functions\": {" ONE_SEQUENCE "}, " STATE ", " SAMPLER "}}", TESSERA_ERROR_VERSION,
-     "chat-config.json's program has version 2; this runtime reads version 1"},
+    {"{\"program\": {\"version\": 2, \"functions\": {" ONE_SEQUENCE "}, " STATE ", " SAMPLER "}}",
+     TESSERA_ERROR_VERSION, "chat-config.json's program has version 2; this runtime reads version 1"},
     {"{\"program\": {\"version\": \"1\", \"functions\": {" ONE_SEQUENCE "}, " STATE ", " SAMPLER "}}",
      TESSERA_ERROR_FORMAT, "field 'version' is of another type"},
     {"{\"program\": {\"version\": 1, " STATE ", " SAMPLER "}}", TESSERA_ERROR_FORMAT, "field 'functions'"},
