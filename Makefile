@@ -14,7 +14,7 @@ APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium clang lld wasi-libc libc
 # runtime-native (C11, CMake): cJSON and PCRE2 from the system; libFuzzer from clang's runtime; the
 # AArch64 cross build (the arm64 -dev packages through multiarch) runs its tests under qemu-user.
 
-.PHONY: setup system-deps python-deps node-deps native test lint test-native test-native-builds test-python test-conformance-js test-js test-browser demo bench wheel clean
+.PHONY: setup system-deps python-deps node-deps facts native test lint test-native test-native-builds test-python test-conformance-js test-js test-browser demo bench wheel clean
 
 setup: system-deps python-deps node-deps
 
@@ -82,6 +82,11 @@ test-native-builds:
 	cmake -S runtime-native -B $(NATIVE)/aarch64 -DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/runtime-native/cmake/aarch64-linux-gnu.cmake > /dev/null
 	cmake --build $(NATIVE)/aarch64 -j2
 	ctest --test-dir $(NATIVE)/aarch64 --output-on-failure
+
+# runtime-js/src/facts.js and runtime-native/src/facts.h from compiler/facts.json (docs/facts.md); both are
+# committed, and tests/test_facts.py fails while either is stale.
+facts:
+	$(PY) -m tessera.facts --write
 
 # Python with ruff; the browser runtime's JSDoc types with TypeScript's checker (no build step).
 lint:

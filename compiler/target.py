@@ -13,30 +13,21 @@ subgroup reductions when ``subgroup_feature`` names one, and the memory planner 
 ``storage_alignment``. The executable records what its kernels need so that loading on a smaller
 device fails with a message that names the limit (docs/kernels.md, section 6).
 
-This module is a leaf: it imports nothing of Tessera. Device kinds and presets are registered by
-the codegen backends (``tessera.codegen``), each from its own folder; the facts every backend
-shares (the limit names and their WebGPU defaults, the feature names) are stated here, once.
+This module imports only ``tessera.facts``. Device kinds and presets are registered by the codegen
+backends (``tessera.codegen``), each from its own folder; the facts every backend shares (the limit
+names and their WebGPU defaults, the feature names) are stated here, once, the defaults in
+compiler/facts.json, which the other runtimes share too (docs/facts.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import facts
+
 # Limit names (WebGPU's spelling, which every runtime's device maps to its own API) and the values
 # every WebGPU adapter grants (docs/kernels.md, section 6). Other kinds start from these and raise them.
-LIMIT_DEFAULTS = {
-    "maxStorageBufferBindingSize": 128 << 20,
-    "maxBufferSize": 256 << 20,
-    "maxComputeWorkgroupStorageSize": 16384,
-    "maxComputeInvocationsPerWorkgroup": 256,
-    "maxComputeWorkgroupSizeX": 256,
-    "maxComputeWorkgroupSizeY": 256,
-    "maxComputeWorkgroupSizeZ": 64,
-    "maxStorageBuffersPerShaderStage": 8,
-    "maxBindGroups": 4,
-    "minStorageBufferOffsetAlignment": 256,
-    "maxComputeWorkgroupsPerDimension": 65535,
-}
+LIMIT_DEFAULTS = dict(facts.WEBGPU_DEFAULT_LIMITS)
 
 # The limits an executable records as requirements (checked by every runtime before it loads).
 REQUIRED_LIMITS = ("maxComputeInvocationsPerWorkgroup", "maxStorageBuffersPerShaderStage",

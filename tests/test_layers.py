@@ -12,8 +12,9 @@ The layers, lowest first. A module may import its own layer and any layer below 
 belongs to the layer that lists the longest prefix of its dotted name (``tessera.tir.schedule``
 before ``tessera.tir``); the root package ``tessera`` matches only itself.
 
+  facts      the numbers every runtime shares, read from compiler/facts.json (docs/facts.md).
   target     targets: kind, features, limits. A leaf that legalization, schedule rules and
-             backends ask by capability, so it imports nothing of tessera.
+             backends ask by capability, so it imports only facts.
   arith      symbolic integer expressions.
   tir        loop-level IR: buffers and statements, compute definitions with their pattern hints,
              pattern analysis, quantized-block decoding, tir->tir lowering, verification. It
@@ -66,6 +67,7 @@ PACKAGE = "tessera"
 
 # (layer, module prefixes), lowest layer first.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("facts", ("tessera.facts",)),  # the numbers every runtime shares (compiler/facts.json): imports nothing of tessera
     ("target", ("tessera.target",)),
     ("arith", ("tessera.arith",)),
     ("tir", ("tessera.tir",)),

@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from tessera import facts
 from tessera.ir import TesseraError
 from tessera.vm import check_against_schema, path_problem, read_json, resolve_inside
 
 BUNDLE_VERSION = 2
 # The figures of a build (docs/web.md): whole numbers of bytes that JSON and JavaScript hold exactly.
 MAX_FIGURE = (1 << 53) - 1
-MAX_BUNDLE_JSON = 1 << 20
+MAX_BUNDLE_JSON = facts.MAX_JSON_BYTES["bundle"]
 MEMORY_FIGURES = ("weights_bytes", "arena_bytes", "kv_cache_bytes", "total_bytes", "largest_buffer_bytes",
                   "largest_binding_bytes")
 

@@ -7,13 +7,14 @@ the tokenizer. runtime-js checks the same (format.js, validateChatConfig).
 
 from __future__ import annotations
 
+from tessera import facts
 from tessera.ir import TesseraError
 from tessera.vm import check_against_schema, parse_json, read_regular
 
 # chat-config.json holds the chat template (a few KB, Gemma's about 10): 16 MiB is far beyond any.
-MAX_CHAT_CONFIG_BYTES = 16 << 20
+MAX_CHAT_CONFIG_BYTES = facts.MAX_JSON_BYTES["chat_config"]
 # tokenizer.json of a 256k vocabulary with its merges is tens of MB.
-MAX_TOKENIZER_BYTES = 256 << 20
+MAX_TOKENIZER_BYTES = facts.MAX_JSON_BYTES["tokenizer"]
 
 
 class ChatFilesError(TesseraError):

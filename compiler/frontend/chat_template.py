@@ -4,7 +4,8 @@ lstrip_blocks), within a budget.
 A chat template is Jinja code from a model file: its author's, not ours. The sandbox keeps it away from
 Python's internals; the budget keeps it from taking the machine, so that a loop nested in a loop or
 ``'a' * 10**9`` ends in a clear error (TemplateBudgetError) rather than a hung chat or gigabytes of
-memory. One rendering may take (TemplateBudget; runtime-js/src/chat-template.js has the same figures):
+memory. One rendering may take (TemplateBudget, whose figures runtime-js/src/chat-template.js shares
+through compiler/facts.json):
 
 - steps: loop iterations, calls (macros, functions, methods) and filters;
 - chars: characters, in any one value the template makes (a string; a list, tuple or dict counts its
@@ -33,6 +34,7 @@ from jinja2.runtime import markup_join, str_join
 from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 from jinja2.utils import Namespace
 
+from .. import facts
 from ..ir.errors import TesseraError
 
 
@@ -52,15 +54,18 @@ class TemplateBudgetError(ChatTemplateError):
     steps: int = 0
 
 
+_BUDGET = facts.CHAT_TEMPLATE_BUDGET
+
+
 @dataclass(frozen=True)
 class TemplateBudget:
-    steps: int = 100_000
-    chars: int = 1 << 20
-    work: int = 1 << 24
+    steps: int = _BUDGET["steps"]
+    chars: int = _BUDGET["chars"]
+    work: int = _BUDGET["work"]
     # What a conversation adds: steps per message; chars and work per character of its text.
-    steps_per_message: int = 64
-    chars_per_text: int = 2
-    work_per_text: int = 16
+    steps_per_message: int = _BUDGET["steps_per_message"]
+    chars_per_text: int = _BUDGET["chars_per_text"]
+    work_per_text: int = _BUDGET["work_per_text"]
 
 
 DEFAULT_BUDGET = TemplateBudget()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import arith
+from .. import arith, facts
 from ..ir.errors import TesseraError
 from ..ir.struct_info import (
     ObjectStructInfo,
@@ -39,9 +39,9 @@ SPLIT_VERSION = 4
 CACHE_FORMAT = "tessera-tensor-cache"
 CACHE_VERSION = 1
 SHARD_BYTES = 32 << 20
-# The largest tensor-cache.json (runtime-native: TSR_TENSOR_CACHE_MAX_JSON) and kernel module a loader reads.
-MAX_TENSOR_CACHE_BYTES = 64 << 20
-MAX_MODULE_BYTES = 1 << 34
+# The largest tensor-cache.json and kernel module a loader reads (compiler/facts.json).
+MAX_TENSOR_CACHE_BYTES = facts.MAX_JSON_BYTES["tensor_cache"]
+MAX_MODULE_BYTES = facts.MAX_MODULE_BYTES
 # Where a record of a shard may start: a multiple of its element size, so that runtimes read it in place
 # (a reader refuses a misaligned one); writers start every record at a multiple of 8 bytes.
 RECORD_ALIGNMENT = 8

@@ -16,19 +16,19 @@ import json
 import os
 import stat
 
+from .. import facts
 from ..ir.errors import TesseraError
 
-# The longest path the format allows, in characters (runtime-native: TSR_MAX_PATH_BYTES).
-MAX_PATH_CHARS = 4096
+# The longest path the format allows, in characters (compiler/facts.json).
+MAX_PATH_CHARS = facts.MAX_PATH_CHARS
 # Characters a path may not hold: a browser fetches it as a URL, where '%' is decoded, '?' and '#' end
 # the path, ':' makes a scheme and '\\' is '/'; control characters are dropped by URL parsing or end
 # a C string (and a space at either end is stripped). A folder must load the same in every runtime, so
 # all of them refuse these.
 FORBIDDEN = frozenset("\\%?#:") | frozenset(map(chr, range(0x20))) | {"\x7f"}
-# The deepest JSON nesting a runtime reads (runtime-native's json.c: TSR_JSON_MAX_DEPTH).
-MAX_JSON_DEPTH = 256
-# executable.json of a real model is a few MB; these keep a hostile file from asking for more.
-MAX_JSON_BYTES = 256 << 20
+# The deepest JSON nesting a runtime reads, and the largest executable.json (compiler/facts.json).
+MAX_JSON_DEPTH = facts.MAX_JSON_DEPTH
+MAX_JSON_BYTES = facts.MAX_JSON_BYTES["executable"]
 
 
 class FileCheckError(TesseraError):

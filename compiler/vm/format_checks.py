@@ -13,19 +13,18 @@ storages share bytes while both are live (plan_checks.py).
 
 from __future__ import annotations
 
-from .. import arith
+from .. import arith, facts
 from ..ir.errors import TesseraError
 from .files import check_relative_path
 from .plan_checks import check_live_storages
 from .schema import json_path
 
-# Bytes per element of each dtype in a tensor cache record (the host layout: numpy's itemsize).
-ITEM_BYTES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "int32": 4, "uint32": 4,
-              "float32": 4, "int64": 8, "uint64": 8, "float64": 8}
-# The most bytes one buffer may need at its upper bounds: more than any device has (runtime-native: 1 TiB).
-MAX_BUFFER_BYTES = 1 << 40
-# Shape expressions nest at most this deep (Python's parser stops at 200, a JS parser goes on).
-MAX_EXPRESSION_NESTING = 64
+# Bytes per element of each dtype in a tensor cache record (the host layout: numpy's itemsize), the most
+# bytes one buffer may need at its upper bounds, and how deep shape expressions nest: facts every runtime
+# shares (compiler/facts.json).
+ITEM_BYTES = {dtype: size["host"] for dtype, size in facts.DTYPE_BYTES.items()}
+MAX_BUFFER_BYTES = facts.MAX_BUFFER_BYTES
+MAX_EXPRESSION_NESTING = facts.MAX_EXPRESSION_NESTING
 # Names every JavaScript object already has (Object.prototype's): runtime-js keeps shape variables in plain
 # objects, where a variable named so would read the prototype's member. Refused everywhere, so that a file
 # loads the same in every runtime.
