@@ -1,5 +1,5 @@
 // Chat templates rendered within a budget: the runtime's side of compiler/frontend/chat_template.py,
-// with the same figures and the same messages.
+// with the same figures (compiler/facts.json) and the same messages.
 //
 // A chat template is Jinja code from a model file: its author's, not ours. @huggingface/jinja runs
 // it with no way into JavaScript's own objects, but a loop nested in a loop, or a string doubled
@@ -18,12 +18,10 @@ import {
   ArrayValue, BooleanValue, BreakControl, ContinueControl, Environment, FloatValue, FunctionValue, IntegerValue,
   Interpreter, ObjectValue, StringValue, Template, UndefinedValue, setupGlobals,
 } from "./vendor/jinja.js";
+import { CHAT_TEMPLATE_BUDGET } from "./facts.js";
 
-export const TEMPLATE_BUDGET = Object.freeze({
-  steps: 100_000, chars: 1 << 20, work: 1 << 24,
-  // What a conversation adds: steps per message; chars and work per character of its text.
-  stepsPerMessage: 64, charsPerText: 2, workPerText: 16,
-});
+// What a conversation adds: stepsPerMessage, and charsPerText and workPerText per character of its text.
+export const TEMPLATE_BUDGET = CHAT_TEMPLATE_BUDGET;
 
 export class ChatTemplateError extends Error {
   name = "ChatTemplateError";

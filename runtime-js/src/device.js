@@ -1,15 +1,14 @@
 // WebGPU adapter and device negotiation: ask for exactly what the executable records it needs,
 // and when the adapter cannot give it, say which feature or limit is missing.
 
+import { WEBGPU_DEFAULT_LIMITS } from "./facts.js";
+
 export class DeviceError extends Error {
   name = "DeviceError";
 }
 
-/** What every WebGPU adapter grants (docs/kernels.md, section 6). @type {Record<string, number>} */
-export const SPEC_DEFAULTS = {
-  maxStorageBufferBindingSize: 134217728, maxBufferSize: 268435456, maxComputeWorkgroupStorageSize: 16384,
-  maxComputeInvocationsPerWorkgroup: 256, maxStorageBuffersPerShaderStage: 8,
-};
+/** What every WebGPU adapter grants (docs/kernels.md, section 6; compiler/facts.json). */
+export const SPEC_DEFAULTS = WEBGPU_DEFAULT_LIMITS;
 
 /** Why WebGPU cannot be used here, or null when it can be tried. */
 export function webgpuUnavailableReason() {

@@ -2,17 +2,11 @@
 // (docs/format.md, "What a loader checks"): the facts a schema cannot state, because they relate one
 // value to another. The Python loader checks the same (tessera/vm/format_checks.py), in the same words.
 
+import { DTYPE_BYTES, MAX_BUFFER_BYTES, MAX_EXPRESSION_NESTING } from "./facts.js";
 import { checkLiveStorages, evaluate } from "./plan-checks.js";
 import { FormatError, jsonPath } from "./schema.js";
 import { parseShapeExpr, shapeFacts } from "./shape.js";
 
-/** Bytes per element of each dtype in a tensor cache record. */
-const ITEM_BYTES = /** @type {Record<string, number>} */ ({ bool: 1, int8: 1, uint8: 1, int16: 2, uint16: 2, float16: 2,
-  int32: 4, uint32: 4, float32: 4, int64: 8, uint64: 8, float64: 8 });
-/** The most bytes one buffer may need at its upper bounds (runtime-native: 1 TiB). */
-const MAX_BUFFER_BYTES = 2 ** 40;
-/** Shape expressions nest at most this deep (Python's parser stops at 200; this one would go on). */
-const MAX_EXPRESSION_NESTING = 64;
 /** Names every JavaScript object already has: a shape variable named so would read the prototype's. */
 const OBJECT_MEMBERS = new Set(Object.getOwnPropertyNames(Object.prototype));
 
@@ -329,7 +323,7 @@ export function checkTensorCache(doc, what) {
       const where = ["records", s, "records", r];
       if (names.has(record.name)) fail(what, [...where, "name"], `is '${record.name}', the name of an earlier record too`);
       names.add(record.name);
-      const item = ITEM_BYTES[record.dtype];
+      const item = DTYPE_BYTES[record.dtype]?.host;
       const count = record.shape.reduce((/** @type {number} */ n, /** @type {number} */ d) => n * d, 1);
       if (count * item !== record.nbytes) {
         fail(what, [...where, "nbytes"], `is ${record.nbytes}, but a ${record.dtype} tensor of shape [${record.shape.join(", ")}] has ${count * item} bytes`);

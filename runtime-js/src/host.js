@@ -3,6 +3,8 @@
 // there and a BigInt64Array here, float16 is two bytes either way. Every device buffer is a whole
 // number of words. Both VMs convert through these functions, so a dtype is spelled in one place.
 
+import { DTYPE_BYTES } from "./facts.js";
+
 /** @typedef {Float32Array|Int32Array|Uint32Array|BigInt64Array|Uint8Array|Uint16Array} HostArray */
 
 /** The typed array that holds each dtype on the host. */
@@ -10,9 +12,6 @@ export const HOST_ARRAYS = {
   float32: Float32Array, int32: Int32Array, uint32: Uint32Array, int64: BigInt64Array, bool: Uint8Array,
   float16: Uint16Array,  // raw IEEE half bits: JS has no half-precision numbers to convert to
 };
-
-/** Bytes one element takes in device memory. */
-const DEVICE_ELEMENT_BYTES = { float32: 4, int32: 4, uint32: 4, int64: 8, bool: 4, float16: 2 };
 
 /** @param {HostArray} data */
 function dtypeOf(data) {
@@ -45,7 +44,7 @@ export class HostTensor {
 /** Bytes of ``count`` elements of ``dtype`` on a device, in whole words (at least one).
  * @param {number} count @param {string} dtype */
 export function deviceBytes(count, dtype) {
-  const size = DEVICE_ELEMENT_BYTES[/** @type {keyof typeof DEVICE_ELEMENT_BYTES} */ (dtype)];
+  const size = Object.hasOwn(HOST_ARRAYS, dtype) ? DTYPE_BYTES[dtype].device : 0;  // the dtypes with a host form here
   if (!size) throw new Error(`the JS runtime has no host form for ${dtype} tensors`);
   return Math.max(4, Math.ceil((count * size) / 4) * 4);
 }

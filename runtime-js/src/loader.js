@@ -9,6 +9,7 @@
 // forever costs no more than that.
 
 import { checkLibraries } from "./builtins.js";
+import { MAX_JSON_BYTES } from "./facts.js";
 import { tokenizerIds, validateBundle, validateChatConfig, validateExecutable, validateTensorCache } from "./format.js";
 import { pathProblem } from "./paths.js";
 
@@ -16,9 +17,8 @@ export class LoadError extends Error {
   name = "LoadError";
 }
 
-/** The most bytes each JSON file may have (as the Python loader and runtime-native allow). */
-export const JSON_LIMITS = { executable: 256 << 20, tensorCache: 64 << 20, bundle: 1 << 20, chatConfig: 16 << 20,
-  tokenizer: 256 << 20 };
+/** The most bytes each JSON file may have (compiler/facts.json, which every runtime shares). */
+export const JSON_LIMITS = MAX_JSON_BYTES;
 
 /**
  * The URL of ``path`` (a relative path a file gave) in the folder ``folderUrl`` (ending in "/"): the path

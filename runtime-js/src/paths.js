@@ -2,7 +2,7 @@
 // path inside its folder. The same rules as the Python loader (tessera/vm/files.py) and runtime-native
 // (src/files.c), with the same reasons; the loader also checks each URL it resolves (insideUrl).
 
-const MAX_PATH_CHARS = 4096;
+import { MAX_PATH_CHARS } from "./facts.js";
 
 /**
  * Why ``path`` is not a relative path inside a folder, or null if it is one.
