@@ -4,6 +4,10 @@
 
 #include <stdint.h>
 
+/* A figure that fits an int as a string literal, for messages: TSR_FACT_TEXT(TSR_MAX_NDIM) is "8". */
+#define TSR_FACT_TEXT(fact) TSR_FACT_TEXT_(fact)
+#define TSR_FACT_TEXT_(fact) #fact
+
 /* The most bytes one buffer (a storage, an offset, an upper bound) may need: 1 TiB, more than any device has,
  * exact in a JavaScript number and an int64. */
 #define TSR_MAX_BUFFER_BYTES INT64_C(1099511627776)
