@@ -5,12 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "facts.h"
 #include "files.h"
 #include "json.h"
 #include "plan_checks.h"
 #include "tensor_cache.h"
 
-#define MAX_REGISTERS (1 << 20)
+#define MAX_REGISTERS TSR_MAX_REGISTERS
 #define MAX_CODE (1 << 22)
 #define MAX_ITEMS (1 << 22)
 
@@ -45,7 +46,8 @@ static int compile_expr(parser *p, const cJSON *item, tsr_symbols *symbols, cons
 
 static int parse_dims(parser *p, const cJSON *array, tsr_symbols *symbols, const char *where, tsr_sinfo *s) {
     int n = cJSON_GetArraySize(array);
-    if (n > TESSERA_MAX_NDIM) return fail(where, "more dimensions than the runtime supports (8)");
+    if (n > TESSERA_MAX_NDIM)
+        return fail(where, "more dimensions than the runtime supports (" TSR_FACT_TEXT(TSR_MAX_NDIM) ")");
     s->dims = tsr_bump_array(p->exe->mem, (size_t)(n ? n : 1), sizeof(tsr_dim));
     if (!s->dims) return TESSERA_ERROR_OUT_OF_MEMORY;
     s->n_dims = n;
@@ -438,8 +440,8 @@ static int parse_memory(parser *p, const cJSON *doc, tsr_function *f, const char
     const cJSON *item;
     cJSON_ArrayForEach(item, buffers) {
         int64_t v;
-        /* An arena buffer larger than 1 TiB is not a plan any device can hold. */
-        if ((rc = tsr_json_int_item(item, where, 0, (int64_t)1 << 40, &v))) return rc;
+        /* An arena buffer larger than TSR_MAX_BUFFER_BYTES (1 TiB) is not a plan any device can hold. */
+        if ((rc = tsr_json_int_item(item, where, 0, TSR_MAX_BUFFER_BYTES, &v))) return rc;
         f->arena_buffers[i++] = (uint64_t)v;
     }
     i = 0;
@@ -458,8 +460,8 @@ static int parse_memory(parser *p, const cJSON *doc, tsr_function *f, const char
         if ((rc = tsr_json_int_item(buffer, where, 0, nb - 1, &v))) return fail(where, "a storage's buffer is out of range");
         s->buffer = (int32_t)v;
         int64_t offset, size;
-        if ((rc = tsr_json_int(item, "offset", where, 0, (int64_t)1 << 40, &offset))) return rc;
-        if ((rc = tsr_json_int(item, "static_size", where, 0, (int64_t)1 << 40, &size))) return rc;
+        if ((rc = tsr_json_int(item, "offset", where, 0, TSR_MAX_BUFFER_BYTES, &offset))) return rc;
+        if ((rc = tsr_json_int(item, "static_size", where, 0, TSR_MAX_BUFFER_BYTES, &size))) return rc;
         if ((uint64_t)offset + (uint64_t)size > f->arena_buffers[s->buffer])
             return fail(where, "a storage lies outside its arena buffer");
         s->offset = (uint64_t)offset;
@@ -540,7 +542,7 @@ static int parse_function(parser *p, const cJSON *all, const cJSON *doc, tsr_fun
     cJSON_ArrayForEach(item, symbols) {
         const cJSON *bound = cJSON_GetObjectItemCaseSensitive(item, "upper_bound");
         if (bound && !cJSON_IsNull(bound)) {
-            if ((rc = tsr_json_int_item(bound, where, 0, (int64_t)1 << 40, &v))) return rc;
+            if ((rc = tsr_json_int_item(bound, where, 0, TSR_MAX_BUFFER_BYTES, &v))) return rc;
             f->upper_bounds[i] = v;
         }
         i++;
@@ -698,7 +700,7 @@ static int parse_root(parser *p, const cJSON *root) {
         /* null for a module no kernel uses */
         if ((rc = tsr_json_opt_string(item, "backend", "modules", &backend))) return rc;
         if ((rc = tsr_json_string(item, "sha256", "modules", &sha))) return rc;
-        if ((rc = tsr_json_int(item, "nbytes", "modules", 0, (int64_t)1 << 34, &nbytes))) return rc;
+        if ((rc = tsr_json_int(item, "nbytes", "modules", 0, TSR_MAX_MODULE_BYTES, &nbytes))) return rc;
         if (strlen(sha) != 64) return fail("modules", "a sha256 must be 64 hex digits");
         m->path = dup_string(p, path);
         m->backend = dup_string(p, backend);

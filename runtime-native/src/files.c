@@ -64,7 +64,7 @@ static int bad_path(const char *name, const char *what, const char *why) {
 int tsr_check_relative_path(const char *name, const char *what) {
     if (!name || !*name) return bad_path(name, what, "it is empty");
     size_t len = strnlen(name, TSR_MAX_PATH_BYTES + 1);
-    if (len > TSR_MAX_PATH_BYTES) return bad_path(name, what, "it is longer than 4096 bytes");
+    if (len > TSR_MAX_PATH_BYTES) return bad_path(name, what, "it is longer than " TSR_FACT_TEXT(TSR_MAX_PATH_BYTES) " bytes");
     if (name[0] == '/') return bad_path(name, what, "it starts with '/'");
     /* A browser's URL parsing strips spaces at either end: " /etc/passwd" would become absolute. */
     if (name[0] == ' ' || name[len - 1] == ' ') return bad_path(name, what, "it starts or ends with a space");

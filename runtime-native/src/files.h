@@ -4,9 +4,11 @@
 #define TSR_FILES_H
 
 #include "common.h"
+#include "facts.h"
 
-/* The longest path the format allows, in bytes. */
-#define TSR_MAX_PATH_BYTES 4096
+/* The longest path the format allows, in bytes (the other runtimes count characters: an ASCII path is
+ * refused alike). */
+#define TSR_MAX_PATH_BYTES TSR_MAX_PATH_CHARS
 
 /* 0 if `name` is a path the format allows, else TESSERA_ERROR_FORMAT naming `what`, the path and
  * why. Refused: NULL or "", more than TSR_MAX_PATH_BYTES bytes, a leading '/', a space at either

@@ -14,7 +14,8 @@
 
 #include <stdio.h>
 
-#define TSR_JSON_MAX_DEPTH 256
+#include "facts.h"
+
 /* Integers beyond 2^53 - 1 cannot be told apart from their neighbours once parsed as doubles. */
 #define TSR_JSON_MAX_EXACT 9007199254740991.0
 
@@ -38,7 +39,7 @@ static int nesting_depth(const char *text, size_t size, int *nul_escape) {
             in_string = 1;
         } else if (c == '[' || c == '{') {
             if (++depth > deepest) deepest = depth;
-            if (deepest > TSR_JSON_MAX_DEPTH) break;
+            if (deepest > TSR_MAX_JSON_DEPTH) break;
         } else if (c == ']' || c == '}') {
             depth--;
         }
@@ -52,8 +53,8 @@ cJSON *tsr_json_parse(const char *text, size_t size, const char *what) {
         return NULL;
     }
     int nul_escape;
-    if (nesting_depth(text, size, &nul_escape) > TSR_JSON_MAX_DEPTH) {
-        tsr_error(TESSERA_ERROR_FORMAT, "%s: JSON nested deeper than %d levels", what, TSR_JSON_MAX_DEPTH);
+    if (nesting_depth(text, size, &nul_escape) > TSR_MAX_JSON_DEPTH) {
+        tsr_error(TESSERA_ERROR_FORMAT, "%s: JSON nested deeper than %d levels", what, TSR_MAX_JSON_DEPTH);
         return NULL;
     }
     if (nul_escape) {

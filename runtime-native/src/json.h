@@ -8,8 +8,9 @@
 #include "common.h"
 
 /* Parses text (of `size` bytes; need not be NUL-terminated). `what` names the file in errors.
- * Nesting deeper than 256 levels (checked before cJSON recurses) and bytes other than whitespace
- * after the value are refused. NULL with the last error set on failure; cJSON_Delete the result. */
+ * Nesting deeper than TSR_MAX_JSON_DEPTH levels (facts.h; checked before cJSON recurses) and bytes
+ * other than whitespace after the value are refused. NULL with the last error set on failure;
+ * cJSON_Delete the result. */
 cJSON *tsr_json_parse(const char *text, size_t size, const char *what);
 
 /* Each returns 0 or TESSERA_ERROR_FORMAT ("<what>: field 'name' ..."). `what` describes the object.

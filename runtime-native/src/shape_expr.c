@@ -14,12 +14,13 @@
 
 #include <string.h>
 
+#include "facts.h"
 #include "files.h"
 
 enum { OP_CONST = 1, OP_VAR, OP_ADD, OP_SUB, OP_MUL, OP_FLOORDIV, OP_FLOORMOD, OP_MIN, OP_MAX, OP_NEG };
 
 #define MAX_TEXT 4096
-#define MAX_DEPTH 64
+#define MAX_DEPTH TSR_MAX_EXPRESSION_NESTING
 /* Values on the evaluation stack at once. With nesting bounded by MAX_DEPTH each level holds at
  * most three pending operands (a sum's, a product's, min's first), so 256 is never reached by an
  * accepted text; compile checks it anyway. */
@@ -143,7 +144,7 @@ static operand sum(parser *p);
 
 static operand atom(parser *p) {
     if (++p->depth > MAX_DEPTH) {
-        fail(p, "nested deeper than 64 levels");
+        fail(p, "nested deeper than " TSR_FACT_TEXT(TSR_MAX_EXPRESSION_NESTING) " levels");
         return (operand){0, 0};
     }
     operand r = {0, 0};

@@ -11,15 +11,19 @@
 #include "json.h"
 #include "sha256.h"
 
+/* The dtypes of the C API, with their bytes per element on the host and in device storage (facts.h). */
+#define DTYPE(name, NAME) {#name, TESSERA_##NAME, TSR_DTYPE_BYTES_##NAME##_HOST, TSR_DTYPE_BYTES_##NAME##_DEVICE}
 static const struct {
     const char *name;
     tessera_dtype dtype;
     size_t host, storage;
 } DTYPES[] = {
-    {"float32", TESSERA_FLOAT32, 4, 4}, {"float16", TESSERA_FLOAT16, 2, 2}, {"int32", TESSERA_INT32, 4, 4},
-    {"uint32", TESSERA_UINT32, 4, 4},   {"int64", TESSERA_INT64, 8, 8},     {"bool", TESSERA_BOOL, 1, 4},
-    {"int8", TESSERA_INT8, 1, 1},       {"uint8", TESSERA_UINT8, 1, 1},
+    DTYPE(float32, FLOAT32), DTYPE(float16, FLOAT16), DTYPE(int32, INT32), DTYPE(uint32, UINT32),
+    DTYPE(int64, INT64),     DTYPE(bool, BOOL),       DTYPE(int8, INT8),   DTYPE(uint8, UINT8),
 };
+#undef DTYPE
+
+_Static_assert(TESSERA_MAX_NDIM == TSR_MAX_NDIM, "tessera.h's TESSERA_MAX_NDIM is not the format's (facts.h)");
 
 int tsr_dtype_from_name(const char *name, tessera_dtype *out) {
     for (size_t i = 0; name && i < TSR_ARRAY_LEN(DTYPES); i++)

@@ -6,12 +6,13 @@
 #define TSR_TENSOR_CACHE_H
 
 #include "common.h"
+#include "facts.h"
 #include "files.h"
 
 #define TSR_TENSOR_CACHE_FORMAT "tessera-tensor-cache"
 #define TSR_TENSOR_CACHE_VERSION 1
 /* tensor-cache.json itself may be at most this large (a 100k-tensor model needs about 16 MiB). */
-#define TSR_TENSOR_CACHE_MAX_JSON ((size_t)64 << 20)
+#define TSR_TENSOR_CACHE_MAX_JSON ((size_t)TSR_MAX_JSON_BYTES_TENSOR_CACHE)
 
 typedef struct tsr_weight {
     char *name;
