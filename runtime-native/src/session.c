@@ -14,6 +14,7 @@
 #include "files.h"
 #include "json.h"
 #include "model.h"
+#include "program.h"
 #include "sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,9 +28,10 @@ typedef struct tsr_chat_config {
     int32_t stop_ids[MAX_STOP_IDS];
     int32_t n_stop_ids;
     int32_t vocab; /* logits per position */
-    /* A batched build (--max-batch): prefill_paged and decode_batch, called by the caller's own
-       scheduler (tessera serve); it tokenizes, but chat sessions refuse it. */
-    bool batched;
+    /* The functions by role. A batched build (program.batched: prefill_paged and decode_batch) is
+       called by the caller's own scheduler (tessera serve); it tokenizes, but chat sessions refuse it. */
+    tsr_program program;
+    const char *prefill, *decode; /* one-sequence builds: the names of the functions to call */
     bool has_format;
     tsr_chat_format format;
     char format_error[512]; /* why the model cannot chat, when has_format is false */
@@ -50,19 +52,15 @@ struct tessera_session {
     tsr_sampler sampler;
 };
 
-static int logits_width(const tsr_executable *exe, int32_t *out) {
-    const char *names[] = {"prefill", "decode"};
+static int logits_width(const tsr_executable *exe, const tsr_program *program, int32_t *out) {
+    const tsr_program_role roles[] = {TSR_ROLE_PREFILL, TSR_ROLE_DECODE};
     for (int i = 0; i < 2; i++) {
-        int32_t index = tsr_executable_function(exe, names[i]);
-        if (index < 0)
-            return tsr_error(TESSERA_ERROR_FORMAT, "a chat model's executable needs functions prefill and decode; it "
-                             "has no '%s'", names[i]);
-        const tsr_function *f = &exe->functions[index];
+        const tsr_function *f = &exe->functions[program->functions[roles[i]]];
         const tsr_instr *ret = &f->code[f->n_code - 1];
         const tsr_register_info *info = ret->op == TSR_OP_RET ? &f->regs[ret->reg] : NULL;
         if (!info || !info->has_tensor || info->ndim != 2 || info->dtype != TESSERA_FLOAT32 ||
             info->shape[1].code != NULL || info->shape[1].constant <= 0 || info->shape[1].constant > (1 << 24))
-            return tsr_error(TESSERA_ERROR_FORMAT, "%s must return float32 logits of shape (1, vocab)", names[i]);
+            return tsr_error(TESSERA_ERROR_FORMAT, "%s must return float32 logits of shape (1, vocab)", f->name);
         *out = (int32_t)info->shape[1].constant;
     }
     return 0;
@@ -117,14 +115,14 @@ int tsr_chat_attach(tessera_model *m) {
     } else {
         goto done;
     }
-    c->batched = tsr_executable_function(&m->exe, "prefill") < 0 &&
-                 tsr_executable_function(&m->exe, "decode_batch") >= 0;
-    if (!c->batched && (rc = logits_width(&m->exe, &c->vocab))) goto done;
-    if (!c->batched) {
+    if ((rc = tsr_program_parse(root, &m->exe, &c->program))) goto done;
+    if (!c->program.batched) {
+        c->prefill = tsr_program_function(&c->program, &m->exe, TSR_ROLE_PREFILL);
+        c->decode = tsr_program_function(&c->program, &m->exe, TSR_ROLE_DECODE);
+        if ((rc = logits_width(&m->exe, &c->program, &c->vocab))) goto done;
         /* The executable plans prefill for at most prefill_chunk new positions (its symbol n) and
            context_length in all (total). */
-        int32_t prefill = tsr_executable_function(&m->exe, "prefill");
-        const tsr_function *f = &m->exe.functions[prefill];
+        const tsr_function *f = &m->exe.functions[c->program.functions[TSR_ROLE_PREFILL]];
         for (int32_t s = 0; s < f->symbols.count; s++) {
             bool is_chunk = strcmp(f->symbols.names[s], "n") == 0;
             int32_t wanted = is_chunk ? c->prefill_chunk : c->context_length;
@@ -196,7 +194,7 @@ int32_t tessera_detokenize(const tessera_model *m, const int32_t *tokens, int32_
 
 tessera_session *tessera_session_new(tessera_model *m) {
     if (need_tokenizer(m)) return NULL;
-    if (m->chat->batched) {
+    if (m->chat->program.batched) {
         tsr_error(TESSERA_ERROR_UNSUPPORTED, "this is a batched build (compiled with --max-batch): its functions "
                   "prefill_paged and decode_batch are called by a server's scheduler (tessera serve --max-batch); "
                   "a chat session needs a build compiled without --max-batch");
@@ -333,7 +331,7 @@ int tessera_chat_completion(tessera_session *s, const tessera_message *msgs, siz
     rc = 0;
     for (int32_t begin = common; begin < n && rc == 0; begin += c->prefill_chunk) {
         int32_t end = n - begin > c->prefill_chunk ? begin + c->prefill_chunk : n;
-        rc = forward(s, "prefill", s->prompt + begin, end - begin, end, &logits);
+        rc = forward(s, c->prefill, s->prompt + begin, end - begin, end, &logits);
     }
     if (rc) {
         tessera_session_reset(s);
@@ -352,7 +350,7 @@ int tessera_chat_completion(tessera_session *s, const tessera_message *msgs, siz
         if (stop < 0) return stop;
         if (stop || n_generated >= sp->max_tokens || s->n_tokens + 1 >= context) break;
         s->tokens[s->n_tokens++] = token;
-        if ((rc = forward(s, "decode", &token, 1, s->n_tokens, &logits))) {
+        if ((rc = forward(s, c->decode, &token, 1, s->n_tokens, &logits))) {
             tessera_session_reset(s);
             return rc;
         }

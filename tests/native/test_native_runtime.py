@@ -277,10 +277,74 @@ def test_a_damaged_folder_is_refused_with_a_message_naming_the_problem(build, co
     assert run.returncode == 1 and run.stderr.startswith("error: ") and message in run.stderr
 
 
+def _chat_config(folder, change):
+    _rewrite_json(os.path.join(folder, "chat-config.json"), lambda doc: change(doc["program"]))
+
+
+def _no_program(folder):
+    _rewrite_json(os.path.join(folder, "chat-config.json"), lambda doc: doc.pop("program"))
+
+
+def _program_version(folder):
+    _chat_config(folder, lambda program: program.__setitem__("version", 2))
+
+
+def _function_the_executable_lacks(folder):
+    _chat_config(folder, lambda program: program["functions"].__setitem__("decode", "decode_v2"))
+
+
+def _sampler_layout(folder):
+    _chat_config(folder, lambda program: program.__setitem__("sampler", ["temperature", "top_p"]))
+
+
+def _state_names(folder):
+    _chat_config(folder, lambda program: program["state"].reverse())
+
+
+@pytest.mark.parametrize("damage,message", [
+    (_no_program, 'chat-config.json has no "program" section (the functions a chat runtime calls): the model was '
+                  "compiled by an older tessera; compile it again with this one"),
+    (_program_version, "chat-config.json's program has version 2; this runtime reads version 1"),
+    (_function_the_executable_lacks, "chat-config.json's program.functions.decode names function 'decode_v2', which "
+                                     "executable.json does not have"),
+    (_sampler_layout, "chat-config.json's program.sampler is [\"temperature\", \"top_p\"]; this runtime knows "
+                      "[\"temperature\", \"top_k\", \"top_p\", \"repetition_penalty\", \"random\"]"),
+    (_state_names, "function prefill's state parameter 0 is 'cache_k_0'"),
+], ids=["missing", "version", "missing-function", "sampler-layout", "state-order"])
+def test_a_bad_program_section_is_refused_naming_the_member(build, copy_of, damage, message):
+    damage(copy_of)
+    with pytest.raises(NativeError) as error:
+        NativeModel(copy_of)
+    assert message in str(error.value)
+    run = tessera_run(build, copy_of, "--prompt", "Hi")
+    assert run.returncode == 1 and run.stderr.startswith("error: ") and message in run.stderr
+
+
+def test_the_functions_called_are_the_ones_the_program_section_names(build, tiny_cpu, copy_of):
+    """Renamed in executable.json and in chat-config.json's program, prefill and decode chat as before."""
+    renamed = {"prefill": "first_chunk", "decode": "next_token"}
+
+    def rename(doc):
+        doc["functions"] = {renamed.get(name, name): f for name, f in doc["functions"].items()}
+    _rewrite_json(os.path.join(copy_of, "executable.json"), rename)
+    _chat_config(copy_of, lambda program: program["functions"].update(renamed))
+    messages = [{"role": "user", "content": "Hi"}]
+    want = NativeModel(tiny_cpu, n_threads=1).session().chat(messages, max_tokens=6)
+    assert NativeModel(copy_of, n_threads=1).session().chat(messages, max_tokens=6)["reply"] == want["reply"]
+
+
 def test_an_executable_for_another_device_is_refused_by_name(build, tiny_gguf, tmp_path):
     folder = compile_tiny(tiny_gguf, str(tmp_path / "webgpu"), "webgpu")
     with pytest.raises(NativeError, match="backend 'wgsl'.*--target cpu"):
         NativeModel(folder)
+
+
+def test_a_device_is_named_from_the_device_table(build, tiny_cpu):
+    """The device table of this build has the CPU device; another name is refused listing the table."""
+    model = NativeModel(tiny_cpu, device="cpu", n_threads=1)
+    assert model.memory() == NativeModel(tiny_cpu).memory()
+    with pytest.raises(NativeError, match=r"device 'metal' is not in this build of libtessera \(devices: auto, cpu\)"):
+        NativeModel(tiny_cpu, device="metal")
 
 
 def test_a_folder_that_is_not_a_model_is_refused(build, tmp_path):
