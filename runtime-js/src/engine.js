@@ -13,13 +13,12 @@
 import { renderChatTemplate } from "./chat-template.js";
 import { ChatError, contextMisfit, fitConversation } from "./conversation.js";
 import { Tokenizer } from "./vendor/tokenizers.js";
-import { DeviceError, requestAdapter, requestDeviceFor, softwareRenderer } from "./device.js";
+import { DeviceError, requestAdapter, softwareRenderer } from "./device.js";
 import { WASM_MEMORY_LIMIT, wasmMisfit, webgpuMisfit } from "./fit.js";
 import { runsOn } from "./format.js";
 import { insideUrl, loadBuild, loadBundleJson, loadChatFiles, loadExecutable } from "./loader.js";
-import { deviceName, SplitVirtualMachine } from "./split-vm.js";
+import { DEVICE_OPENERS, KIND_LABELS, openDevice } from "./devices/index.js";
 import { HostTensor, VirtualMachine } from "./vm.js";
-import { WasmVirtualMachine } from "./wasm-vm.js";
 
 export { ChatError };
 
@@ -72,7 +71,7 @@ export class Engine {
    *          prefillChunk?: number}} parts
    */
   constructor(parts) {
-    this.vm = parts.vm;  // a VirtualMachine (WebGPU) or a WasmVirtualMachine
+    this.vm = parts.vm;  // a VirtualMachine
     this.chatConfig = parts.chatConfig;
     this.tokenizer = parts.tokenizer;
     this.modelId = parts.modelId;
@@ -236,8 +235,6 @@ function refuseContextMisfit(executable, chatConfig) {
   if (misfit) throw new ChatError(misfit);
 }
 
-const KIND_LABELS = /** @type {Record<string, string>} */ ({ webgpu: "WebGPU", wasm: "WASM" });
-
 /**
  * The bundle's builds in the order to try them, and why that order. The bundle lists its builds
  * best first for a GPU; on a software WebGPU adapter (SwiftShader, llvmpipe) the WASM build runs
@@ -319,83 +316,34 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
   };
   /** What engine.load says: bytes, shards from the cache, which cache. */
   const loadFigures = (/** @type {any} */ loaded) => ({ bytes: loaded.bytes, shardsFromCache: loaded.shardsFromCache, cache: loaded.cacheKind });
-  /** A build split across devices (format version 4): its WebGPU and WASM parts in one SplitVirtualMachine;
-   * null, with the reason in reasons, when this page lacks a device it names.
-   * @param {any} build @param {string} folder @param {string} tensorCacheUrl @param {any} executable */
-  const splitEngine = async (build, folder, tensorCacheUrl, executable) => {
-    const gpu = executable.devices.find((/** @type {any} */ d) => d.kind === "webgpu");
-    const wasm = executable.devices.find((/** @type {any} */ d) => d.kind === "wasm");
-    if (!adapter) {
-      reasons.push(`build ${build.name} runs part of its model on ${deviceName(gpu)}, and this page has no WebGPU adapter`);
-      return null;
-    }
-    if (typeof WebAssembly === "undefined") {
-      reasons.push(`build ${build.name} runs part of its model on ${deviceName(wasm)}, and this browser has no WebAssembly`);
-      return null;
-    }
-    let device, adapterName;
-    try {
-      ({ device, adapterName } = await requestDeviceFor(gpu, adapter));
-    } catch (error) {
-      reasons.push(`build ${build.name} runs part of its model on ${deviceName(gpu)}: ${/** @type {Error} */ (error).message}`);
-      return null;
-    }
-    const reason = chosen(build);
-    const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable, tensorCacheUrl });
-    initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
-    const vm = await SplitVirtualMachine.create(loaded.executable, loaded.weights, loaded.modules, { gpuDevice: device, libraries });
-    initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
-    const name = `${adapterName} (${deviceName(gpu)}) + WebAssembly (${deviceName(wasm)})`;
-    return new Engine({ ...parts, vm, prefillChunk: prefillChunk(executable, chatConfig), device: { kind: "split", name, build: build.name, reason },
-      load: loadFigures(loaded) });
-  };
   const baseUrl = new URL(base, globalThis.location?.href ?? "http://localhost/");
   for (const build of builds) {
     const folder = insideUrl(build.path.replace(/\/$/, ""), baseUrl.href, `build ${build.name}'s folder`) + "/";
     const tensorCacheUrl = insideUrl(build.tensor_cache, baseUrl.href, `build ${build.name}'s tensor cache`);
-    if (build.kind === "webgpu") {
-      if (!adapter) continue;  // why is in reasons already
-      const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });
-      refuseContextMisfit(executable, chatConfig);
-      if (executable.devices) {
-        const engine = await splitEngine(build, folder, tensorCacheUrl, executable);
-        if (engine) return engine;
-        continue;
-      }
-      if (!runsOn(executable, "webgpu")) { reasons.push(`build ${build.name} holds kernels WebGPU cannot run`); continue; }
-      let device, adapterName;
-      try {
-        ({ device, adapterName } = await requestDeviceFor(executable, adapter));
-      } catch (error) {
-        reasons.push(/** @type {Error} */ (error).message);
-        continue;
-      }
-      const reason = chosen(build);
-      const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable, tensorCacheUrl });
-      initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
-      const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights, loaded.modules, { libraries });
-      initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
-      return new Engine({ ...parts, vm, prefillChunk: prefillChunk(executable, chatConfig), device: { kind: "webgpu", name: adapterName, build: build.name, reason },
-        load: loadFigures(loaded) });
+    if (!Object.hasOwn(DEVICE_OPENERS, build.kind)) { reasons.push(`build ${build.name} is of an unknown kind ${build.kind}`); continue; }
+    if (build.kind === "webgpu" && !adapter) continue;  // why is in reasons already
+    const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });
+    refuseContextMisfit(executable, chatConfig);
+    const kind = executable.devices ? "split" : build.kind;
+    if (kind !== "split" && !runsOn(executable, kind)) {
+      reasons.push(`build ${build.name} holds kernels ${kind === "wasm" ? "WebAssembly" : KIND_LABELS[kind]} cannot run`);
+      continue;
     }
-    if (build.kind === "wasm") {
-      if (typeof WebAssembly === "undefined") { reasons.push("this browser has no WebAssembly"); continue; }
-      const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });
-      refuseContextMisfit(executable, chatConfig);
-      if (executable.devices) {
-        const engine = await splitEngine(build, folder, tensorCacheUrl, executable);
-        if (engine) return engine;
-        continue;
-      }
-      if (!runsOn(executable, "wasm")) { reasons.push(`build ${build.name} holds kernels WebAssembly cannot run`); continue; }
-      const reason = chosen(build);
-      const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable, tensorCacheUrl });
-      const vm = await WasmVirtualMachine.create(loaded.executable, loaded.weights, loaded.modules, { libraries });
-      initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
-      return new Engine({ ...parts, vm, prefillChunk: prefillChunk(executable, chatConfig), device: { kind: "wasm", name: "WebAssembly SIMD on the CPU", build: build.name, reason },
-        load: loadFigures(loaded) });
+    let device;
+    try {
+      device = await openDevice(executable, { kind, adapter });
+    } catch (error) {
+      if (!(error instanceof DeviceError)) throw error;
+      reasons.push(kind === "split" ? `build ${build.name}: ${error.message}` : error.message);
+      continue;
     }
-    reasons.push(`build ${build.name} is of an unknown kind ${build.kind}`);
+    const reason = chosen(build);
+    const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable, tensorCacheUrl });
+    initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
+    const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights, loaded.modules, { libraries });
+    initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
+    return new Engine({ ...parts, vm, prefillChunk: prefillChunk(executable, chatConfig),
+      device: { kind, name: device.name, build: build.name, reason }, load: loadFigures(loaded) });
   }
   throw new DeviceError(`${reasons.join("; ")}${index.builds.some((/** @type {any} */ b) => b.kind === "wasm") ? "" :
     ", and this bundle has no WASM build to fall back to"}`);

@@ -9,7 +9,7 @@ import { FormatError, schemaProblem } from "./schema.js";
 
 export { FormatError, isInsidePath };
 
-/** Executable versions this runtime reads: 3, and 4 for a build split across devices (split-vm.js). */
+/** Executable versions this runtime reads: 3, and 4 for a build split across devices (devices/split.js). */
 const EXECUTABLE_VERSIONS = [3, 4];
 const TENSOR_CACHE_VERSION = 1;
 const BUNDLE_VERSION = 2;
@@ -70,7 +70,7 @@ function expectDevicesRunHere(doc, what) {
 }
 
 /** Whether every kernel of ``doc`` is for the backend a device of ``kind`` runs (false for a split build, which
- * runs on its devices together: split-vm.js). @param {any} doc @param {string} kind */
+ * runs on its devices together: devices/split.js). @param {any} doc @param {string} kind */
 export function runsOn(doc, kind) {
   if (doc.devices) return false;
   const backend = /** @type {Record<string, string>} */ (BACKENDS)[kind];

@@ -1,7 +1,7 @@
 // The frame interpreter: runs any function of an executable (docs/format.md "Instructions") on a
-// machine, the device-specific half that vm.js (WebGPU) and wasm-vm.js (WASM) each supply, and
-// split-vm.js for a build split across both (which adds `to_device`).
-// Functions that are one straight line over a static plan take the VMs' precomputed fast path
+// machine, the device-specific half (machine.js, over the VM's device; for a build split across
+// devices, its composite device, which also makes the `to_device` copies).
+// Functions that are one straight line over a static plan take the VM's precomputed fast path
 // instead; this is for calls, branches, loops, tuples, coarse parameters, run-time allocation and
 // host library functions.
 //
@@ -43,8 +43,8 @@ class StorageValue {
 
 /**
  * What the interpreter needs of a device. ``device`` is an index into a split build's devices
- * (docs/format.md, "Devices"): a machine of one device ignores it; split-vm.js's hands the request to
- * the machine of that device, and `copy` (the `to_device` instruction) is only a split machine's.
+ * (docs/format.md, "Devices"): one device ignores it; a split build's composite device places the
+ * request on that part, and `copy` is the `to_device` instruction.
  * @typedef {{
  *   pool: {alloc: (nbytes: number, device?: number) => Block, release: (block: Block) => void},
  *   constant: (name: string, device?: number) => {memory: any, offset: number},

@@ -1,6 +1,5 @@
-// What both VMs (WebGPU and WASM) do the same way with a function of the executable
-// (docs/format.md) on their fast path, a function that is one straight line of launches over a
-// static memory plan: check the arguments and bind the shape heap as the `match` instructions say,
+// What the VM (vm.js) does with a function of the executable (docs/format.md) on its fast path, a
+// function that is one straight line of launches over a static memory plan: check the arguments and bind the shape heap as the `match` instructions say,
 // enforce the upper bounds memory was planned for, and follow `tuple`/`get` to the result.
 // Everything else runs in the frame interpreter (interpreter.js).
 
@@ -54,40 +53,6 @@ export class ResultInPlace {
       throw new RuntimeCheckError(`this result of ${this.fn.name} was overwritten by a later call of ${this.fn.name}`);
     }
   }
-}
-
-/** What both VMs expose: functions by name, run with results read back or left in place. */
-export class FunctionTable {
-  constructor() {
-    /** @type {Map<string, {call: (args: any[], toHost: boolean) => Promise<any>, generation: number}>} */
-    this.functions = new Map();
-  }
-
-  /** @param {string} name */
-  fn(name) {
-    const fn = this.functions.get(name);
-    if (!fn) throw new Error(`the executable has no function '${name}' (functions: ${[...this.functions.keys()].join(", ")})`);
-    return fn;
-  }
-
-  /** Run a function and read its result(s) back. @param {string} name @param {...any} args */
-  async run(name, ...args) {
-    return this.fn(name).call(args, true);
-  }
-
-  /** Run a function and leave its result(s) where they are (GPU buffer or WASM memory) for the next one.
-   * @param {string} name @param {...any} args */
-  async runOnDevice(name, ...args) {
-    return this.fn(name).call(args, false);
-  }
-}
-
-/** A VM of one device refuses a build split across devices (format version 4): split-vm.js runs those.
- * @param {any} exe @param {string} vm the VM's name */
-export function expectOneDevice(exe, vm) {
-  if (!exe.devices) return;
-  const names = exe.devices.map((/** @type {any} */ d) => d.vdevices[0] ?? d.kind).join(" and ");
-  throw new Error(`this executable is split across ${names}; ${vm} runs one device: load it with SplitVirtualMachine`);
 }
 
 /** @param {any} record a function of executable.json */

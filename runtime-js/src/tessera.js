@@ -18,5 +18,4 @@ export { BUILTINS } from "./builtins.js";
 export { FunctionValue, RuntimeCheckError, ShapeValue } from "./checks.js";
 export { HostTensor } from "./host.js";
 export { DeviceTensor, VirtualMachine } from "./vm.js";
-export { WasmTensor, WasmVirtualMachine } from "./wasm-vm.js";
-export { deviceName, SplitVirtualMachine } from "./split-vm.js";
+export { DEVICE_OPENERS, deviceKind, deviceName, openDevice, SplitDevice, WasmDevice, WebGPUDevice } from "./devices/index.js";

@@ -16,14 +16,14 @@ let session;
 /** In the page: load one program on a fresh device and run its check; the error text or null. */
 async function runInPage(program) {
   const { CHECKS: checks, TEST_LIBRARIES } = await import("/tests/js/program-checks.mjs");
-  const { loadBuild, requestDeviceFor, VirtualMachine } = await import("/runtime-js/src/tessera.js");
+  const { loadBuild, requestDeviceFor, VirtualMachine, WebGPUDevice } = await import("/runtime-js/src/tessera.js");
   const none = { kind: "none", get: async () => undefined, put: async () => undefined };
   const { executable, weights, modules } = await loadBuild(`/build/js-programs/webgpu/${program}/`, { cache: none });
   const { device } = await requestDeviceFor(executable);
   const errors = [];
   device.addEventListener("uncapturederror", (event) => errors.push(event.error.message));
   try {
-    const vm = await VirtualMachine.create(device, executable, weights, modules, { libraries: TEST_LIBRARIES });
+    const vm = await VirtualMachine.create(new WebGPUDevice(device), executable, weights, modules, { libraries: TEST_LIBRARIES });
     await checks[program](vm);
     await device.queue.onSubmittedWorkDone();
   } catch (error) {

@@ -25,7 +25,7 @@ after(async () => {
 
 /** In the page: load the build on a device made for it, prefill the prompt, and compare with the reference. */
 async function prefillInPage() {
-  const { HostTensor, loadBuild, requestDeviceFor, VirtualMachine } = await import("/runtime-js/src/tessera.js");
+  const { HostTensor, loadBuild, requestDeviceFor, VirtualMachine, WebGPUDevice } = await import("/runtime-js/src/tessera.js");
   const none = { kind: "none", get: async () => undefined, put: async () => undefined };
   const base = "/build/browser-fixtures/large-vocabulary/";
   const { executable, weights, modules } = await loadBuild(`${base}build/`, { cache: none });
@@ -37,7 +37,7 @@ async function prefillInPage() {
   const bindingLimit = device.limits.maxStorageBufferBindingSize;
   let worst = Infinity, shape = null, at = -1, got = NaN, argmax = -1, wantArgmax = -1;
   try {
-    const vm = await VirtualMachine.create(device, executable, weights, modules);
+    const vm = await VirtualMachine.create(new WebGPUDevice(device), executable, weights, modules);
     const logits = await vm.run("prefill", new HostTensor(Int32Array.from(prompt), [prompt.length]), prompt.length);
     shape = logits.shape;
     worst = 0;

@@ -77,7 +77,7 @@ async function greedyInPage({ models, prompt, tokens }) {
     await engine.resetChat();
     const reply = await engine.chat.completions.create({ messages: [{ role: "user", content: prompt }], temperature: 0,
       max_tokens: tokens });
-    runs[model] = { vm: vm.constructor.name, device: engine.device, tokens: generated, copies, reply: reply.choices[0].message.content };
+    runs[model] = { vm: { name: vm.constructor.name, device: vm.device.kind }, device: engine.device, tokens: generated, copies, reply: reply.choices[0].message.content };
   }
   return runs;
 }
@@ -85,10 +85,10 @@ async function greedyInPage({ models, prompt, tokens }) {
 test("the tiny model split across WebGPU and WASM decodes as its unsplit build does", { timeout: 600_000 }, async () => {
   const runs = await session.page.evaluate(greedyInPage, { models: ["tiny-split", "tiny-wasm"], prompt: PROMPT, tokens: TOKENS });
   const split = runs["tiny-split"], plain = runs["tiny-wasm"];
-  assert.equal(split.vm, "SplitVirtualMachine");
-  assert.equal(plain.vm, "WasmVirtualMachine");
+  // One VM over a device: the composite of WebGPU and WASM, or WASM alone.
+  assert.deepEqual([split.vm, plain.vm], [{ name: "VirtualMachine", device: "split" }, { name: "VirtualMachine", device: "wasm" }]);
   assert.equal(split.device.kind, "split");
-  assert.match(split.device.name, /\(webgpu:0\) \+ WebAssembly \(wasm:0\)$/);
+  assert.match(split.device.name, /\(webgpu:0\) \+ WebAssembly SIMD on the CPU \(wasm:0\)$/);
   assert.equal(split.tokens.length, TOKENS);
   assert.deepEqual(split.tokens, plain.tokens, JSON.stringify(runs));
   assert.deepEqual(split.copies, Array(TOKENS - 1).fill(1));  // the hidden state, once a step
@@ -98,13 +98,13 @@ test("the tiny model split across WebGPU and WASM decodes as its unsplit build d
 
 /** In the page: the split module, bounded (fast path) and unbounded (interpreter), against plain JS. */
 async function moduleInPage() {
-  const { HostTensor, loadBuild, SplitVirtualMachine } = await import("/runtime-js/src/tessera.js");
+  const { HostTensor, loadBuild, openDevice, VirtualMachine } = await import("/runtime-js/src/tessera.js");
   const { InterpretedFunction } = await import("/runtime-js/src/interpreter.js");
   const none = { kind: "none", get: async () => undefined, put: async () => undefined };
   const results = {};
   for (const name of ["module", "module-unbounded"]) {
     const { executable, weights, modules } = await loadBuild(`/build/browser-fixtures/split/${name}/`, { cache: none });
-    const vm = await SplitVirtualMachine.create(executable, weights, modules);
+    const vm = await VirtualMachine.create(await openDevice(executable), executable, weights, modules);
     const errors = [];
     for (const n of [3, 16]) {
       const values = (seed) => Float32Array.from({ length: n * 8 }, (_, i) => Math.sin(seed * 13 + i) * 0.5);
@@ -121,7 +121,7 @@ async function moduleInPage() {
       }
     }
     results[name] = { errors, copies: vm.copies, interpreted: vm.functions.get("main") instanceof InterpretedFunction };
-    vm.gpu.device.destroy();
+    vm.device.destroy();
   }
   return results;
 }

@@ -37,14 +37,14 @@ async function serveFile(request, response) {
 /** In the page: open the folder's executable on a WebGPU device made for it, and run the case. */
 async function runInPage(folderUrl) {
   const { checkCase, NO_CACHE, TEST_LIBRARIES } = await import("/tests/conformance/runner.mjs");
-  const { loadBuild, requestDeviceFor, VirtualMachine } = await import("/runtime-js/src/tessera.js");
+  const { loadBuild, requestDeviceFor, VirtualMachine, WebGPUDevice } = await import("/runtime-js/src/tessera.js");
   let device;
   const errors = [];
   const report = await checkCase(folderUrl, fetch, async (folder) => {
     const { executable, weights, modules } = await loadBuild(folder, { cache: NO_CACHE });
     ({ device } = await requestDeviceFor(executable));
     device.addEventListener("uncapturederror", (event) => errors.push(event.error.message));
-    const vm = await VirtualMachine.create(device, executable, weights, modules, { libraries: TEST_LIBRARIES });
+    const vm = await VirtualMachine.create(new WebGPUDevice(device), executable, weights, modules, { libraries: TEST_LIBRARIES });
     return { run: (name, args) => vm.run(name, ...args) };
   });
   if (device) {

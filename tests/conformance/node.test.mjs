@@ -1,5 +1,5 @@
 // The conformance adapter of runtime-js's WebAssembly VM in Node: every case folder of a target
-// whose kernels are c-wasm, loaded by loadBuild and run by WasmVirtualMachine (no browser, no GPU).
+// whose kernels are c-wasm, loaded by loadBuild and run by the VM on a WasmDevice (no browser, no GPU).
 // Targets of other backends (WGSL) are the Chromium adapter's.
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
@@ -7,7 +7,7 @@ import { dirname, join } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
-import { loadBuild, WasmVirtualMachine } from "../../runtime-js/src/tessera.js";
+import { loadBuild, VirtualMachine, WasmDevice } from "../../runtime-js/src/tessera.js";
 import { casesFor, checkCase, NO_CACHE, readIndex, reportLine, TEST_LIBRARIES } from "./runner.mjs";
 
 const ROOT = pathToFileURL(join(dirname(fileURLToPath(import.meta.url)), "..", "..", "build", "conformance") + "/").href;
@@ -25,7 +25,7 @@ async function fileFetch(url) {
 
 async function openRuntime(folderUrl) {
   const { executable, weights, modules } = await loadBuild(folderUrl, { fetchFn: fileFetch, cache: NO_CACHE });
-  const vm = await WasmVirtualMachine.create(executable, weights, modules, { libraries: TEST_LIBRARIES });
+  const vm = await VirtualMachine.create(new WasmDevice(), executable, weights, modules, { libraries: TEST_LIBRARIES });
   return { run: (name, args) => vm.run(name, ...args) };
 }
 

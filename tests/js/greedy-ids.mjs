@@ -9,7 +9,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 
-import { Engine, HostTensor, loadBuild, WasmVirtualMachine } from "../../runtime-js/src/tessera.js";
+import { Engine, HostTensor, loadBuild, VirtualMachine, WasmDevice } from "../../runtime-js/src/tessera.js";
 import { prefillChunk } from "../../runtime-js/src/engine.js";
 import { Tokenizer } from "../../runtime-js/src/vendor/tokenizers.js";
 
@@ -28,7 +28,7 @@ const started = performance.now();
 const loaded = await loadBuild(ORIGIN, { fetchFn, cache: NO_CACHE });
 const chatConfig = JSON.parse(await readFile(join(folder, "chat-config.json"), "utf8"));
 const tokenizer = new Tokenizer(JSON.parse(await readFile(join(folder, "tokenizer.json"), "utf8")), {});
-const vm = await WasmVirtualMachine.create(loaded.executable, loaded.weights, loaded.modules, {});
+const vm = await VirtualMachine.create(new WasmDevice(), loaded.executable, loaded.weights, loaded.modules, {});
 const engine = new Engine({ vm, chatConfig, tokenizer, prefillChunk: prefillChunk(loaded.executable, chatConfig) });
 const loadSeconds = (performance.now() - started) / 1000;
 

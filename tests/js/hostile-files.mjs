@@ -18,7 +18,8 @@ import { validateChatConfig } from "../../runtime-js/src/format.js";
 import { HostTensor } from "../../runtime-js/src/host.js";
 import { loadBuild, loadBundleIndex } from "../../runtime-js/src/loader.js";
 import { checkDeviceFit, webgpuFit } from "../../runtime-js/src/plan-checks.js";
-import { WasmVirtualMachine } from "../../runtime-js/src/wasm-vm.js";
+import { WasmDevice } from "../../runtime-js/src/devices/index.js";
+import { VirtualMachine } from "../../runtime-js/src/vm.js";
 
 const ROOT = "http://bundle.test/models/m/";
 
@@ -84,7 +85,7 @@ async function onDevices(spec, loaded) {
   if (spec.wasm) {
     let vm;
     try {
-      vm = await WasmVirtualMachine.create(loaded.executable, loaded.weights, loaded.modules);
+      vm = await VirtualMachine.create(new WasmDevice(), loaded.executable, loaded.weights, loaded.modules);
     } catch (error) {
       [out.vmRefused, out.vmName, out.vmMessage] = [true, /** @type {Error} */ (error).name, /** @type {Error} */ (error).message];
     }

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { before, test } from "node:test";
 import { pathToFileURL } from "node:url";
 
-import { loadBuild, WasmVirtualMachine } from "../../runtime-js/src/tessera.js";
+import { loadBuild, VirtualMachine, WasmDevice } from "../../runtime-js/src/tessera.js";
 import { ROOT, tessera } from "../browser/bundle.mjs";
 import { CHECKS, TEST_LIBRARIES } from "./program-checks.mjs";
 
@@ -26,7 +26,7 @@ async function fileFetch(url) {
 async function open(program, libraries = TEST_LIBRARIES) {
   const url = pathToFileURL(join(FOLDER, "wasm", program)).href + "/";
   const { executable, weights, modules } = await loadBuild(url, { fetchFn: fileFetch, cache: NO_CACHE });
-  return WasmVirtualMachine.create(executable, weights, modules, { libraries });
+  return VirtualMachine.create(new WasmDevice(), executable, weights, modules, { libraries });
 }
 
 before(() => {

@@ -1,13 +1,16 @@
 // A build split across devices (format version 4, docs/format.md "Devices"): runtime-js reads it with
 // the Python loader's cross-checks, refuses one that binds a kernel to another device's tensor or names
-// a device it does not have, and says which device it lacks. Running one needs WebGPU and WASM
-// together: tests/browser/split.test.mjs.
+// a device it does not have, and says which device it lacks. The one VM runs it over a composite
+// device (devices/split.js), here of two stand-in devices whose kernels are JS functions; WebGPU and
+// WASM together: tests/browser/split.test.mjs.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
+import { openDevice, SplitDevice, WasmDevice } from "../../runtime-js/src/devices/index.js";
 import { runsOn, validateExecutable } from "../../runtime-js/src/format.js";
-import { devicePart, SplitVirtualMachine } from "../../runtime-js/src/split-vm.js";
-import { WasmVirtualMachine } from "../../runtime-js/src/wasm-vm.js";
+import { HostTensor } from "../../runtime-js/src/host.js";
+import { InterpretedFunction } from "../../runtime-js/src/interpreter.js";
+import { VirtualMachine } from "../../runtime-js/src/vm.js";
 
 const LIMITS = { maxBufferSize: 1024, maxComputeInvocationsPerWorkgroup: 256, maxComputeWorkgroupStorageSize: 0,
   maxStorageBufferBindingSize: 512, maxStorageBuffersPerShaderStage: 3 };
@@ -54,17 +57,6 @@ const damaged = (damage) => {
 test("a split build passes the loader's checks, and runs on neither device alone", () => {
   const doc = validateExecutable(splitExecutable());
   assert.ok(!runsOn(doc, "webgpu") && !runsOn(doc, "wasm"));
-  // Each device's share: its kernels (launches renumbered), the weights on it, its arena buffers and results.
-  const wasm = devicePart(doc, 1);
-  assert.deepEqual(wasm.kernels.map((k) => k.name), ["multiply"]);
-  assert.deepEqual(wasm.constants, ["w"]);
-  assert.deepEqual(wasm.functions.main.code, [{ op: "launch", kernel: 0, args: [4, 2], outs: [5], scalars: ["n"] },
-    { op: "tuple", dst: 6, fields: [5] }, { op: "ret", src: 6 }]);
-  assert.deepEqual(wasm.functions.main.params.map((p) => p.name), ["z"]);
-  assert.deepEqual(wasm.functions.main.memory.buffers, [1024]);
-  assert.deepEqual(wasm.functions.main.memory.storages.map((s) => [s.index, s.buffer, s.offset]), [[1, 0, 0], [2, 0, 512]]);
-  assert.equal(wasm.devices, undefined);
-  assert.deepEqual(devicePart(doc, 0).functions.main.code.at(-2), { op: "tuple", dst: 6, fields: [] });
 });
 
 test("a bad version-4 file is refused, naming the field", () => {
@@ -97,13 +89,97 @@ test("a bad version-4 file is refused, naming the field", () => {
   /kernel multiply is for the c-wasm backend but placed on webgpu:0, a webgpu device \(wgsl\)/);
 });
 
-test("without WebGPU, loading a split build names the device it lacks", async () => {
+/**
+ * A device of ``kind`` over host memory whose kernels are JS functions by kernel name (the Device
+ * interface of devices/index.js): a stand-in for WebGPU or WASM that Node can run.
+ * @param {string} kind @param {Record<string, Function>} kernels
+ */
+function hostDevice(kind, kernels) {
+  const memories = new Set();
+  const floats = (view) => new Float32Array(view.memory.bytes.buffer, view.offset, view.nbytes / 4);
+  const device = {
+    kind, name: `host ${kind}`, launches: 0,
+    fits: () => [{ storageAlignment: 4, workgroups: 2 ** 31 - 1, name: `${kind} device` }],
+    owns: (memory) => memories.has(memory),
+    partOf: () => 0,
+    reserve() {},
+    allocate(nbytes) {
+      const memory = { bytes: new Uint8Array(Math.max(nbytes, 4)) };
+      memories.add(memory);
+      return { memory, offset: 0 };
+    },
+    allocateWith(bytes) {
+      const place = device.allocate(bytes.byteLength);
+      place.memory.bytes.set(bytes);
+      return place;
+    },
+    upload: (memory, offset, bytes) => memory.bytes.set(bytes, offset),
+    fillZero: (memory, offset, nbytes) => memory.bytes.fill(0, offset, offset + nbytes),
+    readBack: async (view) => view.memory.bytes.slice(view.offset, view.offset + view.nbytes),
+    copy: (source, destination) => destination.memory.bytes.set(source.memory.bytes.subarray(source.offset, source.offset + source.nbytes), destination.offset),
+    loadKernels: async (records) => records.map((record) => kernels[record.name]),
+    bind: (run, views) => ({ run, views }),
+    launch({ run, views }, scalars) {
+      device.launches += 1;
+      run(...views.map(floats), ...scalars);
+    },
+    flush() {},
+    destroy() {},
+  };
+  return device;
+}
+
+/** The split executable's two devices, as the VM's composite device. */
+function splitDevice() {
+  const gpu = hostDevice("webgpu", { add: (a, b, out, n) => { for (let i = 0; i < n * 8; i++) out[i] = a[i] + b[i]; } });
+  const wasm = hostDevice("wasm", { multiply: (a, b, out, n) => { for (let i = 0; i < n * 8; i++) out[i] = a[i] * b[i]; } });
+  return new SplitDevice([gpu, wasm], ["webgpu:0", "wasm:0"]);
+}
+
+test("the VM runs a split build over the composite device: each launch on its part, one copy between them", async () => {
+  const doc = splitExecutable();
+  const main = doc.functions.main;
+  main.code.unshift(...main.params.map((p) => ({ op: "match", reg: p.register, sinfo, what: `main's ${p.name}`, text: "R.Tensor((n, 8), \"float32\")" })));
+  validateExecutable(doc);
+  const device = splitDevice();
+  const vm = await VirtualMachine.create(device, doc, new Map([["w", new Float32Array(4)]]), new Map());
+  assert.ok(!(vm.functions.get("main") instanceof InterpretedFunction), "main is planned at load");
+  assert.equal(device.name, "host webgpu (webgpu:0) + host wasm (wasm:0)");
+  const n = 3;
+  const values = (seed) => new HostTensor(Float32Array.from({ length: n * 8 }, (_, i) => seed + i), [n, 8]);
+  const [x, y, z] = [values(1), values(2), values(3)];
+  const want = x.data.map((xi, i) => (xi + y.data[i]) * z.data[i]);
+  const got = await vm.run("main", x, y, z);
+  assert.deepEqual(got.shape, [n, 8]);
+  assert.deepEqual(Array.from(got.data), Array.from(want));
+  assert.equal(vm.copies, 1);
+  assert.deepEqual(device.parts.map((p) => p.launches), [1, 1]);
+  // A result left on the WASM part goes in as x, a parameter on the WebGPU part: it moves by the host.
+  const kept = await vm.runOnDevice("main", x, y, z);
+  assert.equal(device.partOf(kept.memory), 1);
+  const again = await vm.run("main", kept, y, z);
+  assert.deepEqual(Array.from(again.data), Array.from(want.map((v, i) => (v + y.data[i]) * z.data[i])));
+  assert.equal(vm.copies, 3);
+  await assert.rejects(vm.run("main", kept, y, z), /this result of main was overwritten by a later call of main/);
+  // The weight on each device that constant_devices names, and on no other.
+  assert.equal(device.partOf(vm.constant("w", 1).memory), 1);
+  assert.equal(device.partOf(vm.constant("w", 0).memory), 0);
+});
+
+test("a split build runs on its devices together: one device alone is refused, naming them", async () => {
   const doc = validateExecutable(splitExecutable());
-  await assert.rejects(SplitVirtualMachine.create(doc, new Map(), new Map()), (error) => {
+  await assert.rejects(VirtualMachine.create(new WasmDevice(), doc, new Map(), new Map()), (error) => {
+    assert.equal(error.name, "DeviceError");
+    assert.match(error.message, /^this executable is split across webgpu:0 and wasm:0; a wasm device runs one: open its devices together/);
+    return true;
+  });
+});
+
+test("without WebGPU, opening a split build's devices names the device it lacks", async () => {
+  const doc = validateExecutable(splitExecutable());
+  await assert.rejects(openDevice(doc), (error) => {
     assert.equal(error.name, "DeviceError");
     assert.match(error.message, /^this build runs part of its model on webgpu:0 \(WebGPU\): this browser has no WebGPU/);
     return true;
   });
-  await assert.rejects(WasmVirtualMachine.create(doc, new Map(), new Map()),
-    /this executable is split across webgpu:0 and wasm:0; WasmVirtualMachine runs one device: load it with SplitVirtualMachine/);
 });

@@ -1,0 +1,145 @@
+// The WebAssembly device (devices/index.js, Device): everything lives in one WebAssembly.Memory that
+// the kernel module imports. Above the module's own data and stack (its __heap_base) buffers are
+// taken in order, never given back (the VM's pool reuses them), the memory growing when it needs
+// more; a view's memory is that WebAssembly.Memory and its offset a pointer into it. A launch calls
+// the kernel's export with the pointers of its tensors, its scalars and its grid; the C code loops
+// over workgroups and threads (codegen/c).
+
+import { DeviceError } from "../device.js";
+import { WASM_FIT } from "../plan-checks.js";
+import { RuntimeCheckError } from "../program.js";
+
+const PAGE = 65536;
+/** Room for the module's data and stack below the buffers, when the memory is first made. */
+const MODULE_ROOM = 1 << 20;
+/** A module that imports env.memory and exports __heap_base = 0, for executables without kernels. */
+const EMPTY_MODULE = Uint8Array.of(0, 0x61, 0x73, 0x6d, 1, 0, 0, 0,
+  2, 0x0f, 1, 3, 0x65, 0x6e, 0x76, 6, 0x6d, 0x65, 0x6d, 0x6f, 0x72, 0x79, 2, 0, 0,  // import env.memory
+  6, 6, 1, 0x7f, 0, 0x41, 0, 0x0b,  // global i32 const 0
+  7, 0x0f, 1, 11, 0x5f, 0x5f, 0x68, 0x65, 0x61, 0x70, 0x5f, 0x62, 0x61, 0x73, 0x65, 3, 0);  // export __heap_base
+const ALIGN = 16;
+const alignUp = (/** @type {number} */ n) => Math.ceil(n / ALIGN) * ALIGN;
+
+export class WasmDevice {
+  kind = "wasm";
+  name = "WebAssembly SIMD on the CPU";
+
+  constructor() {
+    /** @type {WebAssembly.Memory|null} */ this.memory = null;  // made by loadKernels, with the module
+    this.reserved = 0;  // bytes asked for before the memory was made: it starts that large
+    this.end = 0;  // the first free byte
+  }
+
+  fits() {
+    return [WASM_FIT];
+  }
+
+  /** @param {any} memory */
+  owns(memory) {
+    return memory !== null && memory === this.memory;
+  }
+
+  partOf() {
+    return 0;
+  }
+
+  /** Make room for ``nbytes`` more, in one step (growing a large memory little by little copies it each time).
+   * @param {number} nbytes */
+  reserve(nbytes) {
+    if (this.memory) this.grow(this.end + nbytes);
+    else this.reserved += nbytes;
+  }
+
+  /** @param {number} end the bytes the memory must hold */
+  grow(end) {
+    const memory = /** @type {WebAssembly.Memory} */ (this.memory);
+    const need = Math.ceil(end / PAGE) - memory.buffer.byteLength / PAGE;
+    if (need <= 0) return;
+    try {
+      memory.grow(need);
+    } catch {
+      throw new RuntimeCheckError(`WebAssembly memory cannot grow to ${end} bytes`);
+    }
+  }
+
+  /** @param {number} nbytes */
+  allocate(nbytes) {
+    if (!this.memory) throw new Error("the WASM device allocates once its kernels are loaded (its module places the memory)");
+    const pointer = this.end;
+    this.grow(pointer + nbytes);
+    this.end = alignUp(pointer + Math.max(nbytes, 4));
+    return { memory: this.memory, offset: pointer };
+  }
+
+  /** @param {Uint8Array} bytes */
+  allocateWith(bytes) {
+    const place = this.allocate(bytes.byteLength);
+    this.upload(place.memory, place.offset, bytes);
+    return place;
+  }
+
+  bytes() {
+    return new Uint8Array(/** @type {WebAssembly.Memory} */ (this.memory).buffer);
+  }
+
+  /** @param {any} _memory @param {number} offset @param {Uint8Array} bytes */
+  upload(_memory, offset, bytes) {
+    this.bytes().set(bytes, offset);
+  }
+
+  /** @param {any} _memory @param {number} offset @param {number} nbytes */
+  fillZero(_memory, offset, nbytes) {
+    this.bytes().fill(0, offset, offset + nbytes);
+  }
+
+  /** @param {{offset: number, nbytes: number}} view */
+  readBack({ offset, nbytes }) {
+    return this.bytes().slice(offset, offset + nbytes);
+  }
+
+  /** @param {{offset: number, nbytes: number}} source @param {{offset: number}} destination */
+  copy(source, destination) {
+    this.bytes().copyWithin(destination.offset, source.offset, source.offset + source.nbytes);
+  }
+
+  /** Compile and instantiate the kernels' module (one for all of them) over a new memory; an export per kernel.
+   * @param {any[]} kernels @param {Map<string, ArrayBuffer>} modules */
+  async loadKernels(kernels, modules) {
+    const paths = [...new Set(kernels.map((k) => k.module))];
+    if (paths.length > 1) throw new DeviceError(`the WASM device runs kernels of one module; this executable has ${paths.join(", ")}`);
+    // A program of calls and library functions alone has no kernels: an empty module stands in.
+    const wasmBytes = paths.length ? modules.get(paths[0]) : EMPTY_MODULE;
+    if (!wasmBytes) throw new Error(`the kernel module ${paths[0]} was not loaded`);
+    const module = await WebAssembly.compile(wasmBytes);
+    this.memory = new WebAssembly.Memory({ initial: Math.ceil((this.reserved + MODULE_ROOM) / PAGE) });
+    const instance = await WebAssembly.instantiate(module, { env: { memory: this.memory } });
+    const exports = /** @type {any} */ (instance.exports);
+    this.end = alignUp(Number(exports.__heap_base.value));
+    this.grow(this.end + this.reserved);
+    return kernels.map((kernel) => {
+      const run = exports[kernel.entry_point];
+      if (typeof run !== "function") throw new Error(`${kernel.module} does not export ${kernel.entry_point} (kernel ${kernel.name})`);
+      return run;
+    });
+  }
+
+  /** @param {Function} run a loadKernels handle @param {{offset: number}[]} views */
+  bind(run, views) {
+    return { run, pointers: views.map((v) => v.offset) };
+  }
+
+  /** @param {{run: Function, pointers: number[]}} bound @param {number[]} scalars @param {number[]} grid */
+  launch({ run, pointers }, scalars, grid) {
+    run(...pointers, ...scalars, ...grid);
+  }
+
+  flush() {}
+
+  destroy() {}
+}
+
+/** Open the WebAssembly device, or a DeviceError when this browser has no WebAssembly. */
+export async function openWasm() {
+  if (typeof WebAssembly === "undefined") throw new DeviceError("this browser has no WebAssembly");
+  return new WasmDevice();
+}
