@@ -41,7 +41,8 @@ def _numpy_view(tensor: Tensor) -> np.ndarray:
 
 
 class NativeModel:
-    """An executable folder loaded by libtessera on its CPU device."""
+    """An executable folder loaded by libtessera on the device ``device`` names from libtessera's
+    device table ("auto": the first that runs the executable's kernels; this build has "cpu")."""
 
 
     def __init__(self, directory: str, n_threads: int = 0, device: str = "auto", libraries: dict | None = None,
