@@ -120,3 +120,27 @@ def test_element_sizes_agree_with_the_storage_lowering():
     for dtype, size in facts.DTYPE_BYTES.items():
         assert element_bytes(dtype) == size["device"], dtype
         assert np.dtype(dtype).itemsize == size["host"], dtype
+
+
+def _schema(name: str) -> dict:
+    return json.loads((ROOT / "docs" / f"{name}.schema.json").read_text(encoding="utf-8"))
+
+
+def test_the_json_schemas_state_the_bounds_the_facts_give():
+    executable, tensor_cache, bundle = _schema("executable"), _schema("tensor-cache"), _schema("bundle")
+    defs = executable["$defs"]
+    memory = defs["function"]["properties"]["memory"]["properties"]
+    storage = memory["storages"]["items"]["properties"]
+    assert defs["buffer_bytes"]["maximum"] == facts.MAX_BUFFER_BYTES
+    assert memory["buffers"]["items"] == {"$ref": "#/$defs/buffer_bytes"}
+    assert storage["offset"]["anyOf"][1] == storage["static_size"]["anyOf"][1] == {"$ref": "#/$defs/buffer_bytes"}
+    assert defs["ndim"]["maximum"] == defs["dims"]["maxItems"] == facts.MAX_NDIM
+    record = tensor_cache["properties"]["records"]["items"]["properties"]["records"]["items"]["properties"]
+    assert record["shape"]["maxItems"] == facts.MAX_NDIM
+    assert defs["function"]["properties"]["registers"]["maximum"] == facts.MAX_REGISTERS
+    assert defs["register"]["maximum"] == storage["index"]["maximum"] == facts.MAX_REGISTERS - 1
+    assert set(defs["dtype"]["enum"]) == set(facts.DTYPE_BYTES)
+    assert defs["path"]["maxLength"] == bundle["$defs"]["folder"]["maxLength"] == facts.MAX_PATH_CHARS
+    figures = bundle["properties"]["builds"]["items"]["properties"]["memory"]["properties"]
+    for key in ("largest_buffer_bytes", "largest_binding_bytes"):
+        assert figures[key] == {"$ref": "executable-3.json#/$defs/buffer_bytes"}, key
