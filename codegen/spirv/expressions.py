@@ -32,7 +32,7 @@ from tessera.tir.ir import (
     vector_of,
     walk_expr,
 )
-from tessera.tir.printer import print_texpr
+from tessera.tir.script import print_texpr
 
 from .builder import FunctionBuilder, Module
 from .errors import SPIRVError

@@ -39,6 +39,7 @@ from ..tir.ir import (
     Stmt,
     Store,
     TExpr,
+    ThreadLoop,
     Unary,
     vector_of,
 )
@@ -247,11 +248,16 @@ class _KernelParser:
         self.scope[name] = dtype
         return stmt
 
-    def _for(self, stmt: ast.For) -> For:
+    def _for(self, stmt: ast.For) -> For | ThreadLoop:
         loop = stmt.iter
         kind = dotted(loop.func) if isinstance(loop, ast.Call) else None
-        if not isinstance(stmt.target, ast.Name) or kind not in ("T.serial", "T.unroll") or stmt.orelse:
-            raise self.fail(stmt, "loops are `for i in T.serial(start, stop):` or T.unroll(...)")
+        if not isinstance(stmt.target, ast.Name) or kind not in ("T.serial", "T.unroll", "T.threads") or stmt.orelse:
+            raise self.fail(stmt, "loops are `for i in T.serial(start, stop):`, T.unroll(...) or T.threads(count)")
+        if kind == "T.threads":  # each thread of the workgroup in turn (tessera.tir.lower.split_workgroups)
+            if len(loop.args) != 1 or loop.keywords:
+                raise self.fail(loop, "T.threads takes the workgroup's thread count")
+            self.scope[stmt.target.id] = INDEX
+            return ThreadLoop(Local(stmt.target.id), self._int(loop.args[0]), self._block(stmt.body))
         if len(loop.args) != 2:
             raise self.fail(loop, f"{kind} takes start and stop, then optionally step= and dtype=")
         options: dict[str, Any] = {"step": 1, "dtype": INDEX}

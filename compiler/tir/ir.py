@@ -422,10 +422,12 @@ class PrimFunc:
     def params(self) -> tuple[Buffer, ...]:
         return self.inputs + self.outputs
 
-    def script(self) -> str:
-        from .printer import print_kernel
+    def script(self, brief: bool = False) -> str:
+        """The kernel as tir script (docs/script.md), the text that ``IRModule.script()`` holds and
+        ``tessera.script`` parses back; ``brief``: the header and the start of the body only."""
+        from .script import print_prim_func
 
-        return print_kernel(self)
+        return print_prim_func(self, brief=brief)
 
 
 # -- walking -----------------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""Kernels as tir script: the ``@T.prim_func`` text that ``IRModule.script()`` prints inside a
-module and ``tessera.script`` parses back (compiler/script/tir_parser.py).
+"""Kernels as tir script: the one text of a kernel. ``func.script()`` prints it, ``IRModule.script()``
+prints it inside a module, and ``tessera.script`` parses it back (compiler/script/tir_parser.py).
+``func.script(brief=True)`` cuts a long body short, for reading; error messages quote expressions
+in the same spelling (``print_texpr``).
 
-The text follows ``func.script()`` (printer.py) line by line: one parameter per line, then the
-launch, the attributes and the scratch buffers, then one line per statement. It differs where
-that text drops a fact the kernel holds: storage dtypes, attributes, constant dtypes, vector
-lanes, unrolling. The rules that decide how a fact is spelled live here, and the parser imports
-them, so that the two sides cannot drift apart:
+The text has one parameter per line, then the launch, the attributes and the scratch buffers, then
+one line per statement, and it spells every fact the kernel holds: storage dtypes, attributes,
+constant dtypes, vector lanes, unrolling. The rules that decide how a fact is spelled live here,
+and the parser imports them, so that the two sides cannot drift apart:
 
 - A constant is a bare Python literal (``3``, ``0.5``, ``True``) when its dtype is the one its
   context gives it: the declared dtype of the local it initializes, the buffer's dtype for a
@@ -55,6 +56,7 @@ from .ir import (
     Stmt,
     Store,
     TExpr,
+    ThreadLoop,
     Unary,
     vector_of,
 )
@@ -70,7 +72,7 @@ SUBGROUP_BUILTINS = ("subgroup_size", "subgroup_invocation_id")
 # The tensor dtype a parameter of each kernel dtype holds unless it says otherwise.
 DEFAULT_STORAGE = {"f32": "float32", "f16": "float16", "i32": "int32", "u32": "uint32", "bool": "bool"}
 # Names the format gives a meaning under T.; an intrinsic with one of them is written T.unary / T.call.
-RESERVED = {"prim_func", "Input", "Output", "launch", "func_attr", "alloc_buffer", "serial", "unroll",
+RESERVED = {"prim_func", "Input", "Output", "launch", "func_attr", "alloc_buffer", "serial", "unroll", "threads",
             "barrier", "assign", "declare", "var", "const", "builtin", "unary", "binary", "call", "cast",
             "select", "neg", "min", "max", "prim_expr", "call_extern", "address_of", "evaluate",
             *THREAD_BUILTINS, *SUBGROUP_BUILTINS}
@@ -146,17 +148,33 @@ def print_prim(expr) -> str:
     return arith.to_source(expr, "T.")
 
 
-def print_prim_func(func: PrimFunc, name: str | None = None, depth: int = 0) -> str:
-    """``func`` as a ``@T.prim_func`` definition named ``name`` (its module name), indented ``depth`` levels."""
+# The statement lines ``brief`` keeps of a kernel's body; the header is always whole.
+BRIEF_LINES = 12
+
+
+def print_prim_func(func: PrimFunc, name: str | None = None, depth: int = 0, brief: bool = False) -> str:
+    """``func`` as a ``@T.prim_func`` definition named ``name`` (its module name), indented ``depth`` levels.
+    ``brief``: the header and the first ``BRIEF_LINES`` lines of the body, then a comment that counts
+    the rest (a text for reading, which the parser does not take)."""
     printer = _KernelPrinter(func)
     printer.kernel(name or func.name, depth)
-    return "\n".join(printer.lines) + "\n"
+    lines = printer.lines
+    if brief and len(lines) > printer.body_start + BRIEF_LINES:
+        cut = printer.body_start + BRIEF_LINES
+        lines = lines[:cut] + [f"{INDENT * (depth + 1)}# ... {len(lines) - cut} more lines"]
+    return "\n".join(lines) + "\n"
+
+
+def print_texpr(e: TExpr) -> str:
+    """One expression in the kernel text's spelling, for error messages: locals by their bare names."""
+    return _ExprQuoter().expr(e, top=True)
 
 
 class _KernelPrinter:
     def __init__(self, func: PrimFunc):
         self.func = func
         self.lines: list[str] = []
+        self.body_start = 0  # the first line of the body, once the header is printed
         # The dtype each bare name stands for, in printing order (the parser keeps the same table).
         self.scope: dict[str, str] = {SCALAR_PREFIX + s: INDEX for s in func.scalars}
 
@@ -183,6 +201,7 @@ class _KernelPrinter:
             self.emit(depth + 1, f"T.func_attr({print_value(dict(func.attrs))})")
         for b in func.scratch:
             self.emit(depth + 1, f"{b.name} = {self.buffer(b, 'T.alloc_buffer', '')}")
+        self.body_start = len(self.lines)
         self.block(func.body, depth + 1)
 
     def buffer(self, b: Buffer, constructor: str, default_storage: str | None) -> str:
@@ -239,6 +258,12 @@ class _KernelPrinter:
                 args.append(f"dtype={json.dumps(s.var.dtype)}")
             self.scope[s.var.name] = s.var.dtype
             self.emit(depth, f"for {s.var.name} in T.{'unroll' if s.unroll else 'serial'}({', '.join(args)}):")
+            self.block(s.body, depth + 1)
+        elif isinstance(s, ThreadLoop):  # tessera.tir.lower.split_workgroups' form of a workgroup's threads
+            if not is_name(s.var.name):
+                raise ValueError(f"tir script: thread variable {s.var.name!r} is not an identifier")
+            self.scope[s.var.name] = s.var.dtype
+            self.emit(depth, f"for {s.var.name} in T.threads({s.threads}):")
             self.block(s.body, depth + 1)
         elif isinstance(s, Barrier):
             self.emit(depth, "T.barrier()" if s.scope == "workgroup" else f"T.barrier({json.dumps(s.scope)})")
@@ -344,3 +369,13 @@ class _KernelPrinter:
         if is_intrinsic_name(e.op):
             return f"T.{e.op}({', '.join([x] + extra)})"
         return f"T.unary({', '.join([json.dumps(e.op), x] + extra)})"
+
+
+class _ExprQuoter(_KernelPrinter):
+    """The expression printer outside any kernel: every local that is a name is written bare."""
+
+    def __init__(self):
+        self.lines, self.scope = [], {}
+
+    def bare(self, var: Local) -> bool:
+        return is_name(var.name)

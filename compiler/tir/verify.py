@@ -126,7 +126,7 @@ def _key(e: TExpr) -> str | None:
 
 
 def _text(e: TExpr) -> str:
-    from .printer import print_texpr
+    from .script import print_texpr
 
     return print_texpr(e)
 

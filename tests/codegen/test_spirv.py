@@ -325,7 +325,7 @@ def test_what_spirv_cannot_express_is_a_tessera_error_naming_the_kernel():
 
     cases = [
         (kernel(Store(y, i, Call("hypot", (Load(x, i), Load(x, i)), "f32"))),
-         r"kernel odd: no SPIR-V for the intrinsic hypot of 2 operands in hypot\(x\[local_id.x\], x\[local_id.x\]\)"),
+         r"kernel odd: no SPIR-V for the intrinsic hypot of 2 operands in T.hypot\(x\[T.local_id.x\], x\[T.local_id.x\]\)"),
         (kernel(Store(y, i, binary("&", Load(x, i), Load(x, i)))), r"kernel odd: no SPIR-V instruction for & of f32"),
         (kernel(Store(y, i, Load(x, i, 4), 4), Store(y, i, Load(x, i, 2), 2), name="lanes"),
          r"kernel lanes: y is accessed with [24] and with [24] lanes"),

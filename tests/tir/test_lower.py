@@ -76,33 +76,37 @@ def where_positive() -> PrimFunc:
 def test_bool_and_int64_tensors_become_words():
     before = where_positive()
     assert text(before) == """\
-kernel where_positive(
-    in mask: bool[n],
-    in x: i32[n],
-    out y: i32[n],
-    out positive: bool[n],
-    n: i32,
-) workgroup_size=(64, 1, 1) grid=((n + 63) // 64, 1, 1):
-    tid: i32 = ((workgroup_id.x * 64) + local_id.x)
-    if (tid < sym_n):
-        y[tid] = select(mask[tid], x[tid], 0)
-        positive[tid] = (x[tid] > 0)"""
+@T.prim_func
+def where_positive(
+    mask: T.Input((n,), "bool"),
+    x: T.Input((n,), "i32", storage="int64"),
+    y: T.Output((n,), "i32", storage="int64"),
+    positive: T.Output((n,), "bool"),
+    n: T.i32,
+):
+    T.launch(grid=((n + 63) // 64, 1, 1), workgroup_size=(64, 1, 1))
+    tid: T.i32 = (T.workgroup_id.x * 64) + T.local_id.x
+    if tid < sym_n:
+        y[tid] = T.select(mask[tid], x[tid], 0)
+        positive[tid] = x[tid] > 0"""
     after = legalize_storage(before, WORDS)
     # bool: one u32 word, 0 or 1. int64: two i32 words, the low word (the value) and then its sign.
     assert text(after) == """\
-kernel where_positive(
-    in mask: u32[n],
-    in x: i32[n, 2],
-    out y: i32[n, 2],
-    out positive: u32[n],
-    n: i32,
-) workgroup_size=(64, 1, 1) grid=((n + 63) // 64, 1, 1):
-    tid: i32 = ((workgroup_id.x * 64) + local_id.x)
-    if (tid < sym_n):
-        y_value: i32 = select((mask[tid] != 0), x[(tid * 2)], 0)
-        y[(tid * 2)] = y_value
-        y[((tid * 2) + 1)] = select((y_value < 0), -1, 0)
-        positive[tid] = select((x[(tid * 2)] > 0), 1, 0)"""
+@T.prim_func
+def where_positive(
+    mask: T.Input((n,), "u32"),
+    x: T.Input((n, 2), "i32"),
+    y: T.Output((n, 2), "i32"),
+    positive: T.Output((n,), "u32"),
+    n: T.i32,
+):
+    T.launch(grid=((n + 63) // 64, 1, 1), workgroup_size=(64, 1, 1))
+    tid: T.i32 = (T.workgroup_id.x * 64) + T.local_id.x
+    if tid < sym_n:
+        y_value: T.i32 = T.select(mask[tid] != 0, x[tid * 2], 0)
+        y[tid * 2] = y_value
+        y[(tid * 2) + 1] = T.select(y_value < 0, -1, 0)
+        positive[tid] = T.select(x[tid * 2] > 0, T.u32(1), T.u32(0))"""
     assert [b.storage_dtype for b in after.params] == ["uint32", "int32", "int32", "uint32"]
     verify_kernel(after, {"n": 7})
 
@@ -123,7 +127,8 @@ def test_vector_access_to_bool_words():
     after = legalize_storage(PrimFunc("copy4", (mask,), (out,), (), body, (2, 1, 1), (ONE, ONE, ONE)), WORDS)
     (store,) = after.body
     assert (store.value.dtype, store.value.cond.dtype, store.value.cond.a.dtype) == ("u32x4", "boolx4", "u32x4")
-    assert "out[local_id.x] = select((mask[local_id.x] != 0), 1, 0)" in text(after)
+    assert ('out.vec4[T.local_id.x] = T.select(T.binary("!=", mask.vec4[T.local_id.x], 0, dtype="boolx4"), '
+            'T.u32x4(1), T.u32x4(0))') in text(after)
 
 
 @pytest.mark.parametrize("size", [1, 7, 64, 1000])
@@ -161,27 +166,31 @@ def scale() -> PrimFunc:
 def test_an_unrolled_loop_becomes_one_copy_of_its_body_per_iteration():
     before = scale()
     assert text(before) == """\
-kernel scale(
-    in x: f32[16],
-    out y: f32[16],
-) workgroup_size=(4, 1, 1) grid=(1, 1, 1):
-    for j in unroll(0, 4):
-        v: f32 = x[((local_id.x * 4) + j)]
-        y[((local_id.x * 4) + j)] = (v * 2.0)"""
+@T.prim_func
+def scale(
+    x: T.Input((16,), "f32"),
+    y: T.Output((16,), "f32"),
+):
+    T.launch(grid=(1, 1, 1), workgroup_size=(4, 1, 1))
+    for j in T.unroll(0, 4):
+        v: T.f32 = x[(T.local_id.x * 4) + j]
+        y[(T.local_id.x * 4) + j] = v * 2.0"""
     # The loop variable is a constant in each copy; each copy declares its own v.
     assert text(unroll_loops(before)) == """\
-kernel scale(
-    in x: f32[16],
-    out y: f32[16],
-) workgroup_size=(4, 1, 1) grid=(1, 1, 1):
-    v_0: f32 = x[(local_id.x * 4)]
-    y[(local_id.x * 4)] = (v_0 * 2.0)
-    v_1: f32 = x[((local_id.x * 4) + 1)]
-    y[((local_id.x * 4) + 1)] = (v_1 * 2.0)
-    v_2: f32 = x[((local_id.x * 4) + 2)]
-    y[((local_id.x * 4) + 2)] = (v_2 * 2.0)
-    v_3: f32 = x[((local_id.x * 4) + 3)]
-    y[((local_id.x * 4) + 3)] = (v_3 * 2.0)"""
+@T.prim_func
+def scale(
+    x: T.Input((16,), "f32"),
+    y: T.Output((16,), "f32"),
+):
+    T.launch(grid=(1, 1, 1), workgroup_size=(4, 1, 1))
+    v_0: T.f32 = x[T.local_id.x * 4]
+    y[T.local_id.x * 4] = v_0 * 2.0
+    v_1: T.f32 = x[(T.local_id.x * 4) + 1]
+    y[(T.local_id.x * 4) + 1] = v_1 * 2.0
+    v_2: T.f32 = x[(T.local_id.x * 4) + 2]
+    y[(T.local_id.x * 4) + 2] = v_2 * 2.0
+    v_3: T.f32 = x[(T.local_id.x * 4) + 3]
+    y[(T.local_id.x * 4) + 3] = v_3 * 2.0"""
 
 
 def test_loops_with_symbolic_bounds_or_many_iterations_stay_loops():
@@ -229,47 +238,51 @@ def row_sum() -> PrimFunc:
 def test_a_workgroup_becomes_thread_loops_between_its_barriers():
     before = row_sum()
     assert text(before) == """\
-kernel row_sum(
-    in x: f32[rows, 4],
-    out y: f32[rows, 4],
-    rows: i32,
-) workgroup_size=(4, 1, 1) grid=(rows, 1, 1):
-    workgroup red: f32[4]
-    private pair: f32[2]
-    mine: f32 = x[((workgroup_id.x * 4) + local_id.x)]
-    pair[1] = (mine * mine)
-    red[local_id.x] = mine
-    barrier()
-    for s in range(1, 3):
-        half: i32 = (4 / (s * 2))
-        if (local_id.x < half):
-            red[local_id.x] = (red[local_id.x] + red[(local_id.x + half)])
-        barrier()
-    y[((workgroup_id.x * 4) + local_id.x)] = ((red[0] - mine) + pair[1])"""
+@T.prim_func
+def row_sum(
+    x: T.Input((rows, 4), "f32"),
+    y: T.Output((rows, 4), "f32"),
+    rows: T.i32,
+):
+    T.launch(grid=(rows, 1, 1), workgroup_size=(4, 1, 1))
+    red = T.alloc_buffer((4,), "f32", scope="workgroup")
+    pair = T.alloc_buffer((2,), "f32", scope="private")
+    mine: T.f32 = x[(T.workgroup_id.x * 4) + T.local_id.x]
+    pair[1] = mine * mine
+    red[T.local_id.x] = mine
+    T.barrier()
+    for s in T.serial(1, 3):
+        half: T.i32 = 4 / (s * 2)
+        if T.local_id.x < half:
+            red[T.local_id.x] = red[T.local_id.x] + red[T.local_id.x + half]
+        T.barrier()
+    y[(T.workgroup_id.x * 4) + T.local_id.x] = (red[0] - mine) + pair[1]"""
     # The uniform loop that holds a barrier stays at the workgroup level; each stretch between
     # barriers is a loop over the threads. mine, read after a barrier, gets a slot per thread, and
     # so does pair; half lives within one thread loop and stays a local. local_id.x is `lid % 4`,
     # the x coordinate of the flat thread index.
     assert text(split_workgroups(before)) == """\
-kernel row_sum(
-    in x: f32[rows, 4],
-    out y: f32[rows, 4],
-    rows: i32,
-) workgroup_size=(4, 1, 1) grid=(rows, 1, 1):
-    workgroup mine: f32[4]
-    workgroup red: f32[4]
-    workgroup pair: f32[8]
-    for lid in threads(4):
-        mine[lid] = x[((workgroup_id.x * 4) + (lid % 4))]
-        pair[((lid * 2) + 1)] = (mine[lid] * mine[lid])
-        red[(lid % 4)] = mine[lid]
-    for s in range(1, 3):
-        for lid in threads(4):
-            half: i32 = (4 / (s * 2))
-            if ((lid % 4) < half):
-                red[(lid % 4)] = (red[(lid % 4)] + red[((lid % 4) + half)])
-    for lid in threads(4):
-        y[((workgroup_id.x * 4) + (lid % 4))] = ((red[0] - mine[lid]) + pair[((lid * 2) + 1)])"""
+@T.prim_func
+def row_sum(
+    x: T.Input((rows, 4), "f32"),
+    y: T.Output((rows, 4), "f32"),
+    rows: T.i32,
+):
+    T.launch(grid=(rows, 1, 1), workgroup_size=(4, 1, 1))
+    mine = T.alloc_buffer((4,), "f32", scope="workgroup")
+    red = T.alloc_buffer((4,), "f32", scope="workgroup")
+    pair = T.alloc_buffer((8,), "f32", scope="workgroup")
+    for lid in T.threads(4):
+        mine[lid] = x[(T.workgroup_id.x * 4) + (lid % 4)]
+        pair[(lid * 2) + 1] = mine[lid] * mine[lid]
+        red[lid % 4] = mine[lid]
+    for s in T.serial(1, 3):
+        for lid in T.threads(4):
+            half: T.i32 = 4 / (s * 2)
+            if (lid % 4) < half:
+                red[lid % 4] = red[lid % 4] + red[(lid % 4) + half]
+    for lid in T.threads(4):
+        y[(T.workgroup_id.x * 4) + (lid % 4)] = (red[0] - mine[lid]) + pair[(lid * 2) + 1]"""
 
 
 def test_uniform_control_flow_reads_thread_0s_copy_and_never_the_thread_index():
@@ -277,7 +290,7 @@ def test_uniform_control_flow_reads_thread_0s_copy_and_never_the_thread_index():
     count, i = Local("count"), Local("i")
     body = (Declare(count, Const(3)), Barrier(), For(i, Const(0), count, (Barrier(),)), Store(out, Const(0), count))
     kernel = PrimFunc("uniform", (), (out,), (), body, (2, 1, 1), (ONE, ONE, ONE))
-    assert "    for i in range(0, count[0]):" in text(split_workgroups(kernel))
+    assert "    for i in T.serial(0, count[0]):" in text(split_workgroups(kernel))
     divergent = PrimFunc("divergent", (), (out,), (), (For(i, Const(0), LID, (Barrier(),)),), (2, 1, 1),
                          (ONE, ONE, ONE))
     with pytest.raises(ValueError, match="local_id decides control flow around a barrier"):
