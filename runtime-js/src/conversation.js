@@ -102,11 +102,13 @@ export function fitConversation(messages, encode, contextLength, maxTokens) {
 
 /**
  * Why a build cannot serve its chat config: chat-config.json's context_length past the context its
- * executable was compiled for (the upper bound of prefill's and decode's ``total``); null when it can.
+ * executable was compiled for (the upper bound of ``total`` in the functions of the prefill and decode roles,
+ * as its program section names them); null when it can.
  * @param {any} executable @param {any} chatConfig @returns {string | null}
  */
 export function contextMisfit(executable, chatConfig) {
-  const bounds = ["prefill", "decode"].map((name) => executable?.functions?.[name]?.symbols?.total?.upper_bound)
+  const functions = chatConfig.program?.functions ?? {};
+  const bounds = [functions.prefill, functions.decode].map((name) => executable?.functions?.[name]?.symbols?.total?.upper_bound)
     .filter((bound) => Number.isInteger(bound));
   if (!bounds.length) return null;
   const compiled = Math.min(...bounds);

@@ -5,8 +5,9 @@
 //   for await (const chunk of await engine.chat.completions.create({ messages, stream: true })) ...
 //
 // A conversation keeps its KV cache on the device: a new turn computes only the tokens after
-// the longest prefix the cache already holds. Tokens are chosen on the GPU (the executable's
-// sample / sample_greedy functions), so each step reads back one id. A conversation that no longer
+// the longest prefix the cache already holds. Tokens are chosen on the device (the functions of the
+// sample and sample_greedy roles), so each step reads back one id. The functions called are those
+// chat-config.json's program section names (llm-program.js). A conversation that no longer
 // fits the context loses its oldest turns (conversation.js): the last chunk's usage.extra says how
 // many (dropped_messages) and what to tell the user (notice).
 
@@ -16,6 +17,7 @@ import { Tokenizer } from "./vendor/tokenizers.js";
 import { DeviceError, requestAdapter, softwareRenderer } from "./device.js";
 import { WASM_MEMORY_LIMIT, wasmMisfit, webgpuMisfit } from "./fit.js";
 import { runsOn } from "./format.js";
+import { readProgram, ROLES, samplerParams } from "./llm-program.js";
 import { insideUrl, loadBuild, loadBundleJson, loadChatFiles, loadExecutable } from "./loader.js";
 import { DEVICE_OPENERS, KIND_LABELS, openDevice } from "./devices/index.js";
 import { HostTensor, VirtualMachine } from "./vm.js";
@@ -34,12 +36,13 @@ export function seededRandom(seed) {
   };
 }
 
-/** The most positions one prefill call of this build takes: the bound its prefill was planned for
- * (the symbol n; the bundle's chat-config.json may come from another build), else chat-config.json's
+/** The most positions one prefill call of this build takes: the bound its prefill function was planned
+ * for (the symbol n; the bundle's chat-config.json may come from another build), else chat-config.json's
  * prefill_chunk, else the whole context.
  * @param {any} executable @param {any} chatConfig @returns {number} */
 export function prefillChunk(executable, chatConfig) {
-  const bound = executable?.functions?.prefill?.symbols?.n?.upper_bound;
+  const prefill = chatConfig.program?.functions?.[ROLES.prefill];
+  const bound = prefill === undefined ? undefined : executable?.functions?.[prefill]?.symbols?.n?.upper_bound;
   if (Number.isInteger(bound) && bound > 0) return Math.min(bound, chatConfig.context_length);
   return chatConfig.prefill_chunk ?? chatConfig.context_length;
 }
@@ -68,7 +71,8 @@ export class Engine {
   /**
    * @param {{vm: any, chatConfig: any, tokenizer: import("./vendor/tokenizers.js").Tokenizer, modelId?: string,
    *          device?: {kind: string, name: string, build: string, reason: string}, load?: any,
-   *          prefillChunk?: number}} parts
+   *          prefillChunk?: number, program?: {functions: Record<string, string>}}} parts  program: readProgram's,
+   *   by default read from chatConfig when a function is first called
    */
   constructor(parts) {
     this.vm = parts.vm;  // a VirtualMachine
@@ -78,11 +82,18 @@ export class Engine {
     /** The most positions one prefill call takes (see ``prefillChunk``). */
     this.prefillChunk = parts.prefillChunk ?? prefillChunk(null, parts.chatConfig ?? {});
     this.device = parts.device;
+    this.program = parts.program ?? null;
     this.load = parts.load;
     /** @type {number[]} */ this.cached = [];  // the token ids the KV cache holds
     this.interrupted = false;
     this.busy = false;
     this.chat = { completions: { create: (/** @type {any} */ request) => this.create(request) } };
+  }
+
+  /** The name of the function of ``role`` (ROLES) in the executable. @param {string} role */
+  functionOf(role) {
+    this.program ??= readProgram(this.chatConfig);
+    return this.program.functions[role];
   }
 
   /** Stop the running generation after its current step. */
@@ -146,7 +157,7 @@ export class Engine {
     let logits;
     for (let begin = common; begin < prompt.length; begin += chunk) {
       const end = Math.min(begin + chunk, prompt.length);
-      logits = await this.vm.runOnDevice("prefill", new HostTensor(Int32Array.from(prompt.slice(begin, end)), [end - begin]), end);
+      logits = await this.vm.runOnDevice(this.functionOf(ROLES.prefill), new HostTensor(Int32Array.from(prompt.slice(begin, end)), [end - begin]), end);
     }
     return logits;
   }
@@ -195,7 +206,7 @@ export class Engine {
       if (generated.length >= maxTokens || this.cached.length + 1 >= context) { finish = "length"; break; }
       this.cached.push(token);
       await nextTask();  // let the page paint the new text, and an interrupt arrive, between tokens
-      logits = await this.vm.runOnDevice("decode", new HostTensor(Int32Array.of(token), [1]), this.cached.length);
+      logits = await this.vm.runOnDevice(this.functionOf(ROLES.decode), new HostTensor(Int32Array.of(token), [1]), this.cached.length);
       token = await this.nextToken(logits, knobs, random);
     }
     const decodeSeconds = (performance.now() - decodeStart) / 1000;
@@ -214,16 +225,17 @@ export class Engine {
   }
 
   /**
-   * The next id, chosen on the GPU from logits that never left it.
+   * The next id, chosen on the device from logits that never left it.
    * @param {any} logits @param {{temperature: number, topK: number, topP: number, penalty: number}} knobs
    * @param {() => number} random
    */
   async nextToken(logits, knobs, random) {
     const greedy = knobs.temperature <= 0;
-    const params = Float32Array.of(knobs.temperature, knobs.topK, knobs.topP, knobs.penalty, greedy ? 0 : random());
+    const params = samplerParams({ temperature: knobs.temperature, top_k: knobs.topK, top_p: knobs.topP,
+      repetition_penalty: knobs.penalty, random: greedy ? 0 : random() });
     const history = Int32Array.from(this.cached.slice(-this.chatConfig.context_length));
-    const result = await this.vm.run(greedy ? "sample_greedy" : "sample", logits, new HostTensor(history, [history.length]),
-      new HostTensor(params, [5]));
+    const result = await this.vm.run(this.functionOf(greedy ? ROLES.sampleGreedy : ROLES.sample), logits,
+      new HostTensor(history, [history.length]), new HostTensor(params, [params.length]));
     return result.data[0];
   }
 }
@@ -306,6 +318,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
     throw new DeviceError(`this model does not fit this device, so nothing of it was downloaded: ${reasons.join("; ")}`);
   }
   const { tokenizer: tokenizerJson, chatConfig } = await loadChatFiles(base, index, fetcher);
+  readProgram(chatConfig);  // a model compiled before the program section is refused before any build is fetched
   const parts = { chatConfig, tokenizer: new Tokenizer(tokenizerJson, {}), modelId: index.model };
   /** Why ``build`` runs (the order's reason, or what ruled out those before it), told to the progress callback. */
   const chosen = (/** @type {any} */ build) => {
@@ -324,6 +337,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
     if (build.kind === "webgpu" && !adapter) continue;  // why is in reasons already
     const executable = await loadExecutable(folder, { fetchFn: fetcher, libraries: libraries ?? {} });
     refuseContextMisfit(executable, chatConfig);
+    const program = readProgram(chatConfig, executable);
     const kind = executable.devices ? "split" : build.kind;
     if (kind !== "split" && !runsOn(executable, kind)) {
       reasons.push(`build ${build.name} holds kernels ${kind === "wasm" ? "WebAssembly" : KIND_LABELS[kind]} cannot run`);
@@ -342,7 +356,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
     initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
     const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights, loaded.modules, { libraries });
     initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
-    return new Engine({ ...parts, vm, prefillChunk: prefillChunk(executable, chatConfig),
+    return new Engine({ ...parts, vm, program, prefillChunk: prefillChunk(executable, chatConfig),
       device: { kind, name: device.name, build: build.name, reason }, load: loadFigures(loaded) });
   }
   throw new DeviceError(`${reasons.join("; ")}${index.builds.some((/** @type {any} */ b) => b.kind === "wasm") ? "" :

@@ -13,6 +13,7 @@ export { adapterName, DeviceError, requestAdapter, requestDeviceFor, softwareRen
 export { formatBytes, WASM_MEMORY_LIMIT, wasmMisfit, webgpuMisfit } from "./fit.js";
 export { FormatError, validateBundle, validateChatConfig, validateExecutable, validateTensorCache } from "./format.js";
 export { LoadError, loadBuild, loadBundleIndex, loadBundleJson, loadExecutable, openShardCache, sha256Hex } from "./loader.js";
+export { PROGRAM_VERSION, readProgram, ROLES, SAMPLER_LAYOUT } from "./llm-program.js";
 export { evalShape, parseShapeExpr } from "./shape.js";
 export { BUILTINS } from "./builtins.js";
 export { FunctionValue, RuntimeCheckError, ShapeValue } from "./checks.js";
