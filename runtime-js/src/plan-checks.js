@@ -16,6 +16,7 @@
 // counts as live for the whole function, as it does when values pass each other on in more rounds than
 // MAX_ALIAS_ROUNDS.
 
+import { WEBGPU_DEFAULT_LIMITS } from "./facts.js";
 import { jsonPath } from "./schema.js";
 import { parseShapeExpr } from "./shape.js";
 
@@ -215,10 +216,12 @@ export function checkLiveStorages(record, bad) {
  * maxComputeWorkgroupsPerDimension, and its name for messages.
  */
 
-/** A WebGPU device's fit, from its limits. @param {any} limits @returns {DeviceFit} */
+/** A WebGPU device's fit, from its limits (the specification's defaults for any it leaves out).
+ * @param {any} limits @returns {DeviceFit} */
 export function webgpuFit(limits) {
-  return { storageAlignment: limits?.minStorageBufferOffsetAlignment ?? 256,
-    workgroups: limits?.maxComputeWorkgroupsPerDimension ?? 65535, name: "webgpu device" };
+  const limit = (/** @type {string} */ name) => limits?.[name] ?? WEBGPU_DEFAULT_LIMITS[name];
+  return { storageAlignment: limit("minStorageBufferOffsetAlignment"), workgroups: limit("maxComputeWorkgroupsPerDimension"),
+    name: "webgpu device" };
 }
 
 /** The WASM device's fit: words, and a grid of 32-bit integers. @type {DeviceFit} */
