@@ -8,9 +8,9 @@
 #include "model.h"
 #include "plan_checks.h"
 
-/* executable.json of a real model is a few MB; 256 MiB is far beyond any and keeps a hostile file
- * from asking for more. */
-#define MAX_EXECUTABLE_JSON ((size_t)256 << 20)
+/* executable.json of a real model is a few MB; 256 MiB (facts.h) is far beyond any and keeps a hostile
+ * file from asking for more. */
+#define MAX_EXECUTABLE_JSON ((size_t)TSR_MAX_JSON_BYTES_EXECUTABLE)
 
 tessera_model_params tessera_model_default_params(void) {
     tessera_model_params p;
@@ -50,7 +50,7 @@ int tessera_model_plan(const char *dir, tessera_memory *out) {
     size_t size;
     /* The weights' size from the index alone: the shards are not read. */
     tsr_tensor_cache index;
-    if ((rc = tsr_read_file(&a, dir, "tensor-cache.json", MAX_EXECUTABLE_JSON, &json, &size))) return rc;
+    if ((rc = tsr_read_file(&a, dir, "tensor-cache.json", TSR_TENSOR_CACHE_MAX_JSON, &json, &size))) return rc;
     rc = tsr_tensor_cache_parse(&a, json, size, &index);
     tsr_free(&a, json);
     if (rc) return rc;

@@ -18,8 +18,8 @@
 #include "sampler.h"
 #include "tokenizer/tokenizer.h"
 
-#define MAX_CONFIG_BYTES ((size_t)16 << 20)
-#define MAX_TOKENIZER_BYTES ((size_t)256 << 20)
+#define MAX_CONFIG_BYTES ((size_t)TSR_MAX_JSON_BYTES_CHAT_CONFIG)
+#define MAX_TOKENIZER_BYTES ((size_t)TSR_MAX_JSON_BYTES_TOKENIZER)
 #define MAX_STOP_IDS 64
 
 typedef struct tsr_chat_config {
