@@ -1,8 +1,9 @@
 """Continuous batching behind `tessera serve --max-batch B` (docs/serve.md): up to B requests decode
 together, one step at a time, over a KV cache in pages that all of them share.
 
-A batched build (`tessera compile --max-batch B`: models/llama.py's export_paged_llm) has two
-functions where a chat build has prefill and decode: ``prefill_paged`` computes a chunk of one
+A batched build (`tessera compile --max-batch B`: export_paged_llm of tessera.models.llm_program) has
+two functions where a chat build has prefill and decode, named by the ``program`` section of its
+chat-config.json: ``prefill_paged`` computes a chunk of one
 sequence's prompt into that sequence's pages, ``decode_batch`` one token of each running sequence
 at once (the projections become GEMMs over the batch; attention reads each sequence's own pages,
 tessera.op.paged). ``PagePool`` hands out the pool's pages: a sequence takes one more each
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from tessera.ir import TesseraError
+from tessera.models.llm_program import DECODE_BATCH, PREFILL_PAGED, ProgramError, read_program, sampler_params
 from tessera.op import get_op
 
 from .chat import ChatError, Sampling, render_prompt
@@ -143,6 +145,14 @@ class PagedModel:
             raise BatchBuildError(f"{directory} is not a batched build (compile it with --max-batch B)")
         self.tokenizer = read_tokenizer(os.path.join(directory, "tokenizer.json"))
         self.config = read_chat_config(path, self.tokenizer.get_vocab_size())
+        try:
+            program = read_program(self.config, _function_names(directory), path)
+        except ProgramError as error:
+            raise BatchBuildError(str(error)) from None
+        if not program.batched:
+            raise BatchBuildError(f"{path}: max_batch is {batch}, but its program has no batched functions "
+                                  f"({PREFILL_PAGED}, {DECODE_BATCH})")
+        self.prefill_function, self.decode_function = program.function(PREFILL_PAGED), program.function(DECODE_BATCH)
         self.max_batch = batch
         self.context_length = self.config["context_length"]
         self.page_size = int(self.config["page_size"])
@@ -178,12 +188,21 @@ class PagedModel:
 
     def prefill(self, ids: list[int], total: int, pages: list[int]) -> np.ndarray:
         """Logits (vocab,) of the last of ``ids``, positions total - len(ids) .. total - 1."""
-        return self._call("prefill_paged", np.asarray(ids, np.int32), total, self.table([pages]))[0]
+        return self._call(self.prefill_function, np.asarray(ids, np.int32), total, self.table([pages]))[0]
 
     def decode(self, ids: list[int], positions: list[int], pages_of_rows: list[list[int]]) -> np.ndarray:
         """Logits (b, vocab): token ``ids[i]`` at ``positions[i]`` of sequence i."""
-        return self._call("decode_batch", np.asarray(ids, np.int32), np.asarray(positions, np.int32),
+        return self._call(self.decode_function, np.asarray(ids, np.int32), np.asarray(positions, np.int32),
                           self.table(pages_of_rows))
+
+
+def _function_names(directory: str) -> list[str]:
+    """The functions of the build in ``directory`` by its executable.json (checked as a whole when a
+    runtime loads it), for checking the program section before either runtime loads the build."""
+    from tessera.vm import read_json
+
+    functions = read_json(directory, "executable.json", "executable", error=BatchBuildError).get("functions")
+    return list(functions) if isinstance(functions, dict) else []
 
 
 @dataclass
@@ -305,8 +324,8 @@ class BatchEngine(QueuedEngine):
         the same tokens count, so usage agrees with the serial engine)."""
         sampling: Sampling = sequence.handle.generation.sampling
         greedy = sampling.temperature <= 0
-        params = np.array([sampling.temperature, sampling.top_k, sampling.top_p, sampling.repetition_penalty,
-                           0.0 if greedy else sequence.rng.random()], np.float32)
+        params = sampler_params(sampling.temperature, sampling.top_k, sampling.top_p, sampling.repetition_penalty,
+                                0.0 if greedy else sequence.rng.random())
         token = int(sample_reference(logits, np.asarray(sequence.tokens, np.int32), params, greedy)[0])
         if token in self.model.stop_ids:
             sequence.finish_reason = "stop"

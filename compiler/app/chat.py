@@ -1,7 +1,8 @@
 """`tessera chat`: talk to a compiled model on this machine, through the Python VM.
 
 A chat keeps its KV cache across turns: a new turn prefills only its new tokens. Tokens are chosen
-on the device by the executable's ``sample`` functions; only the id comes back. A conversation that
+on the device by the executable's ``sample`` functions; only the id comes back. The functions called
+are those the ``program`` section of chat-config.json names (tessera.models.llm_program). A conversation that
 no longer fits the context loses its oldest turns, and the user is told (conversation.py).
 """
 
@@ -16,6 +17,16 @@ from dataclasses import dataclass
 import numpy as np
 from tessera.frontend.chat_template import ChatTemplateError
 from tessera.ir import RuntimeCheckError
+from tessera.models.llm_program import (
+    DECODE,
+    PREFILL,
+    PREFILL_PAGED,
+    SAMPLE,
+    SAMPLE_GREEDY,
+    ProgramError,
+    read_program,
+    sampler_params,
+)
 
 from .conversation import ChatError, FittedConversation, check_max_tokens, check_messages, fit_conversation
 
@@ -91,17 +102,23 @@ class ChatSession:
         # Whatever the build's target: the VM picks the device that runs it, or says why it cannot.
         self.vm = VirtualMachine(Executable.load(directory, files.tensor_cache))
         self.context_length = self.config["context_length"]
-        if "prefill" not in self.vm.exe.functions and "decode_batch" in self.vm.exe.functions:
+        try:
+            program = read_program(self.config, self.vm.exe.functions, files.chat_config)
+        except ProgramError as error:
+            raise ChatError(str(error)) from None
+        if program.batched:
             raise ChatError(f"{directory} is a batched build (compiled with --max-batch), which only `tessera serve "
                             "--max-batch` runs; compile without --max-batch to chat")
-        compiled = compiled_context(self.vm.exe.functions)
+        self.prefill_function, self.decode_function = program.function(PREFILL), program.function(DECODE)
+        self.sample_functions = {False: program.function(SAMPLE), True: program.function(SAMPLE_GREEDY)}
+        compiled = compiled_context(self.vm.exe.functions, (self.prefill_function, self.decode_function))
         if compiled is not None and self.context_length > compiled:
             raise ChatError(f"chat-config.json asks for a context of {self.context_length} tokens, but this build "
                             f"was compiled for {compiled}: recompile with --context {self.context_length}, or set "
                             f"context_length to at most {compiled}")
         # The bound prefill's new positions (its symbol n) were planned for: this build's own, where
         # chat-config.json may be shared by a bundle's builds; older builds plan the whole context.
-        bound = self.vm.exe.functions.get("prefill", {}).get("symbols", {}).get("n", {}).get("upper_bound")
+        bound = self.vm.exe.functions.get(self.prefill_function, {}).get("symbols", {}).get("n", {}).get("upper_bound")
         self.prefill_chunk = min(int(bound or self.config.get("prefill_chunk") or self.context_length),
                                  self.context_length)
         self.stop_ids = set(self.config["stop_token_ids"])
@@ -125,7 +142,7 @@ class ChatSession:
         logits = None
         for begin in range(common, len(prompt_ids), chunk):
             end = min(begin + chunk, len(prompt_ids))
-            logits = self.vm.call_on_device("prefill", np.asarray(prompt_ids[begin:end], np.int32), end)
+            logits = self.vm.call_on_device(self.prefill_function, np.asarray(prompt_ids[begin:end], np.int32), end)
         return logits
 
     def generate(self, prompt_ids: list[int], max_tokens: int = 128, sampling: Sampling | None = None,
@@ -166,7 +183,7 @@ class ChatSession:
             if len(generated) >= max_tokens or len(self.tokens) + 1 >= self.context_length:
                 break
             self.tokens.append(token)
-            logits = self.vm.call_on_device("decode", np.array([token], np.int32), len(self.tokens))
+            logits = self.vm.call_on_device(self.decode_function, np.array([token], np.int32), len(self.tokens))
             token = self.next_token(logits, self.tokens, sampling, rng)
         decode_seconds = time.perf_counter() - start
         # As runtime-native counts them: the whole prompt, and the part of it computed (the rest was cached).
@@ -186,10 +203,10 @@ class ChatSession:
         comes back. ``history`` is what the repetition penalty applies to; ``rng`` draws the uniform
         number a seeded sample needs."""
         greedy = sampling.temperature <= 0
-        params = np.array([sampling.temperature, sampling.top_k, sampling.top_p, sampling.repetition_penalty,
-                           0.0 if greedy else rng.random()], np.float32)
+        params = sampler_params(sampling.temperature, sampling.top_k, sampling.top_p, sampling.repetition_penalty,
+                                0.0 if greedy else rng.random())
         ids = np.asarray(history[-self.context_length:], np.int32)
-        return int(self.vm["sample_greedy" if greedy else "sample"](logits, ids, params)[0])
+        return int(self.vm[self.sample_functions[greedy]](logits, ids, params)[0])
 
 
 def render_prompt(config: dict, messages: list[dict]) -> str:
@@ -202,11 +219,12 @@ def render_prompt(config: dict, messages: list[dict]) -> str:
                        eos_token=config.get("eos_token", ""))
 
 
-def compiled_context(functions: dict) -> int | None:
-    """The context a build was compiled for: the upper bound of prefill's and decode's ``total`` (the
-    positions in the KV cache); None for a build that states none."""
+def compiled_context(functions: dict, names: tuple[str, ...] = (PREFILL, DECODE, PREFILL_PAGED)) -> int | None:
+    """The context a build was compiled for: the upper bound of ``total`` (the positions in the KV
+    cache) in the functions ``names`` (by default the program's roles, which name themselves in every
+    build so far); None for a build that states none."""
     bounds = [f.get("symbols", {}).get("total", {}).get("upper_bound") for name, f in functions.items()
-              if name in ("prefill", "decode", "prefill_paged")]
+              if name in names]
     bounds = [int(b) for b in bounds if b is not None]
     return min(bounds) if bounds else None
 

@@ -2,7 +2,8 @@
 
 The directory (docs/cli.md) holds the executable with the weights in its tensor cache
 (docs/format.md), ``tokenizer.json`` (Hugging Face format, rebuilt from the GGUF vocabulary) and
-``chat-config.json`` (context length, stop tokens, chat template). ``cached_compile`` keeps one such
+``chat-config.json`` (context length, stop tokens, chat template, and the ``program`` section that names
+the functions the runtimes call: tessera.models.llm_program). ``cached_compile`` keeps one such
 directory per model file, target and context length in an on-disk cache keyed by the file's hash and
 the compiler (its version and a digest of its source); `tessera chat` and `tessera bundle` share it.
 """
@@ -24,9 +25,10 @@ from tessera.frontend import GGUFError, check_gguf_file, load_gguf
 from tessera.frontend.chat_format import analyze_chat_template
 from tessera.frontend.tokenizer import build_tokenizer
 from tessera.ir import BindingLimitError, MemoryPlanError, TesseraError
-from tessera.models.from_gguf import llama_from_gguf
-from tessera.models.llama import export_llm
+from tessera.models import export_llm, get_architecture, model_from_gguf, program_section
+from tessera.models.llm_program import DECODE_BATCH, PAGE_SIZE, PREFILL, PREFILL_PAGED
 from tessera.target import Target, presets
+from tessera.transform.instruments import DumpIR
 from tessera.vm import Executable
 
 from .inspect import describe_target
@@ -35,8 +37,6 @@ from .paths import check_output_folder
 
 CHAT_CONFIG = "chat-config.json"
 TOKENIZER = "tokenizer.json"
-# Tokens that end an assistant turn in the chat templates of the Llama family (ChatML, Llama 3).
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>")
 
 Progress = Callable[[str, int, int], None]
 
@@ -111,13 +111,15 @@ def default_prefill_chunk(config, context_length: int, target: Target) -> int:
 def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe", context_length: int = 1024,
                   progress: Progress | None = None, cpu: str | None = None,
                   prefill_chunk: int | None = None, max_batch: int = 1,
-                  gpu_layers: int | None = None) -> CompiledModel:
-    """Compile the Llama-family model in ``gguf_path`` into the directory ``output`` (``cpu``: see
-    ``resolve_target``). ``prefill_chunk``: the most positions one prefill call takes (a longer
-    prompt takes several); None picks ``default_prefill_chunk``. ``max_batch`` > 1: the batched build
-    `tessera serve --max-batch` runs (models/llama.py's export_paged_llm), for that many sequences.
+                  gpu_layers: int | None = None, dump_ir: str | None = None) -> CompiledModel:
+    """Compile the model in ``gguf_path`` (of any architecture tessera.models.registry has) into the
+    directory ``output`` (``cpu``: see ``resolve_target``). ``prefill_chunk``: the most positions one
+    prefill call takes (a longer prompt takes several); None picks ``default_prefill_chunk``.
+    ``max_batch`` > 1: the batched build `tessera serve --max-batch` runs (export_paged_llm of
+    tessera.models.llm_program), for that many sequences.
     ``gpu_layers`` (llama.cpp's --n-gpu-layers): the first that many decoder layers on the GPU target,
     the rest with the head on its CPU partner (``split_devices``); None: all on ``target``.
+    ``dump_ir``: a folder that gets the module after each pass (tessera.transform.instruments.DumpIR).
 
     ``progress(stage, done, total)`` is told each stage as it starts (tessera.build's contract)."""
     target = resolve_target(target, cpu)
@@ -140,13 +142,14 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
         raise GGUFError(f"{os.path.basename(gguf_path)} has no tokenizer (tokenizer.ggml.tokens): a chat model "
                         "needs one")
     tokenizer = build_tokenizer(spec)
-    model, weights = llama_from_gguf(model_file)
+    architecture = get_architecture(model_file.architecture, gguf_path)
+    model, weights = model_from_gguf(model_file)
     context_length = min(context_length, model_file.config.context_length)
     if gpu_layers is not None and not 0 <= gpu_layers <= model.config.num_layers:
         raise CompileError(f"--gpu-layers must be 0 to {model.config.num_layers} (the model's decoder layers), "
                            f"got {gpu_layers}")
     chunk = min(prefill_chunk or default_prefill_chunk(model.config, context_length, target), context_length)
-    stops = sorted({i for i, t in enumerate(spec.tokens) if t in END_OF_TURN_TOKENS}
+    stops = sorted({i for i, t in enumerate(spec.tokens) if t in architecture.end_of_turn_tokens}
                    | ({spec.eos_token_id} if spec.eos_token_id is not None else set()))
     # bos_token and eos_token: the spellings a chat template writes (Llama 2's puts "<s>" before
     # each [INST]); the runtimes render templates with them, as transformers does.
@@ -156,18 +159,19 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
               "add_bos_token": spec.add_bos_token, "chat_format": chat_format_json(spec, os.path.basename(gguf_path)),
               "compiler_version": tessera.__version__}
     if max_batch > 1:
-        config |= {"max_batch": max_batch, "page_size": model.page_size}
+        config |= {"max_batch": max_batch, "page_size": PAGE_SIZE}
     if devices is not None:
         config |= {"gpu_layers": gpu_layers, "devices": list(devices)}
     progress("export the graph", 0, 1)
     exported = export_llm(model, context_length, target.quantized_activations, chunk, max_batch, gpu_layers,
                           devices or ("webgpu", "wasm"))
+    config["program"] = program_section(exported)
     mod = nn.bind_weights(exported, weights)
     try:
-        exe = tessera.build(mod, target, progress=progress)
+        exe = tessera.build(mod, target, progress=progress, instruments=[DumpIR(dump_ir)] if dump_ir else [])
     except MemoryPlanError as error:  # the option that fixes it, for people at a command line
-        fix = "--prefill-chunk" if error.function in ("prefill", "prefill_paged") else \
-            "--max-batch or --context" if error.function == "decode_batch" else "--context"
+        fix = "--prefill-chunk" if error.function in (PREFILL, PREFILL_PAGED) else \
+            "--max-batch or --context" if error.function == DECODE_BATCH else "--context"
         raise MemoryPlanError(f"{error}; a context of {context_length} positions with prefill chunks of {chunk} "
                               f"does not fit {target.name}: compile with a smaller {fix}", error.size, error.limit,
                               error.tensors, error.function) from None
@@ -188,8 +192,8 @@ def _binding_fix(error: BindingLimitError, context_length: int, chunk: int) -> s
     if error.kind == "state":
         return f"the KV cache of {context_length} positions does not fit: compile with a smaller --context"
     if error.kind == "storage":
-        fix = "--prefill-chunk" if error.function in ("prefill", "prefill_paged") else \
-            "--max-batch or --context" if error.function == "decode_batch" else "--context"
+        fix = "--prefill-chunk" if error.function in (PREFILL, PREFILL_PAGED) else \
+            "--max-batch or --context" if error.function == DECODE_BATCH else "--context"
         return (f"a context of {context_length} positions with prefill chunks of {chunk} does not fit: compile with "
                 f"a smaller {fix}")
     return ("no option of this build reads that weight in parts: compile for a target whose devices allow larger "

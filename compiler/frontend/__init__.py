@@ -2,7 +2,6 @@
 
 from .gguf_reader import (
     GGUFError,
-    GGUFHyperparameters,
     GGUFModel,
     QuantizedWeight,
     bundled_smollm2_path,
@@ -11,5 +10,5 @@ from .gguf_reader import (
     load_tokenizer,
 )
 
-__all__ = ["GGUFError", "GGUFHyperparameters", "GGUFModel", "QuantizedWeight", "bundled_smollm2_path",
+__all__ = ["GGUFError", "GGUFModel", "QuantizedWeight", "bundled_smollm2_path",
            "check_gguf_file", "load_gguf", "load_tokenizer"]

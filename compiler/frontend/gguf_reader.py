@@ -1,12 +1,12 @@
 """Read GGUF models (llama.cpp's format) with ggml's own tables, the `gguf` package (the header is
 parsed by gguf_file.py).
 
-``load_gguf(path)`` returns the architecture config, the tensors and the
-tokenizer description. Quantized weights stay in their GGUF block layout:
-rows of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K .. Q6_K are viewed
-as little-endian uint32 words (no copy, no dequantization; a row whose
-blocks end inside a word is padded to a whole one), which the quantized
-matmul kernels read directly.
+``load_gguf(path)`` returns the architecture's config, the tensors and the tokenizer description.
+What an architecture reads is its entry's in tessera.models.registry (``general.architecture`` names
+it), which is of this layer too: the reader holds no list of its own. Quantized weights stay in their
+GGUF block layout: rows of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K .. Q6_K are viewed as
+little-endian uint32 words (no copy, no dequantization; a row whose blocks end inside a word is
+padded to a whole one), which the quantized matmul kernels read directly.
 """
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .gguf_file import GGUFError, read_gguf_file
-from .gguf_hparams import GGUFHyperparameters, read_hyperparameters
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "mistral")
 # The block formats the kernels read (tessera.tir.quant.FORMATS; a test checks that the two agree).
 BLOCK_FORMATS = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
 
@@ -59,10 +58,11 @@ class TokenizerSpec:
 @dataclass
 class GGUFModel:
     path: str
-    config: GGUFHyperparameters
+    config: Any  # the architecture's config (a LlamaConfig for the Llama family)
     tensors: dict = field(default_factory=dict)  # name -> np.ndarray (float) or QuantizedWeight
     tokenizer: TokenizerSpec | None = None
     metadata: dict = field(default_factory=dict)
+    architecture: str = ""  # general.architecture: the registry's key
 
 
 def _read(path: str):
@@ -98,17 +98,19 @@ def check_gguf_file(path: str) -> None:
 
 
 def load_gguf(path: str) -> GGUFModel:
+    """The model in ``path``; a GGUFError for an architecture no registry entry reads (naming the
+    registered ones), or for hyperparameters its entry refuses."""
+    from ..models.registry import get_architecture  # the models package imports this module
+
     contents, gguf = _read(path)
     metadata = contents.metadata
     arch = metadata.get("general.architecture")
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise GGUFError(f"{os.path.basename(path)}: general.architecture is {arch!r}, an architecture Tessera "
-                        f"does not support (supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
+    entry = get_architecture(arch, path)
     tensors = {}
     for tensor in contents.tensors:
         tensors[tensor.name] = _tensor(tensor, gguf, path)
-    config = read_hyperparameters(metadata, arch, tensors, path)
-    return GGUFModel(path, config, tensors, _tokenizer(metadata, path), metadata)
+    config = entry.read_config(metadata, arch, tensors, path)
+    return GGUFModel(path, config, tensors, _tokenizer(metadata, path), metadata, arch)
 
 
 def _tensor(tensor, gguf, path):

@@ -2,19 +2,25 @@
 
 Module paths mirror Hugging Face's parameter names (``model.layers.0.self_attn.q_proj.weight``),
 so a transformers state dict binds as it is. RoPE uses the rotate-half convention of
-transformers' Llama. ``forward`` computes the logits of every position of one sequence.
+transformers' Llama. ``forward`` computes the logits of every position of one sequence; ``step``,
+``prefill_paged`` and ``decode_batch`` are what tessera.models.llm_program exports to the functions
+the runtimes call. The GGUF architectures built as this model: tessera.models.architectures.llama.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import arith, op
+from .. import op
 from ..ir import Constant, PrimValue
 from ..ir.expr import Expr, TupleGetItem
 from ..nn import Embedding, Linear, Module, ModuleList, RMSNorm
+
+if TYPE_CHECKING:
+    from .llm_program import Placement
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,8 @@ class LlamaConfig:
     rms_norm_eps: float = 1e-5
     tie_word_embeddings: bool = False
     attention_bias: bool = False
+    architecture: str = "llama"  # GGUF's general.architecture of the file read (tessera.models.registry)
+    context_length: int = 2048  # the positions the model was trained for (GGUF <arch>.context_length)
 
 
 class LlamaAttention(Module):
@@ -111,12 +119,6 @@ class LlamaForCausalLM(Module):
     """``formats`` maps a weight's path without ".weight" (``model.layers.0.mlp.up_proj``) to its GGUF
     block format when the weight is quantized."""
 
-    page_size = 16  # positions per page of a paged KV cache (export_llm's max_batch)
-    # A build split across two devices (export_llm's gpu_layers): layers from ``split_at`` on, the final
-    # norm and the head run on the vdevice ``cpu_vdevice``; None: one device.
-    split_at: int | None = None
-    cpu_vdevice = ""
-
     def __init__(self, c: LlamaConfig, formats: dict[str, str] | None = None):
         self.config = c
         self.model = LlamaModel(c, formats)
@@ -132,11 +134,14 @@ class LlamaForCausalLM(Module):
         n = input_ids.struct_info.shape[0]
         return self._head(op.strided_slice(self._hidden(input_ids), axes=[0], begin=[n - 1], end=[n]))
 
-    def step(self, input_ids: Expr, total: Expr, *caches: Expr) -> Expr:
+    def step(self, input_ids: Expr, total: Expr, *caches: Expr, placement: Placement | None = None) -> Expr:
         """Last-position logits (1, vocab) for ``input_ids`` (n,) at positions total - n .. total - 1,
         with earlier positions' keys and values read from ``caches`` (per layer: keys, values; each
-        (capacity, kv heads, head dim)), into which this step writes its own."""
+        (capacity, kv heads, head dim)), into which this step writes its own. ``placement``: a build
+        split across two devices (layers from ``placement.split_at`` on, the final norm and the head
+        on its CPU vdevice); None: one device."""
         c = self.config
+        split_at = placement.split_at if placement is not None else None
         n = input_ids.struct_info.shape[0]
         end = total.struct_info.value
         start = end - n
@@ -144,44 +149,44 @@ class LlamaForCausalLM(Module):
         cos, sin = _rope_tables_at(positions, n, c)
         x = self.model.embed_tokens(input_ids)
         for index, layer in enumerate(self.model.layers):
-            if index == self.split_at:
-                x, cos, sin = self._to_cpu(x, start, end, n)
+            if index == split_at:
+                x, cos, sin = self._to_cpu(x, start, end, n, placement.cpu_vdevice)
             cache = (caches[2 * index], caches[2 * index + 1])
             h = op.add(x, layer.self_attn.cached(layer.input_layernorm(x), cos, sin, n, start, end, cache))
             x = op.add(h, layer.mlp(layer.post_attention_layernorm(h)))
-        if self.split_at == c.num_layers:
-            x = op.to_vdevice(x, vdevice=self.cpu_vdevice)
+        if split_at == c.num_layers:
+            x = op.to_vdevice(x, vdevice=placement.cpu_vdevice)
         x = self.model.norm(x)
         return self._head(op.strided_slice(x, axes=[0], begin=[n - 1], end=[n]))
 
-    def _to_cpu(self, x: Expr, start, end, n):
+    def _to_cpu(self, x: Expr, start, end, n, cpu_vdevice: str):
         """Where a split build leaves the GPU: the hidden state moves (one copy per step, whatever the
         layers), and the CPU layers make their own RoPE tables, of positions counted on the CPU (a hint
         that realize_vdevice places there) rather than copied from the GPU's."""
-        x = op.to_vdevice(x, vdevice=self.cpu_vdevice)
+        x = op.to_vdevice(x, vdevice=cpu_vdevice)
         positions = op.hint_on_device(op.arange(start=start, end=end, step=1, dtype="int32"), device="cpu")
         cos, sin = _rope_tables_at(positions, n, self.config)
         return x, cos, sin
 
-    def prefill_paged(self, input_ids: Expr, total: Expr, page_table: Expr, *caches: Expr) -> Expr:
-        """``step`` for one sequence of a paged KV cache (``page_table`` (1, pages)): the prompt's chunk
-        ``input_ids`` (n,) at positions total - n .. total - 1; the last position's logits (1, vocab)."""
+    def prefill_paged(self, input_ids: Expr, total: Expr, page_table: Expr, *caches: Expr, page_size: int) -> Expr:
+        """``step`` for one sequence of a paged KV cache (``page_table`` (1, pages) of ``page_size``
+        positions each): the prompt's chunk ``input_ids`` (n,) at positions total - n .. total - 1; the
+        last position's logits (1, vocab)."""
         n = input_ids.struct_info.shape[0]
         end = total.struct_info.value
         positions = op.arange(start=end - n, end=end, step=1, dtype="int32")
-        x = self._paged_layers(input_ids, positions, page_table, caches)
+        x = self._paged_layers(input_ids, positions, page_table, caches, page_size)
         return self._head(op.strided_slice(x, axes=[0], begin=[n - 1], end=[n]))
 
-    def decode_batch(self, input_ids: Expr, positions: Expr, page_table: Expr, *caches: Expr) -> Expr:
+    def decode_batch(self, input_ids: Expr, positions: Expr, page_table: Expr, *caches: Expr, page_size: int) -> Expr:
         """One decode step of b sequences together: token ``input_ids[i]`` at ``positions[i]`` of the
         sequence whose pages are ``page_table[i]``; logits (b, vocab). The projections are GEMMs over
         the batch; attention reads each sequence's own pages."""
-        return self._head(self._paged_layers(input_ids, positions, page_table, caches))
+        return self._head(self._paged_layers(input_ids, positions, page_table, caches, page_size))
 
-    def _paged_layers(self, input_ids: Expr, positions: Expr, page_table: Expr, caches) -> Expr:
+    def _paged_layers(self, input_ids: Expr, positions: Expr, page_table: Expr, caches, page_size: int) -> Expr:
         c = self.config
         n = input_ids.struct_info.shape[0]
-        page_size = self.page_size
         cos, sin = _rope_tables_at(positions, n, c)
         x = self.model.embed_tokens(input_ids)
         for index, layer in enumerate(self.model.layers):
@@ -237,122 +242,7 @@ def _rope(x: Expr, cos: Expr, sin: Expr, head_dim: int) -> Expr:
     return op.add(op.multiply(x, cos), op.multiply(rotated, sin))
 
 
-def export_llm(model: LlamaForCausalLM, context_length: int, quantized_activations: str = "",
-               prefill_chunk: int | None = None, max_batch: int = 1, gpu_layers: int | None = None,
-               devices: tuple[str, str] = ("webgpu", "wasm")):
-    """``prefill(input_ids (n,), total)`` and ``decode(input_ids (1,), total)``, sharing a KV cache of
-    ``context_length`` positions kept as state: each writes its positions into the cache and returns
-    the last position's logits. ``total`` counts every position so far, this call's included.
-    ``prefill_chunk`` bounds n (default: the context): a longer prompt is prefilled by several calls,
-    each continuing after the last, so prefill's memory plan grows with the chunk, not the context.
-    ``quantized_activations`` ("q8"): decode's quantized GEMVs read x rounded to 8 bits, for a
-    target's integer SIMD kernels (transform/quantize_activations.py; ``Target.quantized_activations``).
-    ``max_batch`` > 1: the batched build of export_paged_llm instead.
-    ``gpu_layers`` (llama.cpp's --n-gpu-layers): the first that many decoder layers, with the embedding,
-    on the vdevice ``devices[0]`` (a GPU target), the rest with the final norm, the head and the
-    sampler on ``devices[1]`` (a CPU target): a module split across two devices (docs/vdevice.md);
-    None: one device, the build's."""
-    from ..ir import PrimStructInfo, Tensor
-    from ..ir.module import IRModule, VDevice
-    from ..nn import export
-    from ..transform import quantize_activations
+# The LLM program contract moved to tessera.models.llm_program; these names stay for their callers.
+from .llm_program import add_sampling, export_llm, export_paged_llm  # noqa: E402
 
-    if max_batch > 1:
-        if gpu_layers is not None:
-            raise ValueError("a batched build (max_batch > 1) cannot be split across devices (gpu_layers)")
-        return export_paged_llm(model, context_length, max_batch, prefill_chunk, quantized_activations)
-    c = model.config
-    start = IRModule()
-    if gpu_layers is not None:
-        if not 0 <= gpu_layers <= c.num_layers:
-            raise ValueError(f"gpu_layers must be 0 .. {c.num_layers} (the model's layers), got {gpu_layers}")
-        start = IRModule({}, {"vdevice": [VDevice(devices[0]), VDevice(devices[1])]})
-        model.split_at, model.cpu_vdevice = gpu_layers, start.vdevice_name(1)
-    cpu = model.cpu_vdevice or None
-    caches = {}
-    for index in range(c.num_layers):
-        on = cpu if model.split_at is not None and index >= model.split_at else None
-        for kind in ("k", "v"):
-            caches[f"cache_{kind}_{index}"] = Tensor((context_length, c.num_kv_heads, c.head_dim), "float32",
-                                                     vdevice=on)
-    chunk = min(prefill_chunk or context_length, context_length)
-    if chunk < 1:
-        raise ValueError(f"prefill_chunk must be at least 1, got {prefill_chunk}")
-    attrs = {"tir_var_upper_bound": {"n": chunk, "total": context_length},
-             "tir_var_lower_bound": {"n": 1, "total": 1}, "state_params": list(caches)}
-    total = PrimStructInfo("int64", arith.Var("total"))
-    try:
-        mod = export(model, "prefill", {"input_ids": Tensor(("n",), "int32"), "total": total, **caches},
-                     method="step", attrs=attrs, module=start)
-        mod = export(model, "decode", {"input_ids": Tensor((1,), "int32"), "total": total, **caches},
-                     method="step", attrs=attrs, module=mod)
-    finally:
-        model.split_at, model.cpu_vdevice = None, ""
-    if gpu_layers is not None:  # the CPU part reads activations as its target asks; the GPU part as they are
-        from ..target import Target
-
-        cpu_activations = Target.preset(devices[1]).quantized_activations
-        if cpu_activations:
-            mod = quantize_activations(mod, cpu_activations, functions=("decode",), vdevice=cpu)
-    elif quantized_activations:
-        mod = quantize_activations(mod, quantized_activations, functions=("decode",))
-    return add_sampling(mod, c.vocab_size, context_length, cpu)
-
-
-def export_paged_llm(model: LlamaForCausalLM, context_length: int, max_batch: int, prefill_chunk: int | None = None,
-                     quantized_activations: str = ""):
-    """The build behind `tessera serve --max-batch B` (continuous batching): a KV cache in pages of
-    ``model.page_size`` positions, one pool per layer's keys and values (pages, kv heads, head dim)
-    kept as state and shared by every sequence (op/paged.py), with room for ``max_batch`` sequences
-    of ``context_length`` positions. ``prefill_paged(input_ids (n,), total, page_table (1, pages))``
-    computes a chunk of one sequence; ``decode_batch(input_ids (b,), positions (b,), page_table (b,
-    pages))`` one token of each of b <= max_batch sequences, logits (b, vocab). The caller (the
-    engine's page allocator, tessera.app.batch_engine) gives each sequence its pages.
-    ``quantized_activations``: as for export_llm, decode_batch's rows (one token of each sequence)."""
-    from ..ir import PrimStructInfo, Tensor
-    from ..nn import export
-
-    c = model.config
-    pages = -(-context_length // model.page_size)
-    pool_rows = max_batch * pages * model.page_size
-    caches = {f"cache_{kind}_{index}": Tensor((pool_rows, c.num_kv_heads, c.head_dim), "float32")
-              for index in range(c.num_layers) for kind in ("k", "v")}
-    chunk = min(prefill_chunk or context_length, context_length)
-    if chunk < 1:
-        raise ValueError(f"prefill_chunk must be at least 1, got {prefill_chunk}")
-    attrs = {"tir_var_upper_bound": {"n": chunk, "b": max_batch, "total": context_length},
-             "tir_var_lower_bound": {"n": 1, "b": 1, "total": 1}, "state_params": list(caches),
-             "page_size": model.page_size}
-    total = PrimStructInfo("int64", arith.Var("total"))
-    mod = export(model, "prefill_paged", {"input_ids": Tensor(("n",), "int32"), "total": total,
-                                          "page_table": Tensor((1, pages), "int32"), **caches},
-                 method="prefill_paged", attrs=attrs)
-    mod = export(model, "decode_batch", {"input_ids": Tensor(("b",), "int32"), "positions": Tensor(("b",), "int32"),
-                                         "page_table": Tensor(("b", pages), "int32"), **caches},
-                 method="decode_batch", attrs=attrs, module=mod)
-    if quantized_activations:
-        from ..transform import quantize_activations
-
-        mod = quantize_activations(mod, quantized_activations, functions=("decode_batch",), batched=True)
-    return add_sampling(mod, c.vocab_size, context_length)
-
-
-def add_sampling(mod, vocab_size: int, context_length: int, vdevice: str | None = None):
-    """``sample(logits, history, params)`` and ``sample_greedy(...)``: the next token on the device
-    (tessera.op.sampling), so that a step reads back one id rather than the vocabulary's logits.
-    ``history`` holds the ids the repetition penalty applies to: at most the context. ``vdevice``: where
-    the logits are (a split build samples on its CPU device)."""
-    from ..ir import BlockBuilder, Tensor, Var
-
-    for name, greedy in (("sample", False), ("sample_greedy", True)):
-        params = [Var("logits", Tensor((1, vocab_size), "float32", vdevice=vdevice)),
-                  Var("history", Tensor(("m",), "int32", vdevice=vdevice)),
-                  Var("params", Tensor((5,), "float32", vdevice=vdevice))]
-        bb = BlockBuilder(mod)
-        attrs = {"tir_var_upper_bound": {"m": context_length}, "tir_var_lower_bound": {"m": 1}}
-        with bb.function(name, params, attrs=attrs):
-            with bb.dataflow():
-                out = bb.emit_output(op.sample_token(*params, greedy=greedy), "token")
-            bb.emit_func_output(out)
-        mod = bb.get()
-    return mod
+__all__ = ["LlamaConfig", "LlamaForCausalLM", "add_sampling", "export_llm", "export_paged_llm"]

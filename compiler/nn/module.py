@@ -146,8 +146,10 @@ class RMSNorm(Module):
 
 
 def export(model: Module, name: str, inputs: dict[str, StructInfo], method: str = "forward",
-           attrs: dict[str, Any] | None = None, module: IRModule | None = None) -> IRModule:
-    """A graph function ``name(inputs..., weights...)`` computing ``model.<method>(inputs...)``."""
+           attrs: dict[str, Any] | None = None, module: IRModule | None = None,
+           options: dict[str, Any] | None = None) -> IRModule:
+    """A graph function ``name(inputs..., weights...)`` computing ``model.<method>(inputs...)``;
+    ``options``: keyword arguments of the method that are no inputs (a build's device placement)."""
     params = list(model.named_parameters())
     input_vars = [Var(key, sinfo) for key, sinfo in inputs.items()]
     weight_vars = []
@@ -158,7 +160,7 @@ def export(model: Module, name: str, inputs: dict[str, StructInfo], method: str 
     try:
         with bb.function(name, input_vars + weight_vars, attrs=attrs):
             with bb.dataflow():
-                result = getattr(model, method)(*input_vars)
+                result = getattr(model, method)(*input_vars, **(options or {}))
                 out = bb.emit_output(result, "output") if not isinstance(result, tuple) else \
                     tuple(bb.emit_output(r, f"output{i}") for i, r in enumerate(result))
             bb.emit_func_output(out)
