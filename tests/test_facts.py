@@ -95,7 +95,7 @@ def test_python_readers_take_their_figures_from_the_facts():
     from tessera.app.chat_files import MAX_CHAT_CONFIG_BYTES, MAX_TOKENIZER_BYTES
     from tessera.frontend.chat_template import DEFAULT_BUDGET
     from tessera.target import LIMIT_DEFAULTS
-    from tessera.vm import executable, files, format_checks
+    from tessera.vm import executable, files, format_checks, plan_checks
 
     assert LIMIT_DEFAULTS == facts.WEBGPU_DEFAULT_LIMITS
     assert LIMIT_DEFAULTS["maxStorageBufferBindingSize"] == 128 << 20  # the WebGPU specification's figure
@@ -110,13 +110,16 @@ def test_python_readers_take_their_figures_from_the_facts():
     assert (MAX_CHAT_CONFIG_BYTES, MAX_TOKENIZER_BYTES) == (facts.MAX_JSON_BYTES["chat_config"],
                                                             facts.MAX_JSON_BYTES["tokenizer"])
     assert DEFAULT_BUDGET.__dict__ == dict(facts.CHAT_TEMPLATE_BUDGET)
+    assert (plan_checks.MAX_ALIAS_ROUNDS, plan_checks.WORD_BYTES) == (facts.MAX_ALIAS_ROUNDS, facts.WORD_BYTES)
 
 
 def test_element_sizes_agree_with_the_storage_lowering():
     """The compiler's storage rule (tir.lower) lays out device memory; the facts tell the runtimes the same."""
     import numpy as np
     from tessera.tir.lower import element_bytes
+    from tessera.tir.lower.storage import WORD_BYTES
 
+    assert WORD_BYTES == facts.WORD_BYTES
     for dtype, size in facts.DTYPE_BYTES.items():
         assert element_bytes(dtype) == size["device"], dtype
         assert np.dtype(dtype).itemsize == size["host"], dtype
@@ -139,6 +142,8 @@ def test_the_json_schemas_state_the_bounds_the_facts_give():
     assert record["shape"]["maxItems"] == facts.MAX_NDIM
     assert defs["function"]["properties"]["registers"]["maximum"] == facts.MAX_REGISTERS
     assert defs["register"]["maximum"] == storage["index"]["maximum"] == facts.MAX_REGISTERS - 1
+    assert defs["function"]["properties"]["code"]["maxItems"] == facts.MAX_INSTRUCTIONS
+    assert defs["instruction_index"]["maximum"] == facts.MAX_INSTRUCTIONS - 1
     assert set(defs["dtype"]["enum"]) == set(facts.DTYPE_BYTES)
     assert defs["path"]["maxLength"] == bundle["$defs"]["folder"]["maxLength"] == facts.MAX_PATH_CHARS
     figures = bundle["properties"]["builds"]["items"]["properties"]["memory"]["properties"]

@@ -25,15 +25,16 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from .. import arith
+from .. import arith, facts
 from .schema import json_path
 
 # Rounds of following values passed on (``move``, ``tuple``, ``get``, ``call``) from the last instruction to the
 # first. The compiler's code needs one (a value is made before it is passed on) and a second to see nothing
-# changed; past this many, the storages are taken to be live for the whole function.
-MAX_ALIAS_ROUNDS = 16
-# Every kernel reads and writes its tensors in 4-byte words (docs/kernels.md), whatever its device.
-WORD_BYTES = 4
+# changed; past this many, the storages are taken to be live for the whole function. Every kernel reads and
+# writes its tensors in 4-byte words (docs/kernels.md), whatever its device. Both are shared facts
+# (compiler/facts.json): the three runtimes' loaders must give the same verdicts.
+MAX_ALIAS_ROUNDS = facts.MAX_ALIAS_ROUNDS
+WORD_BYTES = facts.WORD_BYTES
 # A grid is passed to a kernel as 32-bit integers: what a device without a stated limit takes.
 MOST_WORKGROUPS = 2**31 - 1
 

@@ -56,6 +56,25 @@ export const MAX_NDIM = 8;
 export const MAX_REGISTERS = 1048576;
 
 /**
+ * The most instructions one VM function may have, so that a jump target fits an int32 with room to spare and a
+ * hostile code array cannot size an allocation.
+ */
+export const MAX_INSTRUCTIONS = 4194304;
+
+/**
+ * Rounds of following values passed on (move, tuple, get, call) when a loader works out which storages are live:
+ * the compiler's code needs two; past this many every runtime takes the storages to be live for the whole
+ * function, so all three give the same verdict.
+ */
+export const MAX_ALIAS_ROUNDS = 16;
+
+/**
+ * Every kernel reads and writes its tensors in 4-byte words (docs/kernels.md), whatever its device: a device
+ * buffer is whole words and a storage starts at a word.
+ */
+export const WORD_BYTES = 4;
+
+/**
  * Bytes per element of each dtype of the format: on the host and in a shard (numpy's itemsize), and in device
  * storage, where bool is one u32 word (WGSL has no byte-sized storage) and int64 two i32 words.
  * @type {Readonly<Record<string, Readonly<Record<string, number>>>>}

@@ -16,14 +16,13 @@
 // counts as live for the whole function, as it does when values pass each other on in more rounds than
 // MAX_ALIAS_ROUNDS.
 
-import { WEBGPU_DEFAULT_LIMITS } from "./facts.js";
+// Shared with the other runtimes (compiler/facts.json): MAX_ALIAS_ROUNDS, the rounds of following values passed
+// on, from the last instruction to the first; WORD_BYTES, as every kernel reads and writes its tensors in 4-byte
+// words, whatever its device.
+import { MAX_ALIAS_ROUNDS, WEBGPU_DEFAULT_LIMITS, WORD_BYTES } from "./facts.js";
 import { jsonPath } from "./schema.js";
 import { parseShapeExpr } from "./shape.js";
 
-/** Rounds of following values passed on, from the last instruction to the first (plan_checks.py). */
-const MAX_ALIAS_ROUNDS = 16;
-/** Every kernel reads and writes its tensors in 4-byte words, whatever its device. */
-export const WORD_BYTES = 4;
 /** A grid is passed to a kernel as 32-bit integers: what a device without a stated limit takes. */
 export const MOST_WORKGROUPS = 2 ** 31 - 1;
 

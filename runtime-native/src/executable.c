@@ -12,7 +12,7 @@
 #include "tensor_cache.h"
 
 #define MAX_REGISTERS TSR_MAX_REGISTERS
-#define MAX_CODE (1 << 22)
+#define MAX_CODE TSR_MAX_INSTRUCTIONS
 #define MAX_ITEMS (1 << 22)
 
 /* The executable's own allocations all come from its bump; a tsr_alloc over it lets the shape

@@ -17,9 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "facts.h"
+
 /* Rounds of following values passed on, from the last instruction to the first. The compiler's code needs
  * one (a value is made before it is passed on) and a second to see that nothing changed. */
-#define MAX_ALIAS_ROUNDS 16
+#define MAX_ALIAS_ROUNDS TSR_MAX_ALIAS_ROUNDS
 
 /* ---- dimensions ------------------------------------------------------------------------------ */
 
