@@ -5,8 +5,9 @@ The architecture, ``gelu-llama``, is a Llama whose MLP gates with GELU (tanh app
 Llama's uses SiLU: transformers' LlamaForCausalLM with ``hidden_act="gelu_pytorch_tanh"``. Its entry
 is the llama entry with another model class; the test writes a GGUF of transformers' random weights
 as llama.cpp's converter would (q/k rows interleaved for its RoPE, ``gelu-llama.*`` keys), compiles
-it with ``compile_model`` and chats with it on the Python VM: prefill and decode logits equal
-transformers' on the same weights.
+it with ``compile_model`` and runs it: prefill and decode logits equal transformers' on the same
+weights on the Python VM and on runtime-native, and runtime-js's WASM VM in Node continues a prompt
+with transformers' greedy tokens.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
 
 import gguf
 import numpy as np
@@ -31,6 +33,8 @@ ARCH = "gelu-llama"
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS = 64, 128, 2, 4, 2
 HEAD_DIM = HIDDEN // HEADS
 CONTEXT = 32
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+IDS = [5, 17, 3, 880, 2047, 2, 600, 1999, 1024]
 
 
 class GeluMLP(LlamaMLP):
@@ -62,6 +66,8 @@ def reference_model(vocab_size: int):
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config)
     model.eval()
+    with torch.no_grad():  # logits far apart (a random init's are all near 0): no near tie in a greedy step
+        model.model.norm.weight.fill_(40.0)
     return model
 
 
@@ -118,12 +124,37 @@ def write_gguf(path: str, model, tokenizer_source: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def compiled(gelu_llama, tiny_gguf, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("gelu-llama")
+def gguf_file(gelu_llama, tiny_gguf, tmp_path_factory):
     reference = reference_model(len(load_tokenizer(tiny_gguf).tokens))
-    path = write_gguf(str(folder / "gelu-llama.gguf"), reference, tiny_gguf)
-    directory = compile_model(path, str(folder / "compiled"), "llvmpipe", CONTEXT).directory
-    return path, reference, directory
+    return write_gguf(str(tmp_path_factory.mktemp("gelu-llama") / "gelu-llama.gguf"), reference, tiny_gguf), reference
+
+
+def compiled_for(gguf_file, target: str) -> str:
+    path, _ = gguf_file
+    return compile_model(path, os.path.join(os.path.dirname(path), target), target, CONTEXT).directory
+
+
+@pytest.fixture(scope="module")
+def compiled(gguf_file):
+    path, reference = gguf_file
+    return path, reference, compiled_for(gguf_file, "llvmpipe")
+
+
+def program_of(directory: str) -> dict:
+    with open(os.path.join(directory, "chat-config.json"), encoding="utf-8") as f:
+        return json.load(f)["program"]
+
+
+def transformers_greedy(model, ids: list[int], steps: int) -> list[int]:
+    """``steps`` greedy tokens after ``ids``, each chosen by a margin no float32 summation order can flip."""
+    ids, tokens = list(ids), []
+    for _ in range(steps):
+        logits = reference_logits(model, ids)
+        first, second = np.sort(logits)[::-1][:2]
+        assert first - second > 1e-2, f"a near tie: {first} and {second}"
+        tokens.append(int(logits.argmax()))
+        ids.append(tokens[-1])
+    return tokens
 
 
 def reference_logits(model, ids) -> np.ndarray:
@@ -143,7 +174,7 @@ def test_the_compiled_architecture_gives_transformers_logits_on_the_python_vm(co
     _, reference, directory = compiled
     session = ChatSession(directory)
     vm = session.vm
-    ids = [5, 17, 3, 880, 2047, 2, 600, 1999, 1024]
+    ids = list(IDS)
     for n in (1, 9):
         vm.reset_state()
         got = vm[session.prefill_function](np.asarray(ids[:n], np.int32), n)
@@ -152,8 +183,7 @@ def test_the_compiled_architecture_gives_transformers_logits_on_the_python_vm(co
         ids.append(int(got[0].argmax()))
         got = vm[session.decode_function](np.asarray(ids[-1:], np.int32), total)
         np.testing.assert_allclose(got[0], reference_logits(reference, ids), rtol=1e-3, atol=1e-3)
-    with open(os.path.join(directory, "chat-config.json"), encoding="utf-8") as f:
-        program = json.load(f)["program"]
+    program = program_of(directory)
     assert program["functions"] == {"prefill": "prefill", "decode": "decode", "sample": "sample",
                                     "sample_greedy": "sample_greedy"}
     assert program["state"] == [f"cache_{kind}_{layer}" for layer in range(LAYERS) for kind in "kv"]
@@ -165,3 +195,28 @@ def test_an_architecture_is_registered_once_and_unknown_ones_are_listed(gelu_lla
     with pytest.raises(GGUFError, match=r"^phi2\.gguf: general\.architecture is 'phi2', an architecture Tessera does "
                                         r"not support \(supported: llama, qwen2, mistral, gelu-llama\)$"):
         get_architecture("phi2", str(tmp_path / "phi2.gguf"))
+
+
+def test_runtime_native_gives_transformers_logits(gguf_file):
+    from tessera.native import NativeModel
+
+    directory = compiled_for(gguf_file, "cpu")
+    functions = program_of(directory)["functions"]
+    model = NativeModel(directory, n_threads=1)
+    reference = gguf_file[1]
+    ids = list(IDS)
+    got = model.call(functions["prefill"], np.asarray(ids, np.int32), len(ids))[0]
+    np.testing.assert_allclose(got[0], reference_logits(reference, ids), rtol=1e-3, atol=1e-3)
+    ids.append(int(got[0].argmax()))
+    got = model.call(functions["decode"], np.asarray(ids[-1:], np.int32), len(ids))[0]
+    np.testing.assert_allclose(got[0], reference_logits(reference, ids), rtol=1e-3, atol=1e-3)
+
+
+def test_runtime_js_continues_a_prompt_with_transformers_greedy_tokens_in_node(gguf_file, tmp_path):
+    directory = compiled_for(gguf_file, "wasm")
+    ids_json = tmp_path / "ids.json"
+    ids_json.write_text(json.dumps(IDS))
+    node = subprocess.run(["node", os.path.join(ROOT, "tests", "js", "greedy-ids.mjs"), directory, str(ids_json), "6"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert node.returncode == 0, node.stderr
+    assert json.loads(node.stdout)["tokens"] == transformers_greedy(gguf_file[1], IDS, 6)
