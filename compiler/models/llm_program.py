@@ -226,13 +226,15 @@ def read_program(config: dict, functions: Iterable[str], path: str = "chat-confi
     if program is None:
         raise ProgramError(f"{path} has no program section (it was compiled by an older Tessera): compile the model "
                            "again with this compiler (tessera compile)")
+    if not isinstance(program, dict) or not isinstance(program.get("functions"), dict):
+        raise ProgramError(f"{path}: program is not an object with the object functions (docs/chat-config.schema.json)")
     if program.get("version") != PROGRAM_VERSION:
         raise ProgramError(f"{path}: program.version is {program.get('version')!r}; this runtime knows version "
                            f"{PROGRAM_VERSION}")
-    if list(program.get("sampler", ())) != list(SAMPLER_LAYOUT):
-        raise ProgramError(f"{path}'s program.sampler is {list(program.get('sampler', ()))}; this runtime knows "
+    if program.get("sampler") != list(SAMPLER_LAYOUT):
+        raise ProgramError(f"{path}'s program.sampler is {program.get('sampler')}; this runtime knows "
                            f"{list(SAMPLER_LAYOUT)}")
-    named = dict(program.get("functions", {}))
+    named = dict(program["functions"])
     batched = PREFILL_PAGED in named or DECODE_BATCH in named
     for role in (BATCHED_ROLES if batched else ONE_SEQUENCE_ROLES) + SAMPLING_ROLES:
         if role not in named:
