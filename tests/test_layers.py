@@ -238,3 +238,13 @@ def test_the_vm_rule_keeps_passes_on_the_compiler_side():
     assert broken_rule(Import(vm, 1, "tessera.vm.executable")) is None
     assert broken_rule(Import(emitter, 1, "tessera.transform.plan_memory")) is None
     assert broken_rule(Import(emitter, 1, "tessera.vm.executable")) is None
+
+
+def test_the_architecture_page_lists_these_layers():
+    """docs/architecture.md's table of layers names the layers of LAYERS, in the same order."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    section = page.split("## The layers", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ")]
+    assert rows[0] == "layer", "the section 'The layers' lost its table"
+    assert rows[1:] == [layer for layer, _ in LAYERS], (
+        "docs/architecture.md's table of layers differs from LAYERS in tests/test_layers.py")
