@@ -15,17 +15,21 @@ from .vm_build import check_binding_limits, compile_vm, record_binding_needs
 
 
 def build(mod: IRModule, target: Target | str = "webgpu", upper_bounds: dict[str, int] | None = None,
-          pipeline: Pipeline | None = None, progress=None) -> Executable:
+          pipeline: Pipeline | None = None, progress=None, instruments=()) -> Executable:
     """Compile ``mod`` for ``target``; ``upper_bounds`` ({"n": 2048}) lets memory be planned ahead.
 
     A module whose tensors are placed on virtual devices (``vdevice`` global infos) is split: each
     device's kernels are compiled for its own target (``target`` for the vdevice of its kind, the
     preset of that name for the others) and the executable moves tensors between devices.
 
-    ``progress(stage, done, total)``, if given, hears of each pass and each kernel, for a progress bar."""
+    ``progress(stage, done, total)``, if given, hears of each pass and each kernel, for a progress bar.
+    ``instruments`` (tessera.transform.instruments: ``DumpIR``, ``PassTimings`` ...) watch the passes,
+    beside those the pipeline has."""
     if isinstance(target, str):
         target = Target.preset(target)
     pipeline = pipeline or Pipeline.default(target, upper_bounds)
+    if instruments:
+        pipeline = replace(pipeline, instruments=[*pipeline.instruments, *instruments])
     lowered = pipeline(mod, progress)
     devices = DeviceTargets.of(lowered, target) if lowered.vdevices else None
     kernels = [f for f in lowered.functions.values() if isinstance(f, PrimFunc)]

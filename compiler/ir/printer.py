@@ -131,7 +131,8 @@ def print_sinfo(sinfo: StructInfo, signature: bool = False) -> str:
 # -- expressions ----------------------------------------------------------------
 
 
-def print_expr(expr: Expr) -> str:
+def print_expr(expr: Expr, elide_weights: bool = False) -> str:
+    """``elide_weights``: named constants by dtype and shape, without their values (docs/script.md)."""
     if isinstance(expr, Var):
         return expr.name_hint
     if isinstance(expr, GlobalVar):
@@ -141,7 +142,7 @@ def print_expr(expr: Expr) -> str:
     if isinstance(expr, Op):
         return f"R.{expr.name}"
     if isinstance(expr, Constant):
-        return _print_constant(expr.data, expr.name)
+        return _print_constant(expr.data, expr.name, elide_weights)
     if isinstance(expr, ShapeExpr):
         return "R.shape([" + ", ".join(print_prim(v) for v in expr.values) + "])"
     if isinstance(expr, PrimValue):
@@ -151,23 +152,23 @@ def print_expr(expr: Expr) -> str:
     if isinstance(expr, Tuple):
         if not expr.fields:
             return "R.tuple()"
-        inner = ", ".join(print_expr(f) for f in expr.fields)
+        inner = ", ".join(print_expr(f, elide_weights) for f in expr.fields)
         return f"({inner},)" if len(expr.fields) == 1 else f"({inner})"
     if isinstance(expr, TupleGetItem):
-        return f"{print_expr(expr.tuple_value)}[{expr.index}]"
+        return f"{print_expr(expr.tuple_value, elide_weights)}[{expr.index}]"
     if isinstance(expr, Call):
-        return _print_call(expr)
+        return _print_call(expr, elide_weights)
     if isinstance(expr, If):
         return f"R.If({print_expr(expr.cond)}, ...)"
     if isinstance(expr, Function):
         return "R.function(...)"
     if isinstance(expr, SeqExpr):
-        return print_expr(expr.body)
+        return print_expr(expr.body, elide_weights)
     raise TypeError(f"cannot print {type(expr).__name__}")
 
 
-def _print_call(call: Call) -> str:
-    args = [print_expr(a) for a in call.args]
+def _print_call(call: Call, elide_weights: bool) -> str:
+    args = [print_expr(a, elide_weights) for a in call.args]
     if isinstance(call.op, Op) and call.op.name in NAMED_CALLEE and call.args:
         callee = call.args[0]  # library and runtime functions are named by a plain string
         if isinstance(callee, (StringImm, ExternFunc)):
@@ -187,7 +188,7 @@ def _print_call(call: Call) -> str:
         if call.sinfo_args:
             args.append(f"sinfo_args={_print_sinfo_args(call.sinfo_args)}")
         return f"R.call_packed({', '.join(args)})"
-    return f"{print_expr(call.op)}({', '.join(args)})"
+    return f"{print_expr(call.op, elide_weights)}({', '.join(args)})"
 
 
 def _print_sinfo_args(sinfos) -> str:
@@ -196,7 +197,23 @@ def _print_sinfo_args(sinfos) -> str:
     return "[" + ", ".join(print_sinfo(s) for s in sinfos) + "]"
 
 
-def _print_constant(data: np.ndarray, name: str = "") -> str:
+def elided_weight(dtype: str, shape) -> np.ndarray:
+    """The data of a weight read from text that left its values out (``R.const(..., dtype, shape=,
+    name=)``): zeros that take no memory, and that print left out again, never as zeros."""
+    return np.broadcast_to(np.zeros((), dtype), tuple(shape))
+
+
+def is_elided(data: np.ndarray) -> bool:
+    """Data made by ``elided_weight``: one zero seen at every position (every stride 0)."""
+    return data.ndim > 0 and data.base is not None and data.base.ndim == 0 and not any(data.strides)
+
+
+def _print_constant(data: np.ndarray, name: str = "", elide_weights: bool = False) -> str:
+    if name and data.ndim and (elide_weights or is_elided(data)):
+        # A weight by name, dtype and shape: the text of a model stays the size of its program.
+        return f"R.const(..., {json.dumps(str(data.dtype))}, shape={print_literal(list(data.shape))}, " \
+               f"name={json.dumps(name)})"
+
     def values(a):
         if a.ndim == 0:
             item = a.item()
@@ -214,21 +231,22 @@ def _print_constant(data: np.ndarray, name: str = "") -> str:
 # -- bindings, blocks, functions, modules ------------------------------------------
 
 
-def print_binding(binding: Binding) -> str:
+def print_binding(binding: Binding, elide_weights: bool = False) -> str:
     """One binding on one line, e.g. ``lv0: R.Tensor((n, 4), dtype="float32") = R.exp(x)``."""
     var = binding.var
     annotation = print_sinfo(var.struct_info)
     if isinstance(binding, MatchCast):
-        return f"{var.name_hint}: {annotation} = R.match_cast({print_expr(binding.value)}, " \
+        return f"{var.name_hint}: {annotation} = R.match_cast({print_expr(binding.value, elide_weights)}, " \
                f"{print_sinfo(binding.struct_info)})"
     if isinstance(binding.value, If):
         return f"{var.name_hint}: {annotation} = R.If({print_expr(binding.value.cond)}, ...)"
-    return f"{var.name_hint}: {annotation} = {print_expr(binding.value)}"
+    return f"{var.name_hint}: {annotation} = {print_expr(binding.value, elide_weights)}"
 
 
 class _FunctionPrinter:
-    def __init__(self):
+    def __init__(self, elide_weights: bool = False):
         self.lines: list[str] = []
+        self.elide_weights = elide_weights
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append(INDENT * depth + text)
@@ -244,7 +262,7 @@ class _FunctionPrinter:
         if func.attrs:
             self.emit(depth + 1, f"R.func_attr({print_literal(dict(func.attrs))})")
         self.seq_body(func.body.blocks, depth + 1)
-        self.emit(depth + 1, f"return {print_expr(func.body.body)}")
+        self.emit(depth + 1, f"return {print_expr(func.body.body, self.elide_weights)}")
 
     def seq_body(self, blocks, depth: int) -> None:
         for block in blocks:
@@ -271,9 +289,10 @@ class _FunctionPrinter:
                 if keyword:
                     self.emit(depth, keyword)
                 self.seq_body(branch.blocks, depth + 1)
-                self.emit(depth + 1, f"{var.name_hint}: {annotation} = {print_expr(branch.body)}")
+                result = print_expr(branch.body, self.elide_weights)
+                self.emit(depth + 1, f"{var.name_hint}: {annotation} = {result}")
             return
-        self.emit(depth, print_binding(binding))
+        self.emit(depth, print_binding(binding, self.elide_weights))
 
 
 def function_symbolic_vars(func: Function) -> list[arith.Var]:
@@ -330,8 +349,10 @@ def print_function(name: str, func: Function) -> str:
     return "\n".join(printer.lines) + "\n"
 
 
-def print_module(mod: IRModule) -> str:
-    printer = _FunctionPrinter()
+def print_module(mod: IRModule, elide_weights: bool = False) -> str:
+    """``elide_weights``: weights (named constants) by name, dtype and shape: ``R.const(..., "float32",
+    shape=[64], name="model.norm.weight")``, which reads back as a weight of unknown values."""
+    printer = _FunctionPrinter(elide_weights)
     printer.emit(0, HEADER)
     printer.emit(0, "")
     printer.emit(0, "")

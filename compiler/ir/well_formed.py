@@ -52,6 +52,17 @@ from .struct_info import (
 )
 
 
+class _Quoted:
+    """A binding's printed form, made only when a message quotes it: a model's bindings hold its
+    weights, which print as long as their values (and are quoted by name and shape)."""
+
+    def __init__(self, binding):
+        self.binding = binding
+
+    def __str__(self) -> str:
+        return print_binding(self.binding, elide_weights=True)
+
+
 def check_well_formed(mod: IRModule) -> None:
     vdevices = set(mod.vdevice_names)
     for name, func in mod.functions.items():
@@ -114,7 +125,7 @@ class _FunctionChecker:
         return seq.body.sinfo
 
     def _binding(self, binding, dataflow: bool) -> None:
-        text = print_binding(binding)
+        text = _Quoted(binding)
         var = binding.var
         if var in self.bound_ever:
             raise self.fail(f"'{var.name_hint}' is bound twice (in {text})")

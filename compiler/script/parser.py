@@ -31,6 +31,7 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.module import IRModule, VDevice
+from ..ir.printer import elided_weight
 from ..ir.struct_info import FuncStructInfo, ObjectStructInfo, StructInfo
 from ..op import registry
 from .syntax import PrimParser, SinfoParser, column, dotted, fail, literal
@@ -467,7 +468,12 @@ class _FunctionParser:
                 name = literal(keyword.value)
             else:
                 raise fail(keyword, f"R.const has no argument '{keyword.arg}'")
+        if data is Ellipsis and (shape is None or not name):  # a weight left out (docs/script.md)
+            raise fail(node, 'a weight without its values names its shape and name: '
+                             'R.const(..., "float32", shape=[64], name="model.norm.weight")')
         try:
+            if data is Ellipsis:
+                return Constant(elided_weight(dtype, shape), name=name)
             array = np.array(data, dtype=dtype)
             return Constant(array.reshape(shape) if shape is not None else array, name=name)
         except (TypeError, ValueError) as error:

@@ -125,6 +125,16 @@ def _key(e: TExpr) -> str | None:
     return None
 
 
+# The comparison that holds where another one fails.
+NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
+def _negated(cond: TExpr) -> TExpr | None:
+    if isinstance(cond, Binary) and cond.op in NEGATED:
+        return binary(NEGATED[cond.op], cond.a, cond.b)
+    return None
+
+
 def _text(e: TExpr) -> str:
     from .script import print_texpr
 
@@ -159,7 +169,8 @@ class _BoundsChecker:
             elif isinstance(s, IfThen):
                 self.check_reads(s.cond, env)
                 self.stmts(s.then, self.narrow(s.cond, dict(env)))
-                self.stmts(s.otherwise, dict(env))
+                otherwise = _negated(s.cond)  # `else` of `if col < 64`: col >= 64 there
+                self.stmts(s.otherwise, self.narrow(otherwise, dict(env)) if otherwise is not None else dict(env))
             elif isinstance(s, For):
                 start, stop = self.interval(s.start, env), self.interval(s.stop, env)
                 inner = dict(env)

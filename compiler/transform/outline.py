@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .. import arith
 from ..ir.expr import (
     Call,
     Constant,
@@ -25,6 +26,7 @@ from ..ir.expr import (
     TupleGetItem,
     Var,
     VarBinding,
+    attr_prims,
     with_struct_info,
 )
 from ..ir.struct_info import ShapeStructInfo, defining_vars, sinfo_vars
@@ -64,7 +66,8 @@ def outline_group(members: list[VarBinding], name: str, attrs: tuple, caller: Fu
     bound = {v.name for p in params for v in defining_vars(p.struct_info)}
     needed = []
     for b in bindings:
-        for v in sinfo_vars(b.var.struct_info) + [v for p in params for v in sinfo_vars(p.struct_info)]:
+        for v in sinfo_vars(b.var.struct_info) + [v for p in params for v in sinfo_vars(p.struct_info)] \
+                + _value_vars(b.value):
             if v.name not in bound and v not in needed:
                 needed.append(v)
     args: list = list(inputs)
@@ -87,6 +90,21 @@ def _bounds(caller: Function, names: set[str]) -> tuple:
         if bounds:
             attrs.append((key, bounds))
     return tuple(attrs)
+
+
+def _value_vars(expr: Expr) -> list[arith.Var]:
+    """Symbolic variables a member reads that no struct info shows: in operator attributes
+    (``arange(start=total - n)``), shape values and prim values."""
+    if isinstance(expr, ShapeExpr):
+        return [v for value in expr.values for v in arith.free_vars(value)]
+    if isinstance(expr, PrimValue):
+        return list(arith.free_vars(expr.value))
+    if isinstance(expr, Tuple):
+        return [v for f in expr.fields for v in _value_vars(f)]
+    if isinstance(expr, Call):
+        found = [v for a in expr.args for v in _value_vars(a)]
+        return found + [v for _, value in expr.attrs for prim in attr_prims(value) for v in arith.free_vars(prim)]
+    return []
 
 
 def _leaves(expr: Expr):

@@ -1,7 +1,9 @@
-"""The compilation pipeline: the passes in order, as a list a user can edit."""
+"""The compilation pipeline: the passes in order, as a list a user can edit, and the instruments
+that watch them (transform/instruments.py)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -13,6 +15,7 @@ from .device_targets import DeviceTargets
 from .fuse_ops import fuse_ops
 from .fuse_tir import fuse_tir
 from .inline import inline_functions
+from .instruments import CheckAfterEachPass, PassInstrument
 from .lambda_lift import lambda_lift
 from .legalize import legalize_ops
 from .lower_vm import explicit_allocation, to_non_dataflow, vm_shape_lowering
@@ -26,13 +29,17 @@ from .split_weights import split_oversized_weights
 from .unalias import unalias_kernel_args
 
 Pass = Callable[[IRModule], IRModule]
+# Set to 1, the default pipeline checks the module after every pass (instruments.CheckAfterEachPass).
+CHECK_PASSES_VARIABLE = "TESSERA_CHECK_PASSES"
 
 
 @dataclass
 class Pipeline:
-    """``passes`` run in order; each is (name, IRModule -> IRModule)."""
+    """``passes`` run in order; each is (name, IRModule -> IRModule). ``instruments`` hear of each
+    pass before and after it runs (printing, checking, timing); a pipeline has none by default."""
 
     passes: list[tuple[str, Pass]] = field(default_factory=list)
+    instruments: list[PassInstrument] = field(default_factory=list)
 
     @staticmethod
     def default(target: Target, upper_bounds: dict[str, int] | None = None, fuse: bool = True) -> Pipeline:
@@ -60,7 +67,9 @@ class Pipeline:
                    ("explicit_allocation", lambda m: explicit_allocation(m, target)),
                    ("plan_memory", lambda m: plan_memory(m, upper_bounds, target.limit("maxBufferSize"),
                                                           target.storage_alignment, _split_targets(m, target)))]
-        return Pipeline(passes)
+        # The test suite (tests/conftest.py) checks every build's passes; a user's build does not pay for it.
+        checks = [CheckAfterEachPass()] if os.environ.get(CHECK_PASSES_VARIABLE) == "1" else []
+        return Pipeline(passes, checks)
 
     def insert_after(self, name: str, new_name: str, new_pass: Pass) -> None:
         index = [n for n, _ in self.passes].index(name)
@@ -75,7 +84,11 @@ class Pipeline:
         for done, (name, run) in enumerate(self.passes):
             if progress is not None:
                 progress(name, done, len(self.passes))
+            for instrument in self.instruments:
+                instrument.run_before_pass(name, mod)
             mod = run(mod)
+            for instrument in self.instruments:
+                instrument.run_after_pass(name, mod)
         return mod
 
 
