@@ -24,9 +24,6 @@ import { evalShape } from "./shape.js";
 
 export { DeviceTensor, HostTensor, RuntimeCheckError };
 
-/** The kernel backend each kind of device runs (docs/format.md). */
-const BACKENDS = /** @type {Record<string, string>} */ ({ webgpu: "wgsl", wasm: "c-wasm" });
-
 export class VirtualMachine {
   /**
    * @param {any} device the device to run on (devices/index.js: openDevice, or new WebGPUDevice(gpuDevice), new WasmDevice())
@@ -47,7 +44,6 @@ export class VirtualMachine {
   constructor(device, exe, libraries) {
     this.device = device;
     this.exe = exe;
-    this.libraries = libraries;
     /** @type {any[]} */ this.kernels = [];  // the device's handle of each kernel
     /** @type {Map<string, {memory: any, offset: number}[]>} */ this.constants = new Map();  // by part
     /** @type {Map<string, {memory: any, offset: number, nbytes: number}>} */ this.state = new Map();
@@ -165,9 +161,8 @@ function checkRunsOn(device, exe) {
     return;
   }
   if (device.kind === "split") throw new DeviceError("this executable runs on one device, not on a split device");
-  const backend = BACKENDS[device.kind];
-  const other = exe.kernels.find((/** @type {any} */ k) => k.backend !== backend);
-  if (other) throw new DeviceError(`kernel ${other.name} is for the ${other.backend} backend; the ${device.kind} device runs ${backend}`);
+  const other = exe.kernels.find((/** @type {any} */ k) => k.backend !== device.backend);
+  if (other) throw new DeviceError(`kernel ${other.name} is for the ${other.backend} backend; the ${device.kind} device runs ${device.backend}`);
 }
 
 /** Bytes placed at load on each device, with room for alignment: weights, state, arenas, planned parameters.

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { before, test } from "node:test";
 
-import { createEngine, DEVICE_OPENERS, deviceKind, openDevice, WasmDevice } from "../../runtime-js/src/tessera.js";
+import { createEngine, DEVICE_OPENERS, deviceKind, openDevice, VirtualMachine, WasmDevice } from "../../runtime-js/src/tessera.js";
 import { bundle, folderFetch, ORIGIN, tinyGGUF } from "../browser/bundle.mjs";
 
 test("an executable's device kind comes from its kernels' backend, or its devices when split", () => {
@@ -19,6 +19,12 @@ test("a kind the table lacks is refused, listing the kinds it has", async () => 
   await assert.rejects(openDevice({ kernels: [{ backend: "metal" }] }),
     /^DeviceError: this runtime has no metal device \(it has webgpu, wasm, split\)$/);
   assert.ok(await openDevice({ kernels: [{ backend: "c-wasm" }] }) instanceof WasmDevice);
+});
+
+test("a device refuses an executable whose kernels are another backend's, naming the kernel", async () => {
+  const exe = { kernels: [{ name: "k_add", backend: "wgsl" }], functions: {}, constants: [] };
+  await assert.rejects(VirtualMachine.create(new WasmDevice(), exe, new Map(), new Map()),
+    /^DeviceError: kernel k_add is for the wgsl backend; the wasm device runs c-wasm$/);
 });
 
 let site;

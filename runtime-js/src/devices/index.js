@@ -7,7 +7,7 @@
 //
 // @typedef {{memory: any, offset: number, nbytes: number}} View
 // @typedef {{
-//   kind: string, name: string,
+//   kind: string, name: string, backend: string (the kernels it runs; none for a split device),
 //   fits: () => import("../plan-checks.js").DeviceFit[],  what the plan checks ask, one per part
 //   owns: (memory: any) => boolean, partOf: (memory: any) => number,
 //   reserve: (nbytes: number, part?: number) => void,     room for what is allocated at load, asked first

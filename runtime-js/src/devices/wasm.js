@@ -22,6 +22,7 @@ const alignUp = (/** @type {number} */ n) => Math.ceil(n / ALIGN) * ALIGN;
 
 export class WasmDevice {
   kind = "wasm";
+  backend = "c-wasm";  // the kernels it runs (docs/format.md)
   name = "WebAssembly SIMD on the CPU";
 
   constructor() {

@@ -14,6 +14,7 @@ const align4 = (/** @type {number} */ n) => Math.ceil(n / 4) * 4;
 
 export class WebGPUDevice {
   kind = "webgpu";
+  backend = "wgsl";  // the kernels it runs (docs/format.md)
 
   /** @param {GPUDevice} gpu @param {string} [name] the adapter, for people */
   constructor(gpu, name = "WebGPU") {
