@@ -5,8 +5,7 @@ import pytest
 import tessera
 from tessera import nn
 from tessera.frontend import bundled_smollm2_path, load_gguf
-from tessera.models.from_gguf import llama_from_gguf
-from tessera.models.llama import export_llm
+from tessera.models import export_llm, model_from_gguf
 from tessera.vm import VirtualMachine
 
 
@@ -28,7 +27,7 @@ def reference():
 @pytest.fixture(scope="session")
 def smollm2_chat_vm():
     """SmolLM2 compiled with a 256-position KV cache: prefill and decode."""
-    model, weights = llama_from_gguf(load_gguf(bundled_smollm2_path()))
+    model, weights = model_from_gguf(load_gguf(bundled_smollm2_path()))
     return VirtualMachine(tessera.build(nn.bind_weights(export_llm(model, 256), weights), "llvmpipe"))
 
 

@@ -10,8 +10,7 @@ import sys
 
 import numpy as np
 from tessera import nn
-from tessera.models import LlamaConfig
-from tessera.models.llama import LlamaForCausalLM, export_llm
+from tessera.models import LlamaConfig, LlamaForCausalLM, export_llm
 
 VOCAB, HIDDEN = 151_936, 896
 CONTEXT = 32

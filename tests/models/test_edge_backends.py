@@ -12,8 +12,7 @@ from conftest import greedy
 from tessera import nn
 from tessera.frontend import bundled_smollm2_path, load_gguf
 from tessera.frontend.tokenizer import build_tokenizer
-from tessera.models.from_gguf import llama_from_gguf
-from tessera.models.llama import export_llm
+from tessera.models import export_llm, model_from_gguf
 from tessera.target import Target
 from tessera.vm import VirtualMachine
 
@@ -33,7 +32,7 @@ def gguf():
 
 @pytest.fixture(scope="module")
 def smollm2(gguf):
-    return llama_from_gguf(gguf)
+    return model_from_gguf(gguf)
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,7 @@ from conftest import greedy, prompt_ids
 from tessera import nn
 from tessera.frontend import bundled_smollm2_path, load_gguf
 from tessera.ir import Constant
-from tessera.models.from_gguf import llama_from_gguf
-from tessera.models.llama import LlamaForCausalLM, export_llm
+from tessera.models import LlamaForCausalLM, export_llm, model_from_gguf
 from tessera.transform import fold_constants, to_mixed_precision
 from tessera.transform.rewrite import walk_bindings
 from tessera.vm import VirtualMachine
@@ -77,7 +76,7 @@ def test_tiny_models_in_float16_decode_like_float32(variant):
 
 @pytest.fixture(scope="module")
 def smollm2_f16_vm():
-    model, weights = llama_from_gguf(load_gguf(bundled_smollm2_path()))
+    model, weights = model_from_gguf(load_gguf(bundled_smollm2_path()))
     return VirtualMachine(tessera.build(nn.bind_weights(export_llm(model, 256), weights), "webgpu-f16"))
 
 

@@ -7,7 +7,7 @@ import torch
 from conftest import greedy, prompt_ids
 from tessera import nn
 from tessera.ir import interpret
-from tessera.models.llama import LlamaForCausalLM, export_llm
+from tessera.models import LlamaForCausalLM, export_llm
 from tessera.vm import VirtualMachine
 from test_llama_vs_transformers import reference as tiny_reference
 

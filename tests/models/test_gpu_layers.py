@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tessera
 from tessera import nn
-from tessera.models.llama import LlamaForCausalLM, export_llm
+from tessera.models import LlamaForCausalLM, export_llm
 from tessera.vm import VirtualMachine
 from test_llama_vs_transformers import reference
 
@@ -72,9 +72,9 @@ def test_smollm2_split_at_none_half_and_all_decodes_like_the_whole_model(referen
     all-WASM build), about 4 minutes."""
     from conftest import prompt_ids
     from tessera.frontend import bundled_smollm2_path, load_gguf
-    from tessera.models.from_gguf import llama_from_gguf
+    from tessera.models import model_from_gguf
 
-    model, weights = llama_from_gguf(load_gguf(bundled_smollm2_path()))
+    model, weights = model_from_gguf(load_gguf(bundled_smollm2_path()))
     prompt = prompt_ids(reference[0], "The history of the printing press begins in the fifteenth century, when")
     whole = tiny_greedy(smollm2_chat_vm, prompt, 12)
     splits = [int(n) for n in os.environ.get("TESSERA_SPLIT_LAYERS", "15").split(",")]

@@ -14,7 +14,7 @@ from fixtures.quantized_blocks import GGML_TYPES, quantized_blocks
 from tessera import nn
 from tessera.frontend import load_gguf
 from tessera.ir import Tensor
-from tessera.models.from_gguf import llama_from_gguf
+from tessera.models import model_from_gguf
 from tessera.vm import VirtualMachine
 
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, VOCAB = 256, 512, 2, 4, 2, 300
@@ -79,7 +79,7 @@ def transformers_logits(path: str, ids: np.ndarray) -> np.ndarray:
 
 def test_a_model_in_every_block_format_matches_transformers(tmp_path):
     path = write_kquant_llama(str(tmp_path / "kquants.gguf"))
-    model, weights = llama_from_gguf(load_gguf(path))
+    model, weights = model_from_gguf(load_gguf(path))
     assert {f for layer in LAYER_FORMATS for f in layer.values()} | {"q4_k", "q6_k"} == set(GGML_TYPES)
     mod = nn.export(model, "prefill", {"input_ids": Tensor(("n",), "int32")},
                     attrs={"tir_var_upper_bound": {"n": 16}})
@@ -125,9 +125,9 @@ def smollm2_q4_k_m():
 
 @pytest.fixture(scope="module")
 def q4_k_m_vm(smollm2_q4_k_m):
-    from tessera.models.llama import export_llm
+    from tessera.models import export_llm
 
-    model, weights = llama_from_gguf(smollm2_q4_k_m[1])
+    model, weights = model_from_gguf(smollm2_q4_k_m[1])
     return VirtualMachine(tessera.build(nn.bind_weights(export_llm(model, 256), weights), "llvmpipe"))
 
 
@@ -153,7 +153,7 @@ def test_smollm2_in_the_other_k_quant_mixtures_loads(ftype):
     model = load_gguf(requantized_smollm2(ftype))
     formats = {t.format for t in model.tensors.values() if hasattr(t, "format")}
     assert formats <= set(GGML_TYPES) and formats & {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}, formats
-    llama_from_gguf(model)
+    model_from_gguf(model)
 
 
 @pytest.mark.slow

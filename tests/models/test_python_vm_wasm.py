@@ -6,7 +6,7 @@ import pytest
 import tessera
 import torch
 from tessera import nn
-from tessera.models.llama import LlamaForCausalLM, export_llm
+from tessera.models import LlamaForCausalLM, export_llm
 from tessera.vm import DeviceError, VirtualMachine
 from tessera.vm.devices.wasm import WasmDevice
 from tessera.vm.program import straight_line

@@ -11,7 +11,7 @@ from conftest import prompt_ids  # noqa: E402
 from tessera import nn
 from tessera.frontend import bundled_smollm2_path, load_gguf
 from tessera.ir import Tensor
-from tessera.models.from_gguf import llama_from_gguf
+from tessera.models import model_from_gguf
 from tessera.vm import VirtualMachine
 
 PROMPTS = {
@@ -22,7 +22,7 @@ PROMPTS = {
 
 @pytest.fixture(scope="module")
 def vm():
-    model, weights = llama_from_gguf(load_gguf(bundled_smollm2_path()))
+    model, weights = model_from_gguf(load_gguf(bundled_smollm2_path()))
     mod = nn.export(model, "prefill", {"input_ids": Tensor(("n",), "int32")}, method="last_logits",
                     attrs={"tir_var_upper_bound": {"n": 64}})
     return VirtualMachine(tessera.build(nn.bind_weights(mod, weights), "llvmpipe"))

@@ -25,8 +25,7 @@ import pytest
 import tessera
 from tessera import nn
 from tessera.frontend import bundled_smollm2_path, load_gguf
-from tessera.models.from_gguf import llama_from_gguf
-from tessera.models.llama import export_llm
+from tessera.models import export_llm, model_from_gguf
 from tessera.vm import VirtualMachine
 
 LAYERS = 2
@@ -45,7 +44,7 @@ def smollm2_first_layers():
     gguf.config = dataclasses.replace(gguf.config, num_layers=LAYERS)
     gguf.tensors = {name: t for name, t in gguf.tensors.items()
                     if not (name.startswith("blk.") and int(name.split(".")[1]) >= LAYERS)}
-    model, weights = llama_from_gguf(gguf)
+    model, weights = model_from_gguf(gguf)
     assert model.config.tie_word_embeddings and model.config.hidden_size == 576
     return model, weights
 
