@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
                              help="split the model: the first N decoder layers on the GPU target, the rest and the "
                                   "output head on the CPU (WASM beside webgpu, native C beside vulkan/opencl/metal; "
                                   "docs/vdevice.md); default: all on the target")
+    compile_cmd.add_argument("--dump-ir", metavar="DIR",
+                             help="write the module before the passes and after each one into DIR (00-input.py, "
+                                  "01-lambda_lift.py, ...; weights by shape only), each a file `tessera check` reads")
     compile_cmd.add_argument("-q", "--quiet", action="store_true",
                              help="print only the directory: no progress, no summary")
 
@@ -141,7 +144,7 @@ def _compile(args) -> int:
 
     with ProgressBar("quiet" if args.quiet else None) as progress:
         compiled = compile_model(args.model, args.output, args.target, args.context, progress, args.cpu,
-                                 args.prefill_chunk, args.max_batch, args.gpu_layers)
+                                 args.prefill_chunk, args.max_batch, args.gpu_layers, dump_ir=args.dump_ir)
     if not args.quiet:
         sys.stderr.write(compile_summary(compiled))
     print(compiled.directory)
