@@ -65,29 +65,30 @@ class CheckAfterEachPass(PassInstrument):
     """Checks the module before the first pass and after every pass: each graph function well
     formed, each kernel in bounds and free of divergent barriers (``verify_kernel``) at every size of
     ``VERIFY_SIZES``. A kernel is verified once, when it first appears: passes keep kernels they do
-    not change as they are. Off in builds (it costs seconds on a model), on where a test asks."""
+    not change as they are. Off in builds (it costs time after every pass), on where a test asks."""
 
     def __init__(self):
-        self.verified: set[int] = set()
+        # Kept, not only their ids: an id is unique only while its kernel lives.
+        self.verified: dict[int, PrimFunc] = {}
         self.started = False
 
     def run_before_pass(self, name: str, mod: IRModule) -> None:
         if not self.started:
             self.started = True
-            self._check(mod, f"the module given to the pipeline (before {name})")
+            self._check(mod, f"in the module given to the pipeline (before {name})")
 
     def run_after_pass(self, name: str, mod: IRModule) -> None:
-        self._check(mod, f"pass {name}")
+        self._check(mod, f"after pass {name}")
 
     def _check(self, mod: IRModule, where: str) -> None:
         try:
             check_well_formed(mod)
         except TesseraError as error:
-            raise PassCheckError(f"after {where}: the module is not well formed: {error}") from None
+            raise PassCheckError(f"{where}: the module is not well formed: {error}") from None
         for name, func in mod.functions.items():
             if isinstance(func, PrimFunc) and id(func) not in self.verified:
                 self._verify(name, func, where)
-                self.verified.add(id(func))
+                self.verified[id(func)] = func
 
     @staticmethod
     def _verify(name: str, func: PrimFunc, where: str) -> None:
@@ -96,7 +97,7 @@ class CheckAfterEachPass(PassInstrument):
                 verify_kernel(func, dict.fromkeys(func.scalars, size))
             except KernelVerifyError as error:
                 sizes = ", ".join(f"{s} = {size}" for s in func.scalars)
-                raise PassCheckError(f"after {where}: kernel {name} fails verification"
+                raise PassCheckError(f"{where}: kernel {name} fails verification"
                                      f"{' at ' + sizes if sizes else ''}: {error}") from None
 
 

@@ -46,7 +46,7 @@ def test_the_checks_pass_on_a_tiny_llama_after_every_pass():
     checks = CheckAfterEachPass()
     lowered = pipeline(checks)(nn.bind_weights(export_llm(model, 32), weights))
     kernels = [f for f in lowered.functions.values() if isinstance(f, PrimFunc)]
-    assert len(kernels) > 10 and {id(k) for k in kernels} <= checks.verified
+    assert len(kernels) > 10 and {id(k) for k in kernels} <= checks.verified.keys()
 
 
 def ghost_return(mod: IRModule) -> IRModule:
@@ -78,6 +78,9 @@ def test_the_checks_name_the_pass_that_broke_the_module():
     with pytest.raises(PassCheckError, match=r"after pass out_of_bounds_kernel: kernel copy fails verification at "
                                              r"n = 1: kernel copy: read of src\[T.local_id.x\] may fall outside"):
         broken(CATALOGUE["attention_demo"]())
+    with pytest.raises(PassCheckError, match=r"in the module given to the pipeline \(before lambda_lift\): the "
+                                             r"module is not well formed"):
+        pipeline(CheckAfterEachPass())(ghost_return(CATALOGUE["attention_demo"]()))
     # Without the instrument the same pipeline runs on: the checks are the instrument's.
     unchecked = pipeline()
     unchecked.insert_after("bind_results", "ghost_return", ghost_return)
