@@ -9,13 +9,14 @@ from .ir.module import IRModule
 from .target import Target
 from .tir.ir import PrimFunc
 from .transform.device_targets import DeviceTargets
+from .transform.instruments import DumpIR
 from .transform.pipeline import Pipeline
 from .vm.executable import Executable
 from .vm_build import check_binding_limits, compile_vm, record_binding_needs
 
 
 def build(mod: IRModule, target: Target | str = "webgpu", upper_bounds: dict[str, int] | None = None,
-          pipeline: Pipeline | None = None, progress=None, instruments=()) -> Executable:
+          pipeline: Pipeline | None = None, progress=None, instruments=(), dump_ir: str | None = None) -> Executable:
     """Compile ``mod`` for ``target``; ``upper_bounds`` ({"n": 2048}) lets memory be planned ahead.
 
     A module whose tensors are placed on virtual devices (``vdevice`` global infos) is split: each
@@ -23,11 +24,13 @@ def build(mod: IRModule, target: Target | str = "webgpu", upper_bounds: dict[str
     preset of that name for the others) and the executable moves tensors between devices.
 
     ``progress(stage, done, total)``, if given, hears of each pass and each kernel, for a progress bar.
-    ``instruments`` (tessera.transform.instruments: ``DumpIR``, ``PassTimings`` ...) watch the passes,
-    beside those the pipeline has."""
+    ``instruments`` (tessera.transform's ``PassTimings``, ``PrintAfter`` ...) watch the passes, beside
+    those the pipeline has; ``dump_ir``, a folder: the module before the passes and after each one
+    (``DumpIR``; `tessera compile --dump-ir`)."""
     if isinstance(target, str):
         target = Target.preset(target)
     pipeline = pipeline or Pipeline.default(target, upper_bounds)
+    instruments = [*instruments, *([DumpIR(dump_ir)] if dump_ir else [])]
     if instruments:
         pipeline = replace(pipeline, instruments=[*pipeline.instruments, *instruments])
     lowered = pipeline(mod, progress)
