@@ -20,9 +20,9 @@ const listText = (list) => (Array.isArray(list) ? `[${list.map((item) => JSON.st
 /**
  * The program section of ``chatConfig`` (already checked against docs/chat-config.schema.json): the
  * function name of each role, the state tensors and the sampler layout; with ``executable``, each function
- * it names must be one of the executable's. A FormatError, one line, for a config without the section (a
- * model compiled before it existed), another version or sampler layout, a batched build, or a function the
- * executable lacks.
+ * it names must be one of the executable's, and the step functions (prefill, decode) must take the state it
+ * lists, in its order. A FormatError, one line, for a config without the section (a model compiled before it
+ * existed), another version or sampler layout, a batched build, a function the executable lacks, or other state.
  * @param {any} chatConfig @param {any} [executable] @param {string} [what] the file, for messages
  * @returns {{functions: Record<string, string>, state: string[], sampler: string[]}} functions by role (ROLES' values)
  */
@@ -49,6 +49,13 @@ export function readProgram(chatConfig, executable, what = "chat-config.json") {
     for (const [role, name] of Object.entries(named)) {
       if (!Object.hasOwn(executable.functions, name)) {
         throw new FormatError(`${what}: program.functions.${role} names '${name}', a function executable.json does not have`);
+      }
+    }
+    // The state the step functions take, in order, is the program's (a KV cache shared by name).
+    for (const role of [ROLES.prefill, ROLES.decode]) {
+      const takes = (executable.functions[named[role]].params ?? []).filter((/** @type {any} */ p) => p.state).map((/** @type {any} */ p) => p.name);
+      if (listText(takes) !== listText(program.state ?? [])) {
+        throw new FormatError(`${what}: program.state is ${listText(program.state ?? [])}; function '${named[role]}' (${role}) takes the state ${listText(takes)}`);
       }
     }
   }

@@ -12,7 +12,9 @@ import { bundle, FIXTURES, folderFetch, ORIGIN, tinyGGUF } from "../browser/bund
 
 const program = (functions = { prefill: "prefill", decode: "decode", sample: "sample", sample_greedy: "sample_greedy" }) => ({
   version: 1, functions, state: ["cache_k_0", "cache_v_0"], sampler: [...SAMPLER_LAYOUT] });
-const executable = (...names) => ({ functions: Object.fromEntries(names.map((name) => [name, {}])) });
+const stateParams = (names) => names.map((name, register) => ({ name, register, state: true }));
+const executable = (...names) => ({ functions: Object.fromEntries(names.map((name) => [name,
+  { params: [{ name: "ids", register: 9, state: false }, ...stateParams(["cache_k_0", "cache_v_0"])] }])) });
 
 test("the program section's functions by role, checked against the executable", () => {
   const read = readProgram({ program: program() }, executable("prefill", "decode", "sample", "sample_greedy", "other"));
@@ -32,6 +34,9 @@ test("the program section's functions by role, checked against the executable", 
   assert.throws(() => readProgram({ program: batched }), /names prefill_paged and decode_batch, a batched build .*compile the model without --max-batch/);
   assert.throws(() => readProgram({ program: program() }, executable("prefill", "sample", "sample_greedy")),
     /^FormatError: chat-config.json: program.functions.decode names 'decode', a function executable.json does not have$/);
+  const swapped = { program: { ...program(), state: ["cache_v_0", "cache_k_0"] } };
+  assert.throws(() => readProgram(swapped, executable("prefill", "decode", "sample", "sample_greedy")),
+    /^FormatError: chat-config.json: program.state is \["cache_v_0", "cache_k_0"\]; function 'prefill' \(prefill\) takes the state \["cache_k_0", "cache_v_0"\]$/);
 });
 
 test("the engine calls the functions the program section names, with the sampler's layout", async () => {
