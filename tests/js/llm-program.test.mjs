@@ -7,7 +7,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { before, test } from "node:test";
 
-import { createEngine, Engine, readProgram, SAMPLER_LAYOUT } from "../../runtime-js/src/tessera.js";
+import { createEngine, Engine, readProgram, SAMPLER_LAYOUT, validateChatConfig } from "../../runtime-js/src/tessera.js";
 import { bundle, FIXTURES, folderFetch, ORIGIN, tinyGGUF } from "../browser/bundle.mjs";
 
 const program = (functions = { prefill: "prefill", decode: "decode", sample: "sample", sample_greedy: "sample_greedy" }) => ({
@@ -37,6 +37,16 @@ test("the program section's functions by role, checked against the executable", 
   const swapped = { program: { ...program(), state: ["cache_v_0", "cache_k_0"] } };
   assert.throws(() => readProgram(swapped, executable("prefill", "decode", "sample", "sample_greedy")),
     /^FormatError: chat-config.json: program.state is \["cache_v_0", "cache_k_0"\]; function 'prefill' \(prefill\) takes the state \["cache_k_0", "cache_v_0"\]$/);
+});
+
+test("the section's schema (docs/chat-config.schema.json) is checked when chat-config.json is read", () => {
+  const config = (section) => ({ context_length: 64, stop_token_ids: [2], program: section });
+  assert.ok(validateChatConfig(config(program())));
+  const both = program({ prefill: "p", decode: "d", prefill_paged: "pp", decode_batch: "db", sample: "s", sample_greedy: "g" });
+  assert.throws(() => validateChatConfig(config(both)), /^FormatError: chat-config.json is malformed: program.functions /);
+  assert.throws(() => validateChatConfig(config({ ...program(), version: 2 })), /^FormatError: chat-config.json is malformed: program.version is 2, not 1$/);
+  const batched = program({ prefill_paged: "pp", decode_batch: "db", sample: "s", sample_greedy: "g" });
+  assert.throws(() => validateChatConfig(config(batched)), /lacks the field 'page_size'/);
 });
 
 test("the engine calls the functions the program section names, with the sampler's layout", async () => {
