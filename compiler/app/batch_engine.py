@@ -155,7 +155,7 @@ class PagedModel:
         self.prefill_function, self.decode_function = program.function(PREFILL_PAGED), program.function(DECODE_BATCH)
         self.max_batch = batch
         self.context_length = self.config["context_length"]
-        self.page_size = int(self.config["page_size"])
+        self.page_size = program.page_size
         self.pages_per_sequence = -(-self.context_length // self.page_size)
         self.prefill_chunk = min(int(self.config.get("prefill_chunk") or self.context_length), self.context_length)
         self.stop_ids = set(self.config["stop_token_ids"])
