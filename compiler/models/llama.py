@@ -10,7 +10,6 @@ the runtimes call. The GGUF architectures built as this model: tessera.models.ar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,8 +18,8 @@ from ..ir import Constant, PrimValue
 from ..ir.expr import Expr, TupleGetItem
 from ..nn import Embedding, Linear, Module, ModuleList, RMSNorm
 
-if TYPE_CHECKING:
-    from .llm_program import Placement
+# The LLM program contract's exports lived here before it had a module of its own; callers still import them.
+from .llm_program import Placement, add_sampling, export_llm, export_paged_llm
 
 
 @dataclass(frozen=True)
@@ -241,8 +240,5 @@ def _rope(x: Expr, cos: Expr, sin: Expr, head_dim: int) -> Expr:
     rotated = op.concat((op.negative(second), first), axis=2)
     return op.add(op.multiply(x, cos), op.multiply(rotated, sin))
 
-
-# The LLM program contract moved to tessera.models.llm_program; these names stay for their callers.
-from .llm_program import add_sampling, export_llm, export_paged_llm  # noqa: E402
 
 __all__ = ["LlamaConfig", "LlamaForCausalLM", "add_sampling", "export_llm", "export_paged_llm"]
