@@ -28,7 +28,6 @@ from tessera.ir import BindingLimitError, MemoryPlanError, TesseraError
 from tessera.models import export_llm, get_architecture, model_from_gguf, program_section
 from tessera.models.llm_program import DECODE_BATCH, PAGE_SIZE, PREFILL, PREFILL_PAGED
 from tessera.target import Target, presets
-from tessera.transform.instruments import DumpIR
 from tessera.vm import Executable
 
 from .inspect import describe_target
@@ -119,7 +118,7 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     tessera.models.llm_program), for that many sequences.
     ``gpu_layers`` (llama.cpp's --n-gpu-layers): the first that many decoder layers on the GPU target,
     the rest with the head on its CPU partner (``split_devices``); None: all on ``target``.
-    ``dump_ir``: a folder that gets the module after each pass (tessera.transform.instruments.DumpIR).
+    ``dump_ir``: a folder that gets the module before the passes and after each one (tessera.build's).
 
     ``progress(stage, done, total)`` is told each stage as it starts (tessera.build's contract)."""
     target = resolve_target(target, cpu)
@@ -168,7 +167,7 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
     config["program"] = program_section(exported)
     mod = nn.bind_weights(exported, weights)
     try:
-        exe = tessera.build(mod, target, progress=progress, instruments=[DumpIR(dump_ir)] if dump_ir else [])
+        exe = tessera.build(mod, target, progress=progress, dump_ir=dump_ir)
     except MemoryPlanError as error:  # the option that fixes it, for people at a command line
         fix = "--prefill-chunk" if error.function in (PREFILL, PREFILL_PAGED) else \
             "--max-batch or --context" if error.function == DECODE_BATCH else "--context"
