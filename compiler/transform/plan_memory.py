@@ -16,7 +16,9 @@ The plan records the liveness lower bound: the most bytes live at any one
 step, which no layout can beat.
 
 Across control flow and calls (as TVM's StaticPlanBlockMemory): the arms of an
-``If`` are planned one after the other, so each reuses what the other frees;
+``If`` are planned one after the other, so each reuses what the other frees
+(a storage that serves tensors in more than one arm, or after the ``If``, is
+allocated before the ``If``, where every use of it is in scope);
 a function that another calls hands its results to the caller, so they are
 allocated at run time rather than in its arena; a recursive function may be
 active twice at once, so all its storage is allocated per call.
@@ -155,23 +157,26 @@ def call_graph(mod: IRModule) -> tuple[set[str], set[str]]:
 
 
 def _place(func: Function, plan: MemoryPlan, devices: _DeviceLayout) -> Function:
-    storages: dict[int, Var] = {}
+    homes = _storage_homes(func, plan)
+    storages = {index: Var(f"storage{index}", ObjectStructInfo()) for index in homes}
+    anchored: dict[Var, list[int]] = {}  # binding var -> the tokens allocated just before it
+    for index, anchor in homes.items():
+        anchored.setdefault(anchor, []).append(index)
 
     def rewrite(binding, dataflow):
-        value = binding.value
-        if not (isinstance(value, Call) and isinstance(value.op, Op) and value.op.name == "builtin.alloc_tensor"):
-            return [binding]
-        if binding.var not in plan.var_token:
-            return [binding]  # allocated at run time from the pool (a result that outlives its call)
-        token = plan.tokens[plan.var_token[binding.var]]
         out = []
-        if token.index not in storages:
+        for index in anchored.get(binding.var, ()):
+            token = plan.tokens[index]
             alignment = devices.alignments[token.device]
             size = arith.IntImm(_align(token.static_size, alignment)) if token.static_size is not None else token.size
-            storage = Var(f"storage{token.index}", ObjectStructInfo())
             alloc = make_call("memory.alloc_storage", ShapeExpr((size,)), token=token.index)
-            out.append(VarBinding(storage, with_struct_info(alloc, ObjectStructInfo())))
-            storages[token.index] = storage
+            out.append(VarBinding(storages[index], with_struct_info(alloc, ObjectStructInfo())))
+        value = binding.value
+        if not (isinstance(value, Call) and isinstance(value.op, Op) and value.op.name == "builtin.alloc_tensor"):
+            return out + [binding]
+        if binding.var not in plan.var_token:
+            return out + [binding]  # allocated at run time from the pool (a result that outlives its call)
+        token = plan.tokens[plan.var_token[binding.var]]
         sinfo = binding.var.struct_info
         place = make_call("memory.alloc_tensor", storages[token.index], ShapeExpr(sinfo.shape), offset=0,
                           dtype=sinfo.dtype)
@@ -179,6 +184,32 @@ def _place(func: Function, plan: MemoryPlan, devices: _DeviceLayout) -> Function
         return out
 
     return rewrite_function(func, rewrite)
+
+
+def _storage_homes(func: Function, plan: MemoryPlan) -> dict[int, Var]:
+    """Where each storage token is allocated: just before the binding (its variable here) that holds the
+    token's first tensor in the innermost scope enclosing all of its tensors. In straight-line code
+    that is the first tensor's own binding. An arena token shared by both arms of an ``If`` (each arm
+    reuses what the other frees) is allocated before the ``If``, so that the arm that does not
+    allocate it still has the storage in scope; a run-time token is reused only inside the scope it
+    was made in, so its home is its first tensor's binding too."""
+    steps = _linearize(func.body, ())
+    if_vars = {id(step.binding): step.var for step in steps if isinstance(step.value, If)}
+    scopes: dict[int, list[tuple]] = {}  # token -> the scope of each of its tensors, in program order
+    for step in steps:
+        if step.binding is not None and step.var in plan.var_token:
+            scopes.setdefault(plan.var_token[step.var], []).append((step.scope, step.var))
+    homes: dict[int, Var] = {}
+    for index, found in scopes.items():
+        common = found[0][0]
+        for scope, _ in found[1:]:
+            depth = 0
+            while depth < min(len(common), len(scope)) and common[depth] == scope[depth]:
+                depth += 1
+            common = common[:depth]
+        first_scope, first_var = found[0]
+        homes[index] = first_var if len(first_scope) == len(common) else if_vars[first_scope[len(common)][0]]
+    return dict(sorted(homes.items(), key=lambda item: item[0]))
 
 
 def plan_function(func: Function, upper_bounds: dict[str, int] | None = None,
