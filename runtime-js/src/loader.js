@@ -9,7 +9,7 @@
 // forever costs no more than that.
 
 import { checkLibraries } from "./builtins.js";
-import { MAX_JSON_BYTES } from "./facts.js";
+import { MAX_JSON_BYTES, MAX_JSON_DEPTH } from "./facts.js";
 import { tokenizerIds, validateBundle, validateChatConfig, validateExecutable, validateTensorCache } from "./format.js";
 import { pathProblem } from "./paths.js";
 
@@ -54,8 +54,31 @@ async function fetchOk(url, fetchFn) {
 }
 
 /**
+ * How deep arrays and objects nest in the JSON text ``text`` (brackets inside strings do not count), counted
+ * up to one past MAX_JSON_DEPTH, where it stops.
+ * @param {string} text @returns {number}
+ */
+function jsonNesting(text) {
+  let depth = 0, deepest = 0, inString = false;
+  for (let i = 0; i < text.length && deepest <= MAX_JSON_DEPTH; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++; // a backslash: the character it escapes is no quote
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) {
+      inString = true;
+    } else if (c === 0x5b || c === 0x7b) {
+      deepest = Math.max(deepest, ++depth);
+    } else if (c === 0x5d || c === 0x7d) {
+      depth--;
+    }
+  }
+  return deepest;
+}
+
+/**
  * The JSON document at ``url``, read up to ``limit`` bytes (a larger one is an error, found before it is
- * all downloaded).
+ * all downloaded) and nested at most MAX_JSON_DEPTH deep (as every runtime reads JSON: compiler/facts.json).
  * @param {string} url @param {(url: string) => Promise<Response>} fetchFn @param {number} [limit]
  */
 export async function fetchJson(url, fetchFn = fetch, limit = JSON_LIMITS.executable) {
@@ -67,11 +90,14 @@ export async function fetchJson(url, fetchFn = fetch, limit = JSON_LIMITS.execut
   } catch {
     throw new LoadError(`${url} is not UTF-8 text`);
   }
+  let doc;
   try {
-    return JSON.parse(text);
+    doc = JSON.parse(text);
   } catch {
     throw new LoadError(`${url} is not valid JSON`);
   }
+  if (jsonNesting(text) > MAX_JSON_DEPTH) throw new LoadError(`${url} is JSON nested deeper than ${MAX_JSON_DEPTH} levels`);
+  return doc;
 }
 
 /** @param {ArrayBuffer} data */
