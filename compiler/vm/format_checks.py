@@ -20,11 +20,12 @@ from .plan_checks import check_live_storages
 from .schema import json_path
 
 # Bytes per element of each dtype in a tensor cache record (the host layout: numpy's itemsize), the most
-# bytes one buffer may need at its upper bounds, and how deep shape expressions nest: facts every runtime
-# shares (compiler/facts.json).
+# bytes one buffer may need at its upper bounds, how deep shape expressions and struct info nest: facts every
+# runtime shares (compiler/facts.json).
 ITEM_BYTES = {dtype: size["host"] for dtype, size in facts.DTYPE_BYTES.items()}
 MAX_BUFFER_BYTES = facts.MAX_BUFFER_BYTES
 MAX_EXPRESSION_NESTING = facts.MAX_EXPRESSION_NESTING
+MAX_SINFO_NESTING = facts.MAX_SINFO_NESTING
 # Names every JavaScript object already has (Object.prototype's): runtime-js keeps shape variables in plain
 # objects, where a variable named so would read the prototype's member. Refused everywhere, so that a file
 # loads the same in every runtime.
@@ -167,7 +168,10 @@ class Function:
             at = f", {value} at the upper bounds" if arith.free_vars(parsed) else ""
             self.fail(where, f"is {text!r}{at}: a negative dimension")
 
-    def sinfo(self, sinfo: dict, where: list) -> None:
+    def sinfo(self, sinfo: dict, where: list, depth: int = 0) -> None:
+        """A struct info and its fields, ``depth`` tuples below the top (which a refusal names)."""
+        if depth > MAX_SINFO_NESTING:
+            self.fail(where[:len(where) - 2 * depth], f"is struct info nested deeper than {MAX_SINFO_NESTING} levels")
         for key in ("shape", "values"):
             for axis, text in enumerate(sinfo.get(key) or ()):
                 if key == "shape" and sinfo["kind"] == "tensor":
@@ -177,7 +181,7 @@ class Function:
         if sinfo.get("value") is not None:
             self.expr(sinfo["value"], where + ["value"])
         for index, field in enumerate(sinfo.get("fields", ())):
-            self.sinfo(field, where + ["fields", index])
+            self.sinfo(field, where + ["fields", index], depth + 1)
 
     def run(self) -> None:
         record = self.record

@@ -44,6 +44,12 @@ export const MAX_PATH_CHARS = 4096;
 export const MAX_EXPRESSION_NESTING = 64;
 
 /**
+ * Struct info nests tuples at most this deep (a field of a field ... 32 levels below the top), far deeper than the
+ * compiler's programs: runtime-native parses it recursively, and every loader refuses a deeper one alike.
+ */
+export const MAX_SINFO_NESTING = 32;
+
+/**
  * A tensor has at most this many dimensions: runtime-native's tessera_tensor holds its shape in a fixed array
  * (TESSERA_MAX_NDIM).
  */

@@ -2,7 +2,7 @@
 // (docs/format.md, "What a loader checks"): the facts a schema cannot state, because they relate one
 // value to another. The Python loader checks the same (tessera/vm/format_checks.py), in the same words.
 
-import { DTYPE_BYTES, MAX_BUFFER_BYTES, MAX_EXPRESSION_NESTING } from "./facts.js";
+import { DTYPE_BYTES, MAX_BUFFER_BYTES, MAX_EXPRESSION_NESTING, MAX_SINFO_NESTING } from "./facts.js";
 import { checkLiveStorages, evaluate } from "./plan-checks.js";
 import { FormatError, jsonPath } from "./schema.js";
 import { parseShapeExpr, shapeFacts } from "./shape.js";
@@ -131,14 +131,16 @@ function checkFunction(doc, what, name, record) {
     }
     if (value < 0) bad(where, `is '${text}'${shapeFacts(node).vars.size ? `, ${value} at the upper bounds` : ""}: a negative dimension`);
   };
-  /** @param {any} info @param {(string|number)[]} where */
-  const sinfo = (info, where) => {
+  /** A struct info and its fields, ``depth`` tuples below the top (which a refusal names).
+   * @param {any} info @param {(string|number)[]} where @param {number} [depth] */
+  const sinfo = (info, where, depth = 0) => {
+    if (depth > MAX_SINFO_NESTING) bad(where.slice(0, where.length - 2 * depth), `is struct info nested deeper than ${MAX_SINFO_NESTING} levels`);
     for (const key of ["shape", "values"]) {
       (info[key] ?? []).forEach((/** @type {string} */ t, /** @type {number} */ i) =>
         (key === "shape" && info.kind === "tensor" ? dimension : shape)(t, [...where, key, i]));
     }
     if (info.value !== undefined && info.value !== null) shape(info.value, [...where, "value"]);
-    (info.fields ?? []).forEach((/** @type {any} */ f, /** @type {number} */ i) => sinfo(f, [...where, "fields", i]));
+    (info.fields ?? []).forEach((/** @type {any} */ f, /** @type {number} */ i) => sinfo(f, [...where, "fields", i], depth + 1));
   };
   for (const symbol of symbols) {
     if (OBJECT_MEMBERS.has(symbol)) bad(["symbols", symbol], "is a name every JavaScript object already has");

@@ -69,11 +69,28 @@ static int parse_dims(parser *p, const cJSON *array, tsr_symbols *symbols, const
     return 0;
 }
 
+static int sinfo_too_deep(const char *where) {
+    return fail(where, "struct info nested deeper than " TSR_FACT_TEXT(TSR_MAX_SINFO_NESTING) " levels");
+}
+
+/* A function's result struct info is not read (the match before its ret checks the value), but it may nest no
+ * deeper than any other, so that every runtime gives the file the same verdict (recursion bounded by that). */
+static int check_sinfo_nesting(const cJSON *doc, const char *where, int depth) {
+    if (depth > TSR_MAX_SINFO_NESTING) return sinfo_too_deep(where);
+    const cJSON *fields = cJSON_IsObject(doc) ? cJSON_GetObjectItemCaseSensitive(doc, "fields") : NULL, *f;
+    if (!cJSON_IsArray(fields)) return 0;
+    cJSON_ArrayForEach(f, fields) {
+        int rc = check_sinfo_nesting(f, where, depth + 1);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 static int parse_sinfo(parser *p, const cJSON *doc, tsr_symbols *symbols, const char *where, int depth, tsr_sinfo *s) {
     memset(s, 0, sizeof *s);
     s->ndim = -1;
     s->n_dims = -1;
-    if (depth > 32) return fail(where, "struct info nested deeper than 32");
+    if (depth > TSR_MAX_SINFO_NESTING) return sinfo_too_deep(where);
     if (!cJSON_IsObject(doc)) return fail(where, "struct info must be an object");
     const char *kind;
     int rc = tsr_json_string(doc, "kind", where, &kind);
@@ -514,6 +531,7 @@ static int parse_function(parser *p, const cJSON *all, const cJSON *doc, tsr_fun
         param->state = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(item, "state"));
         if ((rc = parse_sinfo(p, cJSON_GetObjectItemCaseSensitive(item, "sinfo"), &f->symbols, where, 0, &param->sinfo))) return rc;
     }
+    if ((rc = check_sinfo_nesting(cJSON_GetObjectItemCaseSensitive(doc, "result"), where, 0))) return rc;
     if ((rc = parse_memory(p, doc, f, where))) return rc;
     if ((rc = parse_register_infos(p, doc, f, where))) return rc;
     for (int32_t k = 0; k < f->n_params; k++) {

@@ -36,6 +36,10 @@
  * once per level. */
 #define TSR_MAX_EXPRESSION_NESTING 64
 
+/* Struct info nests tuples at most this deep (a field of a field ... 32 levels below the top), far deeper than the
+ * compiler's programs: runtime-native parses it recursively, and every loader refuses a deeper one alike. */
+#define TSR_MAX_SINFO_NESTING 32
+
 /* A tensor has at most this many dimensions: runtime-native's tessera_tensor holds its shape in a fixed array
  * (TESSERA_MAX_NDIM). */
 #define TSR_MAX_NDIM 8
