@@ -58,8 +58,8 @@ def test_a_wheel_installed_outside_the_checkout_compiles_bundles_and_chats(tmp_p
 
     run([tessera, "bundle", gguf, "-o", "site", "--context", "64", "--targets", "webgpu"], cwd=work, env=env)
     site = work / "site"
-    for name in ("index.html", "chat.js", "runtime/tessera.js", "runtime/vendor/tokenizers.js",
-                 "models/tiny/bundle.json", "models/tiny/webgpu/executable.json"):
+    for name in ("index.html", "chat.js", "runtime/tessera.js", "runtime/devices/index.js",
+                 "runtime/vendor/tokenizers.js", "models/tiny/bundle.json", "models/tiny/webgpu/executable.json"):
         assert (site / name).is_file(), name
     assert "runtime/tessera.js" in (site / "index.html").read_text()
 
