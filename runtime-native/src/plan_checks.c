@@ -64,7 +64,7 @@ static int sinfo_dimensions(const bounds *b, const tsr_sinfo *s, const char *whe
             if (rc) return rc;
         }
     }
-    if (s->kind != TSR_SINFO_TUPLE || depth > 32) return 0; /* the parser refuses deeper struct info */
+    if (s->kind != TSR_SINFO_TUPLE || depth > TSR_MAX_SINFO_NESTING) return 0; /* the parser refuses deeper struct info */
     for (int32_t i = 0; i < s->n_fields; i++) {
         snprintf(at, sizeof at, "%.200s.fields[%d]", where, i);
         int rc = sinfo_dimensions(b, &s->fields[i], at, depth + 1);
