@@ -21,8 +21,7 @@ import tessera
 from tessera import nn
 from tessera.frontend import bundled_smollm2_path, load_gguf
 from tessera.frontend.tokenizer import build_tokenizer
-from tessera.models.from_gguf import llama_from_gguf
-from tessera.models.llama import export_llm
+from tessera.models import export_llm, model_from_gguf
 from tessera.vm import VirtualMachine
 
 BUILDS = {"WGSL/llvmpipe": "llvmpipe", "SPIR-V/lavapipe": "lavapipe", "OpenCL/PoCL": "pocl"}
@@ -49,7 +48,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=512)
     args = parser.parse_args()
     gguf = load_gguf(bundled_smollm2_path())
-    model, weights = llama_from_gguf(gguf)
+    model, weights = model_from_gguf(gguf)
     tokenizer = build_tokenizer(gguf.tokenizer)
     ids = np.asarray(tokenizer.encode(PROMPT).ids, np.int32)
     vms = {}

@@ -30,7 +30,7 @@ from tessera.codegen import (
     register_backend,
 )
 from tessera.ir import BlockBuilder, Tensor, Var, interpret
-from tessera.models.llama import LlamaForCausalLM, export_llm
+from tessera.models import LlamaForCausalLM, export_llm
 from tessera.target import Target, TargetKind, register_kind, register_preset
 from tessera.tir.ir import (
     Assign,

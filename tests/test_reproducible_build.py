@@ -10,7 +10,7 @@ import hashlib, json, sys
 sys.path[:0] = [{tests!r}, {models!r}]
 import tessera
 from tessera import nn
-from tessera.models.llama import LlamaForCausalLM, export_llm
+from tessera.models import LlamaForCausalLM, export_llm
 from test_llama_vs_transformers import reference
 model, config, weights = reference("qwen2-bias")
 exe = tessera.build(nn.bind_weights(export_llm(LlamaForCausalLM(config), 32), weights), "llvmpipe")

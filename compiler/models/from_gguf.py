@@ -33,10 +33,6 @@ def model_from_gguf(model: GGUFModel):
     return entry.build(config, formats), weights
 
 
-# The name from before the registry, when every model was a Llama.
-llama_from_gguf = model_from_gguf
-
-
 def module_path(entry: Architecture, name: str) -> tuple[str, str] | None:
     """(module path, leaf) of the GGUF tensor ``name`` in ``entry``'s models; None: not read."""
     parts = name.split(".")

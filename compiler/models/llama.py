@@ -17,9 +17,7 @@ from .. import op
 from ..ir import Constant, PrimValue
 from ..ir.expr import Expr, TupleGetItem
 from ..nn import Embedding, Linear, Module, ModuleList, RMSNorm
-
-# The LLM program contract's exports lived here before it had a module of its own; callers still import them.
-from .llm_program import Placement, add_sampling, export_llm, export_paged_llm
+from .llm_program import Placement
 
 
 @dataclass(frozen=True)
@@ -241,4 +239,4 @@ def _rope(x: Expr, cos: Expr, sin: Expr, head_dim: int) -> Expr:
     return op.add(op.multiply(x, cos), op.multiply(rotated, sin))
 
 
-__all__ = ["LlamaConfig", "LlamaForCausalLM", "add_sampling", "export_llm", "export_paged_llm"]
+__all__ = ["LlamaConfig", "LlamaForCausalLM"]

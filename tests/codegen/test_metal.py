@@ -39,10 +39,9 @@ def metal_sources(mod) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def smollm2_metal():
     from tessera.frontend import bundled_smollm2_path, load_gguf
-    from tessera.models.from_gguf import llama_from_gguf
-    from tessera.models.llama import export_llm
+    from tessera.models import export_llm, model_from_gguf
 
-    model, weights = llama_from_gguf(load_gguf(bundled_smollm2_path()))
+    model, weights = model_from_gguf(load_gguf(bundled_smollm2_path()))
     return tessera.build(nn.bind_weights(export_llm(model, 256), weights), "metal")
 
 

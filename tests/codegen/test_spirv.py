@@ -115,10 +115,9 @@ def test_every_kernel_test_case_passes_spirv_val(case, preset):
 def test_every_smollm2_kernel_passes_spirv_val(preset):
     from tessera import nn
     from tessera.frontend import bundled_smollm2_path, load_gguf
-    from tessera.models.from_gguf import llama_from_gguf
-    from tessera.models.llama import export_llm
+    from tessera.models import export_llm, model_from_gguf
 
-    model, weights = llama_from_gguf(load_gguf(bundled_smollm2_path()))
+    model, weights = model_from_gguf(load_gguf(bundled_smollm2_path()))
     exe = tessera.build(nn.bind_weights(export_llm(model, 256), weights), preset)
     assert {k["backend"] for k in exe.kernels} == {"spirv"}
     assert all(path.startswith("kernels/") and path.endswith(".spv") for path in exe.modules)

@@ -22,7 +22,7 @@ import gguf
 import numpy as np
 from tessera import arith, nn, op
 from tessera.ir import BlockBuilder, Constant, IRModule, PrimStructInfo, PrimValue, Tensor, Var
-from tessera.models.llama import LlamaForCausalLM, export_llm
+from tessera.models import LlamaForCausalLM, export_llm
 from tessera.script import from_source
 from tiny_llama import VARIANTS, tiny_config
 

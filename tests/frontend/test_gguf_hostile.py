@@ -13,7 +13,7 @@ import tracemalloc
 import numpy as np
 import pytest
 from tessera.frontend import GGUFError, load_gguf
-from tessera.models.from_gguf import llama_from_gguf
+from tessera.models import model_from_gguf
 
 UINT32, INT32, FLOAT32, STRING, ARRAY, UINT64 = 4, 5, 6, 8, 9, 10
 F32 = 0
@@ -88,7 +88,7 @@ def model_tensors(layers: int = LAYERS, hidden: int = HIDDEN, skip: tuple = ()) 
 def test_the_hand_written_model_loads_and_builds(tmp_path):
     model = load_gguf(write_gguf(tmp_path / "ok.gguf", model_kvs(), model_tensors()))
     assert (model.config.num_layers, model.config.hidden_size, model.config.head_dim) == (LAYERS, HIDDEN, 4)
-    llama_from_gguf(model)
+    model_from_gguf(model)
 
 
 # A guard against a hang (a loop over 2**31 layers, say), not a time the check must keep: each takes
@@ -142,10 +142,10 @@ def test_a_layer_the_file_lacks_is_named_before_the_model_is_built(tmp_path):
                                  model_tensors()))
     with pytest.raises(GGUFError, match=r"the file has no tensor blk\.2\.attn_norm\.weight, which a model of "
                                         r"llama\.block_count = 3 layers needs"):
-        llama_from_gguf(model)
+        model_from_gguf(model)
     model = load_gguf(write_gguf(tmp_path / "holed.gguf", model_kvs(), model_tensors(skip=("blk.1.ffn_up.weight",))))
     with pytest.raises(GGUFError, match=r"no tensor blk\.1\.ffn_up\.weight"):
-        llama_from_gguf(model)
+        model_from_gguf(model)
 
 
 @pytest.mark.parametrize("how, message", [

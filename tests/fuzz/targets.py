@@ -82,13 +82,13 @@ def scratch() -> _Scratch:
 def fuzz_gguf(data: bytes) -> None:
     from tessera.frontend import load_gguf, load_tokenizer
     from tessera.frontend.tokenizer import build_tokenizer
-    from tessera.models.from_gguf import llama_from_gguf
+    from tessera.models import model_from_gguf
 
     path = scratch().path("input.gguf")
     with open(path, "wb") as f:
         f.write(data)
     build_tokenizer(load_tokenizer(path))  # as a vocabulary-only file is read
-    llama_from_gguf(load_gguf(path))
+    model_from_gguf(load_gguf(path))
 
 
 def fuzz_executable(data: bytes) -> None:

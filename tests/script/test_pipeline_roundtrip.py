@@ -10,8 +10,7 @@ import pytest
 from modules import CATALOGUE
 from tessera import nn
 from tessera.ir import IRModule, assert_structural_equal, well_formed
-from tessera.models import LlamaConfig, LlamaForCausalLM
-from tessera.models.llama import export_llm
+from tessera.models import LlamaConfig, LlamaForCausalLM, export_llm
 from tessera.op.lowering import LegalizeError
 from tessera.script import from_source
 from tessera.target import Target

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from tessera import arith, nn
 from tessera.ir import IRModule, assert_structural_equal
-from tessera.models import LlamaForCausalLM
-from tessera.models.llama import export_llm
+from tessera.models import LlamaForCausalLM, export_llm
 from tessera.script import from_source
 from tessera.target import Target
 from tessera.tir.ir import Barrier, Buffer, Builtin, Const, Declare, For, Load, Local, PrimFunc, Store, binary

@@ -8,8 +8,7 @@ import pytest
 from modules import CATALOGUE
 from tessera import arith, nn
 from tessera.ir import IRModule, SeqExpr, Var, print_module
-from tessera.models import LlamaForCausalLM
-from tessera.models.llama import export_llm
+from tessera.models import LlamaForCausalLM, export_llm
 from tessera.target import Target
 from tessera.tir.ir import Buffer, Builtin, Load, PrimFunc, Store
 from tessera.transform.instruments import CheckAfterEachPass, PassCheckError, PassTimings, PrintAfter

@@ -76,12 +76,11 @@ def test_smollm2_webgpu_arenas_are_within_five_percent_of_the_liveness_lower_bou
     from tessera import nn
     from tessera.app.compile import default_prefill_chunk
     from tessera.frontend import bundled_smollm2_path, load_gguf
-    from tessera.models.from_gguf import llama_from_gguf
-    from tessera.models.llama import export_llm
+    from tessera.models import export_llm, model_from_gguf
     from tessera.transform.pipeline import Pipeline
 
     target = Target.preset("webgpu")
-    model, weights = llama_from_gguf(load_gguf(bundled_smollm2_path()))
+    model, weights = model_from_gguf(load_gguf(bundled_smollm2_path()))
     chunk = default_prefill_chunk(model.config, context, target)
     mod = nn.bind_weights(export_llm(model, context, target.quantized_activations, chunk), weights)
     lowered = Pipeline.default(target)(mod)

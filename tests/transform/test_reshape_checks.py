@@ -7,8 +7,7 @@ import pytest
 import tessera
 from tessera import nn
 from tessera.ir import RuntimeCheckError, ShapeValue, assert_structural_equal, interpret, well_formed
-from tessera.models import LlamaConfig, LlamaForCausalLM
-from tessera.models.llama import export_llm
+from tessera.models import LlamaConfig, LlamaForCausalLM, export_llm
 from tessera.script import from_source
 from tessera.target import Target
 from tessera.transform import check_reshapes
