@@ -24,7 +24,6 @@ is computed by the same kernels whatever the other rows hold.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -136,24 +135,18 @@ class PagedModel:
         from .chat_files import read_chat_config, read_tokenizer
 
         path = os.path.join(directory, "chat-config.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                batch = int(json.load(f).get("max_batch", 1))
-        except (OSError, ValueError, TypeError, AttributeError) as error:
-            raise BatchBuildError(f"{path}: {error}") from None
-        if batch < 2:
-            raise BatchBuildError(f"{directory} is not a batched build (compile it with --max-batch B)")
         self.tokenizer = read_tokenizer(os.path.join(directory, "tokenizer.json"))
         self.config = read_chat_config(path, self.tokenizer.get_vocab_size())
         try:
-            program = read_program(self.config, _function_names(directory), path)
+            program = read_program(self.config, executable_functions(directory), path)
         except ProgramError as error:
             raise BatchBuildError(str(error)) from None
         if not program.batched:
-            raise BatchBuildError(f"{path}: max_batch is {batch}, but its program has no batched functions "
-                                  f"({PREFILL_PAGED}, {DECODE_BATCH})")
+            raise BatchBuildError(f"{directory} is not a batched build: its program has no {PREFILL_PAGED} and "
+                                  f"{DECODE_BATCH} (compile it with --max-batch B)")
+        # The batch and the page size are the program section's (chat-config.schema.json requires both there).
         self.prefill_function, self.decode_function = program.function(PREFILL_PAGED), program.function(DECODE_BATCH)
-        self.max_batch = batch
+        self.max_batch = program.max_batch
         self.context_length = self.config["context_length"]
         self.page_size = program.page_size
         self.pages_per_sequence = -(-self.context_length // self.page_size)
@@ -196,12 +189,13 @@ class PagedModel:
                           self.table(pages_of_rows))
 
 
-def _function_names(directory: str) -> list[str]:
+def executable_functions(directory: str) -> list[str]:
     """The functions of the build in ``directory`` by its executable.json (checked as a whole when a
     runtime loads it), for checking the program section before either runtime loads the build."""
     from tessera.vm import read_json
 
-    functions = read_json(directory, "executable.json", "executable", error=BatchBuildError).get("functions")
+    document = read_json(directory, "executable.json", "executable", error=BatchBuildError)
+    functions = document.get("functions") if isinstance(document, dict) else None
     return list(functions) if isinstance(functions, dict) else []
 
 

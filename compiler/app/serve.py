@@ -198,17 +198,20 @@ def open_model(source: str, device: str = "auto", context: int = 1024, prefill_c
 
 
 def _compiled_batch(directory: str) -> int:
-    """The requests a compiled folder's build decodes together: its chat-config.json's max_batch (1 for a
-    chat build, or a folder whose configuration does not say)."""
-    import json
+    """The requests a compiled folder's build decodes together: the max_batch of its chat-config.json's
+    program section (tessera.models.llm_program); 1 for a one-sequence build, or a folder whose files do not
+    say (the session opened on it then refuses it, and says why)."""
+    from tessera.models.llm_program import ProgramError, read_program
 
-    from tessera.vm import FileCheckError, read_regular
+    from .batch_engine import BatchBuildError, executable_functions
+    from .chat_files import ChatFilesError, read_chat_config
 
+    path = os.path.join(directory, "chat-config.json")
     try:  # a FIFO in its place is not opened (the open would wait for a writer): the session refuses it by name
-        return max(1, int(json.loads(read_regular(os.path.join(directory, "chat-config.json"),
-                                                  "chat configuration")).get("max_batch", 1)))
-    except (FileCheckError, ValueError, TypeError, AttributeError):
+        program = read_program(read_chat_config(path), executable_functions(directory), path)
+    except (ChatFilesError, BatchBuildError, ProgramError):
         return 1
+    return program.max_batch if program.batched else 1
 
 
 def _bundle_session(model_dir: str, device: str, adapters, say):
