@@ -50,6 +50,7 @@ from .struct_info import (
     erase_to_ndim,
     is_base_of,
     placed_as_annotated,
+    renamed_on_one_device,
 )
 
 
@@ -251,6 +252,8 @@ class BlockBuilder:
                           annotation: StructInfo) -> StructInfo:
         analyzer = self._require_frame().analyzer
         deduced = placed_as_annotated(deduced, annotation)
+        if isinstance(value, Var):  # an alias may rename a vdevice of the same physical device
+            deduced = renamed_on_one_device(deduced, annotation, IRModule({}, self._global_infos).physical_device)
         if is_base_of(annotation, deduced, analyzer):
             return deduced if is_base_of(deduced, annotation, analyzer) else annotation
         binding = f"{name} = {_show_expr(value)}"

@@ -78,6 +78,22 @@ class IRModule:
         kind, counting from 0) or ``"vdevice:i"`` (the i-th entry of the module's list)."""
         return self.vdevices[self._vdevice_position(spec)]
 
+    def physical_device(self, spec: str) -> tuple[str, int] | None:
+        """(target kind, device id) of the device ``spec`` names, as the build tells devices apart
+        (tessera.transform.device_targets): the ``webgpu`` and ``llvmpipe`` presets are one WebGPU
+        device. None for a name the module does not declare."""
+        from ..target import Target
+
+        try:
+            vdevice = self.lookup_vdevice(spec)
+        except UnknownVDeviceError:
+            return None
+        try:
+            kind = Target.preset(vdevice.kind).kind
+        except ValueError:  # a kind with no preset of its name is its own kind
+            kind = vdevice.kind
+        return kind, vdevice.index
+
     def resolve_vdevice(self, spec: str) -> str:
         """The canonical name of the device ``spec`` names: ``resolve_vdevice("webgpu") == "webgpu:0"``."""
         return self.vdevice_name(self._vdevice_position(spec))

@@ -8,7 +8,7 @@ Shapes hold canonical ``tessera.arith`` expressions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from .. import arith
@@ -249,6 +249,30 @@ def placed_as_annotated(deduced: StructInfo, annotation: StructInfo) -> StructIn
     = R.add(x, y)` says where lv is computed (RealizeVDevice then places x and y there too)."""
     where = dict(tensor_paths(annotation))
     return map_vdevices(deduced, lambda vdevice, path: vdevice or (where[path].vdevice if path in where else None))
+
+
+def renamed_on_one_device(deduced: StructInfo, annotation: StructInfo,
+                          physical_device: Callable[[str], tuple[str, int] | None]) -> StructInfo:
+    """``deduced`` with each tensor's vdevice replaced by the annotation's where both name one
+    physical device (``physical_device(name)``: IRModule.physical_device).
+
+    Two vdevices of one target kind and device id (the ``webgpu`` and ``llvmpipe`` presets, say)
+    share that device's memory: a tensor in it is as much on one as on the other, and
+    ``R.to_vdevice`` between them copies nothing. ``explicit_allocation`` lowers such a move to the
+    alias ``v = x``, annotated with the vdevice its readers were compiled for; the alias is a legal
+    form (no byte moves, and the memory plan places both names on the same device), only the names
+    differ. Vdevices on different physical devices still need a copy, so there nothing is renamed.
+    The builder (so the parser) and the well-formedness check both apply this rule to an alias."""
+    where = {path: tensor.vdevice for path, tensor in tensor_paths(annotation)}
+
+    def rename(vdevice, path):
+        wanted = where.get(path)
+        if not (vdevice and wanted) or vdevice == wanted:
+            return vdevice
+        device = physical_device(vdevice)
+        return wanted if device is not None and device == physical_device(wanted) else vdevice
+
+    return map_vdevices(deduced, rename)
 
 
 def is_base_of(base: StructInfo, derived: StructInfo, analyzer: arith.Analyzer | None = None) -> bool:

@@ -19,7 +19,6 @@ A violation raises WellFormedError quoting the offending binding in printed form
 from __future__ import annotations
 
 from .. import arith
-from ..target import Target
 from .builder import analyzer_for
 from .deduce import DeduceContext, deduce
 from .errors import DeductionError, UnknownVDeviceError, WellFormedError
@@ -49,8 +48,8 @@ from .struct_info import (
     defining_vars,
     describe,
     is_base_of,
-    map_vdevices,
     placed_as_annotated,
+    renamed_on_one_device,
     sinfo_vars,
     tensor_paths,
 )
@@ -269,38 +268,7 @@ class _FunctionChecker:
             raise self.fail(f"{error} (in {text})") from None
         placed = placed_as_annotated(deduced, var.struct_info)
         if isinstance(value, Var):
-            placed = self._renamed_on_one_device(placed, var.struct_info)
+            placed = renamed_on_one_device(placed, var.struct_info, self.mod.physical_device)
         if not is_base_of(var.struct_info, placed, self.analyzer):
             raise self.fail(f"'{var.name_hint}' is annotated {describe(var.struct_info)} but its value "
                             f"has {describe(deduced)} (in {text})")
-
-    def _renamed_on_one_device(self, deduced: StructInfo, annotation: StructInfo) -> StructInfo:
-        """``deduced`` with each tensor's vdevice replaced by the annotation's where both name one
-        physical device. Two vdevices of one target kind and device id (the ``webgpu`` and ``llvmpipe``
-        presets, say) share that device's memory: a tensor in it is as much on one as on the other,
-        and ``R.to_vdevice`` between them copies nothing. ``explicit_allocation`` lowers such a move to
-        the alias ``v = x``, annotated with the vdevice its readers were compiled for; the alias is a
-        legal form (no byte moves, and the memory plan places both names on the same device), only
-        the names differ. Vdevices on different physical devices still need a copy, so there the rule holds."""
-        where = {path: tensor.vdevice for path, tensor in tensor_paths(annotation)}
-
-        def rename(vdevice, path):
-            wanted = where.get(path)
-            if not (vdevice and wanted) or vdevice == wanted:
-                return vdevice
-            device = self._physical_device(vdevice)
-            return wanted if device is not None and device == self._physical_device(wanted) else vdevice
-
-        return map_vdevices(deduced, rename)
-
-    def _physical_device(self, name: str) -> tuple[str, int] | None:
-        """(target kind, device id) of a declared vdevice, as the build tells devices apart
-        (tessera.transform.device_targets); None for a name the module does not declare."""
-        if name not in self.vdevices:
-            return None
-        vdevice = self.mod.lookup_vdevice(name)
-        try:
-            kind = Target.preset(vdevice.kind).kind
-        except ValueError:  # a kind with no preset of its name is its own kind
-            kind = vdevice.kind
-        return kind, vdevice.index
