@@ -1,6 +1,5 @@
 import os
 
-import numpy as np
 import pytest
 import tessera
 from tessera import nn
@@ -29,28 +28,3 @@ def smollm2_chat_vm():
     """SmolLM2 compiled with a 256-position KV cache: prefill and decode."""
     model, weights = model_from_gguf(load_gguf(bundled_smollm2_path()))
     return VirtualMachine(tessera.build(nn.bind_weights(export_llm(model, 256), weights), "llvmpipe"))
-
-
-def prompt_ids(tokenizer, prompt) -> np.ndarray:
-    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True) \
-        if isinstance(prompt, list) else prompt
-    return np.asarray(tokenizer(text).input_ids, np.int32)
-
-
-def greedy(vm, ids: np.ndarray, steps: int) -> list[int]:
-    """Greedy decoding with the KV cache: one prefill, then one decode per token."""
-    vm.reset_state()
-    logits = vm["prefill"](ids, len(ids))
-    tokens = [int(logits[0].argmax())]
-    while len(tokens) < steps:
-        logits = vm["decode"](np.array([tokens[-1]], np.int32), len(ids) + len(tokens))
-        tokens.append(int(logits[0].argmax()))
-    return tokens
-
-
-PROMPT_TEXTS = [
-    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
-    "def fibonacci(n):\n    return  n  if n<2 else fibonacci(n - 1)",
-    "Héllo wörld! 12345 — ünicode 😀",
-    "  leading spaces\tand tabs\n\n",
-]

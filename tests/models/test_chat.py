@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PROMPT_TEXTS
+from model_helpers import PROMPT_TEXTS
 from tessera.app.chat import ChatError, ChatSession, Sampling
 from tessera.app.compile import compile_model
 from tessera.frontend import bundled_smollm2_path, load_gguf

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import tessera
-from conftest import greedy
+from model_helpers import greedy
 from tessera import nn
 from tessera.frontend import bundled_smollm2_path, load_gguf
 from tessera.frontend.tokenizer import build_tokenizer

@@ -5,7 +5,7 @@ float32 build and with transformers."""
 import numpy as np
 import pytest
 import tessera
-from conftest import greedy, prompt_ids
+from model_helpers import greedy, prompt_ids
 from tessera import nn
 from tessera.frontend import bundled_smollm2_path, load_gguf
 from tessera.ir import Constant

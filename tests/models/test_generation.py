@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tessera
 import torch
-from conftest import greedy, prompt_ids
+from model_helpers import greedy, prompt_ids
 from tessera import nn
 from tessera.ir import interpret
 from tessera.models import LlamaForCausalLM, export_llm

@@ -70,7 +70,7 @@ def test_smollm2_split_at_none_half_and_all_decodes_like_the_whole_model(referen
     test` (the tiny Llamas split at every N there, and bench/split.py checks SmolLM2's split tokens):
     ``-m long`` splits after 15 layers, and ``TESSERA_SPLIT_LAYERS=0,15,30`` all three (with the
     all-WASM build), about 4 minutes."""
-    from conftest import prompt_ids
+    from model_helpers import prompt_ids
     from tessera.frontend import bundled_smollm2_path, load_gguf
     from tessera.models import model_from_gguf
 

@@ -158,7 +158,7 @@ def test_smollm2_in_the_other_k_quant_mixtures_loads(ftype):
 
 @pytest.mark.slow
 def test_smollm2_q4_k_m_matches_transformers(reference, smollm2_q4_k_m, q4_k_m_vm):
-    from conftest import prompt_ids
+    from model_helpers import prompt_ids
 
     path, model = smollm2_q4_k_m
     assert {t.format for t in model.tensors.values() if hasattr(t, "format")} == {"q4_k", "q5_0", "q6_k", "q8_0"}
@@ -176,7 +176,7 @@ def test_smollm2_q4_k_m_answers_like_the_q4_1_file(reference, smollm2_chat_vm, q
     (Greedy replies themselves part ways: the Paris question's first token is a near tie, 25.33
     against 25.24 in the Q4_1 file, that Q4_K_M tips toward "L'Étoile", as llama.cpp's own
     rounding of activations tips the Q4_1 file.)"""
-    from conftest import prompt_ids
+    from model_helpers import prompt_ids
 
     ranks, divergences = [], []
     for prompt in PROMPTS:

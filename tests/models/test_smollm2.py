@@ -7,7 +7,7 @@ decodes with the KV cache."""
 import numpy as np
 import pytest
 import tessera
-from conftest import prompt_ids  # noqa: E402
+from model_helpers import prompt_ids  # noqa: E402
 from tessera import nn
 from tessera.frontend import bundled_smollm2_path, load_gguf
 from tessera.ir import Tensor
