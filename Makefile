@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 # mesa-vulkan-drivers) under the Khronos validation layer, OpenCL C on PoCL and under oclgrind.
 APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium clang lld wasi-libc libclang-rt-14-dev-wasm32 \
 	spirv-tools vulkan-validationlayers pocl-opencl-icd ocl-icd-libopencl1 oclgrind \
-	cmake pkg-config libcjson-dev libpcre2-dev libclang-rt-14-dev \
+	cmake pkg-config libcjson-dev libpcre2-dev libclang-rt-14-dev libvulkan-dev opencl-c-headers \
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcjson-dev:arm64 libpcre2-dev:arm64
 # runtime-native (C11, CMake): cJSON and PCRE2 from the system; libFuzzer from clang's runtime; the
 # AArch64 cross build (the arm64 -dev packages through multiarch) runs its tests under qemu-user.

@@ -56,6 +56,7 @@ typedef enum tessera_status {
     TESSERA_ERROR_RUNTIME_CHECK = -8,    /* a shape that violates a match, a bound exceeded */
     TESSERA_ERROR_CONTEXT_FULL = -9,     /* the prompt (with room for one reply token) exceeds the context */
     TESSERA_ERROR_LIBRARY = -10,         /* a registered library function failed, or one is missing */
+    TESSERA_ERROR_DEVICE = -11,          /* the device failed while running (lost, out of device memory) */
 } tessera_status;
 
 /* The message of this thread's last failure ("" if none). */
@@ -123,10 +124,15 @@ typedef struct tessera_session tessera_session;
 
 typedef struct tessera_model_params {
     int32_t n_threads;          /* 0: the number of online CPUs */
-    const char *device;         /* "auto" (the first device that runs the kernels) or a device's name: "cpu" */
+    /* "auto" (the fastest device of this build that runs the kernels and that this machine has), or a
+     * device's name: "vulkan", "opencl", "metal", "cpu", with ":N" for the N-th device of its kind. */
+    const char *device;
     tessera_allocator allocator;
     const tessera_library *libraries; /* registered before loading; the executable's names must all be here */
     size_t n_libraries;
+    /* Where GPU devices keep compiled pipelines (Vulkan's pipeline cache, OpenCL program binaries), so a
+     * second load compiles no shader; NULL: a .tessera-cache folder in the model's folder (when writable). */
+    const char *cache_dir;
 } tessera_model_params;
 
 typedef struct tessera_memory {
@@ -139,6 +145,9 @@ typedef struct tessera_memory {
 TESSERA_API tessera_model_params tessera_model_default_params(void);
 /* Reads and checks every file of the folder, then allocates. NULL on error. */
 TESSERA_API tessera_model *tessera_model_load(const char *dir, const tessera_model_params *params);
+/* The device the model runs on and why it was chosen, for people:
+ * "vulkan:0 (llvmpipe (LLVM 15.0.6, 256 bits)): auto: the kernels are spirv (target vulkan)". */
+TESSERA_API const char *tessera_model_device(const tessera_model *m);
 /* What the model holds; tessera_model_plan() gives the same without allocating. */
 TESSERA_API int tessera_model_memory(const tessera_model *m, tessera_memory *out);
 TESSERA_API int tessera_model_plan(const char *dir, tessera_memory *out);

@@ -49,6 +49,7 @@ const char *tessera_status_name(int status) {
     case TESSERA_ERROR_RUNTIME_CHECK: return "TESSERA_ERROR_RUNTIME_CHECK";
     case TESSERA_ERROR_CONTEXT_FULL: return "TESSERA_ERROR_CONTEXT_FULL";
     case TESSERA_ERROR_LIBRARY: return "TESSERA_ERROR_LIBRARY";
+    case TESSERA_ERROR_DEVICE: return "TESSERA_ERROR_DEVICE";
     default: return "TESSERA_ERROR_UNKNOWN";
     }
 }

@@ -23,9 +23,11 @@ typedef struct tsr_device_ops {
     int (*read_back)(tsr_device *d, const void *base, size_t offset, void *dst, size_t size);
     /* Host pointer to device memory when the device shares the host's memory (the CPU), else NULL. */
     void *(*host_pointer)(tsr_device *d, void *base, size_t offset);
-    /* Runs kernel `kernel` over grid[0] x grid[1] x grid[2] workgroups. */
+    /* Runs kernel `kernel` over grid[0] x grid[1] x grid[2] workgroups. Binding i is sizes[i] bytes of
+     * bases[i] from offsets[i] (a GPU binds exactly that range). A device that runs asynchronously only
+     * records the launch: it runs by the next read_back or synchronize, in launch order. */
     int (*launch)(tsr_device *d, int32_t kernel, int32_t n_bindings, void *const *bases, const size_t *offsets,
-                  const int32_t *scalars, const int32_t grid[3]);
+                  const size_t *sizes, const int32_t *scalars, const int32_t grid[3]);
     int (*synchronize)(tsr_device *d);
     void (*destroy)(tsr_device *d);
 } tsr_device_ops;
@@ -38,15 +40,34 @@ struct tsr_device {
      * the device states none. */
     uint64_t storage_alignment;
     int64_t max_workgroups;
+    /* What the device offers, checked against executable.json's required_features and required_limits
+     * at load (tsr_device_check_requirements, device_table.h); NULL / 0 where it states none (the CPU).
+     * `features` uses the executable's names ("shader-f16", "subgroup"), NULL-ended. */
+    const char *const *features;
+    int64_t max_invocations, max_storage_buffers, max_workgroup_storage, max_buffer_size, max_binding_size;
+    /* What the device is, for people: "llvmpipe (LLVM 15.0.6, 256 bits)"; set by its create. */
+    char description[160];
 };
 
 /* What a device is made with (tessera_model_params, checked by model.c). */
 typedef struct tsr_device_options {
-    int32_t n_threads; /* host threads for the device's work, at least 1 */
+    int32_t n_threads;     /* host threads for the device's work, at least 1 */
+    int32_t index;         /* which device of its kind ("vulkan:1" is 1); -1: the backend's own choice */
+    const char *cache_dir; /* where a backend keeps compiled pipelines/programs; NULL: beside the model */
+    const char *model_dir; /* the executable's folder */
 } tsr_device_options;
 
 /* The CPU device (backends/cpu): kernels from one shared object, workgroups over n_threads. */
 extern const char *const tsr_cpu_backends[]; /* the kernel backends it runs, NULL-ended */
-tsr_device *tsr_cpu_device_new(tsr_alloc *a, const tsr_device_options *options);
+int tsr_cpu_device_new(tsr_alloc *a, const tsr_device_options *options, tsr_device **out);
+
+/* The GPU devices, each compiled in by its CMake option (TESSERA_VULKAN, TESSERA_OPENCL, TESSERA_METAL):
+ * backends/vulkan (SPIR-V kernels), backends/opencl (OpenCL C), backends/metal (MSL, Apple only). */
+extern const char *const tsr_vulkan_backends[];
+int tsr_vulkan_device_new(tsr_alloc *a, const tsr_device_options *options, tsr_device **out);
+extern const char *const tsr_opencl_backends[];
+int tsr_opencl_device_new(tsr_alloc *a, const tsr_device_options *options, tsr_device **out);
+extern const char *const tsr_metal_backends[];
+int tsr_metal_device_new(tsr_alloc *a, const tsr_device_options *options, tsr_device **out);
 
 #endif

@@ -4,7 +4,18 @@
 
 #include "device_table.h"
 
+/* In the order "auto" prefers them: a GPU before the CPU, Vulkan (the wider and usually faster
+ * compute path) before OpenCL. Each backend is a CMake option (docs/native.md). */
 static const tsr_device_row DEVICES[] = {
+#if TESSERA_WITH_METAL
+    {"metal", tsr_metal_backends, "metal", tsr_metal_device_new},
+#endif
+#if TESSERA_WITH_VULKAN
+    {"vulkan", tsr_vulkan_backends, "vulkan", tsr_vulkan_device_new},
+#endif
+#if TESSERA_WITH_OPENCL
+    {"opencl", tsr_opencl_backends, "opencl", tsr_opencl_device_new},
+#endif
     {"cpu", tsr_cpu_backends, "cpu", tsr_cpu_device_new},
 };
 
@@ -77,4 +88,53 @@ int tsr_device_choose(const tsr_device_row *rows, size_t n_rows, const tsr_execu
     list_rows(rows, n_rows, false, names, sizeof names);
     return tsr_error(TESSERA_ERROR_UNSUPPORTED, "device '%s' is not in this build of libtessera (devices: auto, %s)",
                      name, names);
+}
+
+int tsr_device_parse_name(const char *text, char *name, size_t name_size, int32_t *index) {
+    *index = -1;
+    const char *colon = strchr(text, ':');
+    size_t length = colon ? (size_t)(colon - text) : strlen(text);
+    if (length >= name_size)
+        return tsr_error(TESSERA_ERROR_UNSUPPORTED, "device '%.40s...' is not in this build of libtessera (the name is "
+                         "too long)", text);
+    memcpy(name, text, length);
+    name[length] = '\0';
+    if (!colon) return 0;
+    const char *digits = colon + 1;
+    int32_t value = 0;
+    size_t n = 0;
+    for (; digits[n] >= '0' && digits[n] <= '9' && n < 4; n++) value = value * 10 + (digits[n] - '0');
+    if (n == 0 || digits[n] != '\0' || value > 255)
+        return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "device '%s': the index after ':' must be 0 to 255 "
+                         "(\"vulkan:1\" is the second Vulkan device)", text);
+    *index = value;
+    return 0;
+}
+
+static bool offers(const tsr_device *d, const char *feature) {
+    for (const char *const *f = d->features; f && *f; f++)
+        if (strcmp(*f, feature) == 0) return true;
+    return false;
+}
+
+int tsr_device_check_requirements(const tsr_device *d, const tsr_executable *exe) {
+    if (d->features)
+        for (int32_t i = 0; i < exe->n_required_features; i++)
+            if (!offers(d, exe->required_features[i]))
+                return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the %s device (%s) lacks feature '%s', which the kernels "
+                                 "need: compile the model for this device (tessera compile --target %s picks what it "
+                                 "has)", d->ops->name, d->description, exe->required_features[i], d->ops->name);
+    const struct { const char *name; int64_t needed, offered; } limits[] = {
+        {"maxComputeInvocationsPerWorkgroup", exe->max_invocations, d->max_invocations},
+        {"maxStorageBuffersPerShaderStage", exe->max_storage_buffers, d->max_storage_buffers},
+        {"maxComputeWorkgroupStorageSize", exe->max_workgroup_storage, d->max_workgroup_storage},
+        {"maxBufferSize", exe->max_buffer_size, d->max_buffer_size},
+        {"maxStorageBufferBindingSize", exe->max_binding_size, d->max_binding_size},
+    };
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++)
+        if (limits[i].offered > 0 && limits[i].needed > limits[i].offered)
+            return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the %s device (%s) has %s %lld; the executable needs %lld: "
+                             "compile the model for this device", d->ops->name, d->description, limits[i].name,
+                             (long long)limits[i].offered, (long long)limits[i].needed);
+    return 0;
 }

@@ -63,16 +63,30 @@ int tessera_model_plan(const char *dir, tessera_memory *out) {
     return 0;
 }
 
-/* The device of the table (device_table.h) that params name and that runs m's kernels. */
-static int open_device(tessera_model *m, const char *name) {
+/* The device of the table (device_table.h) that params name and that runs m's kernels, made with
+ * its options; m->device_choice says which and why. */
+static int open_device(tessera_model *m, const tessera_model_params *params) {
+    const char *wanted = params->device ? params->device : "auto";
+    char name[32];
+    int32_t index;
+    int rc = tsr_device_parse_name(wanted, name, sizeof name, &index);
+    if (rc) return rc;
     size_t n_rows;
     const tsr_device_row *rows = tsr_device_table(&n_rows), *row;
-    int rc = tsr_device_choose(rows, n_rows, &m->exe, name, &row);
-    if (rc) return tsr_error_context(rc, "%s", m->dir);
-    tsr_device_options options = {.n_threads = m->n_threads};
-    m->device = row->create(&m->alloc, &options);
-    return m->device ? 0 : TESSERA_ERROR_OUT_OF_MEMORY;
+    if ((rc = tsr_device_choose(rows, n_rows, &m->exe, name, &row))) return tsr_error_context(rc, "%s", m->dir);
+    tsr_device_options options = {.n_threads = m->n_threads, .index = index, .cache_dir = params->cache_dir,
+                                  .model_dir = m->dir};
+    if ((rc = row->create(&m->alloc, &options, &m->device))) return tsr_error_context(rc, "%s", m->dir);
+    char label[48];
+    if (index >= 0) snprintf(label, sizeof label, "%s:%d", row->name, (int)index);
+    else snprintf(label, sizeof label, "%s", row->name);
+    snprintf(m->device_choice, sizeof m->device_choice, "%s (%s): %s: the kernels are %s (target %s)", label,
+             m->device->description, strcmp(name, "auto") == 0 ? "auto" : "asked for",
+             m->exe.n_kernels ? m->exe.kernels[0].backend : "none", m->exe.target_name);
+    return 0;
 }
+
+const char *tessera_model_device(const tessera_model *m) { return m ? m->device_choice : ""; }
 
 tessera_model *tessera_model_load(const char *dir, const tessera_model_params *params) {
     tessera_model_params defaults = tessera_model_default_params();
@@ -97,12 +111,14 @@ tessera_model *tessera_model_load(const char *dir, const tessera_model_params *p
     if (!m->dir) rc = TESSERA_ERROR_OUT_OF_MEMORY;
     if (!rc && (rc = read_executable(&m->alloc, dir, &m->exe))) tsr_error_context(rc, "%s", dir);
     /* The device before the weights: a build no device here runs is refused without reading them. */
-    if (!rc) rc = open_device(m, params->device ? params->device : "auto");
+    if (!rc) rc = open_device(m, params);
     if (!rc && (rc = tsr_tensor_cache_load(&m->alloc, dir, 1, &m->weights))) tsr_error_context(rc, "%s", dir);
     if (!rc) {
         char name[64];
         snprintf(name, sizeof name, "%s device", m->device->ops->name);
-        rc = tsr_check_device_fit(&m->alloc, &m->exe, name, m->device->storage_alignment, m->device->max_workgroups);
+        rc = tsr_device_check_requirements(m->device, &m->exe);
+        if (!rc)
+            rc = tsr_check_device_fit(&m->alloc, &m->exe, name, m->device->storage_alignment, m->device->max_workgroups);
         if (rc) tsr_error_context(rc, "%s", dir);
     }
     if (!rc && (rc = m->device->ops->load_kernels(m->device, &m->exe, dir))) tsr_error_context(rc, "%s", dir);
@@ -146,7 +162,7 @@ int tessera_model_call(tessera_model *m, const char *name, const tessera_value *
 }
 
 void tessera_model_reset_state(tessera_model *m) {
-    if (m && m->vm_ready) tsr_vm_reset_state(&m->vm);
+    if (m && m->vm_ready) (void)tsr_vm_reset_state(&m->vm); /* a failure is the device's, seen by the next call */
 }
 
 void tessera_model_free(tessera_model *m) {

@@ -18,6 +18,7 @@ struct tessera_model {
     tsr_executable exe;
     tsr_tensor_cache weights;
     tsr_device *device;
+    char device_choice[320]; /* tessera_model_device(): the device and why */
     tsr_vm vm;
     bool vm_ready;
     /* chat models only (NULL otherwise) */

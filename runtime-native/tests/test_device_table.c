@@ -80,26 +80,79 @@ static void kernels_no_device_runs_are_refused_naming_the_targets(void) {
     CHECK(has("no devices"));
 }
 
-static void this_builds_table_has_the_cpu_device(void) {
+/* The CPU row is last ("auto" prefers a GPU), and the one every build has. */
+static void this_builds_table_ends_with_the_cpu_device(void) {
     size_t n;
     const tsr_device_row *rows = tsr_device_table(&n);
-    CHECK_EQ_INT(n, 1);
-    CHECK(strcmp(rows[0].name, "cpu") == 0 && strcmp(rows[0].target, "cpu") == 0);
-    CHECK(strcmp(rows[0].backends[0], "c-native") == 0 && rows[0].backends[1] == NULL);
+    CHECK(n >= 1);
+    const tsr_device_row *cpu_row = &rows[n - 1];
+    CHECK(strcmp(cpu_row->name, "cpu") == 0 && strcmp(cpu_row->target, "cpu") == 0);
+    CHECK(strcmp(cpu_row->backends[0], "c-native") == 0 && cpu_row->backends[1] == NULL);
     tsr_kernel kernels[1] = {{.name = "matmul", .backend = "wgsl"}};
     const tsr_device_row *row = NULL;
     tsr_executable exe = executable_of(kernels, 1);
     CHECK_EQ_INT(tsr_device_choose(rows, n, &exe, "auto", &row), TESSERA_ERROR_UNSUPPORTED);
     CHECK(has("kernel 'matmul' is for backend 'wgsl' (target test); no device of this build of libtessera runs it: "
-              "compile the model with --target cpu"));
+              "compile the model with --target "));
+    CHECK(has("--target cpu"));
     /* The row makes a working device. One thread: this test also runs in the AArch64 build under
      * qemu-user, which hangs in a guest's pthread_create (CMakeLists.txt); test_thread_pool starts threads. */
     tsr_alloc a;
     tsr_alloc_init(&a, NULL);
-    tsr_device_options options = {.n_threads = 1};
-    tsr_device *cpu = rows[0].create(&a, &options);
+    tsr_device_options options = {.n_threads = 1, .index = -1};
+    tsr_device *cpu = NULL;
+    CHECK_EQ_INT(cpu_row->create(&a, &options, &cpu), 0);
     CHECK(cpu != NULL && strcmp(cpu->ops->name, "cpu") == 0);
     if (cpu) cpu->ops->destroy(cpu);
+}
+
+static void a_device_name_may_give_an_index(void) {
+    char name[16];
+    int32_t index = 7;
+    CHECK_EQ_INT(tsr_device_parse_name("vulkan", name, sizeof name, &index), 0);
+    CHECK(strcmp(name, "vulkan") == 0 && index == -1);
+    CHECK_EQ_INT(tsr_device_parse_name("vulkan:1", name, sizeof name, &index), 0);
+    CHECK(strcmp(name, "vulkan") == 0 && index == 1);
+    CHECK_EQ_INT(tsr_device_parse_name("opencl:255", name, sizeof name, &index), 0);
+    CHECK(index == 255);
+    const char *bad[] = {"vulkan:", "vulkan:x", "vulkan:256", "vulkan:-1", "vulkan:1a", "vulkan:00001"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(tsr_device_parse_name(bad[i], name, sizeof name, &index), TESSERA_ERROR_INVALID_ARGUMENT);
+        CHECK(has("the index after ':' must be 0 to 255"));
+    }
+    CHECK_EQ_INT(tsr_device_parse_name("a-device-name-far-too-long", name, sizeof name, &index),
+                 TESSERA_ERROR_UNSUPPORTED);
+    CHECK(has("the name is too long"));
+}
+
+static const tsr_device_ops NAMED_OPS = {.name = "vulkan"};
+
+/* What a device offers against what the executable needs: the first shortfall is named. */
+static void requirements_are_checked_against_the_device(void) {
+    static const char *const features[] = {"shader-f16", NULL};
+    tsr_device d;
+    memset(&d, 0, sizeof d);
+    d.ops = &NAMED_OPS;
+    snprintf(d.description, sizeof d.description, "test GPU");
+    tsr_executable exe = executable_of(NULL, 0);
+    const char *needed[] = {"subgroup"};
+    exe.required_features = needed;
+    exe.n_required_features = 1;
+    exe.max_invocations = exe.max_storage_buffers = exe.max_workgroup_storage = -1;
+    exe.max_buffer_size = exe.max_binding_size = -1;
+    /* A device that states nothing (the CPU) takes anything. */
+    CHECK_EQ_INT(tsr_device_check_requirements(&d, &exe), 0);
+    d.features = features;
+    CHECK_EQ_INT(tsr_device_check_requirements(&d, &exe), TESSERA_ERROR_UNSUPPORTED);
+    CHECK(has("the vulkan device (test GPU) lacks feature 'subgroup'"));
+    needed[0] = "shader-f16";
+    CHECK_EQ_INT(tsr_device_check_requirements(&d, &exe), 0);
+    d.max_workgroup_storage = 16384;
+    exe.max_workgroup_storage = 16384;
+    CHECK_EQ_INT(tsr_device_check_requirements(&d, &exe), 0);
+    exe.max_workgroup_storage = 32768;
+    CHECK_EQ_INT(tsr_device_check_requirements(&d, &exe), TESSERA_ERROR_UNSUPPORTED);
+    CHECK(has("has maxComputeWorkgroupStorageSize 16384; the executable needs 32768"));
 }
 
 int main(void) {
@@ -107,6 +160,8 @@ int main(void) {
     a_named_device_is_that_row_if_it_runs_the_kernels();
     an_unknown_name_is_refused_listing_the_table();
     kernels_no_device_runs_are_refused_naming_the_targets();
-    this_builds_table_has_the_cpu_device();
+    this_builds_table_ends_with_the_cpu_device();
+    a_device_name_may_give_an_index();
+    requirements_are_checked_against_the_device();
     return tsr_test_failures();
 }

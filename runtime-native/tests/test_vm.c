@@ -45,7 +45,7 @@ static void *dev_host_pointer(tsr_device *d, void *base, size_t offset) {
     return (char *)base + offset;
 }
 static int dev_launch(tsr_device *d, int32_t kernel, int32_t n_bindings, void *const *bases, const size_t *offsets,
-                      const int32_t *scalars, const int32_t grid[3]) {
+                      const size_t *sizes, const int32_t *scalars, const int32_t grid[3]) {
     test_device *t = (test_device *)d;
     t->launches++;
     memcpy(t->last_grid, grid, sizeof t->last_grid);

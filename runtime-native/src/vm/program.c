@@ -229,7 +229,7 @@ static int own(frame *fr, tsr_block *b) {
 static int launch(tsr_vm *vm, frame *fr, const tsr_instr *in) {
     const tsr_kernel *k = &vm->exe->kernels[in->target];
     void *bases[256];
-    size_t offsets[256];
+    size_t offsets[256], sizes[256];
     int32_t scalars[256];
     int64_t scalar_values[256];
     uint8_t bound[256];
@@ -240,6 +240,7 @@ static int launch(tsr_vm *vm, frame *fr, const tsr_instr *in) {
         if (rc) return rc;
         bases[i] = t->base;
         offsets[i] = t->offset;
+        sizes[i] = t->nbytes;
     }
     for (int32_t i = 0; i < in->n_exprs; i++) {
         int rc = eval(fr, &in->exprs[i], &scalar_values[i]);
@@ -259,10 +260,10 @@ static int launch(tsr_vm *vm, frame *fr, const tsr_instr *in) {
         if (g > INT32_MAX) return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: kernel %s's grid is too large", fr->f->name, k->name);
         grid[d] = (int32_t)g;
     }
-    if (!vm->profiling) return vm->device->ops->launch(vm->device, in->target, n, bases, offsets, scalars, grid);
+    if (!vm->profiling) return vm->device->ops->launch(vm->device, in->target, n, bases, offsets, sizes, scalars, grid);
     struct timespec start, end;
     clock_gettime(CLOCK_MONOTONIC, &start);
-    int rc = vm->device->ops->launch(vm->device, in->target, n, bases, offsets, scalars, grid);
+    int rc = vm->device->ops->launch(vm->device, in->target, n, bases, offsets, sizes, scalars, grid);
     if (rc == 0) rc = vm->device->ops->synchronize(vm->device);
     clock_gettime(CLOCK_MONOTONIC, &end);
     vm->kernel_launches[in->target]++;
@@ -283,22 +284,24 @@ static void *host_view(tsr_vm *vm, const tsr_vtensor *t, int64_t count, bool *co
     if (t->dtype == TESSERA_BOOL) {
         uint32_t *words = tsr_bump_array(vm->scratch, (size_t)(count ? count : 1), 4);
         if (!words) return NULL;
-        vm->device->ops->read_back(vm->device, t->base, t->offset, words, (size_t)count * 4);
+        if (vm->device->ops->read_back(vm->device, t->base, t->offset, words, (size_t)count * 4)) return NULL;
         for (int64_t i = 0; i < count; i++) copy[i] = words[i] != 0;
-    } else {
-        vm->device->ops->read_back(vm->device, t->base, t->offset, copy, host_bytes);
+    } else if (vm->device->ops->read_back(vm->device, t->base, t->offset, copy, host_bytes)) {
+        return NULL;
     }
     return copy;
 }
 
-static void write_host(tsr_vm *vm, const tsr_vtensor *t, const void *host, int64_t count) {
-    if (t->dtype == TESSERA_BOOL) {
-        uint32_t *words = vm->device->ops->host_pointer(vm->device, t->base, t->offset);
-        const uint8_t *bytes = host;
-        for (int64_t i = 0; i < count; i++) words[i] = bytes[i] != 0;
-    } else {
-        vm->device->ops->upload(vm->device, t->base, t->offset, host, (size_t)count * tsr_dtype_host_bytes(t->dtype));
-    }
+/* A bool tensor is one uint32 word per element on devices (widened here, in the scratch bump). */
+static int write_host(tsr_vm *vm, const tsr_vtensor *t, const void *host, int64_t count) {
+    if (t->dtype != TESSERA_BOOL)
+        return vm->device->ops->upload(vm->device, t->base, t->offset, host,
+                                       (size_t)count * tsr_dtype_host_bytes(t->dtype));
+    uint32_t *words = tsr_bump_array(vm->scratch, (size_t)(count ? count : 1), 4);
+    if (!words) return TESSERA_ERROR_OUT_OF_MEMORY;
+    const uint8_t *bytes = host;
+    for (int64_t i = 0; i < count; i++) words[i] = bytes[i] != 0;
+    return vm->device->ops->upload(vm->device, t->base, t->offset, words, (size_t)count * 4);
 }
 
 static int call_builtin(tsr_vm *vm, frame *fr, const tsr_instr *in) {
@@ -352,7 +355,7 @@ static int call_builtin(tsr_vm *vm, frame *fr, const tsr_instr *in) {
         if (!copied[i]) continue;
         tsr_vtensor *t = NULL;
         get_tensor(vm, fr, in->regs[in->n_args + i], lib->name, &t);
-        write_host(vm, t, outs[i].data, element_count(t->shape, t->ndim));
+        if ((rc = write_host(vm, t, outs[i].data, element_count(t->shape, t->ndim)))) return rc;
     }
     if (in->dst >= 0) {
         fr->regs[in->dst].kind = TSR_V_INT;
@@ -376,7 +379,7 @@ static int truth(tsr_vm *vm, frame *fr, int32_t reg, bool *out) {
         return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: a branch condition must have one element", fr->f->name);
     unsigned char word[8] = {0};
     size_t size = tsr_dtype_storage_bytes(t->dtype);
-    vm->device->ops->read_back(vm->device, t->base, t->offset, word, size > 8 ? 8 : size);
+    if ((rc = vm->device->ops->read_back(vm->device, t->base, t->offset, word, size > 8 ? 8 : size))) return rc;
     switch (t->dtype) {
     case TESSERA_FLOAT32: { float x; memcpy(&x, word, 4); *out = x != 0.0f; break; }
     default: { bool any = false; for (size_t i = 0; i < size && i < 8; i++) any |= word[i] != 0; *out = any; }
@@ -565,7 +568,8 @@ static int upload(tsr_vm *vm, const tessera_value *in, tsr_val *out, tsr_block *
     b->next_owned = *uploaded;
     *uploaded = b;
     t->base = b->base;
-    write_host(vm, t, src->data, count);
+    int rc = write_host(vm, t, src->data, count);
+    if (rc) return rc;
     out->kind = TSR_V_TENSOR;
     return 0;
 }
@@ -596,12 +600,19 @@ static int flatten(tsr_vm *vm, const tsr_val *v) {
             size_t bytes = (size_t)count * tsr_dtype_host_bytes(t->dtype);
             unsigned char *copy = tsr_bump_alloc(vm->output_scratch, bytes ? bytes : 1);
             if (!copy) return TESSERA_ERROR_OUT_OF_MEMORY;
+            int rc = 0;
             if (t->dtype == TESSERA_BOOL) {
-                const uint32_t *words = host;
-                for (int64_t i = 0; i < count; i++) copy[i] = words[i] != 0;
+                uint32_t *words = host;
+                if (!words) {
+                    words = tsr_bump_array(vm->output_scratch, (size_t)(count ? count : 1), 4);
+                    if (!words) return TESSERA_ERROR_OUT_OF_MEMORY;
+                    rc = vm->device->ops->read_back(vm->device, t->base, t->offset, words, (size_t)count * 4);
+                }
+                for (int64_t i = 0; !rc && i < count; i++) copy[i] = words[i] != 0;
             } else {
-                vm->device->ops->read_back(vm->device, t->base, t->offset, copy, bytes);
+                rc = vm->device->ops->read_back(vm->device, t->base, t->offset, copy, bytes);
             }
+            if (rc) return rc;
             host = copy;
         }
         out.data = host;

@@ -141,6 +141,7 @@ static int init_constants(tsr_vm *vm, const tsr_tensor_cache *weights) {
         vm->constant_bytes[c] = bytes;
         if (bytes == w->nbytes) {
             vm->constants[c] = vm->device->ops->adopt_host(vm->device, w->data, w->nbytes);
+            if (!vm->constants[c]) return TESSERA_ERROR_OUT_OF_MEMORY;
             continue;
         }
         /* Widen to the device layout (bool: one uint32 word each) or pad to whole words. */
@@ -148,13 +149,18 @@ static int init_constants(tsr_vm *vm, const tsr_tensor_cache *weights) {
         if (!copy) return TESSERA_ERROR_OUT_OF_MEMORY;
         vm->owned_constants[c] = copy;
         vm->constants[c] = copy;
+        int rc;
         if (w->dtype == TESSERA_BOOL) {
-            uint32_t *words = vm->device->ops->host_pointer(vm->device, copy, 0);
+            uint32_t *words = tsr_calloc(vm->alloc, (size_t)(count ? count : 1), 4);
+            if (!words) return TESSERA_ERROR_OUT_OF_MEMORY;
             const uint8_t *bytes_in = w->data;
             for (int64_t i = 0; i < count; i++) words[i] = bytes_in[i] != 0;
+            rc = vm->device->ops->upload(vm->device, copy, 0, words, (size_t)count * 4);
+            tsr_free(vm->alloc, words);
         } else {
-            vm->device->ops->upload(vm->device, copy, 0, w->data, w->nbytes);
+            rc = vm->device->ops->upload(vm->device, copy, 0, w->data, w->nbytes);
         }
+        if (rc) return rc;
     }
     return 0;
 }
@@ -197,11 +203,22 @@ int tsr_vm_init(tsr_vm *vm, tsr_alloc *a, const tsr_executable *exe, tsr_device 
     return 0;
 }
 
-void tsr_vm_reset_state(tsr_vm *vm) {
+int tsr_vm_reset_state(tsr_vm *vm) {
+    static const unsigned char zeros[1 << 14];
     for (int32_t i = 0; i < vm->n_state; i++) {
         void *p = vm->device->ops->host_pointer(vm->device, vm->state[i], 0);
-        if (p) memset(p, 0, vm->state_bytes[i]);
+        if (p) {
+            memset(p, 0, vm->state_bytes[i]);
+            continue;
+        }
+        /* A device whose memory the host cannot touch: zeros uploaded a chunk at a time. */
+        for (size_t at = 0; at < vm->state_bytes[i]; at += sizeof zeros) {
+            size_t n = vm->state_bytes[i] - at < sizeof zeros ? vm->state_bytes[i] - at : sizeof zeros;
+            int rc = vm->device->ops->upload(vm->device, vm->state[i], at, zeros, n);
+            if (rc) return rc;
+        }
     }
+    return 0;
 }
 
 tsr_block *tsr_pool_take(tsr_vm *vm, size_t nbytes) {

@@ -88,7 +88,7 @@ int tsr_vm_init(tsr_vm *vm, tsr_alloc *a, const tsr_executable *exe, tsr_device 
 void tsr_vm_free(tsr_vm *vm);
 /* Bytes of the planned arenas and of the state (the KV cache), from the executable alone. */
 int tsr_plan_bytes(const tsr_executable *exe, uint64_t *arena, uint64_t *state);
-void tsr_vm_reset_state(tsr_vm *vm);
+int tsr_vm_reset_state(tsr_vm *vm);
 
 /* Runs function `name` (docs/format.md "Instructions"); the result is vm->outputs. */
 int tsr_vm_call(tsr_vm *vm, const char *name, const tessera_value *args, size_t n_args);

@@ -2,6 +2,7 @@
  * executable, called through one uniform signature (docs/format.md), with each launch's
  * workgroups split over a thread pool. Device memory is host memory. */
 #include <dlfcn.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "device.h"
@@ -148,8 +149,9 @@ static void *cpu_host_pointer(tsr_device *d, void *base, size_t offset) {
     return (char *)base + offset;
 }
 
-static int cpu_launch(tsr_device *d, int32_t kernel, int32_t n_bindings, void *const *bases, const size_t *offsets, const int32_t *scalars,
-                      const int32_t grid[3]) {
+static int cpu_launch(tsr_device *d, int32_t kernel, int32_t n_bindings, void *const *bases, const size_t *offsets,
+                      const size_t *sizes, const int32_t *scalars, const int32_t grid[3]) {
+    (void)sizes;
     cpu_device *cpu = (cpu_device *)d;
     void *buffers[MAX_BINDINGS];
     /* n_bindings was checked at load against the kernel's ABI (at most MAX_BINDINGS). */
@@ -191,18 +193,22 @@ static const tsr_device_ops CPU_OPS = {
 
 const char *const tsr_cpu_backends[] = {CPU_BACKEND, NULL};
 
-tsr_device *tsr_cpu_device_new(tsr_alloc *a, const tsr_device_options *options) {
+int tsr_cpu_device_new(tsr_alloc *a, const tsr_device_options *options, tsr_device **out) {
+    *out = NULL;
     cpu_device *cpu = tsr_calloc(a, 1, sizeof *cpu);
-    if (!cpu) return NULL;
+    if (!cpu) return TESSERA_ERROR_OUT_OF_MEMORY;
     cpu->base.ops = &CPU_OPS;
     cpu->base.alloc = a;
     /* Kernels read and write words, and take their grid as int32_t counts. */
     cpu->base.storage_alignment = 4;
     cpu->base.max_workgroups = INT32_MAX;
+    snprintf(cpu->base.description, sizeof cpu->base.description, "this CPU, %d thread%s", (int)options->n_threads,
+             options->n_threads == 1 ? "" : "s");
     cpu->pool = tsr_thread_pool_new(a, options->n_threads);
     if (!cpu->pool) {
         tsr_free(a, cpu);
-        return NULL;
+        return TESSERA_ERROR_OUT_OF_MEMORY;
     }
-    return &cpu->base;
+    *out = &cpu->base;
+    return 0;
 }
