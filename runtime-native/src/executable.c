@@ -612,6 +612,15 @@ static int parse_kernel(parser *p, const cJSON *doc, int32_t index, tsr_kernel *
     k->n_bindings = cJSON_GetArraySize(bindings);
     k->n_scalars = cJSON_GetArraySize(scalars);
     if (k->n_bindings > 256 || k->n_scalars > 256) return fail(where, "more than 256 bindings or scalars");
+    k->binding_access = tsr_bump_alloc(p->exe->mem, (size_t)(k->n_bindings ? k->n_bindings : 1));
+    if (!k->binding_access) return TESSERA_ERROR_OUT_OF_MEMORY;
+    i = 0;
+    cJSON_ArrayForEach(item, bindings) {
+        const cJSON *access = cJSON_GetObjectItemCaseSensitive(item, "access");
+        const char *text = cJSON_IsString(access) ? access->valuestring : "";
+        k->binding_access[i++] = strcmp(text, "read") == 0 ? TSR_ACCESS_READ : strcmp(text, "write") == 0
+                                 ? TSR_ACCESS_WRITE : TSR_ACCESS_READ | TSR_ACCESS_WRITE;
+    }
     cJSON_ArrayForEach(item, scalars) {
         const char *sname;
         if ((rc = tsr_json_string(item, "name", where, &sname))) return rc;

@@ -100,11 +100,15 @@ typedef struct tsr_function {
     int32_t *token_to_storage;
 } tsr_function;
 
+/* How a kernel touches a binding (abi.bindings[].access): GPU devices order launches by it. */
+enum { TSR_ACCESS_READ = 1, TSR_ACCESS_WRITE = 2 };
+
 typedef struct tsr_kernel {
     const char *name, *backend, *entry_point;
     int32_t module;           /* index into modules */
     int32_t workgroup_size[3];
     int32_t n_bindings;
+    uint8_t *binding_access;  /* per binding: TSR_ACCESS_READ | TSR_ACCESS_WRITE (both when abi gives no access) */
     int32_t n_scalars;
     tsr_symbols scalar_symbols; /* the kernel's scalars, by position: its grid is over these */
     tsr_shape_expr grid[3];
