@@ -2,6 +2,8 @@
 
     from tessera.native import NativeModel
     model = NativeModel("smollm2-cpu", n_threads=2)     # a folder `tessera compile --target cpu` wrote
+    gpu = NativeModel("smollm2-vulkan", device="vulkan")  # --target vulkan (or opencl): a GPU device
+    print(gpu.device_description)                        # which device, and why
     session = model.session()
     result = session.chat([{"role": "user", "content": "Hi"}], on_piece=print)
 
@@ -15,7 +17,7 @@ The library is found at ``$TESSERA_NATIVE_LIB``, else in this checkout's ``build
 
 from __future__ import annotations
 
-from .binding import NativeError, library_path, load_library
+from .binding import ERROR_DEVICE, STATUS_NAMES, NativeError, library_path, load_library
 from .model import NativeModel, NativeSession
 
-__all__ = ["NativeError", "NativeModel", "NativeSession", "library_path", "load_library"]
+__all__ = ["ERROR_DEVICE", "STATUS_NAMES", "NativeError", "NativeModel", "NativeSession", "library_path", "load_library"]

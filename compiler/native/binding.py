@@ -11,12 +11,26 @@ MAX_NDIM = 8
 DTYPES = ["float32", "float16", "int32", "uint32", "int64", "bool", "int8", "uint8"]  # tessera_dtype order
 
 
+# tessera_status (tessera.h), by value: what NativeError.status holds.
+STATUS_NAMES = {0: "TESSERA_OK", -1: "TESSERA_ERROR_INVALID_ARGUMENT", -2: "TESSERA_ERROR_IO",
+                -3: "TESSERA_ERROR_FORMAT", -4: "TESSERA_ERROR_VERSION", -5: "TESSERA_ERROR_CHECKSUM",
+                -6: "TESSERA_ERROR_UNSUPPORTED", -7: "TESSERA_ERROR_OUT_OF_MEMORY", -8: "TESSERA_ERROR_RUNTIME_CHECK",
+                -9: "TESSERA_ERROR_CONTEXT_FULL", -10: "TESSERA_ERROR_LIBRARY", -11: "TESSERA_ERROR_DEVICE"}
+ERROR_UNSUPPORTED = -6
+ERROR_DEVICE = -11  # the device failed while running: lost, out of device memory, a validation message
+
+
 class NativeError(TesseraError):
-    """A failure reported by libtessera: its status name and message."""
+    """A failure reported by libtessera: its status (0 where the C API gives none: a constructor
+    that returned NULL) and message."""
 
     def __init__(self, status: int, message: str):
         self.status = status
         super().__init__(message)
+
+    @property
+    def status_name(self) -> str | None:
+        return STATUS_NAMES.get(self.status) if self.status else None
 
 
 class Tensor(ctypes.Structure):
@@ -86,6 +100,7 @@ _SIGNATURES = {
     "tessera_status_name": (ctypes.c_char_p, [ctypes.c_int]),
     "tessera_model_default_params": (ModelParams, []),
     "tessera_model_load": (ctypes.c_void_p, [ctypes.c_char_p, ctypes.POINTER(ModelParams)]),
+    "tessera_model_device": (ctypes.c_char_p, [ctypes.c_void_p]),
     "tessera_model_memory": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(Memory)]),
     "tessera_model_plan": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(Memory)]),
     "tessera_model_context_length": (ctypes.c_int32, [ctypes.c_void_p]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
 
@@ -42,16 +43,19 @@ def _numpy_view(tensor: Tensor) -> np.ndarray:
 
 class NativeModel:
     """An executable folder loaded by libtessera on the device ``device`` names from libtessera's
-    device table ("auto": the first that runs the executable's kernels; this build has "cpu")."""
-
+    device table: "auto" (the first that runs the executable's kernels: a GPU before the CPU), "cpu",
+    "vulkan", "opencl", "metal", with ":N" for the N-th device of its kind ("vulkan:1").
+    ``cache_dir``: where a GPU device keeps its compiled pipelines or programs (None: a
+    .tessera-cache folder in ``directory``, when it is writable)."""
 
     def __init__(self, directory: str, n_threads: int = 0, device: str = "auto", libraries: dict | None = None,
-                 library_path: str | None = None):
+                 library_path: str | None = None, cache_dir: str | None = None):
         self._lib = load_library(library_path)
         lib = self._lib
         params = lib.tessera_model_default_params()
         params.n_threads = n_threads
         params.device = device.encode()
+        params.cache_dir = os.fsencode(cache_dir) if cache_dir is not None else None
         # Library callbacks must outlive the model: keep them on it.
         self._callbacks = [self._library(name, fn) for name, fn in (libraries or {}).items()]
         if self._callbacks:
@@ -158,6 +162,12 @@ class NativeModel:
         if status != 0:
             raise_last(self._lib, status)
         return {"weights": memory.weights, "arena": memory.arena, "kv_cache": memory.kv_cache, "total": memory.total}
+
+    @property
+    def device_description(self) -> str:
+        """The device the model runs on and why it was chosen, as libtessera says it:
+        "vulkan:0 (llvmpipe (LLVM 15.0.6, 256 bits)): auto: the kernels are spirv (target vulkan)"."""
+        return (self._lib.tessera_model_device(self._handle) or b"").decode("utf-8", "replace")
 
     @property
     def allocation_count(self) -> int:
