@@ -1,7 +1,7 @@
 /* tessera-conformance: run one conformance case folder (tests/conformance/README.md) through the C
  * API, where Python cannot load the library: the AArch64 build under qemu-user, a phone over adb.
  *
- *   tessera-conformance CASE_DIR OUT_DIR
+ *   tessera-conformance CASE_DIR OUT_DIR [--device NAME]
  *
  * Runs every call of CASE_DIR/case.json in order on one model (one thread: Debian 12's qemu-user
  * hangs in a guest's pthread_create), with the library every adapter registers (tessera.test.double),
@@ -9,7 +9,8 @@
  * "data"}]} or {"error": MESSAGE}, ...]}, with each output's raw bytes in OUT_DIR/callI-outJ.bin.
  * It judges nothing: the comparison is the one rule of tests/conformance/caseio.py, applied by the
  * adapter that reads OUT_DIR (tests/conformance/qemu_aarch64.py). Exit status 0 once every call
- * ran (an expected error is a result too), 1 when the case could not be read or loaded. */
+ * ran (an expected error is a result too), 1 when the case could not be read or loaded. --device names
+ * the device as tessera_model_params.device does (default "auto"); the device line goes to stderr. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,8 +148,10 @@ static int write_output(const char *out_dir, int call, int position, const tesse
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: tessera-conformance CASE_DIR OUT_DIR\n");
+    const char *device = "auto";
+    if (argc == 5 && strcmp(argv[3], "--device") == 0) device = argv[4];
+    else if (argc != 3) {
+        fprintf(stderr, "usage: tessera-conformance CASE_DIR OUT_DIR [--device NAME]\n");
         return 2;
     }
     const char *dir = argv[1], *out_dir = argv[2];
@@ -169,12 +172,14 @@ int main(int argc, char **argv) {
     params.n_threads = 1;
     params.libraries = libraries;
     params.n_libraries = 1;
+    params.device = device;
     tessera_model *model = tessera_model_load(dir, &params);
     if (!model) {
         fprintf(stderr, "error: %s\n", tessera_last_error());
         cJSON_Delete(doc);
         return 1;
     }
+    fprintf(stderr, "device: %s\n", tessera_model_device(model));
     cJSON *results = cJSON_CreateObject(), *results_calls = cJSON_AddArrayToObject(results, "calls");
     int status = 0;
     for (int c = 0; c < cJSON_GetArraySize(calls) && !status; c++) {

@@ -1,10 +1,12 @@
 /* tessera-run: chat with a compiled model from a terminal, as llama-cli does.
  *
- *   tessera-run DIR [--prompt TEXT] [--threads N] [--max-tokens N] [--temperature T] [--top-p P]
- *                   [--top-k K] [--repetition-penalty R] [--seed S] [--json]
+ *   tessera-run DIR [--prompt TEXT] [--device NAME] [--cache-dir DIR] [--threads N] [--max-tokens N]
+ *                   [--temperature T] [--top-p P] [--top-k K] [--repetition-penalty R] [--seed S] [--json]
  *
  * Without --prompt it is an interactive chat (an empty line or end of input ends it); the reply
- * streams to stdout and the speeds go to stderr. --json prints one JSON object per turn instead. */
+ * streams to stdout and the speeds go to stderr. --json prints one JSON object per turn instead.
+ * The device line (which device, and why: tessera_model_device) goes to stderr first, so that a run
+ * on "auto" says where it ran. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +18,11 @@
 #define MAX_LINE 65536
 
 static void usage(FILE *to) {
-    fprintf(to, "usage: tessera-run DIR [--prompt TEXT] [--threads N] [--max-tokens N] [--temperature T]\n"
-                "                   [--top-p P] [--top-k K] [--repetition-penalty R] [--seed S] [--json]\n");
+    fprintf(to, "usage: tessera-run DIR [--prompt TEXT] [--device NAME] [--cache-dir DIR] [--threads N]\n"
+                "                   [--max-tokens N] [--temperature T] [--top-p P] [--top-k K]\n"
+                "                   [--repetition-penalty R] [--seed S] [--json]\n"
+                "  --device: auto (default: the first device that runs the kernels, a GPU before the CPU),\n"
+                "            cpu, vulkan, opencl, metal; vulkan:N for the N-th Vulkan device\n");
 }
 
 static int print_piece(const char *piece, void *user) {
@@ -87,6 +92,8 @@ int main(int argc, char **argv) {
             if (i + 1 >= argc) { fprintf(stderr, "error: %s needs a value\n", arg); usage(stderr); return 2; }
             const char *value = argv[++i];
             if (strcmp(arg, "--prompt") == 0) prompt = value;
+            else if (strcmp(arg, "--device") == 0) mp.device = value; /* the library checks the name */
+            else if (strcmp(arg, "--cache-dir") == 0) mp.cache_dir = value;
             else if (strcmp(arg, "--threads") == 0) { if (parse_number(arg, value, 0, 1024, &v)) return 2; mp.n_threads = (int32_t)v; }
             else if (strcmp(arg, "--max-tokens") == 0) { if (parse_number(arg, value, 1, 1 << 24, &v)) return 2; sp.max_tokens = (int32_t)v; }
             else if (strcmp(arg, "--temperature") == 0) { if (parse_number(arg, value, 0, 100, &v)) return 2; sp.temperature = (float)v; }
@@ -103,6 +110,7 @@ int main(int argc, char **argv) {
     if (!dir) { usage(stderr); return 2; }
     tessera_model *model = tessera_model_load(dir, &mp);
     if (!model) { fprintf(stderr, "error: %s\n", tessera_last_error()); return 1; }
+    fprintf(stderr, "device: %s\n", tessera_model_device(model));
     tessera_session *session = tessera_session_new(model);
     if (!session) { fprintf(stderr, "error: %s\n", tessera_last_error()); tessera_model_free(model); return 1; }
     int status = 0;
