@@ -20,4 +20,5 @@ from __future__ import annotations
 from .binding import ERROR_DEVICE, STATUS_NAMES, NativeError, library_path, load_library
 from .model import NativeModel, NativeSession
 
-__all__ = ["ERROR_DEVICE", "STATUS_NAMES", "NativeError", "NativeModel", "NativeSession", "library_path", "load_library"]
+__all__ = ["ERROR_DEVICE", "STATUS_NAMES", "NativeError", "NativeModel", "NativeSession", "library_path",
+           "load_library"]

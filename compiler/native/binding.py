@@ -65,7 +65,8 @@ class Library(ctypes.Structure):
 
 class ModelParams(ctypes.Structure):
     _fields_ = [("n_threads", ctypes.c_int32), ("device", ctypes.c_char_p), ("allocator", Allocator),
-                ("libraries", ctypes.POINTER(Library)), ("n_libraries", ctypes.c_size_t), ("cache_dir", ctypes.c_char_p)]
+                ("libraries", ctypes.POINTER(Library)), ("n_libraries", ctypes.c_size_t),
+                ("cache_dir", ctypes.c_char_p)]
 
 
 class Memory(ctypes.Structure):
