@@ -41,7 +41,8 @@ extern "C" {
 #define TESSERA_VERSION_MINOR 1
 /* The executable format version this library reads (docs/format.md). */
 #define TESSERA_FORMAT_VERSION 3
-/* The version of an executable split across devices (docs/format.md, "Devices"): refused by name for now. */
+/* The version of an executable split across devices (docs/format.md, "Devices"; tessera compile --gpu-layers):
+ * read too, one device opened per entry of its `devices` (a GPU beside the CPU). */
 #define TESSERA_SPLIT_FORMAT_VERSION 4
 
 typedef enum tessera_status {
@@ -125,7 +126,8 @@ typedef struct tessera_session tessera_session;
 typedef struct tessera_model_params {
     int32_t n_threads;          /* 0: the number of online CPUs */
     /* "auto" (the fastest device of this build that runs the kernels and that this machine has), or a
-     * device's name: "vulkan", "opencl", "metal", "cpu", with ":N" for the N-th device of its kind. */
+     * device's name: "vulkan", "opencl", "metal", "cpu", with ":N" for the N-th device of its kind. A build
+     * split across devices (--gpu-layers) opens each device it lists; this names its GPU, or is "auto". */
     const char *device;
     tessera_allocator allocator;
     const tessera_library *libraries; /* registered before loading; the executable's names must all be here */
@@ -146,7 +148,8 @@ TESSERA_API tessera_model_params tessera_model_default_params(void);
 /* Reads and checks every file of the folder, then allocates. NULL on error. */
 TESSERA_API tessera_model *tessera_model_load(const char *dir, const tessera_model_params *params);
 /* The device the model runs on and why it was chosen, for people:
- * "vulkan:0 (llvmpipe (LLVM 15.0.6, 256 bits)): auto: the kernels are spirv (target vulkan)". */
+ * "vulkan:0 (llvmpipe (LLVM 15.0.6, 256 bits)): auto: the kernels are spirv (target vulkan)"; a split
+ * build names each of its devices: "vulkan:0 (llvmpipe ...) + cpu (this CPU, 2 threads): split build ...". */
 TESSERA_API const char *tessera_model_device(const tessera_model *m);
 /* What the model holds; tessera_model_plan() gives the same without allocating. */
 TESSERA_API int tessera_model_memory(const tessera_model *m, tessera_memory *out);

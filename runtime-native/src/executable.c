@@ -25,6 +25,7 @@ typedef struct parser {
     size_t text_size; /* counts read from the file are checked against it before allocating */
     tsr_alloc mem; /* over exe->mem */
     tsr_alloc *scratch; /* what the checks need while they run, freed by them */
+    int32_t most_devices; /* a `device` field is below this: the split build's device count, else 1 */
     char what[256];
 } parser;
 
@@ -33,6 +34,23 @@ static int fail(const char *where, const char *why) {
 }
 
 static const char *dup_string(parser *p, const char *s) { return tsr_bump_strdup(p->exe->mem, s); }
+
+/* An object's optional `device` (version 4: an index into `devices`; a version-3 file may state only 0).
+ * Absent: device 0, and *stated false. */
+static int device_field(parser *p, const cJSON *doc, const char *where, int32_t *out, bool *stated) {
+    const cJSON *item = cJSON_IsObject(doc) ? cJSON_GetObjectItemCaseSensitive(doc, "device") : NULL;
+    *out = 0;
+    if (stated) *stated = item != NULL;
+    if (!item) return 0;
+    int64_t v;
+    char at[320];
+    snprintf(at, sizeof at, "%s: 'device'", where);
+    if (!cJSON_IsNumber(item) || tsr_json_int_item(item, at, 0, p->most_devices - 1, &v))
+        return tsr_error(TESSERA_ERROR_FORMAT, "executable.json: %s: 'device' must be an index below %d, the number "
+                         "of devices the executable lists (or 1 when it lists none)", where, (int)p->most_devices);
+    *out = (int32_t)v;
+    return 0;
+}
 
 /* A shape expression is a string, as docs/executable.schema.json says: a number there is refused as the
  * Python and JS loaders refuse it, so that a file means the same to every runtime. */
@@ -161,7 +179,7 @@ static const struct { const char *name; tsr_opcode op; } OPCODES[] = {
     {"match", TSR_OP_MATCH}, {"alloc_storage", TSR_OP_ALLOC_STORAGE}, {"alloc_tensor", TSR_OP_ALLOC_TENSOR},
     {"launch", TSR_OP_LAUNCH}, {"call_builtin", TSR_OP_CALL_BUILTIN}, {"call", TSR_OP_CALL}, {"func", TSR_OP_FUNC},
     {"if", TSR_OP_IF}, {"goto", TSR_OP_GOTO}, {"prim", TSR_OP_PRIM}, {"move", TSR_OP_MOVE}, {"tuple", TSR_OP_TUPLE},
-    {"get", TSR_OP_GET}, {"shape", TSR_OP_SHAPE}, {"ret", TSR_OP_RET},
+    {"get", TSR_OP_GET}, {"shape", TSR_OP_SHAPE}, {"ret", TSR_OP_RET}, {"to_device", TSR_OP_TO_DEVICE},
 };
 
 typedef struct function_scope {
@@ -261,7 +279,18 @@ static int parse_instr(function_scope *fs, const cJSON *op, int32_t pc, tsr_inst
     in->op = OPCODES[k].op;
     in->dst = in->reg = in->target = in->callee = in->library = -1;
     int64_t v;
+    bool device_stated;
+    if ((rc = device_field(p, op, where, &in->device, &device_stated))) return rc;
     switch (in->op) {
+    case TSR_OP_TO_DEVICE:
+        if (!device_stated) return fail(where, "to_device must name its destination's 'device'");
+        if ((rc = reg_field(fs, op, "src", false, &in->reg))) return rc;
+        if ((rc = reg_field(fs, op, "dst", false, &in->dst))) return rc;
+        if (f->regs[in->dst].device_stated && f->regs[in->dst].device != in->device)
+            return tsr_error(TESSERA_ERROR_FORMAT, "executable.json: %s: field 'dst' is register %d, on device %d, not "
+                             "a tensor on device %d, where to_device copies", where, in->dst,
+                             (int)f->regs[in->dst].device, (int)in->device);
+        return 0;
     case TSR_OP_MATCH: {
         if ((rc = reg_field(fs, op, "reg", false, &in->reg))) return rc;
         const cJSON *sinfo = cJSON_GetObjectItemCaseSensitive(op, "sinfo");
@@ -299,6 +328,14 @@ static int parse_instr(function_scope *fs, const cJSON *op, int32_t pc, tsr_inst
                 return fail(where, "the launch binds a different number of tensors than the kernel's ABI lists");
             if (in->n_exprs != kernel->n_scalars)
                 return fail(where, "the launch passes a different number of scalars than the kernel's ABI lists");
+            /* A kernel reads and writes memory of its own device only: a split build copies (to_device). */
+            for (int32_t i = 0; i < in->n_args + in->n_outs; i++) {
+                const tsr_register_info *info = &f->regs[in->regs[i]];
+                if (info->has_tensor && info->device_stated && info->device != kernel->device)
+                    return tsr_error(TESSERA_ERROR_FORMAT, "executable.json: %s: binds register %d, on device %d, to "
+                                     "kernel %d (%s), which runs on device %d", where, in->regs[i], (int)info->device,
+                                     in->target, kernel->name, (int)kernel->device);
+            }
         }
         return 0;
     case TSR_OP_CALL_BUILTIN: {
@@ -400,6 +437,7 @@ static int parse_register_infos(parser *p, const cJSON *doc, tsr_function *f, co
             if ((rc = compile_expr(p, d, &f->symbols, where, &info->shape[i++]))) return rc;
         }
         if ((rc = compile_expr(p, cJSON_GetObjectItemCaseSensitive(item, "bytes"), &f->symbols, where, &info->bytes))) return rc;
+        if ((rc = device_field(p, item, where, &info->device, &info->device_stated))) return rc;
         info->has_tensor = true;
     }
     cJSON_ArrayForEach(item, locations) {
@@ -461,11 +499,29 @@ static int parse_memory(parser *p, const cJSON *doc, tsr_function *f, const char
         if ((rc = tsr_json_int_item(item, where, 0, TSR_MAX_BUFFER_BYTES, &v))) return rc;
         f->arena_buffers[i++] = (uint64_t)v;
     }
+    /* A split build's arena is one per device: each buffer names its device. */
+    f->buffer_devices = tsr_bump_array(p->exe->mem, (size_t)(nb ? nb : 1), sizeof(int32_t));
+    if (!f->buffer_devices) return TESSERA_ERROR_OUT_OF_MEMORY;
+    memset(f->buffer_devices, 0, (size_t)(nb ? nb : 1) * sizeof(int32_t));
+    const cJSON *placed = cJSON_GetObjectItemCaseSensitive(memory, "buffer_devices");
+    if (placed) {
+        if (!cJSON_IsArray(placed) || cJSON_GetArraySize(placed) != nb)
+            return fail(where, "memory.buffer_devices must list one device per arena buffer");
+        i = 0;
+        cJSON_ArrayForEach(item, placed) {
+            int64_t v;
+            if (!cJSON_IsNumber(item) || tsr_json_int_item(item, where, 0, p->most_devices - 1, &v))
+                return fail(where, "memory.buffer_devices names a device the executable does not list");
+            f->buffer_devices[i++] = (int32_t)v;
+        }
+    }
     i = 0;
     f->max_token = -1;
     cJSON_ArrayForEach(item, storages) {
         tsr_storage_plan *s = &f->storages[i++];
         int64_t v;
+        int32_t device; /* checked only: a storage lives on its buffer's device */
+        if ((rc = device_field(p, item, where, &device, NULL))) return rc;
         if ((rc = tsr_json_int(item, "index", where, 0, MAX_REGISTERS, &v))) return rc;
         s->index = (int32_t)v;
         if (s->index > f->max_token) f->max_token = s->index;
@@ -529,6 +585,7 @@ static int parse_function(parser *p, const cJSON *all, const cJSON *doc, tsr_fun
         if ((rc = tsr_json_int(item, "register", where, 0, f->n_registers - 1, &v))) return rc;
         param->reg = (int32_t)v;
         param->state = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(item, "state"));
+        if ((rc = device_field(p, item, where, &param->device, NULL))) return rc;
         if ((rc = parse_sinfo(p, cJSON_GetObjectItemCaseSensitive(item, "sinfo"), &f->symbols, where, 0, &param->sinfo))) return rc;
     }
     if ((rc = check_sinfo_nesting(cJSON_GetObjectItemCaseSensitive(doc, "result"), where, 0))) return rc;
@@ -597,6 +654,7 @@ static int parse_kernel(parser *p, const cJSON *doc, int32_t index, tsr_kernel *
     for (int32_t m = 0; m < p->exe->n_modules; m++)
         if (strcmp(p->exe->modules[m].path, module) == 0) k->module = m;
     if (k->module < 0) return fail(where, "its module is not listed in 'modules'");
+    if ((rc = device_field(p, doc, where, &k->device, NULL))) return rc;
     const cJSON *wg, *abi, *bindings, *scalars, *grid, *item;
     if ((rc = tsr_json_array(doc, "workgroup_size", where, &wg))) return rc;
     if (cJSON_GetArraySize(wg) != 3) return fail(where, "workgroup_size must have 3 entries");
@@ -653,24 +711,102 @@ static int string_list(parser *p, const cJSON *root, const char *key, const char
     return 0;
 }
 
-/* A build split across devices (format version 4, `tessera compile --gpu-layers N`): this runtime has one
- * CPU device until its GPU backends exist, so it names the devices the executable wants instead. */
-static int refuse_split(const cJSON *root) {
-    char names[256] = "";
-    size_t used = 0;
-    const cJSON *devices = cJSON_GetObjectItemCaseSensitive(root, "devices"), *device;
-    cJSON_ArrayForEach(device, devices) {
-        const cJSON *vdevices = cJSON_GetObjectItemCaseSensitive(device, "vdevices");
-        const cJSON *first = cJSON_IsArray(vdevices) ? cJSON_GetArrayItem(vdevices, 0) : NULL;
-        const char *name = cJSON_IsString(first) ? first->valuestring : "?";
-        int wrote = snprintf(names + used, sizeof names - used, "%s%.64s", used ? " and " : "", name);
-        if (wrote < 0 || (size_t)wrote >= sizeof names - used) break;
-        used += (size_t)wrote;
+/* required_limits by name (docs/format.md); -1 for each the object does not give. */
+static void parse_limits(const cJSON *limits, int64_t *invocations, int64_t *storage_buffers, int64_t *workgroup_storage,
+                         int64_t *buffer_size, int64_t *binding_size) {
+    *invocations = *storage_buffers = *workgroup_storage = *buffer_size = *binding_size = -1;
+    if (!cJSON_IsObject(limits)) return;
+    tsr_json_opt_int(limits, "maxComputeInvocationsPerWorkgroup", "required_limits", 0, INT64_MAX, invocations);
+    tsr_json_opt_int(limits, "maxStorageBuffersPerShaderStage", "required_limits", 0, INT64_MAX, storage_buffers);
+    tsr_json_opt_int(limits, "maxComputeWorkgroupStorageSize", "required_limits", 0, INT64_MAX, workgroup_storage);
+    tsr_json_opt_int(limits, "maxBufferSize", "required_limits", 0, INT64_MAX, buffer_size);
+    tsr_json_opt_int(limits, "maxStorageBufferBindingSize", "required_limits", 0, INT64_MAX, binding_size);
+}
+
+/* A split build's `devices` (format version 4, `tessera compile --gpu-layers N`): 2 to 16 entries, each
+ * a device kind and what its own kernels ask of it. A version-3 file lists none (as the Python loader
+ * refuses `devices` there, so does this one). */
+static int parse_devices(parser *p, const cJSON *root, bool split) {
+    tsr_executable *exe = p->exe;
+    const cJSON *devices = cJSON_GetObjectItemCaseSensitive(root, "devices"), *item;
+    p->most_devices = 1;
+    if (!split && devices) return fail("devices", "only a version 4 executable (a split build) lists devices");
+    if (!split) return 0;
+    int n = cJSON_IsArray(devices) ? cJSON_GetArraySize(devices) : 0;
+    if (n < 2 || n > TSR_MAX_DEVICES)
+        return fail("devices", "a version 4 executable must list its devices (2 to " TSR_FACT_TEXT(TSR_MAX_DEVICES) ")");
+    exe->devices = tsr_bump_array(exe->mem, (size_t)n, sizeof(tsr_exe_device));
+    if (!exe->devices) return TESSERA_ERROR_OUT_OF_MEMORY;
+    exe->n_devices = p->most_devices = n;
+    int i = 0;
+    cJSON_ArrayForEach(item, devices) {
+        tsr_exe_device *d = &exe->devices[i];
+        char where[64];
+        snprintf(where, sizeof where, "devices[%d]", i++);
+        if (!cJSON_IsObject(item)) return fail(where, "not an object");
+        const char *kind, *name = "?", *cpu = "";
+        const cJSON *vdevices, *target;
+        int64_t id;
+        int rc;
+        if ((rc = tsr_json_string(item, "kind", where, &kind))) return rc;
+        if (!kind[0]) return fail(where, "'kind' is empty");
+        if ((rc = tsr_json_int(item, "id", where, 0, 65535, &id))) return rc;
+        if ((rc = tsr_json_array(item, "vdevices", where, &vdevices))) return rc;
+        if ((rc = tsr_json_object(item, "target", where, &target))) return rc;
+        tsr_json_opt_string(target, "name", where, &name);
+        tsr_json_opt_string(target, "cpu", where, &cpu);
+        const char **vnames;
+        int32_t n_vnames;
+        if ((rc = string_list(p, item, "vdevices", &vnames, &n_vnames))) return rc;
+        if ((rc = string_list(p, item, "required_features", &d->required_features, &d->n_required_features))) return rc;
+        const cJSON *limits;
+        if ((rc = tsr_json_object(item, "required_limits", where, &limits))) return rc;
+        parse_limits(limits, &d->max_invocations, &d->max_storage_buffers, &d->max_workgroup_storage,
+                     &d->max_buffer_size, &d->max_binding_size);
+        d->kind = dup_string(p, kind);
+        d->id = (int32_t)id;
+        d->vdevice = n_vnames ? vnames[0] : d->kind;
+        d->target_name = dup_string(p, name);
+        d->target_cpu = dup_string(p, cpu);
+        if (!d->kind || !d->target_name || !d->target_cpu) return TESSERA_ERROR_OUT_OF_MEMORY;
     }
-    return tsr_error(TESSERA_ERROR_UNSUPPORTED, "executable.json is split across the devices %s (format version %d, "
-                     "tessera compile --gpu-layers); runtime-native runs one CPU device and lacks the others: "
-                     "compile without --gpu-layers for --target cpu, or run it in the Python VM or a browser",
-                     used ? names : "(none listed)", TESSERA_SPLIT_FORMAT_VERSION);
+    return 0;
+}
+
+/* `constant_devices` (version 4): each weight it names is a constant, read on the devices listed; every
+ * other constant is on device 0 alone. */
+static int parse_constant_devices(parser *p, const cJSON *root) {
+    tsr_executable *exe = p->exe;
+    exe->constant_devices = tsr_bump_array(exe->mem, (size_t)(exe->n_constants ? exe->n_constants : 1), sizeof(uint32_t));
+    if (!exe->constant_devices) return TESSERA_ERROR_OUT_OF_MEMORY;
+    for (int32_t c = 0; c < exe->n_constants; c++) exe->constant_devices[c] = 1;
+    const cJSON *placements = cJSON_GetObjectItemCaseSensitive(root, "constant_devices"), *item, *d;
+    if (!placements) return 0;
+    if (!cJSON_IsObject(placements)) return fail("constant_devices", "not an object");
+    cJSON_ArrayForEach(item, placements) {
+        int32_t c = 0;
+        while (c < exe->n_constants && strcmp(exe->constants[c], item->string) != 0) c++;
+        int n = cJSON_IsArray(item) ? cJSON_GetArraySize(item) : 0;
+        uint32_t mask = 0;
+        bool known = c < exe->n_constants && n >= 1 && n <= TSR_MAX_DEVICES;
+        const cJSON *list = known ? item : NULL;
+        cJSON_ArrayForEach(d, list) {
+            int64_t v;
+            if (!cJSON_IsNumber(d) || tsr_json_int_item(d, "constant_devices", 0, exe->n_devices - 1, &v)) {
+                known = false;
+                break;
+            }
+            mask |= 1u << v;
+        }
+        if (!known) {
+            char q[300];
+            tsr_quote(item->string, q, sizeof q);
+            return tsr_error(TESSERA_ERROR_FORMAT, "executable.json: constant_devices: %s names a weight or device the "
+                             "executable does not have", q);
+        }
+        exe->constant_devices[c] = mask;
+    }
+    return 0;
 }
 
 static int parse_root(parser *p, const cJSON *root) {
@@ -682,8 +818,8 @@ static int parse_root(parser *p, const cJSON *root) {
     if ((rc = tsr_json_string(root, "format", "executable.json", &format))) return rc;
     if (strcmp(format, "tessera-executable") != 0) return fail("format", "not \"tessera-executable\"");
     if ((rc = tsr_json_int(root, "version", "executable.json", 0, INT32_MAX, &version))) return rc;
-    if (version == TESSERA_SPLIT_FORMAT_VERSION) return refuse_split(root);
-    if (version != TESSERA_FORMAT_VERSION)
+    bool split = version == TESSERA_SPLIT_FORMAT_VERSION;
+    if (!split && version != TESSERA_FORMAT_VERSION)
         return tsr_error(TESSERA_ERROR_VERSION, "executable.json has format version %lld; this runtime reads version "
                          "%d: rebuild it with a matching Tessera (tessera compile MODEL.gguf --target cpu -o DIR)",
                          (long long)version, TESSERA_FORMAT_VERSION);
@@ -700,16 +836,11 @@ static int parse_root(parser *p, const cJSON *root) {
     if ((rc = string_list(p, root, "constants", &exe->constants, &exe->n_constants))) return rc;
     if ((rc = string_list(p, root, "libraries", &exe->libraries, &exe->n_libraries))) return rc;
     if ((rc = string_list(p, root, "required_features", &exe->required_features, &exe->n_required_features))) return rc;
-    const cJSON *limits = cJSON_GetObjectItemCaseSensitive(root, "required_limits");
-    exe->max_invocations = exe->max_storage_buffers = exe->max_workgroup_storage = -1;
-    exe->max_buffer_size = exe->max_binding_size = -1;
-    if (cJSON_IsObject(limits)) {
-        tsr_json_opt_int(limits, "maxComputeInvocationsPerWorkgroup", "required_limits", 0, INT64_MAX, &exe->max_invocations);
-        tsr_json_opt_int(limits, "maxStorageBuffersPerShaderStage", "required_limits", 0, INT64_MAX, &exe->max_storage_buffers);
-        tsr_json_opt_int(limits, "maxComputeWorkgroupStorageSize", "required_limits", 0, INT64_MAX, &exe->max_workgroup_storage);
-        tsr_json_opt_int(limits, "maxBufferSize", "required_limits", 0, INT64_MAX, &exe->max_buffer_size);
-        tsr_json_opt_int(limits, "maxStorageBufferBindingSize", "required_limits", 0, INT64_MAX, &exe->max_binding_size);
-    }
+    parse_limits(cJSON_GetObjectItemCaseSensitive(root, "required_limits"), &exe->max_invocations,
+                 &exe->max_storage_buffers, &exe->max_workgroup_storage, &exe->max_buffer_size, &exe->max_binding_size);
+    /* Devices before everything that names one. */
+    if ((rc = parse_devices(p, root, split))) return rc;
+    if ((rc = parse_constant_devices(p, root))) return rc;
     const cJSON *modules, *kernels, *functions, *item;
     if ((rc = tsr_json_array(root, "modules", "executable.json", &modules))) return rc;
     if ((rc = tsr_json_array(root, "kernels", "executable.json", &kernels))) return rc;
@@ -775,6 +906,23 @@ int tsr_executable_parse(tsr_alloc *a, const char *json, size_t size, tsr_execut
 void tsr_executable_free(tsr_executable *exe) {
     tsr_bump_free(exe->mem);
     memset(exe, 0, sizeof *exe);
+}
+
+tsr_executable tsr_executable_device_view(const tsr_executable *exe, int32_t device) {
+    tsr_executable view = *exe;
+    if (device < 0 || device >= exe->n_devices) return view;
+    const tsr_exe_device *d = &exe->devices[device];
+    view.target_kind = d->kind;
+    view.target_name = d->target_name;
+    view.target_cpu = d->target_cpu;
+    view.required_features = d->required_features;
+    view.n_required_features = d->n_required_features;
+    view.max_invocations = d->max_invocations;
+    view.max_storage_buffers = d->max_storage_buffers;
+    view.max_workgroup_storage = d->max_workgroup_storage;
+    view.max_buffer_size = d->max_buffer_size;
+    view.max_binding_size = d->max_binding_size;
+    return view;
 }
 
 int32_t tsr_executable_function(const tsr_executable *exe, const char *name) {

@@ -77,12 +77,103 @@ static int open_device(tessera_model *m, const tessera_model_params *params) {
     tsr_device_options options = {.n_threads = m->n_threads, .index = index, .cache_dir = params->cache_dir,
                                   .model_dir = m->dir};
     if ((rc = row->create(&m->alloc, &options, &m->device))) return tsr_error_context(rc, "%s", m->dir);
+    m->devices[0] = m->device;
+    m->n_devices = 1;
     char label[48];
     if (index >= 0) snprintf(label, sizeof label, "%s:%d", row->name, (int)index);
     else snprintf(label, sizeof label, "%s", row->name);
     snprintf(m->device_choice, sizeof m->device_choice, "%s (%s): %s: the kernels are %s (target %s)", label,
              m->device->description, strcmp(name, "auto") == 0 ? "auto" : "asked for",
              m->exe.n_kernels ? m->exe.kernels[0].backend : "none", m->exe.target_name);
+    return 0;
+}
+
+static bool row_runs(const tsr_device_row *row, const char *backend) {
+    for (const char *const *b = row->backends; *b; b++)
+        if (strcmp(*b, backend) == 0) return true;
+    return false;
+}
+
+/* A split build (format version 4): one device per entry of its `devices`, each the table's row of its
+ * kind (the CPU's kind is "cpu"), which must run the backends of that device's kernels. params->device
+ * may name the GPU ("vulkan", "vulkan:1") or be "auto"; naming a kind the build does not use is refused. */
+static int open_split_devices(tessera_model *m, const tessera_model_params *params) {
+    const tsr_executable *exe = &m->exe;
+    const char *wanted = params->device ? params->device : "auto";
+    char name[32];
+    int32_t index;
+    int rc = tsr_device_parse_name(wanted, name, sizeof name, &index);
+    if (rc) return rc;
+    bool is_auto = strcmp(name, "auto") == 0, named = is_auto;
+    char kinds[160] = "";
+    size_t used = 0;
+    for (int32_t d = 0; d < exe->n_devices; d++) {
+        named |= strcmp(exe->devices[d].kind, name) == 0 && strcmp(name, "cpu") != 0;
+        int w = snprintf(kinds + used, sizeof kinds - used, "%s%s", d ? " + " : "", exe->devices[d].vdevice);
+        if (w > 0 && (size_t)w < sizeof kinds - used) used += (size_t)w;
+    }
+    if (!named)
+        return tsr_error(TESSERA_ERROR_UNSUPPORTED, "device '%s' was asked for, but %s is split across %s (tessera "
+                         "compile --gpu-layers): name its GPU device or \"auto\"", wanted, m->dir, kinds);
+    size_t n_rows;
+    const tsr_device_row *rows = tsr_device_table(&n_rows);
+    char labels[TSR_MAX_DEVICES][48];
+    for (int32_t d = 0; d < exe->n_devices; d++) {
+        const tsr_exe_device *want = &exe->devices[d];
+        const tsr_device_row *row = NULL;
+        for (size_t r = 0; r < n_rows && !row; r++)
+            if (strcmp(rows[r].name, want->kind) == 0) row = &rows[r];
+        if (!row)
+            return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the split build's device %d (%s, kind '%s') is not in this "
+                             "build of libtessera: build it with its CMake option (docs/native.md), or compile the "
+                             "model for one device", (int)d, want->vdevice, want->kind);
+        for (int32_t k = 0; k < exe->n_kernels; k++)
+            if (exe->kernels[k].device == d && !row_runs(row, exe->kernels[k].backend))
+                return tsr_error(TESSERA_ERROR_UNSUPPORTED, "kernel '%s' of the split build's device %d (%s) is for "
+                                 "backend '%s'; the %s device does not run it", exe->kernels[k].name, (int)d,
+                                 want->vdevice, exe->kernels[k].backend, row->name);
+        bool chosen = !is_auto && strcmp(row->name, name) == 0;
+        tsr_device_options options = {.n_threads = m->n_threads, .index = chosen ? index : -1,
+                                      .cache_dir = params->cache_dir, .model_dir = m->dir};
+        if ((rc = row->create(&m->alloc, &options, &m->devices[d]))) return rc;
+        m->n_devices = d + 1;
+        if (options.index >= 0) snprintf(labels[d], sizeof labels[d], "%s:%d", row->name, (int)options.index);
+        else snprintf(labels[d], sizeof labels[d], "%s", row->name);
+    }
+    m->device = m->devices[0];
+    used = 0;
+    m->device_choice[0] = '\0';
+    for (int32_t d = 0; d < m->n_devices; d++) {
+        int w = snprintf(m->device_choice + used, sizeof m->device_choice - used, "%s%s (%s)", d ? " + " : "",
+                         labels[d], m->devices[d]->description);
+        if (w > 0 && (size_t)w < sizeof m->device_choice - used) used += (size_t)w;
+    }
+    snprintf(m->device_choice + used, sizeof m->device_choice - used, ": %s: split build (tessera compile "
+             "--gpu-layers) of target %s, %s", is_auto ? "auto" : "asked for", exe->target_name, kinds);
+    return 0;
+}
+
+/* Each device's share of the checks at load: its required features and limits, and its arena and grids
+ * against its alignment and workgroups; then its own kernels (the view keeps every kernel's index). */
+static int check_and_load(tessera_model *m, const char *dir) {
+    int32_t n = m->exe.n_devices ? m->exe.n_devices : 1;
+    for (int32_t d = 0; d < n; d++) {
+        tsr_device *device = m->devices[d];
+        tsr_executable view = tsr_executable_device_view(&m->exe, m->exe.n_devices ? d : -1);
+        char name[96];
+        if (m->exe.n_devices) snprintf(name, sizeof name, "%s device (%s)", device->ops->name, m->exe.devices[d].vdevice);
+        else snprintf(name, sizeof name, "%s device", device->ops->name);
+        int rc = tsr_device_check_requirements(device, &view);
+        if (!rc)
+            rc = tsr_check_device_fit_on(&m->alloc, &m->exe, m->exe.n_devices ? d : -1, name, device->storage_alignment,
+                                         device->max_workgroups);
+        if (rc) return rc;
+    }
+    for (int32_t d = 0; d < n; d++) {
+        tsr_executable view = tsr_executable_device_view(&m->exe, m->exe.n_devices ? d : -1);
+        int rc = m->devices[d]->ops->load_kernels(m->devices[d], &view, dir);
+        if (rc) return rc;
+    }
     return 0;
 }
 
@@ -111,19 +202,15 @@ tessera_model *tessera_model_load(const char *dir, const tessera_model_params *p
     if (!m->dir) rc = TESSERA_ERROR_OUT_OF_MEMORY;
     if (!rc && (rc = read_executable(&m->alloc, dir, &m->exe))) tsr_error_context(rc, "%s", dir);
     /* The device before the weights: a build no device here runs is refused without reading them. */
-    if (!rc) rc = open_device(m, params);
-    if (!rc && (rc = tsr_tensor_cache_load(&m->alloc, dir, 1, &m->weights))) tsr_error_context(rc, "%s", dir);
     if (!rc) {
-        char name[64];
-        snprintf(name, sizeof name, "%s device", m->device->ops->name);
-        rc = tsr_device_check_requirements(m->device, &m->exe);
-        if (!rc)
-            rc = tsr_check_device_fit(&m->alloc, &m->exe, name, m->device->storage_alignment, m->device->max_workgroups);
-        if (rc) tsr_error_context(rc, "%s", dir);
+        rc = m->exe.n_devices ? open_split_devices(m, params) : open_device(m, params);
+        if (rc && m->exe.n_devices) tsr_error_context(rc, "%s", dir);
     }
-    if (!rc && (rc = m->device->ops->load_kernels(m->device, &m->exe, dir))) tsr_error_context(rc, "%s", dir);
+    if (!rc && (rc = tsr_tensor_cache_load(&m->alloc, dir, 1, &m->weights))) tsr_error_context(rc, "%s", dir);
+    if (!rc && (rc = check_and_load(m, dir))) tsr_error_context(rc, "%s", dir);
     if (!rc) {
-        rc = tsr_vm_init(&m->vm, &m->alloc, &m->exe, m->device, &m->weights, params->libraries, params->n_libraries);
+        rc = tsr_vm_init_devices(&m->vm, &m->alloc, &m->exe, m->devices, m->n_devices, &m->weights, params->libraries,
+                                 params->n_libraries);
         m->vm_ready = true;
         if (rc) tsr_error_context(rc, "%s", dir);
     }
@@ -171,7 +258,7 @@ void tessera_model_free(tessera_model *m) {
     tsr_free_sessions(m);
     tsr_chat_detach(m);
     if (m->vm_ready) tsr_vm_free(&m->vm);
-    if (m->device) m->device->ops->destroy(m->device);
+    for (int32_t d = 0; d < m->n_devices; d++) m->devices[d]->ops->destroy(m->devices[d]);
     tsr_tensor_cache_free(&m->alloc, &m->weights);
     if (m->exe.mem) tsr_executable_free(&m->exe);
     tsr_free(&m->alloc, m->dir);

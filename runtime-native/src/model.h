@@ -17,8 +17,10 @@ struct tessera_model {
     int32_t n_threads;
     tsr_executable exe;
     tsr_tensor_cache weights;
-    tsr_device *device;
-    char device_choice[320]; /* tessera_model_device(): the device and why */
+    tsr_device *device;      /* devices[0] */
+    tsr_device *devices[TSR_MAX_DEVICES]; /* one per entry of a split build's `devices`, else devices[0] alone */
+    int32_t n_devices;
+    char device_choice[480]; /* tessera_model_device(): the device (each, for a split build) and why */
     tsr_vm vm;
     bool vm_ready;
     /* chat models only (NULL otherwise) */

@@ -344,10 +344,16 @@ int tsr_check_live_storages(tsr_alloc *a, const tsr_function *f) {
 
 int tsr_check_device_fit(tsr_alloc *a, const tsr_executable *exe, const char *device, uint64_t storage_alignment,
                          int64_t max_workgroups) {
+    return tsr_check_device_fit_on(a, exe, -1, device, storage_alignment, max_workgroups);
+}
+
+int tsr_check_device_fit_on(tsr_alloc *a, const tsr_executable *exe, int32_t on, const char *device,
+                            uint64_t storage_alignment, int64_t max_workgroups) {
     for (int32_t i = 0; i < exe->n_functions; i++) {
         const tsr_function *f = &exe->functions[i];
         for (int32_t s = 0; storage_alignment && s < f->n_storages; s++) {
             const tsr_storage_plan *plan = &f->storages[s];
+            if (plan->buffer >= 0 && on >= 0 && f->buffer_devices[plan->buffer] != on) continue;
             if (plan->buffer >= 0 && plan->offset % storage_alignment)
                 return tsr_error(TESSERA_ERROR_UNSUPPORTED, "executable.json does not fit the %s: function '%s': "
                                  "memory.storages[%d].offset is %llu, not a multiple of %llu, the %s's storage "
@@ -363,6 +369,7 @@ int tsr_check_device_fit(tsr_alloc *a, const tsr_executable *exe, const char *de
             const tsr_instr *in = &f->code[pc];
             if (in->op != TSR_OP_LAUNCH) continue;
             const tsr_kernel *k = &exe->kernels[in->target];
+            if (on >= 0 && k->device != on) continue;
             int64_t scalars[256]; /* the parser allows a kernel at most 256 */
             uint8_t all[256];
             bool known = in->n_exprs <= 256;

@@ -25,5 +25,9 @@ int tsr_check_live_storages(tsr_alloc *a, const tsr_function *f);
  * `max_workgroups` along one dimension; `device` names the device in the message. */
 int tsr_check_device_fit(tsr_alloc *a, const tsr_executable *exe, const char *device, uint64_t storage_alignment,
                          int64_t max_workgroups);
+/* The same for device `on` of a split build: the storages of its arena buffers and the launches of its
+ * kernels only (on = -1: every one, as tsr_check_device_fit). */
+int tsr_check_device_fit_on(tsr_alloc *a, const tsr_executable *exe, int32_t on, const char *device,
+                            uint64_t storage_alignment, int64_t max_workgroups);
 
 #endif

@@ -1,4 +1,4 @@
-/* executable.json (docs/format.md, version 3): a small hand-written executable parses into the
+/* executable.json (docs/format.md, versions 3 and 4): a small hand-written executable parses into the
  * structures the VM trusts (functions, kernels, symbols and bounds, registers and locations,
  * instructions), and each way of breaking it is refused with the right status and a message
  * that names the problem. Every parse, accepted or refused, frees all it allocated. */
@@ -232,10 +232,14 @@ static void malformed(void) {
     bad("\"version\": 3", "\"version\": 2", TESSERA_ERROR_VERSION, "rebuild");
     bad("\"version\": 3", "\"version\": 2", TESSERA_ERROR_VERSION, "version 2");
     bad("\"version\": 3", "\"version\": 5", TESSERA_ERROR_VERSION, "rebuild");
-    /* Version 4 is a build split across devices: refused by name, with the devices it lists. */
-    bad("\"version\": 3", "\"version\": 4", TESSERA_ERROR_UNSUPPORTED, "split across the devices (none listed)");
-    bad("\"version\": 3,", "\"version\": 4, \"devices\": [{\"vdevices\": [\"webgpu:0\"]}, {\"vdevices\": "
-        "[\"wasm:0\"]}],", TESSERA_ERROR_UNSUPPORTED, "split across the devices webgpu:0 and wasm:0");
+    /* Version 4 is a build split across devices: it lists them, and only it does (split() below). */
+    bad("\"version\": 3", "\"version\": 4", TESSERA_ERROR_FORMAT, "must list its devices");
+    bad("\"version\": 3,", "\"version\": 3, \"devices\": [],", TESSERA_ERROR_FORMAT, "only a version 4");
+    /* A version-3 file may state device 0 and no other. */
+    bad("\"entry_point\": \"k_add\",", "\"entry_point\": \"k_add\", \"device\": 1,", TESSERA_ERROR_FORMAT,
+        "'device' must be an index below 1");
+    bad("\"constants\": [\"const_0\"],", "\"constants\": [\"const_0\"], \"constant_devices\": {\"const_0\": [0]},",
+        TESSERA_ERROR_FORMAT, "constant_devices: 'const_0' names a weight or device");
     bad("\"version\": 3", "\"version\": \"3\"", TESSERA_ERROR_FORMAT, "version");
     bad("\"version\": 3,", "", TESSERA_ERROR_FORMAT, "field 'version' is missing");
 
@@ -372,10 +376,107 @@ static void truncations(void) {
     CHECK_EQ_INT(accepted, 2); /* the whole text, and the text less its final newline */
 }
 
+/* ---- version 4: a build split across devices (tests/data/vm/split.json, which test_vm runs) ---------- */
+
+static char split_text[1 << 15];
+
+/* split.json with the one occurrence of `from` replaced by `to`, refused with `status` and `needle`. */
+static void split_bad(const char *from, const char *to, int status, const char *needle) {
+    static char out[1 << 15];
+    const char *at = strstr(split_text, from);
+    if (!at || strstr(at + 1, from)) {
+        fprintf(stderr, "marker \"%s\" is not in split.json exactly once\n", from);
+        tsr_test_fail(__FILE__, __LINE__, "marker occurs once");
+        return;
+    }
+    snprintf(out, sizeof out, "%.*s%s%s", (int)(at - split_text), split_text, to, at + strlen(from));
+    char label[256];
+    snprintf(label, sizeof label, "split.json: %s -> %s", from, to);
+    refused(label, out, strlen(out), status, needle);
+}
+
+static void split(void) {
+    FILE *f = fopen("data/vm/split.json", "rb");
+    CHECK(f != NULL);
+    if (!f) return;
+    size_t size = fread(split_text, 1, sizeof split_text - 1, f);
+    fclose(f);
+    split_text[size] = '\0';
+    tsr_executable exe;
+    counts.live = 0;
+    int rc = tsr_executable_parse(&a, split_text, size, &exe);
+    if (rc) fprintf(stderr, "split.json: %s\n", tessera_last_error());
+    CHECK_EQ_INT(rc, 0);
+    if (rc) return;
+    CHECK_EQ_INT(exe.n_devices, 2);
+    CHECK(strcmp(exe.devices[0].kind, "vulkan") == 0 && strcmp(exe.devices[0].vdevice, "vulkan:0") == 0);
+    CHECK(strcmp(exe.devices[1].kind, "cpu") == 0 && strcmp(exe.devices[1].target_cpu, "x86-64-v2") == 0);
+    CHECK_EQ_INT(exe.devices[0].n_required_features, 1);
+    CHECK_EQ_INT(exe.devices[0].max_buffer_size, 4096);
+    CHECK_EQ_INT(exe.devices[1].n_required_features, 0);
+    CHECK_EQ_INT(exe.devices[1].max_buffer_size, -1);
+    CHECK_EQ_INT(exe.constant_devices[0], 3); /* bias on both */
+    CHECK_EQ_INT(exe.kernels[0].device, 1);
+    CHECK_EQ_INT(exe.kernels[1].device, 0);
+    const tsr_function *m = &exe.functions[tsr_executable_function(&exe, "main")];
+    CHECK_EQ_INT(m->params[0].device, 0);
+    CHECK_EQ_INT(m->buffer_devices[0], 0);
+    CHECK_EQ_INT(m->buffer_devices[1], 1);
+    CHECK_EQ_INT(m->regs[2].device, 1);
+    CHECK(m->regs[2].device_stated);
+    CHECK_EQ_INT(m->code[2].op, TSR_OP_TO_DEVICE);
+    CHECK_EQ_INT(m->code[2].reg, 1);
+    CHECK_EQ_INT(m->code[2].dst, 2);
+    CHECK_EQ_INT(m->code[2].device, 1);
+    const tsr_function *pooled = &exe.functions[tsr_executable_function(&exe, "pooled")];
+    CHECK_EQ_INT(pooled->code[1].op, TSR_OP_ALLOC_TENSOR);
+    CHECK_EQ_INT(pooled->code[1].device, 0);
+    CHECK_EQ_INT(pooled->code[3].device, 1);
+    /* The view a device's load_kernels and requirement check read: its own target and requirements. */
+    tsr_executable cpu = tsr_executable_device_view(&exe, 1);
+    CHECK(strcmp(cpu.target_cpu, "x86-64-v2") == 0 && cpu.n_required_features == 0 && cpu.max_buffer_size == -1);
+    CHECK(cpu.kernels == exe.kernels && cpu.n_kernels == 2); /* every kernel, by its index */
+    tsr_executable gpu = tsr_executable_device_view(&exe, 0);
+    CHECK(gpu.n_required_features == 1 && gpu.max_buffer_size == 4096);
+    tsr_executable_free(&exe);
+    CHECK_EQ_INT(counts.live, 0);
+
+    /* The loader's version-4 checks (docs/format.md "What a loader checks"), each as the Python loader's. */
+    split_bad("\"version\": 4", "\"version\": 3", TESSERA_ERROR_FORMAT, "only a version 4");
+    split_bad("{\"kind\": \"cpu\", \"id\": 0,", "{\"id\": 0,", TESSERA_ERROR_FORMAT, "field 'kind' is missing");
+    split_bad("\"vdevices\": [\"cpu:0\"],", "\"vdevices\": [\"cpu:0\"], \"id\": 70000,", TESSERA_ERROR_FORMAT, "id");
+    split_bad("\"entry_point\": \"k_add\", \"device\": 1,", "\"entry_point\": \"k_add\", \"device\": 2,",
+              TESSERA_ERROR_FORMAT, "'device' must be an index below 2");
+    split_bad("\"entry_point\": \"k_add\", \"device\": 1,", "\"entry_point\": \"k_add\", \"device\": \"1\",",
+              TESSERA_ERROR_FORMAT, "'device' must be an index");
+    /* A kernel binds only tensors of its own device. */
+    split_bad("\"4\": {\"shape\": [\"n\"], \"dtype\": \"float32\", \"bytes\": \"n * 4\", \"device\": 1}",
+              "\"4\": {\"shape\": [\"n\"], \"dtype\": \"float32\", \"bytes\": \"n * 4\", \"device\": 0}",
+              TESSERA_ERROR_FORMAT, "binds register 4, on device 0, to kernel 0 (add), which runs on device 1");
+    /* A to_device's destination is on the device it names. */
+    split_bad("{\"op\": \"to_device\", \"src\": 1, \"dst\": 2, \"device\": 1}",
+              "{\"op\": \"to_device\", \"src\": 1, \"dst\": 2, \"device\": 0}", TESSERA_ERROR_FORMAT,
+              "not a tensor on device 0");
+    split_bad("{\"op\": \"to_device\", \"src\": 1, \"dst\": 2, \"device\": 1}",
+              "{\"op\": \"to_device\", \"src\": 1, \"dst\": 2}", TESSERA_ERROR_FORMAT, "must name its destination");
+    split_bad("\"buffer_devices\": [0, 1]", "\"buffer_devices\": [0]", TESSERA_ERROR_FORMAT,
+              "one device per arena buffer");
+    split_bad("\"buffer_devices\": [0, 1]", "\"buffer_devices\": [0, 5]", TESSERA_ERROR_FORMAT,
+              "buffer_devices names a device");
+    split_bad("\"size\": \"n * 4\", \"device\": 0}", "\"size\": \"n * 4\", \"device\": 9}", TESSERA_ERROR_FORMAT,
+              "'device' must be an index below 2");
+    split_bad("\"constant_devices\": {\"bias\": [0, 1]}", "\"constant_devices\": {\"weight\": [0]}",
+              TESSERA_ERROR_FORMAT, "'weight' names a weight or device");
+    split_bad("\"constant_devices\": {\"bias\": [0, 1]}", "\"constant_devices\": {\"bias\": [0, 2]}",
+              TESSERA_ERROR_FORMAT, "'bias' names a weight or device");
+    split_bad("\"device\": 0, \"workgroup_size\"", "\"device\": 0, \"requirements\": {}, \"workgroup_size\"", 0, NULL);
+}
+
 int main(void) {
     tessera_allocator counting = tsr_test_counting_allocator(&counts);
     tsr_alloc_init(&a, &counting);
     valid();
+    split();
     real_files();
     malformed();
     truncations();

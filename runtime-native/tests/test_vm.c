@@ -76,6 +76,23 @@ static const tsr_device_ops TEST_OPS = {
     dev_launch, dev_synchronize, dev_destroy,
 };
 
+/* A second test device for split builds, like a GPU: the host cannot touch its memory (host_pointer is
+ * NULL, so outputs, copies and arguments go through read_back and upload), and it runs only kernel 1
+ * (double), as the split executable places it. */
+static void *gpu_host_pointer(tsr_device *d, void *base, size_t offset) {
+    (void)d, (void)base, (void)offset;
+    return NULL;
+}
+static int gpu_launch(tsr_device *d, int32_t kernel, int32_t n_bindings, void *const *bases, const size_t *offsets,
+                      const size_t *sizes, const int32_t *scalars, const int32_t grid[3]) {
+    if (kernel != 1) return tsr_error(TESSERA_ERROR_DEVICE, "test gpu: kernel %d is not mine", kernel);
+    return dev_launch(d, kernel, n_bindings, bases, offsets, sizes, scalars, grid);
+}
+static const tsr_device_ops GPU_OPS = {
+    "test-gpu", NULL, dev_allocate, dev_release, dev_adopt_host, dev_upload, dev_read_back, gpu_host_pointer,
+    gpu_launch, dev_synchronize, dev_destroy,
+};
+
 /* ---- user libraries --------------------------------------------------------------------------- */
 
 /* out = 3 x; returns scalars[0] + scalars[1] (n + 10 n) so the test sees the scalars arrive. */
@@ -155,7 +172,7 @@ static void straight(void) {
     CHECK_EQ_INT(wrong, 0);
     /* the result lives in the function's arena: the planned storage for token 1 */
     const tsr_function *f = &exe.functions[tsr_executable_function(&exe, "straight")];
-    CHECK((const char *)vm.outputs[0].data == (const char *)vm.arena + vm.buffer_offsets[f - exe.functions][0] + 256);
+    CHECK((const char *)vm.outputs[0].data == (const char *)vm.arenas[0] + vm.buffer_offsets[f - exe.functions][0] + 256);
 
     /* the upper bound n <= 64, for which the arena was planned */
     float big[65] = {0};
@@ -487,6 +504,87 @@ static void init_errors(void) {
  * its 'bytes' disagrees with its shape, or the weight is smaller than the shape says) is refused
  * when the register is first used, before a library writes or the host reads past the memory;
  * an alloc_tensor whose element count overflows int64 is refused too. */
+/* A build split across two devices (tests/data/vm/split.json, format version 4): main doubles x on the
+ * GPU, copies the result to the CPU (to_device) and adds the bias there, from the CPU's arena; pooled does
+ * the same through each device's pool. The bias is on both devices (constant_devices). */
+static void split(void) {
+    char *json = NULL;
+    size_t size = 0;
+    CHECK_EQ_INT(tsr_read_file(&a, "data/vm", "split.json", 1 << 20, &json, &size), 0);
+    tsr_executable split_exe;
+    int rc = tsr_executable_parse(&a, json, size, &split_exe);
+    tsr_free(&a, json);
+    if (rc) fprintf(stderr, "split.json: %s\n", tessera_last_error());
+    CHECK_EQ_INT(rc, 0);
+    if (rc) return;
+    test_device gpu, cpu;
+    memset(&gpu, 0, sizeof gpu);
+    memset(&cpu, 0, sizeof cpu);
+    gpu.base.ops = &GPU_OPS;
+    gpu.base.alloc = &a;
+    cpu.base.ops = &TEST_OPS;
+    cpu.base.alloc = &a;
+    tsr_weight bias;
+    memset(&bias, 0, sizeof bias);
+    bias.name = "bias";
+    bias.dtype = TESSERA_FLOAT32;
+    bias.ndim = 1;
+    bias.shape[0] = 64;
+    bias.nbytes = sizeof bias_data;
+    bias.data = bias_data;
+    const tsr_weight *by_name[1] = {&bias};
+    tsr_tensor_cache cache;
+    memset(&cache, 0, sizeof cache);
+    cache.weights = &bias;
+    cache.n_weights = 1;
+    cache.by_name = by_name;
+    tsr_vm v;
+    tsr_device *one[1] = {&gpu.base};
+    CHECK_EQ_INT(tsr_vm_init_devices(&v, &a, &split_exe, one, 1, &cache, NULL, 0), TESSERA_ERROR_INVALID_ARGUMENT);
+    CHECK(has("runs on 2 devices; the VM was given 1"));
+    tsr_device *both[2] = {&gpu.base, &cpu.base};
+    rc = tsr_vm_init_devices(&v, &a, &split_exe, both, 2, &cache, NULL, 0);
+    if (rc) fprintf(stderr, "tsr_vm_init_devices: %s\n", tessera_last_error());
+    CHECK_EQ_INT(rc, 0);
+    if (rc == 0) {
+        /* one arena per device, each as big as the buffers the plan puts there */
+        CHECK(v.arenas[0] != NULL && v.arenas[1] != NULL);
+        CHECK_EQ_INT(v.arena_bytes[0], 256);
+        CHECK_EQ_INT(v.arena_bytes[1], 512);
+        CHECK(v.constants[0] != NULL && v.constants[1] != NULL); /* the bias on each device */
+        float x[7] = {1, -2, 3, 0.5f, 7, 8, -9};
+        tessera_value arg = f32(x, 1, 5, 0);
+        CHECK_EQ_INT(tsr_vm_call(&v, "main", &arg, 1), 0);
+        CHECK_EQ_INT(v.n_outputs, 1);
+        const float *out = v.outputs[0].data;
+        for (int i = 0; i < 5; i++) CHECK(out[i] == 2.0f * x[i] + bias_data[i]);
+        CHECK_EQ_INT(gpu.launches, 1);
+        CHECK_EQ_INT(cpu.launches, 1);
+        CHECK_EQ_INT((int64_t)v.copies, 1);
+        /* the result is in the CPU's arena, handed out in place */
+        CHECK((const char *)out == (const char *)v.arenas[1] + v.buffer_offsets[0][1] + 256);
+
+        arg = f32(x, 1, 7, 0);
+        CHECK_EQ_INT(tsr_vm_call(&v, "pooled", &arg, 1), 0);
+        out = v.outputs[0].data;
+        for (int i = 0; i < 7; i++) CHECK(out[i] == 2.0f * x[i] + bias_data[i]);
+        CHECK_EQ_INT((int64_t)v.copies, 2);
+        CHECK_EQ_INT(gpu.launches, 2);
+        CHECK_EQ_INT(cpu.launches, 2);
+        /* each device's pool keeps its blocks: a second call allocates nothing new */
+        uint64_t made = v.pool_device_allocations;
+        CHECK_EQ_INT(tsr_vm_call(&v, "pooled", &arg, 1), 0);
+        CHECK_EQ_INT((int64_t)v.pool_device_allocations, (int64_t)made);
+        /* the GPU's blocks (the argument, the doubled x) are back in its pool; the result's is the CPU's */
+        int on_gpu = 0;
+        for (int c = 0; c < TSR_POOL_CLASSES; c++) on_gpu += v.free_blocks[0][c] != NULL;
+        CHECK(on_gpu > 0);
+        CHECK(v.held != NULL && v.held->device == 1 && v.held->next_owned == NULL);
+        tsr_vm_free(&v);
+    }
+    tsr_executable_free(&split_exe);
+}
+
 static void oversized(void) {
     char *json = NULL;
     size_t size = 0;
@@ -582,6 +680,7 @@ int main(void) {
         no_allocations();
     }
     oversized();
+    split();
     tsr_vm_free(&vm);
     tsr_executable_free(&exe);
     CHECK_EQ_INT(counts.live, 0); /* the VM and the executable return every allocation */

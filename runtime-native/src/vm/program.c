@@ -86,7 +86,11 @@ static int materialize(tsr_vm *vm, frame *fr, int32_t reg, tsr_val **out) {
     size_t have = 0;
     switch (info->location) {
     case TSR_LOC_CONSTANT:
-        t->base = vm->constants[info->index];
+        t->device = info->device;
+        t->base = vm->constants[(size_t)info->index * (size_t)vm->n_devices + (size_t)info->device];
+        if (!t->base)
+            return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: the weight %s is not placed on device %d "
+                             "(constant_devices)", fr->f->name, vm->exe->constants[info->index], (int)info->device);
         t->nbytes = have = vm->constant_bytes[info->index];
         break;
     case TSR_LOC_ARENA: {
@@ -94,7 +98,8 @@ static int materialize(tsr_vm *vm, frame *fr, int32_t reg, tsr_val **out) {
         if ((uint64_t)nbytes > s->static_size)
             return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: a tensor of %lld bytes in a storage planned for %llu",
                              fr->f->name, (long long)nbytes, (unsigned long long)s->static_size);
-        t->base = vm->arena;
+        t->device = fr->f->buffer_devices[s->buffer];
+        t->base = vm->arenas[t->device];
         t->offset = vm->buffer_offsets[fr->index][s->buffer] + s->offset;
         have = (size_t)s->static_size;
         break;
@@ -107,6 +112,7 @@ static int materialize(tsr_vm *vm, frame *fr, int32_t reg, tsr_val **out) {
             return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: a tensor of %lld bytes in a storage of %zu", fr->f->name,
                              (long long)nbytes, storage->as.storage->size);
         t->base = storage->as.storage->base;
+        t->device = storage->as.storage->device;
         t->block = storage->as.storage;
         have = storage->as.storage->size;
         break;
@@ -179,6 +185,7 @@ static int enter(tsr_vm *vm, int32_t index, const tsr_val *args, int32_t n_args,
         tsr_vtensor *t = &v->as.tensor;
         memset(t, 0, sizeof *t);
         t->base = vm->state[k];
+        t->device = vm->state_devices[k];
         t->nbytes = vm->state_bytes[k];
         t->dtype = info->dtype;
         t->ndim = info->ndim;
@@ -238,6 +245,11 @@ static int launch(tsr_vm *vm, frame *fr, const tsr_instr *in) {
         tsr_vtensor *t = NULL;
         int rc = get_tensor(vm, fr, in->regs[i], k->name, &t);
         if (rc) return rc;
+        /* The loader checked what executable.json places; a value passed in (an argument, a callee's result)
+         * is checked here, as the Python VM's bind does. */
+        if (t->device != k->device)
+            return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: kernel %s of device %d is given a tensor on device %d "
+                             "(register %d)", fr->f->name, k->name, (int)k->device, (int)t->device, in->regs[i]);
         bases[i] = t->base;
         offsets[i] = t->offset;
         sizes[i] = t->nbytes;
@@ -260,11 +272,12 @@ static int launch(tsr_vm *vm, frame *fr, const tsr_instr *in) {
         if (g > INT32_MAX) return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: kernel %s's grid is too large", fr->f->name, k->name);
         grid[d] = (int32_t)g;
     }
-    if (!vm->profiling) return vm->device->ops->launch(vm->device, in->target, n, bases, offsets, sizes, scalars, grid);
+    tsr_device *device = vm->devices[k->device];
+    if (!vm->profiling) return device->ops->launch(device, in->target, n, bases, offsets, sizes, scalars, grid);
     struct timespec start, end;
     clock_gettime(CLOCK_MONOTONIC, &start);
-    int rc = vm->device->ops->launch(vm->device, in->target, n, bases, offsets, sizes, scalars, grid);
-    if (rc == 0) rc = vm->device->ops->synchronize(vm->device);
+    int rc = device->ops->launch(device, in->target, n, bases, offsets, sizes, scalars, grid);
+    if (rc == 0) rc = device->ops->synchronize(device);
     clock_gettime(CLOCK_MONOTONIC, &end);
     vm->kernel_launches[in->target]++;
     vm->kernel_seconds[in->target] += (double)(end.tv_sec - start.tv_sec) + 1e-9 * (double)(end.tv_nsec - start.tv_nsec);
@@ -274,7 +287,8 @@ static int launch(tsr_vm *vm, frame *fr, const tsr_instr *in) {
 /* A tensor's bytes as the host sees them (numpy's layout), for a library: in place when the
  * device shares host memory and the layouts agree, else a copy in the scratch bump. */
 static void *host_view(tsr_vm *vm, const tsr_vtensor *t, int64_t count, bool *copied) {
-    void *device_bytes = vm->device->ops->host_pointer(vm->device, t->base, t->offset);
+    tsr_device *device = vm->devices[t->device];
+    void *device_bytes = device->ops->host_pointer(device, t->base, t->offset);
     *copied = false;
     if (t->dtype != TESSERA_BOOL && device_bytes) return device_bytes;
     size_t host_bytes = (size_t)count * tsr_dtype_host_bytes(t->dtype);
@@ -284,9 +298,9 @@ static void *host_view(tsr_vm *vm, const tsr_vtensor *t, int64_t count, bool *co
     if (t->dtype == TESSERA_BOOL) {
         uint32_t *words = tsr_bump_array(vm->scratch, (size_t)(count ? count : 1), 4);
         if (!words) return NULL;
-        if (vm->device->ops->read_back(vm->device, t->base, t->offset, words, (size_t)count * 4)) return NULL;
+        if (device->ops->read_back(device, t->base, t->offset, words, (size_t)count * 4)) return NULL;
         for (int64_t i = 0; i < count; i++) copy[i] = words[i] != 0;
-    } else if (vm->device->ops->read_back(vm->device, t->base, t->offset, copy, host_bytes)) {
+    } else if (device->ops->read_back(device, t->base, t->offset, copy, host_bytes)) {
         return NULL;
     }
     return copy;
@@ -294,14 +308,14 @@ static void *host_view(tsr_vm *vm, const tsr_vtensor *t, int64_t count, bool *co
 
 /* A bool tensor is one uint32 word per element on devices (widened here, in the scratch bump). */
 static int write_host(tsr_vm *vm, const tsr_vtensor *t, const void *host, int64_t count) {
+    tsr_device *device = vm->devices[t->device];
     if (t->dtype != TESSERA_BOOL)
-        return vm->device->ops->upload(vm->device, t->base, t->offset, host,
-                                       (size_t)count * tsr_dtype_host_bytes(t->dtype));
+        return device->ops->upload(device, t->base, t->offset, host, (size_t)count * tsr_dtype_host_bytes(t->dtype));
     uint32_t *words = tsr_bump_array(vm->scratch, (size_t)(count ? count : 1), 4);
     if (!words) return TESSERA_ERROR_OUT_OF_MEMORY;
     const uint8_t *bytes = host;
     for (int64_t i = 0; i < count; i++) words[i] = bytes[i] != 0;
-    return vm->device->ops->upload(vm->device, t->base, t->offset, words, (size_t)count * 4);
+    return device->ops->upload(device, t->base, t->offset, words, (size_t)count * 4);
 }
 
 static int call_builtin(tsr_vm *vm, frame *fr, const tsr_instr *in) {
@@ -364,6 +378,33 @@ static int call_builtin(tsr_vm *vm, frame *fr, const tsr_instr *in) {
     return 0;
 }
 
+/* to_device: the bytes of tensor `reg` into tensor `dst` (on another device, in a split build). A read back
+ * waits for what the source device has queued; an upload is ordered before what the destination runs
+ * next (device.h). Memory the host shares (the CPU device's) is read or written in place. */
+static int to_device(tsr_vm *vm, frame *fr, const tsr_instr *in) {
+    tsr_vtensor *src, *dst;
+    int rc;
+    if ((rc = get_tensor(vm, fr, in->reg, "to_device", &src))) return rc;
+    if ((rc = get_tensor(vm, fr, in->dst, "to_device", &dst))) return rc;
+    if (src->nbytes != dst->nbytes)
+        return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: to_device copies %zu bytes into a tensor of %zu", fr->f->name,
+                         src->nbytes, dst->nbytes);
+    tsr_device *from = vm->devices[src->device], *to = vm->devices[dst->device];
+    size_t n = src->nbytes;
+    if (src->device != dst->device) vm->copies++;
+    if (n == 0) return 0;
+    const void *host = from->ops->host_pointer(from, src->base, src->offset);
+    if (host) return to->ops->upload(to, dst->base, dst->offset, host, n);
+    void *into = to->ops->host_pointer(to, dst->base, dst->offset);
+    if (into) return from->ops->read_back(from, src->base, src->offset, into, n);
+    void *staging = tsr_malloc(vm->alloc, n);
+    if (!staging) return TESSERA_ERROR_OUT_OF_MEMORY;
+    rc = from->ops->read_back(from, src->base, src->offset, staging, n);
+    if (!rc) rc = to->ops->upload(to, dst->base, dst->offset, staging, n);
+    tsr_free(vm->alloc, staging);
+    return rc;
+}
+
 static int truth(tsr_vm *vm, frame *fr, int32_t reg, bool *out) {
     tsr_val *v;
     int rc = materialize(vm, fr, reg, &v);
@@ -379,7 +420,8 @@ static int truth(tsr_vm *vm, frame *fr, int32_t reg, bool *out) {
         return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: a branch condition must have one element", fr->f->name);
     unsigned char word[8] = {0};
     size_t size = tsr_dtype_storage_bytes(t->dtype);
-    if ((rc = vm->device->ops->read_back(vm->device, t->base, t->offset, word, size > 8 ? 8 : size))) return rc;
+    tsr_device *device = vm->devices[t->device];
+    if ((rc = device->ops->read_back(device, t->base, t->offset, word, size > 8 ? 8 : size))) return rc;
     switch (t->dtype) {
     case TESSERA_FLOAT32: { float x; memcpy(&x, word, 4); *out = x != 0.0f; break; }
     default: { bool any = false; for (size_t i = 0; i < size && i < 8; i++) any |= word[i] != 0; *out = any; }
@@ -407,7 +449,7 @@ static int run(tsr_vm *vm, frame **top, tsr_val *result) {
             int64_t size;
             if ((rc = eval(fr, &in->exprs[0], &size))) return rc;
             if (size < 0) return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: a storage of negative size", fr->f->name);
-            tsr_block *b = tsr_pool_take(vm, (size_t)size);
+            tsr_block *b = tsr_pool_take(vm, (size_t)size, in->device);
             if ((rc = own(fr, b))) return rc;
             fr->regs[in->dst].kind = TSR_V_STORAGE;
             fr->regs[in->dst].as.storage = b;
@@ -427,15 +469,19 @@ static int run(tsr_vm *vm, frame **top, tsr_val *result) {
             if (!checked_count(t->shape, t->ndim, &count))
                 return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: a tensor with more elements than int64 holds", fr->f->name);
             t->nbytes = tsr_storage_bytes(in->dtype, count);
-            tsr_block *b = tsr_pool_take(vm, t->nbytes);
+            tsr_block *b = tsr_pool_take(vm, t->nbytes, in->device);
             if ((rc = own(fr, b))) return rc;
             t->base = b->base;
+            t->device = in->device;
             t->block = b;
             dst->kind = TSR_V_TENSOR;
             break;
         }
         case TSR_OP_CALL_BUILTIN:
             if ((rc = call_builtin(vm, fr, in))) return rc;
+            break;
+        case TSR_OP_TO_DEVICE:
+            if ((rc = to_device(vm, fr, in))) return rc;
             break;
         case TSR_OP_CALL: {
             int32_t callee = in->target;
@@ -526,7 +572,7 @@ static int run(tsr_vm *vm, frame **top, tsr_val *result) {
 
 /* ---- from and to the host -------------------------------------------------------------------- */
 
-static int upload(tsr_vm *vm, const tessera_value *in, tsr_val *out, tsr_block **uploaded, int depth) {
+static int upload(tsr_vm *vm, const tessera_value *in, tsr_val *out, tsr_block **uploaded, int depth, int32_t device) {
     if (depth > 16) return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "arguments nested deeper than 16 tuples");
     if (in->kind == TESSERA_VALUE_INT) {
         out->kind = TSR_V_INT;
@@ -537,7 +583,7 @@ static int upload(tsr_vm *vm, const tessera_value *in, tsr_val *out, tsr_block *
         tsr_val *items = tsr_bump_array(vm->scratch, in->n_items + 1, sizeof(tsr_val));
         if (!items) return TESSERA_ERROR_OUT_OF_MEMORY;
         for (size_t i = 0; i < in->n_items; i++) {
-            int rc = upload(vm, &in->items[i], &items[i], uploaded, depth + 1);
+            int rc = upload(vm, &in->items[i], &items[i], uploaded, depth + 1, 0); /* as the Python VM places them */
             if (rc) return rc;
         }
         out->kind = TSR_V_TUPLE;
@@ -563,11 +609,12 @@ static int upload(tsr_vm *vm, const tessera_value *in, tsr_val *out, tsr_block *
     memcpy(t->shape, src->shape, sizeof t->shape);
     t->nbytes = tsr_storage_bytes(src->dtype, count);
     if (t->nbytes == SIZE_MAX) return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "a tensor argument too large");
-    tsr_block *b = tsr_pool_take(vm, t->nbytes);
+    tsr_block *b = tsr_pool_take(vm, t->nbytes, device);
     if (!b) return TESSERA_ERROR_OUT_OF_MEMORY;
     b->next_owned = *uploaded;
     *uploaded = b;
     t->base = b->base;
+    t->device = device;
     int rc = write_host(vm, t, src->data, count);
     if (rc) return rc;
     out->kind = TSR_V_TENSOR;
@@ -595,7 +642,8 @@ static int flatten(tsr_vm *vm, const tsr_val *v) {
     case TSR_V_TENSOR: {
         const tsr_vtensor *t = &v->as.tensor;
         int64_t count = element_count(t->shape, t->ndim);
-        void *host = vm->device->ops->host_pointer(vm->device, t->base, t->offset);
+        tsr_device *device = vm->devices[t->device];
+        void *host = device->ops->host_pointer(device, t->base, t->offset);
         if (t->dtype == TESSERA_BOOL || !host) {
             size_t bytes = (size_t)count * tsr_dtype_host_bytes(t->dtype);
             unsigned char *copy = tsr_bump_alloc(vm->output_scratch, bytes ? bytes : 1);
@@ -606,11 +654,11 @@ static int flatten(tsr_vm *vm, const tsr_val *v) {
                 if (!words) {
                     words = tsr_bump_array(vm->output_scratch, (size_t)(count ? count : 1), 4);
                     if (!words) return TESSERA_ERROR_OUT_OF_MEMORY;
-                    rc = vm->device->ops->read_back(vm->device, t->base, t->offset, words, (size_t)count * 4);
+                    rc = device->ops->read_back(device, t->base, t->offset, words, (size_t)count * 4);
                 }
                 for (int64_t i = 0; !rc && i < count; i++) copy[i] = words[i] != 0;
             } else {
-                rc = vm->device->ops->read_back(vm->device, t->base, t->offset, copy, bytes);
+                rc = device->ops->read_back(device, t->base, t->offset, copy, bytes);
             }
             if (rc) return rc;
             host = copy;
@@ -658,7 +706,15 @@ int tsr_vm_call(tsr_vm *vm, const char *name, const tessera_value *args, size_t 
     if (!values) return TESSERA_ERROR_OUT_OF_MEMORY;
     tsr_block *uploaded = NULL;
     int rc = 0;
-    for (size_t i = 0; i < n_args && rc == 0; i++) rc = upload(vm, &args[i], &values[i], &uploaded, 0);
+    /* Each argument to its parameter's device (a split build's; extra arguments, refused when the function
+     * is entered, to device 0). */
+    const tsr_function *f = &vm->exe->functions[index];
+    int32_t p = 0;
+    for (size_t i = 0; i < n_args && rc == 0; i++) {
+        while (p < f->n_params && f->params[p].state) p++;
+        int32_t device = p < f->n_params ? f->params[p++].device : 0;
+        rc = upload(vm, &args[i], &values[i], &uploaded, 0, device);
+    }
     /* The last call's results stay alive until the arguments are copied: one may be an argument. */
     for (tsr_block *b = vm->held; b;) {
         tsr_block *next = b->next_owned;
@@ -671,7 +727,7 @@ int tsr_vm_call(tsr_vm *vm, const char *name, const tessera_value *args, size_t 
     tsr_val result;
     if (rc == 0) rc = enter(vm, index, values, (int32_t)n_args, NULL, &top);
     if (rc == 0) rc = run(vm, &top, &result);
-    if (rc == 0) rc = vm->device->ops->synchronize(vm->device);
+    for (int32_t d = 0; d < vm->n_devices && rc == 0; d++) rc = vm->devices[d]->ops->synchronize(vm->devices[d]);
     if (rc == 0) rc = flatten(vm, &result);
     if (rc != 0) {
         for (frame *fr = top; fr; fr = fr->caller) release_frame(vm, fr, NULL, NULL);

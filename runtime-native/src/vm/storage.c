@@ -74,7 +74,8 @@ static int init_state(tsr_vm *vm) {
     vm->state = tsr_calloc(vm->alloc, (size_t)capacity + 1, sizeof(void *));
     vm->state_names = tsr_calloc(vm->alloc, (size_t)capacity + 1, sizeof(char *));
     vm->state_bytes = tsr_calloc(vm->alloc, (size_t)capacity + 1, sizeof(size_t));
-    if (!vm->state || !vm->state_names || !vm->state_bytes) return TESSERA_ERROR_OUT_OF_MEMORY;
+    vm->state_devices = tsr_calloc(vm->alloc, (size_t)capacity + 1, sizeof(int32_t));
+    if (!vm->state || !vm->state_names || !vm->state_bytes || !vm->state_devices) return TESSERA_ERROR_OUT_OF_MEMORY;
     for (int32_t i = 0; i < exe->n_functions; i++) {
         const tsr_function *f = &exe->functions[i];
         for (int32_t p = 0; p < f->n_params; p++) {
@@ -83,17 +84,22 @@ static int init_state(tsr_vm *vm) {
             int64_t bytes;
             int rc = state_bytes(f, param, &bytes);
             if (rc) return rc;
+            int32_t device = f->regs[param->reg].device;
             int k = tsr_state_index(vm, param->name);
             if (k >= 0) {
                 if ((size_t)bytes > vm->state_bytes[k])
                     return tsr_error(TESSERA_ERROR_FORMAT, "state '%s' is declared with different sizes by different "
+                                     "functions", param->name);
+                if (device != vm->state_devices[k])
+                    return tsr_error(TESSERA_ERROR_FORMAT, "state '%s' is placed on different devices by different "
                                      "functions", param->name);
                 continue;
             }
             k = vm->n_state++;
             vm->state_names[k] = param->name;
             vm->state_bytes[k] = (size_t)bytes;
-            vm->state[k] = vm->device->ops->allocate(vm->device, (size_t)bytes);
+            vm->state_devices[k] = device;
+            vm->state[k] = vm->devices[device]->ops->allocate(vm->devices[device], (size_t)bytes);
             if (!vm->state[k]) return TESSERA_ERROR_OUT_OF_MEMORY;
         }
     }
@@ -106,29 +112,61 @@ static int init_arena(tsr_vm *vm) {
     int rc = tsr_plan_bytes(exe, &arena, &state);
     if (rc) return rc;
     if (arena > SIZE_MAX / 2) return tsr_error(TESSERA_ERROR_OUT_OF_MEMORY, "the planned arena does not fit in memory");
-    vm->arena_bytes = (size_t)arena;
-    vm->arena = vm->device->ops->allocate(vm->device, vm->arena_bytes);
     vm->buffer_offsets = tsr_calloc(vm->alloc, (size_t)(exe->n_functions ? exe->n_functions : 1), sizeof(size_t *));
-    if (!vm->arena || !vm->buffer_offsets) return TESSERA_ERROR_OUT_OF_MEMORY;
-    size_t offset = 0;
+    if (!vm->buffer_offsets) return TESSERA_ERROR_OUT_OF_MEMORY;
+    /* Each buffer at the next free offset of its device's arena (the sum above bounds every one). */
     for (int32_t i = 0; i < exe->n_functions; i++) {
         const tsr_function *f = &exe->functions[i];
         vm->buffer_offsets[i] = tsr_calloc(vm->alloc, (size_t)(f->n_arena_buffers ? f->n_arena_buffers : 1), sizeof(size_t));
         if (!vm->buffer_offsets[i]) return TESSERA_ERROR_OUT_OF_MEMORY;
         for (int32_t b = 0; b < f->n_arena_buffers; b++) {
-            vm->buffer_offsets[i][b] = offset;
-            offset += align_up(f->arena_buffers[b]);
+            int32_t d = f->buffer_devices[b];
+            vm->buffer_offsets[i][b] = vm->arena_bytes[d];
+            vm->arena_bytes[d] += align_up(f->arena_buffers[b]);
         }
+    }
+    for (int32_t d = 0; d < vm->n_devices; d++) {
+        /* Device 0 always has one (a plan with no buffers still binds its empty arena); the others only
+         * when the plan places something there. */
+        if (d > 0 && vm->arena_bytes[d] == 0) continue;
+        vm->arenas[d] = vm->devices[d]->ops->allocate(vm->devices[d], vm->arena_bytes[d]);
+        if (!vm->arenas[d]) return TESSERA_ERROR_OUT_OF_MEMORY;
     }
     return 0;
 }
 
+/* Weight w as device d holds it: the mapped shard itself where the layouts agree (a GPU makes its copy
+ * in adopt_host), else a copy widened (bool: one uint32 word each) or padded to whole words. */
+static int place_constant(tsr_vm *vm, const tsr_weight *w, int32_t c, int32_t d) {
+    tsr_device *device = vm->devices[d];
+    size_t slot = (size_t)c * (size_t)vm->n_devices + (size_t)d;
+    int64_t count = 1;
+    for (int32_t k = 0; k < w->ndim; k++) count *= w->shape[k];
+    size_t bytes = vm->constant_bytes[c];
+    if (bytes == w->nbytes) {
+        vm->constants[slot] = device->ops->adopt_host(device, w->data, w->nbytes);
+        return vm->constants[slot] ? 0 : TESSERA_ERROR_OUT_OF_MEMORY;
+    }
+    void *copy = device->ops->allocate(device, bytes);
+    if (!copy) return TESSERA_ERROR_OUT_OF_MEMORY;
+    vm->owned_constants[slot] = copy;
+    vm->constants[slot] = copy;
+    if (w->dtype != TESSERA_BOOL) return device->ops->upload(device, copy, 0, w->data, w->nbytes);
+    uint32_t *words = tsr_calloc(vm->alloc, (size_t)(count ? count : 1), 4);
+    if (!words) return TESSERA_ERROR_OUT_OF_MEMORY;
+    const uint8_t *bytes_in = w->data;
+    for (int64_t i = 0; i < count; i++) words[i] = bytes_in[i] != 0;
+    int rc = device->ops->upload(device, copy, 0, words, (size_t)count * 4);
+    tsr_free(vm->alloc, words);
+    return rc;
+}
+
 static int init_constants(tsr_vm *vm, const tsr_tensor_cache *weights) {
     const tsr_executable *exe = vm->exe;
-    int32_t n = exe->n_constants ? exe->n_constants : 1;
-    vm->constants = tsr_calloc(vm->alloc, (size_t)n, sizeof(void *));
-    vm->constant_bytes = tsr_calloc(vm->alloc, (size_t)n, sizeof(size_t));
-    vm->owned_constants = tsr_calloc(vm->alloc, (size_t)n, sizeof(void *));
+    size_t n = (size_t)(exe->n_constants ? exe->n_constants : 1);
+    vm->constants = tsr_calloc(vm->alloc, n * (size_t)vm->n_devices, sizeof(void *));
+    vm->constant_bytes = tsr_calloc(vm->alloc, n, sizeof(size_t));
+    vm->owned_constants = tsr_calloc(vm->alloc, n * (size_t)vm->n_devices, sizeof(void *));
     if (!vm->constants || !vm->constant_bytes || !vm->owned_constants) return TESSERA_ERROR_OUT_OF_MEMORY;
     for (int32_t c = 0; c < exe->n_constants; c++) {
         const tsr_weight *w = weights ? tsr_tensor_cache_find(weights, exe->constants[c]) : NULL;
@@ -137,40 +175,36 @@ static int init_constants(tsr_vm *vm, const tsr_tensor_cache *weights) {
                              exe->constants[c]);
         int64_t count = 1;
         for (int32_t d = 0; d < w->ndim; d++) count *= w->shape[d];
-        size_t bytes = tsr_storage_bytes(w->dtype, count);
-        vm->constant_bytes[c] = bytes;
-        if (bytes == w->nbytes) {
-            vm->constants[c] = vm->device->ops->adopt_host(vm->device, w->data, w->nbytes);
-            if (!vm->constants[c]) return TESSERA_ERROR_OUT_OF_MEMORY;
-            continue;
+        vm->constant_bytes[c] = tsr_storage_bytes(w->dtype, count);
+        /* A copy on each device that reads it (constant_devices; device 0 unless split). */
+        uint32_t placed = exe->constant_devices ? exe->constant_devices[c] : 1;
+        for (int32_t d = 0; d < vm->n_devices; d++) {
+            if (!(placed >> d & 1)) continue;
+            int rc = place_constant(vm, w, c, d);
+            if (rc) return rc;
         }
-        /* Widen to the device layout (bool: one uint32 word each) or pad to whole words. */
-        void *copy = vm->device->ops->allocate(vm->device, bytes);
-        if (!copy) return TESSERA_ERROR_OUT_OF_MEMORY;
-        vm->owned_constants[c] = copy;
-        vm->constants[c] = copy;
-        int rc;
-        if (w->dtype == TESSERA_BOOL) {
-            uint32_t *words = tsr_calloc(vm->alloc, (size_t)(count ? count : 1), 4);
-            if (!words) return TESSERA_ERROR_OUT_OF_MEMORY;
-            const uint8_t *bytes_in = w->data;
-            for (int64_t i = 0; i < count; i++) words[i] = bytes_in[i] != 0;
-            rc = vm->device->ops->upload(vm->device, copy, 0, words, (size_t)count * 4);
-            tsr_free(vm->alloc, words);
-        } else {
-            rc = vm->device->ops->upload(vm->device, copy, 0, w->data, w->nbytes);
-        }
-        if (rc) return rc;
     }
     return 0;
 }
 
 int tsr_vm_init(tsr_vm *vm, tsr_alloc *a, const tsr_executable *exe, tsr_device *device,
                 const tsr_tensor_cache *weights, const tessera_library *libraries, size_t n_libraries) {
+    return tsr_vm_init_devices(vm, a, exe, &device, 1, weights, libraries, n_libraries);
+}
+
+int tsr_vm_init_devices(tsr_vm *vm, tsr_alloc *a, const tsr_executable *exe, tsr_device *const *devices,
+                        int32_t n_devices, const tsr_tensor_cache *weights, const tessera_library *libraries,
+                        size_t n_libraries) {
     memset(vm, 0, sizeof *vm);
+    int32_t wanted = exe->n_devices ? exe->n_devices : 1;
+    if (n_devices != wanted)
+        return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "the executable runs on %d device%s; the VM was given %d",
+                         (int)wanted, wanted == 1 ? "" : "s", (int)n_devices);
     vm->alloc = a;
     vm->exe = exe;
-    vm->device = device;
+    vm->device = devices[0];
+    vm->n_devices = n_devices;
+    for (int32_t d = 0; d < n_devices; d++) vm->devices[d] = devices[d];
     vm->libraries = tsr_calloc(a, (size_t)(exe->n_libraries ? exe->n_libraries : 1), sizeof(tessera_library));
     if (!vm->libraries) return TESSERA_ERROR_OUT_OF_MEMORY;
     for (int32_t l = 0; l < exe->n_libraries; l++) {
@@ -206,7 +240,8 @@ int tsr_vm_init(tsr_vm *vm, tsr_alloc *a, const tsr_executable *exe, tsr_device 
 int tsr_vm_reset_state(tsr_vm *vm) {
     static const unsigned char zeros[1 << 14];
     for (int32_t i = 0; i < vm->n_state; i++) {
-        void *p = vm->device->ops->host_pointer(vm->device, vm->state[i], 0);
+        tsr_device *device = vm->devices[vm->state_devices[i]];
+        void *p = device->ops->host_pointer(device, vm->state[i], 0);
         if (p) {
             memset(p, 0, vm->state_bytes[i]);
             continue;
@@ -214,29 +249,30 @@ int tsr_vm_reset_state(tsr_vm *vm) {
         /* A device whose memory the host cannot touch: zeros uploaded a chunk at a time. */
         for (size_t at = 0; at < vm->state_bytes[i]; at += sizeof zeros) {
             size_t n = vm->state_bytes[i] - at < sizeof zeros ? vm->state_bytes[i] - at : sizeof zeros;
-            int rc = vm->device->ops->upload(vm->device, vm->state[i], at, zeros, n);
+            int rc = device->ops->upload(device, vm->state[i], at, zeros, n);
             if (rc) return rc;
         }
     }
     return 0;
 }
 
-tsr_block *tsr_pool_take(tsr_vm *vm, size_t nbytes) {
+tsr_block *tsr_pool_take(tsr_vm *vm, size_t nbytes, int32_t device) {
     int32_t size_class = 8; /* 256 bytes, the smallest block */
     while (size_class < TSR_POOL_CLASSES - 1 && ((size_t)1 << size_class) < nbytes) size_class++;
     if (((size_t)1 << size_class) < nbytes) {
         tsr_error(TESSERA_ERROR_OUT_OF_MEMORY, "a run-time allocation of %zu bytes is too large", nbytes);
         return NULL;
     }
-    tsr_block *block = vm->free_blocks[size_class];
+    tsr_block *block = vm->free_blocks[device][size_class];
     if (block) {
-        vm->free_blocks[size_class] = block->next_free;
+        vm->free_blocks[device][size_class] = block->next_free;
     } else {
         block = tsr_calloc(vm->alloc, 1, sizeof *block);
         if (!block) return NULL;
         block->size = (size_t)1 << size_class;
         block->size_class = size_class;
-        block->base = vm->device->ops->allocate(vm->device, block->size);
+        block->device = device;
+        block->base = vm->devices[device]->ops->allocate(vm->devices[device], block->size);
         if (!block->base) {
             tsr_free(vm->alloc, block);
             return NULL;
@@ -250,31 +286,38 @@ tsr_block *tsr_pool_take(tsr_vm *vm, size_t nbytes) {
 }
 
 void tsr_pool_give(tsr_vm *vm, tsr_block *block) {
-    block->next_free = vm->free_blocks[block->size_class];
-    vm->free_blocks[block->size_class] = block;
+    block->next_free = vm->free_blocks[block->device][block->size_class];
+    vm->free_blocks[block->device][block->size_class] = block;
 }
 
 void tsr_vm_free(tsr_vm *vm) {
     if (!vm->exe) return;
-    tsr_device *d = vm->device;
     for (tsr_block *b = vm->held; b;) {
         tsr_block *next = b->next_owned;
         tsr_pool_give(vm, b);
         b = next;
     }
-    for (int32_t c = 0; c < TSR_POOL_CLASSES; c++) {
-        for (tsr_block *b = vm->free_blocks[c]; b;) {
-            tsr_block *next = b->next_free;
-            d->ops->release(d, b->base);
-            tsr_free(vm->alloc, b);
-            b = next;
+    for (int32_t dev = 0; dev < vm->n_devices; dev++) {
+        tsr_device *d = vm->devices[dev];
+        for (int32_t c = 0; c < TSR_POOL_CLASSES; c++) {
+            for (tsr_block *b = vm->free_blocks[dev][c]; b;) {
+                tsr_block *next = b->next_free;
+                d->ops->release(d, b->base);
+                tsr_free(vm->alloc, b);
+                b = next;
+            }
         }
+        if (vm->owned_constants)
+            for (int32_t c = 0; c < vm->exe->n_constants; c++) {
+                void *copy = vm->owned_constants[(size_t)c * (size_t)vm->n_devices + (size_t)dev];
+                if (copy) d->ops->release(d, copy);
+            }
+        if (vm->arenas[dev]) d->ops->release(d, vm->arenas[dev]);
     }
-    if (vm->owned_constants)
-        for (int32_t c = 0; c < vm->exe->n_constants; c++)
-            if (vm->owned_constants[c]) d->ops->release(d, vm->owned_constants[c]);
-    for (int32_t i = 0; i < vm->n_state; i++) d->ops->release(d, vm->state[i]);
-    if (vm->arena) d->ops->release(d, vm->arena);
+    for (int32_t i = 0; i < vm->n_state; i++) {
+        tsr_device *d = vm->devices[vm->state_devices[i]];
+        if (vm->state[i]) d->ops->release(d, vm->state[i]);
+    }
     if (vm->buffer_offsets)
         for (int32_t i = 0; i < vm->exe->n_functions; i++) tsr_free(vm->alloc, vm->buffer_offsets[i]);
     tsr_free(vm->alloc, vm->buffer_offsets);
@@ -284,6 +327,7 @@ void tsr_vm_free(tsr_vm *vm) {
     tsr_free(vm->alloc, vm->state);
     tsr_free(vm->alloc, (void *)vm->state_names);
     tsr_free(vm->alloc, vm->state_bytes);
+    tsr_free(vm->alloc, vm->state_devices);
     tsr_free(vm->alloc, (void *)vm->libraries);
     tsr_free(vm->alloc, vm->outputs);
     tsr_free(vm->alloc, vm->kernel_launches);

@@ -1,6 +1,11 @@
 /* The VM: the program layer (frames, registers, the shape heap, the instruction set of
  * docs/format.md) over the storage layer (arenas of the memory plan, weights, state, a pool for
- * run-time allocations) and a device. The same three layers as the Python VM and runtime-js. */
+ * run-time allocations) and a device. The same three layers as the Python VM and runtime-js.
+ *
+ * A build split across devices (format version 4) has one device per entry of its `devices`: each
+ * has its own arena, state, copies of the weights it reads and pool, a tensor remembers its device,
+ * a launch goes to its kernel's device and to_device copies between them. One device is the case
+ * of devices[0] alone, with no more work per launch. */
 #ifndef TSR_VM_H
 #define TSR_VM_H
 
@@ -21,6 +26,7 @@ typedef struct tsr_vtensor {
     size_t nbytes; /* storage bytes (whole words) */
     tessera_dtype dtype;
     int32_t ndim;
+    int32_t device; /* which of the VM's devices holds it */
     int64_t shape[TESSERA_MAX_NDIM];
     tsr_block *block; /* the pool block holding it, if any */
 } tsr_vtensor;
@@ -43,6 +49,7 @@ struct tsr_block {
     void *base;
     size_t size;
     int32_t size_class;
+    int32_t device;         /* the VM's device it lives on */
     bool kept;              /* marked while a frame returns: the result reaches it */
     tsr_block *next_free;
     tsr_block *next_owned;  /* the frame (or the held list) that owns it */
@@ -55,19 +62,23 @@ struct tsr_block {
 typedef struct tsr_vm {
     tsr_alloc *alloc;
     const tsr_executable *exe;
-    tsr_device *device;
+    tsr_device *device;          /* devices[0] */
+    tsr_device *devices[TSR_MAX_DEVICES]; /* by the executable's device index (one unless split) */
+    int32_t n_devices;
     /* storage */
-    void **constants;            /* device memory of each constant, by the executable's index */
-    size_t *constant_bytes;
-    void **owned_constants;      /* copies the device made (bool weights widened), freed at the end */
-    void *arena;                 /* every function's planned buffers, allocated once at load */
-    size_t arena_bytes;
-    size_t **buffer_offsets;     /* per function: where each of its arena buffers starts in `arena` */
+    void **constants;            /* device memory of constant c on device d at [c * n_devices + d]; NULL: not there */
+    size_t *constant_bytes;      /* by constant */
+    void **owned_constants;      /* copies a device made (on a GPU, or bool weights widened), freed at the end */
+    void *arenas[TSR_MAX_DEVICES]; /* per device, every function's planned buffers on it, allocated once at load */
+    size_t arena_bytes[TSR_MAX_DEVICES];
+    size_t **buffer_offsets;     /* per function: where each of its arena buffers starts in its device's arena */
     void **state;                /* per state name: its memory; shared by every function naming it */
     const char **state_names;
     size_t *state_bytes;
+    int32_t *state_devices;
     int32_t n_state;
-    tsr_block *free_blocks[TSR_POOL_CLASSES];
+    tsr_block *free_blocks[TSR_MAX_DEVICES][TSR_POOL_CLASSES];
+    uint64_t copies;             /* to_device copies between two devices so far */
     uint64_t pool_device_allocations;
     /* program */
     const tessera_library *libraries; /* by the executable's library index */
@@ -85,6 +96,11 @@ typedef struct tsr_vm {
 /* Storage: allocates arenas and state from the memory plan, binds the weights. */
 int tsr_vm_init(tsr_vm *vm, tsr_alloc *a, const tsr_executable *exe, tsr_device *device,
                 const tsr_tensor_cache *weights, const tessera_library *libraries, size_t n_libraries);
+/* The same over a split build's devices, one per entry of exe->devices (n_devices of them; one device
+ * for a build of one device). */
+int tsr_vm_init_devices(tsr_vm *vm, tsr_alloc *a, const tsr_executable *exe, tsr_device *const *devices,
+                        int32_t n_devices, const tsr_tensor_cache *weights, const tessera_library *libraries,
+                        size_t n_libraries);
 void tsr_vm_free(tsr_vm *vm);
 /* Bytes of the planned arenas and of the state (the KV cache), from the executable alone. */
 int tsr_plan_bytes(const tsr_executable *exe, uint64_t *arena, uint64_t *state);
@@ -94,7 +110,7 @@ int tsr_vm_reset_state(tsr_vm *vm);
 int tsr_vm_call(tsr_vm *vm, const char *name, const tessera_value *args, size_t n_args);
 
 /* storage helpers shared by the program layer */
-tsr_block *tsr_pool_take(tsr_vm *vm, size_t nbytes);
+tsr_block *tsr_pool_take(tsr_vm *vm, size_t nbytes, int32_t device);
 void tsr_pool_give(tsr_vm *vm, tsr_block *block);
 size_t tsr_storage_bytes(tessera_dtype dtype, int64_t count);
 int tsr_state_index(const tsr_vm *vm, const char *name);

@@ -88,7 +88,9 @@ static int cpu_load_kernels(tsr_device *d, const tsr_executable *exe, const char
     cpu_device *cpu = (cpu_device *)d;
     int isa_rc = check_instruction_set(exe->target_cpu);
     if (isa_rc) return isa_rc;
-    for (int32_t k = 0; k < exe->n_kernels; k++) {
+    /* A split build (exe->n_devices > 0) gives each device every kernel, by its index: this one loads its
+     * own (c-native) and their modules, and leaves the others' slots empty; the VM never launches them here. */
+    for (int32_t k = 0; k < exe->n_kernels && !exe->n_devices; k++) {
         const char *backend = exe->kernels[k].backend;
         if (strcmp(backend, CPU_BACKEND) != 0)
             return tsr_error(TESSERA_ERROR_UNSUPPORTED, "kernel '%s' is for backend '%s' (target %s); this runtime's "
@@ -102,6 +104,10 @@ static int cpu_load_kernels(tsr_device *d, const tsr_executable *exe, const char
     cpu->n_kernels = exe->n_kernels;
     for (int32_t m = 0; m < exe->n_modules; m++) {
         const tsr_module *module = &exe->modules[m];
+        bool mine = !exe->n_devices;
+        for (int32_t k = 0; k < exe->n_kernels && !mine; k++)
+            mine = exe->kernels[k].module == m && strcmp(exe->kernels[k].backend, CPU_BACKEND) == 0;
+        if (!mine) continue;
         int rc = check_module(module, dir, d->alloc);
         if (rc) return rc;
         char path[4096];
@@ -117,6 +123,7 @@ static int cpu_load_kernels(tsr_device *d, const tsr_executable *exe, const char
     }
     for (int32_t k = 0; k < exe->n_kernels; k++) {
         const tsr_kernel *kernel = &exe->kernels[k];
+        if (strcmp(kernel->backend, CPU_BACKEND) != 0) continue; /* another device's, in a split build */
         if (kernel->n_bindings > MAX_BINDINGS) return tsr_error(TESSERA_ERROR_UNSUPPORTED, "kernel '%s' has too many bindings", kernel->name);
         void *sym = dlsym(cpu->libraries[kernel->module], kernel->entry_point);
         if (!sym)

@@ -221,7 +221,9 @@ static int create_pipeline(tsr_vk_device *d, const tsr_kernel *kernel, VkShaderM
 int tsr_vk_load_kernels(tsr_device *base, const tsr_executable *exe, const char *dir) {
     tsr_vk_device *d = (tsr_vk_device *)base;
     if (d->kernels) return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "the vulkan device: kernels are already loaded");
-    for (int32_t k = 0; k < exe->n_kernels; k++)
+    /* A split build (exe->n_devices > 0) gives each device every kernel, by its index: this one makes
+     * pipelines for its own (spirv) and leaves the others' slots empty; the VM never launches them here. */
+    for (int32_t k = 0; k < exe->n_kernels && !exe->n_devices; k++)
         if (strcmp(exe->kernels[k].backend, SPIRV_BACKEND) != 0)
             return tsr_error(TESSERA_ERROR_UNSUPPORTED, "kernel '%s' is for backend '%s' (target %s); the vulkan "
                              "device runs backend '%s': compile the model with --target vulkan", exe->kernels[k].name,
@@ -246,6 +248,7 @@ int tsr_vk_load_kernels(tsr_device *base, const tsr_executable *exe, const char 
     double start = now();
     for (int32_t k = 0; k < exe->n_kernels && !rc; k++) {
         const tsr_kernel *kernel = &exe->kernels[k];
+        if (strcmp(kernel->backend, SPIRV_BACKEND) != 0) continue; /* another device's, in a split build */
         if (!modules[kernel->module]) rc = shader_module(d, &exe->modules[kernel->module], dir, &modules[kernel->module]);
         if (!rc) rc = create_pipeline(d, kernel, modules[kernel->module], &d->kernels[k]);
     }
