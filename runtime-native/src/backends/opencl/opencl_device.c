@@ -1,11 +1,469 @@
-/* PLACEHOLDER while the opencl backend is written (issue 34): the device table's row exists, the device does not. */
-#include "device.h"
+/* The OpenCL device: kernels of backend `opencl` (OpenCL C 1.2, codegen/opencl), one context and one
+ * in-order command queue on one device. A base is a cl_mem; a binding that views part of a buffer is a
+ * sub-buffer, made once per (buffer, offset, size) and kept, so a steady loop of launches makes none.
+ * Programs are built at load (opencl_programs.c). */
+#include <stdio.h>
+#include <string.h>
 
-const char *const tsr_opencl_backends[] = {"opencl", NULL};
+#include "opencl_device.h"
+
+#define OPENCL_BACKEND "opencl"
+#define MAX_PLATFORMS 16
+#define MAX_DEVICES 64
+
+const char *const tsr_opencl_backends[] = {OPENCL_BACKEND, NULL};
+
+/* vload_half/vstore_half are core OpenCL 1.2, so f16 tensors work on every device (computed in float,
+ * as codegen/opencl writes them); cl_khr_fp16 is what kernels computing in `half` ask for. */
+static const char *const FEATURES_FP16[] = {"shader-f16", "cl_khr_fp16", NULL};
+static const char *const FEATURES[] = {"shader-f16", NULL};
+
+int tsr_opencl_fail(const tsr_opencl_device *d, const char *call, cl_int code, const char *what) {
+    char buf[32];
+    return tsr_error(TESSERA_ERROR_DEVICE, "the opencl device (%s): %s failed with %s%s%s", d->device_name, call,
+                     tsr_cl_error_name(code, buf, sizeof buf), what ? " " : "", what ? what : "");
+}
+
+/* ---- sub-buffers ---------------------------------------------------------------------------- */
+
+static size_t view_slot(const tsr_opencl_device *d, cl_mem parent, size_t offset, size_t size) {
+    uint64_t h = (uint64_t)(uintptr_t)parent * 0x9E3779B97F4A7C15ull;
+    h ^= ((uint64_t)offset + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull;
+    h ^= ((uint64_t)size + 0x2545F4914F6CDD1Dull) * 0x94D049BB133111EBull;
+    h ^= h >> 31;
+    size_t mask = d->view_capacity - 1, i = (size_t)h & mask;
+    while (d->views[i].parent &&
+           !(d->views[i].parent == parent && d->views[i].offset == offset && d->views[i].size == size))
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* Rehashes the views into a table of `capacity` slots, leaving out those of `dropped` (released). */
+static int rehash_views(tsr_opencl_device *d, size_t capacity, cl_mem dropped) {
+    tsr_cl_view *old = d->views;
+    size_t old_capacity = d->view_capacity;
+    tsr_cl_view *fresh = tsr_calloc(d->base.alloc, capacity, sizeof *fresh);
+    if (!fresh) return TESSERA_ERROR_OUT_OF_MEMORY;
+    d->views = fresh;
+    d->view_capacity = capacity;
+    d->n_views = 0;
+    for (size_t i = 0; i < old_capacity; i++) {
+        tsr_cl_view *v = &old[i];
+        if (!v->parent) continue;
+        if (v->parent == dropped) {
+            if (v->memory != v->parent) d->cl.ReleaseMemObject(v->memory);
+            continue;
+        }
+        d->views[view_slot(d, v->parent, v->offset, v->size)] = *v;
+        d->n_views++;
+    }
+    tsr_free(d->base.alloc, old);
+    return 0;
+}
+
+/* The cl_mem that binds `size` bytes of `parent` from `offset`. */
+static int view_memory(tsr_opencl_device *d, cl_mem parent, size_t offset, size_t size, cl_mem *out) {
+    tsr_cl_view *v = &d->views[view_slot(d, parent, offset, size)];
+    if (v->parent) {
+        *out = v->memory;
+        return 0;
+    }
+    size_t whole = 0;
+    cl_int err = d->cl.GetMemObjectInfo(parent, CL_MEM_SIZE, sizeof whole, &whole, NULL);
+    if (err != CL_SUCCESS) return tsr_opencl_fail(d, "clGetMemObjectInfo", err, "(a binding's buffer)");
+    cl_mem memory = parent;
+    /* An empty tensor's binding: the kernel touches none of it, and OpenCL has no empty sub-buffer. */
+    size_t bytes = size;
+    if (size && (offset > whole || size > whole - offset))
+        return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "the opencl device: a binding of %zu bytes at offset %zu "
+                         "overruns its buffer of %zu bytes", size, offset, whole);
+    if (bytes && !(offset == 0 && bytes == whole)) {
+        if (offset % d->base_align)
+            return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "the opencl device (%s): a binding at offset %zu is not a "
+                             "multiple of the device's %llu-byte base address alignment (recompile the model for this "
+                             "device)", d->device_name, offset, (unsigned long long)d->base_align);
+        cl_buffer_region region = {offset, bytes};
+        memory = d->cl.CreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+        if (err != CL_SUCCESS) return tsr_opencl_fail(d, "clCreateSubBuffer", err, "(a binding's view of a buffer)");
+        d->stats.sub_buffers++;
+    }
+    /* At most half full, so that probes stay short. */
+    if (2 * (d->n_views + 1) > d->view_capacity) {
+        int rc = rehash_views(d, d->view_capacity * 2, NULL);
+        if (rc) {
+            if (memory != parent) d->cl.ReleaseMemObject(memory);
+            return rc;
+        }
+    }
+    d->views[view_slot(d, parent, offset, size)] = (tsr_cl_view){parent, memory, offset, size};
+    d->n_views++;
+    *out = memory;
+    return 0;
+}
+
+/* ---- memory --------------------------------------------------------------------------------- */
+
+static void *opencl_allocate(tsr_device *base, size_t size) {
+    tsr_opencl_device *d = (tsr_opencl_device *)base;
+    size_t bytes = size ? size : 4;
+    cl_int err;
+    cl_mem memory = d->cl.CreateBuffer(d->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (err != CL_SUCCESS) {
+        char what[64];
+        snprintf(what, sizeof what, "(a buffer of %zu bytes)", bytes);
+        tsr_opencl_fail(d, "clCreateBuffer", err, what);
+        return NULL;
+    }
+    /* Fresh memory reads as zeros on every device (the storage layer assumes it); OpenCL promises nothing. */
+    const cl_uchar zero = 0;
+    err = d->cl.EnqueueFillBuffer(d->queue, memory, &zero, 1, 0, bytes, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        d->cl.ReleaseMemObject(memory);
+        tsr_opencl_fail(d, "clEnqueueFillBuffer", err, "(zeroing a new buffer)");
+        return NULL;
+    }
+    return memory;
+}
+
+static void opencl_release(tsr_device *base, void *memory) {
+    tsr_opencl_device *d = (tsr_opencl_device *)base;
+    if (!memory) return;
+    for (size_t i = 0; i < d->n_adopted; i++)
+        if (d->adopted[i] == memory) {
+            d->adopted[i] = d->adopted[--d->n_adopted];
+            break;
+        }
+    bool viewed = false;
+    for (size_t i = 0; i < d->view_capacity && !viewed; i++) viewed = d->views[i].parent == memory;
+    /* Releases happen when a model is freed, not per call: a rehash per released buffer is cheap enough. If
+     * it cannot allocate, the sub-buffers stay in the table (and are released with the device). */
+    if (!viewed || rehash_views(d, d->view_capacity, memory) == 0) d->cl.ReleaseMemObject(memory);
+}
+
+static cl_mem copy_of_host(tsr_opencl_device *d, const void *host, size_t size) {
+    cl_int err;
+    /* COPY_HOST_PTR: the weights are copied when the buffer is made; the mapped shard can go afterwards. */
+    cl_mem memory = d->cl.CreateBuffer(d->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, size, (void *)host, &err);
+    if (err != CL_SUCCESS) {
+        char what[64];
+        snprintf(what, sizeof what, "(a weight of %zu bytes)", size);
+        tsr_opencl_fail(d, "clCreateBuffer", err, what);
+        return NULL;
+    }
+    return memory;
+}
+
+static void *opencl_adopt_host(tsr_device *base, const void *host, size_t size) {
+    tsr_opencl_device *d = (tsr_opencl_device *)base;
+    if (d->n_adopted == d->adopted_capacity) {
+        size_t capacity = d->adopted_capacity ? 2 * d->adopted_capacity : 64;
+        cl_mem *grown = tsr_calloc(base->alloc, capacity, sizeof *grown);
+        if (!grown) return NULL;
+        if (d->n_adopted) memcpy(grown, d->adopted, d->n_adopted * sizeof *grown);
+        tsr_free(base->alloc, d->adopted);
+        d->adopted = grown;
+        d->adopted_capacity = capacity;
+    }
+    cl_mem memory = size ? copy_of_host(d, host, size) : opencl_allocate(base, 0);
+    if (memory) d->adopted[d->n_adopted++] = memory;
+    return memory;
+}
+
+static int opencl_upload(tsr_device *base, void *memory, size_t offset, const void *src, size_t size) {
+    tsr_opencl_device *d = (tsr_opencl_device *)base;
+    if (!size) return 0;
+    /* Blocking: the caller's bytes may be reused as soon as this returns. */
+    cl_int err = d->cl.EnqueueWriteBuffer(d->queue, memory, CL_TRUE, offset, size, src, 0, NULL, NULL);
+    return err == CL_SUCCESS ? 0 : tsr_opencl_fail(d, "clEnqueueWriteBuffer", err, NULL);
+}
+
+static int opencl_read_back(tsr_device *base, const void *memory, size_t offset, void *dst, size_t size) {
+    tsr_opencl_device *d = (tsr_opencl_device *)base;
+    if (!size) return 0;
+    /* Blocking, and after every launch before it on the in-order queue. */
+    cl_int err = d->cl.EnqueueReadBuffer(d->queue, (cl_mem)memory, CL_TRUE, offset, size, dst, 0, NULL, NULL);
+    return err == CL_SUCCESS ? 0 : tsr_opencl_fail(d, "clEnqueueReadBuffer", err, NULL);
+}
+
+static void *opencl_host_pointer(tsr_device *d, void *memory, size_t offset) {
+    (void)d, (void)memory, (void)offset;
+    return NULL;
+}
+
+/* ---- launches ------------------------------------------------------------------------------- */
+
+static int opencl_launch(tsr_device *base, int32_t kernel, int32_t n_bindings, void *const *bases,
+                         const size_t *offsets, const size_t *sizes, const int32_t *scalars, const int32_t grid[3]) {
+    tsr_opencl_device *d = (tsr_opencl_device *)base;
+    if (kernel < 0 || kernel >= d->n_kernels || !d->kernels[kernel])
+        return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "the opencl device has no kernel %d loaded", (int)kernel);
+    const tsr_kernel *record = &d->kernel_records[kernel];
+    if (n_bindings != record->n_bindings)
+        return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "kernel '%s' is launched with %d buffers; it takes %d",
+                         record->name, (int)n_bindings, (int)record->n_bindings);
+    cl_kernel k = d->kernels[kernel];
+    cl_int err;
+    /* Arguments live on the kernel object: each launch sets all of them, so launches never see stale ones. */
+    for (int32_t i = 0; i < n_bindings; i++) {
+        cl_mem memory;
+        int rc = view_memory(d, (cl_mem)bases[i], offsets[i], sizes[i], &memory);
+        if (rc) return tsr_error_context(rc, "kernel '%s', binding %d", record->name, (int)i);
+        if ((err = d->cl.SetKernelArg(k, (cl_uint)i, sizeof memory, &memory)) != CL_SUCCESS)
+            return tsr_opencl_fail(d, "clSetKernelArg", err, record->name);
+    }
+    for (int32_t i = 0; i < record->n_scalars; i++) {
+        cl_int value = scalars[i];
+        if ((err = d->cl.SetKernelArg(k, (cl_uint)(n_bindings + i), sizeof value, &value)) != CL_SUCCESS)
+            return tsr_opencl_fail(d, "clSetKernelArg", err, record->name);
+    }
+    size_t global[3], local[3];
+    for (int dim = 0; dim < 3; dim++) {
+        local[dim] = (size_t)record->workgroup_size[dim];
+        global[dim] = (size_t)grid[dim] * local[dim];
+    }
+    err = d->cl.EnqueueNDRangeKernel(d->queue, k, 3, NULL, global, local, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char what[160];
+        snprintf(what, sizeof what, "(kernel '%s' over %d x %d x %d workgroups of %zu x %zu x %zu)", record->name,
+                 (int)grid[0], (int)grid[1], (int)grid[2], local[0], local[1], local[2]);
+        return tsr_opencl_fail(d, "clEnqueueNDRangeKernel", err, what);
+    }
+    return 0;
+}
+
+static int opencl_synchronize(tsr_device *base) {
+    tsr_opencl_device *d = (tsr_opencl_device *)base;
+    cl_int err = d->cl.Finish(d->queue);
+    return err == CL_SUCCESS ? 0 : tsr_opencl_fail(d, "clFinish", err, NULL);
+}
+
+static int opencl_load_kernels(tsr_device *base, const tsr_executable *exe, const char *dir) {
+    return tsr_opencl_build_programs((tsr_opencl_device *)base, exe, dir);
+}
+
+static void opencl_destroy(tsr_device *base) {
+    tsr_opencl_device *d = (tsr_opencl_device *)base;
+    tsr_alloc *a = base->alloc;
+    if (d->queue) d->cl.Finish(d->queue);
+    for (int32_t k = 0; k < d->n_kernels; k++)
+        if (d->kernels[k]) d->cl.ReleaseKernel(d->kernels[k]);
+    for (int32_t p = 0; p < d->n_programs; p++)
+        if (d->programs[p]) d->cl.ReleaseProgram(d->programs[p]);
+    for (size_t i = 0; i < d->view_capacity; i++)
+        if (d->views[i].parent && d->views[i].memory != d->views[i].parent) d->cl.ReleaseMemObject(d->views[i].memory);
+    for (size_t i = 0; i < d->n_adopted; i++) d->cl.ReleaseMemObject(d->adopted[i]);
+    if (d->queue) d->cl.ReleaseCommandQueue(d->queue);
+    if (d->context) d->cl.ReleaseContext(d->context);
+    tsr_cl_api_unload(&d->cl);
+    tsr_free(a, d->kernels);
+    tsr_free(a, d->programs);
+    tsr_free(a, d->views);
+    tsr_free(a, d->adopted);
+    tsr_free(a, (void *)d->cache_dir);
+    tsr_free(a, d);
+}
+
+static const tsr_device_ops OPENCL_OPS = {
+    .name = "opencl",
+    .load_kernels = opencl_load_kernels,
+    .allocate = opencl_allocate,
+    .release = opencl_release,
+    .adopt_host = opencl_adopt_host,
+    .upload = opencl_upload,
+    .read_back = opencl_read_back,
+    .host_pointer = opencl_host_pointer,
+    .launch = opencl_launch,
+    .synchronize = opencl_synchronize,
+    .destroy = opencl_destroy,
+};
+
+int tsr_opencl_device_stats(const tsr_device *d, tsr_opencl_stats *out) {
+    if (!d || d->ops != &OPENCL_OPS)
+        return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "tsr_opencl_device_stats: not an opencl device");
+    *out = ((const tsr_opencl_device *)d)->stats;
+    return 0;
+}
+
+/* ---- creation ------------------------------------------------------------------------------- */
+
+/* A string property into buf (cut to fit, trailing spaces dropped: drivers pad names). */
+static void device_string(tsr_opencl_device *d, cl_device_id device, cl_device_info what, char *buf, size_t size) {
+    buf[0] = '\0';
+    size_t needed = 0;
+    if (d->cl.GetDeviceInfo(device, what, 0, NULL, &needed) == CL_SUCCESS && needed <= size)
+        d->cl.GetDeviceInfo(device, what, size, buf, NULL);
+    else if (needed > size) {
+        /* Too long for buf: a name is never this long, the extension list may be; callers size for it. */
+        buf[0] = '\0';
+    }
+    buf[size - 1] = '\0';
+    for (size_t n = strlen(buf); n && buf[n - 1] == ' '; n--) buf[n - 1] = '\0';
+}
+
+static void platform_string(tsr_opencl_device *d, cl_platform_id platform, cl_platform_info what, char *buf,
+                            size_t size) {
+    buf[0] = '\0';
+    size_t needed = 0;
+    if (d->cl.GetPlatformInfo(platform, what, 0, NULL, &needed) == CL_SUCCESS && needed <= size)
+        d->cl.GetPlatformInfo(platform, what, size, buf, NULL);
+    buf[size - 1] = '\0';
+    for (size_t n = strlen(buf); n && buf[n - 1] == ' '; n--) buf[n - 1] = '\0';
+}
+
+/* Whether the space-separated list `extensions` has `name`. */
+static bool has_extension(const char *extensions, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = strstr(extensions, name); p; p = strstr(p + 1, name))
+        if ((p == extensions || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
+    return false;
+}
+
+/* Every device of every platform, in that order (what an index counts). */
+static int list_devices(tsr_opencl_device *d, cl_platform_id *platform_of, cl_device_id *devices, cl_uint *n_devices) {
+    cl_platform_id platforms[MAX_PLATFORMS];
+    cl_uint n_platforms = 0;
+    cl_int err = d->cl.GetPlatformIDs(MAX_PLATFORMS, platforms, &n_platforms);
+    /* The ICD loader answers CL_PLATFORM_NOT_FOUND_KHR (-1001) when no driver is installed. */
+    if (err != CL_SUCCESS || n_platforms == 0) {
+        char buf[32];
+        return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the opencl device needs an OpenCL platform; the ICD loader finds "
+                         "none (%s; Debian: pocl-opencl-icd for the CPU, or the GPU vendor's driver)",
+                         err == CL_SUCCESS ? "no platforms" : tsr_cl_error_name(err, buf, sizeof buf));
+    }
+    if (n_platforms > MAX_PLATFORMS) n_platforms = MAX_PLATFORMS;
+    *n_devices = 0;
+    for (cl_uint p = 0; p < n_platforms && *n_devices < MAX_DEVICES; p++) {
+        cl_uint n = 0;
+        if (d->cl.GetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES - *n_devices, devices + *n_devices, &n) !=
+            CL_SUCCESS)
+            continue; /* CL_DEVICE_NOT_FOUND: a platform without devices */
+        if (n > MAX_DEVICES - *n_devices) n = MAX_DEVICES - *n_devices;
+        for (cl_uint i = 0; i < n; i++) platform_of[*n_devices + i] = platforms[p];
+        *n_devices += n;
+    }
+    if (*n_devices == 0)
+        return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the opencl device needs an OpenCL device; the %u platform%s found "
+                         "have none", (unsigned)n_platforms, n_platforms == 1 ? "" : "s");
+    return 0;
+}
+
+static int pick_device(tsr_opencl_device *d, int32_t index) {
+    cl_platform_id platform_of[MAX_DEVICES];
+    cl_device_id devices[MAX_DEVICES];
+    cl_uint n = 0;
+    int rc = list_devices(d, platform_of, devices, &n);
+    if (rc) return rc;
+    cl_uint chosen = 0;
+    if (index >= 0 && (cl_uint)index >= n) {
+        char names[512] = "";
+        size_t used = 0;
+        for (cl_uint i = 0; i < n && used < sizeof names; i++) {
+            char name[96], platform[64];
+            device_string(d, devices[i], CL_DEVICE_NAME, name, sizeof name);
+            platform_string(d, platform_of[i], CL_PLATFORM_NAME, platform, sizeof platform);
+            int w = snprintf(names + used, sizeof names - used, "%sopencl:%u is %s (%s)", i ? "; " : "", (unsigned)i,
+                             name, platform);
+            if (w > 0) used += (size_t)w;
+        }
+        return tsr_error(TESSERA_ERROR_UNSUPPORTED, "there is no opencl:%d; this machine has %u OpenCL device%s: %s",
+                         (int)index, (unsigned)n, n == 1 ? "" : "s", names);
+    }
+    if (index >= 0) {
+        chosen = (cl_uint)index;
+    } else {
+        /* A GPU before anything else (PoCL's CPU device is a fallback, not a choice). */
+        for (cl_uint i = n; i-- > 0;) {
+            cl_device_type type = 0;
+            if (d->cl.GetDeviceInfo(devices[i], CL_DEVICE_TYPE, sizeof type, &type, NULL) == CL_SUCCESS &&
+                (type & CL_DEVICE_TYPE_GPU))
+                chosen = i;
+        }
+    }
+    d->device = devices[chosen];
+    d->platform = platform_of[chosen];
+    return 0;
+}
+
+#define DEVICE_INFO(what, var) d->cl.GetDeviceInfo(d->device, what, sizeof(var), &(var), NULL)
+
+static int read_limits(tsr_opencl_device *d) {
+    size_t max_group = 0, max_parameter = 0;
+    cl_ulong local_bytes = 0, max_alloc = 0;
+    cl_uint align_bits = 0;
+    cl_int err = DEVICE_INFO(CL_DEVICE_MAX_WORK_GROUP_SIZE, max_group);
+    if (err == CL_SUCCESS) err = DEVICE_INFO(CL_DEVICE_LOCAL_MEM_SIZE, local_bytes);
+    if (err == CL_SUCCESS) err = DEVICE_INFO(CL_DEVICE_MAX_MEM_ALLOC_SIZE, max_alloc);
+    if (err == CL_SUCCESS) err = DEVICE_INFO(CL_DEVICE_MEM_BASE_ADDR_ALIGN, align_bits);
+    if (err == CL_SUCCESS) err = DEVICE_INFO(CL_DEVICE_MAX_PARAMETER_SIZE, max_parameter);
+    if (err != CL_SUCCESS) return tsr_opencl_fail(d, "clGetDeviceInfo", err, "(its limits)");
+    tsr_device *b = &d->base;
+    b->max_invocations = (int64_t)max_group;
+    b->max_workgroup_storage = (int64_t)local_bytes;
+    b->max_buffer_size = b->max_binding_size = (int64_t)max_alloc;
+    /* No binding slots: a kernel's argument bytes (a pointer per buffer) are the bound. */
+    b->max_storage_buffers = (int64_t)(max_parameter / 8);
+    /* Stated in bits; sub-buffer origins must be multiples of it. Kernels read words: at least 4 bytes. */
+    d->base_align = align_bits / 8 >= 4 ? align_bits / 8 : 4;
+    b->storage_alignment = d->base_align;
+    /* global = grid * workgroup_size is a size_t: an int32 grid times the workgroup size fits in 64 bits. */
+    b->max_workgroups = INT32_MAX;
+    d->max_alloc = (size_t)max_alloc;
+    return 0;
+}
+
+int tsr_opencl_device_new_from(tsr_alloc *a, const tsr_device_options *options, const char *const *libraries,
+                               tsr_device **out) {
+    *out = NULL;
+    tsr_opencl_device *d = tsr_calloc(a, 1, sizeof *d);
+    if (!d) return TESSERA_ERROR_OUT_OF_MEMORY;
+    d->base.ops = &OPENCL_OPS;
+    d->base.alloc = a;
+    snprintf(d->device_name, sizeof d->device_name, "no device yet");
+    int rc = tsr_cl_api_load(&d->cl, libraries);
+    if (!rc) rc = pick_device(d, options->index);
+    if (rc) {
+        tsr_cl_api_unload(&d->cl);
+        tsr_free(a, d);
+        return rc;
+    }
+    char platform_name[64], device_version[96], extensions[8192];
+    device_string(d, d->device, CL_DEVICE_NAME, d->device_name, sizeof d->device_name);
+    device_string(d, d->device, CL_DRIVER_VERSION, d->driver_version, sizeof d->driver_version);
+    device_string(d, d->device, CL_DEVICE_VERSION, device_version, sizeof device_version);
+    device_string(d, d->device, CL_DEVICE_EXTENSIONS, extensions, sizeof extensions);
+    platform_string(d, d->platform, CL_PLATFORM_NAME, platform_name, sizeof platform_name);
+    platform_string(d, d->platform, CL_PLATFORM_VERSION, d->platform_version, sizeof d->platform_version);
+    /* Cut to fit: PoCL's version strings run long, and the name comes first. */
+    if (snprintf(d->base.description, sizeof d->base.description, "%s (%s, %s)", d->device_name, platform_name,
+                 device_version) >= (int)sizeof d->base.description)
+        memcpy(d->base.description + sizeof d->base.description - 5, "...)", 5);
+    d->has_fp16 = has_extension(extensions, "cl_khr_fp16");
+    d->base.features = d->has_fp16 ? FEATURES_FP16 : FEATURES;
+    rc = read_limits(d);
+    cl_int err = CL_SUCCESS;
+    if (!rc) {
+        d->context = d->cl.CreateContext(NULL, 1, &d->device, NULL, NULL, &err);
+        if (err != CL_SUCCESS) rc = tsr_opencl_fail(d, "clCreateContext", err, NULL);
+    }
+    if (!rc) {
+        /* In order: launches, copies and reads run as the VM issued them, with no events to track. */
+        d->queue = d->cl.CreateCommandQueue(d->context, d->device, 0, &err);
+        if (err != CL_SUCCESS) rc = tsr_opencl_fail(d, "clCreateCommandQueue", err, NULL);
+    }
+    if (!rc) {
+        d->view_capacity = 64;
+        d->views = tsr_calloc(a, d->view_capacity, sizeof *d->views);
+        if (!d->views) rc = TESSERA_ERROR_OUT_OF_MEMORY;
+    }
+    if (rc) {
+        opencl_destroy(&d->base);
+        return rc;
+    }
+    d->cache_dir = tsr_opencl_cache_folder(a, options);
+    *out = &d->base;
+    return 0;
+}
 
 int tsr_opencl_device_new(tsr_alloc *a, const tsr_device_options *options, tsr_device **out) {
-    (void)a;
-    (void)options;
-    *out = NULL;
-    return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the opencl device is not built yet");
+    return tsr_opencl_device_new_from(a, options, tsr_cl_default_libraries, out);
 }
