@@ -66,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="python: the Python VM on WebGPU; native: runtime-native's C runtime on the CPU (a GGUF is "
                            "compiled for --target cpu). Default: native when every WebGPU adapter is a CPU (llvmpipe) "
                            "and the native runtime is built, else python; a line on stderr says which and why")
+    chat.add_argument("--device", metavar="NAME",
+                      help="run on runtime-native's device NAME (implies --runtime native): auto, cpu, vulkan, "
+                           "opencl, metal, or vulkan:N for the N-th Vulkan device. A GGUF is compiled for that "
+                           "device's target; a compiled folder must hold a build of its kind. A line on stderr names "
+                           "the device and why it was chosen")
     chat.add_argument("--threads", type=int, default=0, help="--runtime native: CPU threads (default: all)")
 
     bundle = commands.add_parser("bundle", help="write a static web site that chats with a model")
@@ -91,9 +96,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     serve.add_argument("--api-key", default=os.environ.get("TESSERA_API_KEY"),
                        help="the key /v1/ requires as 'Authorization: Bearer KEY' (default $TESSERA_API_KEY)")
-    serve.add_argument("--device", default="auto", choices=("auto", "webgpu", "wasm", "native"),
-                       help="where the model runs: the Python VM on WebGPU or on WASM, or runtime-native on the CPU "
-                            "(default auto: as `tessera chat` chooses)")
+    serve.add_argument("--device", default="auto", metavar="DEVICE",
+                       help="where the model runs: webgpu or wasm (the Python VM), native (runtime-native: a cpu, "
+                            "vulkan or opencl build, a GGUF compiled for cpu) or native:NAME (runtime-native's device "
+                            "NAME as `tessera chat --device` names it: native:vulkan, native:opencl, native:vulkan:1, "
+                            "native:cpu; a GGUF compiled for its target). Default auto: as `tessera chat` chooses")
     serve.add_argument("--max-batch", type=int, default=1,
                        help="requests decoded together as one step over a paged KV cache (continuous batching; "
                             "a GGUF is compiled for it); default 1: one request at a time")
@@ -153,7 +160,15 @@ def _compile(args) -> int:
 
 def _chat(args) -> int:
     from .app.chat import ChatSession, NativeChatSession, Sampling, chat_interactive, chat_once
-    from .app.chat_build import choose_chat_build, compiled_build, native_runtime_problem, webgpu_adapters
+    from .app.chat_build import (
+        DeviceChoiceError,
+        choose_chat_build,
+        compiled_build,
+        native_build_problem,
+        native_device_kind,
+        native_runtime_problem,
+        webgpu_adapters,
+    )
     from .app.compile import cached_compile
     from .app.conversation import check_max_tokens, check_messages
     from .app.paths import check_chat_source
@@ -170,25 +185,42 @@ def _chat(args) -> int:
 
     source = args.model or bundled_smollm2_path()
     check_chat_source(source)
-    native_problem = native_runtime_problem() if args.runtime is None else None
+    if args.device is not None:
+        if args.runtime == "python":
+            raise DeviceChoiceError(f"--device {args.device} names a device of runtime-native; the Python VM runs a "
+                                    "build on the device its kernels are for (leave out --device, or use --runtime "
+                                    "native)")
+        native_device_kind(args.device)  # a name runtime-native has, before anything is compiled
+    asked = args.runtime or ("native" if args.device is not None else None)
+    native_problem = native_runtime_problem() if asked is None else None
     if os.path.isdir(source):
         directory = source
         built_for, has_chat_format = compiled_build(directory)
+        if asked == "native":
+            problem = native_build_problem(f"--device {args.device}" if args.device else "--runtime native",
+                                           args.device or "auto", built_for, directory)
+            if problem:
+                raise DeviceChoiceError(problem)
         # Not a compiled directory (no executable.json): the Python VM's error says what is missing.
-        choice = choose_chat_build([], native_problem, args.runtime or (None if built_for else "python"), built_for,
-                                   has_chat_format)
+        choice = choose_chat_build([], native_problem, args.runtime or (None if built_for or args.device else "python"),
+                                   built_for, has_chat_format, args.device)
         if built_for:
             say(choice.describe())
     else:
-        choice = choose_chat_build(webgpu_adapters() if args.runtime is None else [], native_problem, args.runtime)
+        choice = choose_chat_build(webgpu_adapters() if asked is None else [], native_problem, args.runtime,
+                                   device=args.device)
         say(choice.describe())
         say(f"compiling {os.path.basename(source)} (cached after the first time) ...")
         with ProgressBar("quiet" if args.json else None) as progress:
             directory = cached_compile(source, choice.target, args.context, progress, args.prefill_chunk)
-        if choice.runtime == "native" and args.runtime is None and not compiled_build(directory)[1]:
+        if choice.runtime == "native" and asked is None and not compiled_build(directory)[1]:
             choice = choose_chat_build([], None, None, "cpu", native_chat_format=False)
             say(choice.describe())
-    session = NativeChatSession(directory, args.threads) if choice.runtime == "native" else ChatSession(directory)
+    if choice.runtime == "native":
+        session = NativeChatSession(directory, args.threads, choice.device)
+        say(f"device: {session.model.device_description}")
+    else:
+        session = ChatSession(directory)
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
     if args.prompt is not None:
         chat_once(session, args.prompt, args.max_tokens, sampling, as_json=args.json)

@@ -131,7 +131,7 @@ class PagePool:
 class PagedModel:
     """A batched build, its tokenizer and chat configuration, on the Python VM or runtime-native."""
 
-    def __init__(self, directory: str, runtime: str = "python", n_threads: int = 0):
+    def __init__(self, directory: str, runtime: str = "python", n_threads: int = 0, device: str = "auto"):
         from .chat_files import read_chat_config, read_tokenizer
 
         path = os.path.join(directory, "chat-config.json")
@@ -156,7 +156,7 @@ class PagedModel:
             from tessera.native import NativeError, NativeModel
 
             try:
-                native = NativeModel(directory, n_threads=n_threads)
+                native = NativeModel(directory, n_threads=n_threads, device=device)
             except NativeError as error:
                 raise BatchBuildError(str(error)) from None
             self._call = lambda name, *args: native.call(name, *args)[0]

@@ -48,11 +48,12 @@ class NativeChatSession:
     the conversation with the chat format of chat-config.json, tokenizes, prefills what its KV cache
     lacks, samples and streams."""
 
-    def __init__(self, directory: str, n_threads: int = 0):
+    def __init__(self, directory: str, n_threads: int = 0, device: str = "auto"):
         from tessera.frontend.chat_format import ChatFormat
         from tessera.native import NativeModel
 
-        self.model = NativeModel(directory, n_threads=n_threads)  # refuses a context past the build's
+        # Refuses a context past the build's, and a device that this machine lacks or that cannot run the build.
+        self.model = NativeModel(directory, n_threads=n_threads, device=device)
         self.session = self.model.session()
         self.context_length = self.model.context_length
         with open(os.path.join(directory, "chat-config.json"), encoding="utf-8") as f:

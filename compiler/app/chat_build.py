@@ -7,6 +7,13 @@ WebGPU adapter is a CPU and the native runtime is built, `tessera chat` compiles
 target and chats on runtime-native; an explicit ``--runtime`` wins. ``choose_chat_build`` is that
 decision as a pure function of what was found; ``webgpu_adapters`` and ``native_runtime_problem``
 find it.
+
+``--device NAME`` names one of runtime-native's devices (``auto``, ``cpu``, ``vulkan``, ``opencl``,
+``metal``, ``vulkan:1`` for the second Vulkan device) and so implies ``--runtime native``: a GGUF
+file is compiled for that device's target (``vulkan``, ``opencl``: the portable presets, whose
+limits every such device meets), and a compiled folder must hold a build of that kind. A vulkan or
+opencl folder runs natively only when asked (``--runtime native`` or ``--device``): without it the
+Python VM runs it, as before.
 """
 
 from __future__ import annotations
@@ -17,11 +24,47 @@ from tessera.vm import FileCheckError
 
 from .bundle_json import BundleError
 
+
+class DeviceChoiceError(BundleError):
+    """A --device that names no runtime-native device, or one that does not run the build given."""
+
 # What reading a compiled folder's executable.json and chat-config.json raises when they are no build
 # (AttributeError: a document that is no JSON object).
 _BUILD_ERRORS = (FileCheckError, AttributeError, BundleError)
 # Names of software renderers in an adapter's info (as runtime-js/src/device.js lists them).
 SOFTWARE_RENDERERS = ("llvmpipe", "lavapipe", "swiftshader", "basic render driver", "warp")
+# runtime-native's device names (its device table, runtime-native/src/devices.c), each also the target
+# kind whose kernels it runs; "auto" lets the library pick the first that runs them.
+NATIVE_DEVICES = ("cpu", "vulkan", "opencl", "metal")
+# What each native build is called in the line that says which build runs.
+NATIVE_LABELS = {"cpu": "CPU", "vulkan": "Vulkan", "opencl": "OpenCL", "metal": "Metal"}
+
+
+def native_device_kind(device: str) -> str:
+    """The target kind a runtime-native device name runs ("vulkan:1" -> "vulkan"; "auto" -> "cpu", what a
+    GGUF file is compiled for when no device is named), or a DeviceChoiceError naming the known ones."""
+    name, _, index = device.partition(":")
+    if device == "auto":
+        return "cpu"
+    if name not in NATIVE_DEVICES or (index and not (index.isdigit() and int(index) <= 255)):
+        raise DeviceChoiceError(f"--device {device}: runtime-native's devices are auto, {', '.join(NATIVE_DEVICES)}, "
+                                "with :N for the N-th of a kind (vulkan:1)")
+    return name
+
+
+def native_build_problem(flag: str, device: str, built_for: str | None, directory: str) -> str | None:
+    """Why ``device`` cannot run the build in ``directory`` (of target kind ``built_for``), or None: a
+    named device runs only its own kind's build, and "auto" one of the kinds runtime-native has."""
+    wanted = native_device_kind(device) if device != "auto" else None
+    if built_for is None:  # no readable build: the load says what is missing
+        return None
+    if wanted:
+        return None if built_for == wanted else \
+            f"{flag} runs a {wanted} build; {directory} holds a {built_for} build (compile it with --target {wanted})"
+    if built_for in NATIVE_DEVICES:
+        return None
+    return (f"{flag} runs a {', '.join(NATIVE_DEVICES[:-1])} or {NATIVE_DEVICES[-1]} build on runtime-native; "
+            f"{directory} holds a {built_for} build")
 
 
 @dataclass(frozen=True)
@@ -35,29 +78,35 @@ class Adapter:
 @dataclass(frozen=True)
 class ChatBuild:
     """What `tessera chat` runs: ``runtime`` "python" (the Python VM) or "native" (runtime-native),
-    ``target`` the preset a GGUF file is compiled for (a directory keeps its own), and why."""
+    ``target`` the preset a GGUF file is compiled for (a directory keeps its own), why, and for
+    runtime-native the device it is loaded on (a name of its device table; "auto": its choice)."""
 
     runtime: str
     target: str
     reason: str
+    device: str = "auto"
 
     def describe(self) -> str:
         """The line `tessera chat` prints: ``using the native CPU build: <reason>``."""
         if self.runtime == "native":
-            return f"using the native CPU build: {self.reason}"
+            return f"using the native {NATIVE_LABELS.get(self.target, self.target)} build: {self.reason}"
         on = " with the WebGPU build" if self.target in ("llvmpipe", "webgpu") else ""
         return f"using the Python VM{on}: {self.reason}"
 
 
 def choose_chat_build(adapters: list[Adapter], native_problem: str | None, runtime: str | None = None,
-                      directory_target: str | None = None, native_chat_format: bool = True) -> ChatBuild:
+                      directory_target: str | None = None, native_chat_format: bool = True,
+                      device: str | None = None) -> ChatBuild:
     """The build to chat with. ``adapters``: this machine's WebGPU adapters; ``native_problem``: why
     runtime-native cannot run here (None when its library loads); ``runtime``: what ``--runtime``
     asked (None: choose); ``directory_target``: the target kind of a compiled directory given
     instead of a GGUF file; ``native_chat_format``: whether its chat-config.json has the chat_format
-    the native runtime needs to render a conversation."""
+    the native runtime needs to render a conversation; ``device``: what ``--device`` named (a
+    runtime-native device: it implies runtime-native)."""
+    if device is not None and runtime != "python":
+        return ChatBuild("native", directory_target or native_device_kind(device), f"--device {device}", device)
     if runtime == "native":
-        return ChatBuild("native", "cpu", "--runtime native")
+        return ChatBuild("native", directory_target or "cpu", "--runtime native")
     if runtime == "python":
         return ChatBuild("python", directory_target or "llvmpipe", "--runtime python")
     if directory_target is not None:

@@ -23,7 +23,7 @@ from .bundle import render_page, web_folder
 from .bundle_json import BundleError, read_bundle
 from .compile import MAX_BATCH
 
-DEVICES = ("auto", "webgpu", "wasm", "native")
+DEVICES = ("auto", "webgpu", "wasm", "native")  # and native:NAME, a device of runtime-native (chat_build.py)
 IDLE_TIMEOUT_S = 5  # between requests on a kept-alive connection (uvicorn's timeout_keep_alive)
 MAX_CONNECTIONS = 64  # open connections and requests in flight; past it uvicorn answers 503
 MAX_HEADER_BYTES = 16 * 1024
@@ -55,8 +55,7 @@ def serve(source: str, host: str = "127.0.0.1", port: int = 8000, api_key: str |
         raise ServeError(f"--max-batch {max_batch}: requests decoded together, 1 to {MAX_BATCH}")
     if max_queue < 0:
         raise ServeError(f"--max-queue {max_queue}: a count of waiting requests, 0 or more")
-    if device not in DEVICES:
-        raise ServeError(f"unknown --device {device!r}; known: {', '.join(DEVICES)}")
+    check_device(device)
     engine = None
     if os.path.isdir(source) and os.path.isfile(os.path.join(source, "index.html")):
         app = create_app(None, site=source)
@@ -73,6 +72,24 @@ def serve(source: str, host: str = "127.0.0.1", port: int = 8000, api_key: str |
     finally:
         if engine is not None:
             engine.close()
+
+
+def check_device(device: str) -> str | None:
+    """The runtime-native device ``--device`` names ("native" -> "auto", "native:vulkan" -> "vulkan"), None
+    for the Python VM's choices; a ServeError for a name that is neither."""
+    from .chat_build import DeviceChoiceError, native_device_kind
+
+    base, colon, native = device.partition(":")
+    if base == "native" and colon:
+        try:
+            native_device_kind(native)
+        except DeviceChoiceError as error:
+            raise ServeError(f"--device {device}: {str(error).split(': ', 1)[1]}") from None
+        return native
+    if device not in DEVICES:
+        raise ServeError(f"unknown --device {device!r}; known: {', '.join(DEVICES)}, or native:NAME with NAME a "
+                         "device of runtime-native (native:vulkan, native:opencl, native:cpu, native:vulkan:1)")
+    return "auto" if device == "native" else None
 
 
 def run_app(app, host: str, port: int, api_key: str | None, what: str, ready=None) -> None:
@@ -132,6 +149,8 @@ def open_model(source: str, device: str = "auto", context: int = 1024, prefill_c
         choose_chat_build,
         compiled_build,
         compiled_build_problem,
+        native_build_problem,
+        native_device_kind,
         native_runtime_problem,
         webgpu_adapters,
     )
@@ -139,6 +158,7 @@ def open_model(source: str, device: str = "auto", context: int = 1024, prefill_c
     from .progress import ProgressBar
 
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    native_device = check_device(device)
     if not os.path.exists(source):
         raise ServeError(f"{source} does not exist: give a .gguf file, a compiled folder or a bundle")
     if os.path.isdir(source) and os.path.isfile(os.path.join(source, "bundle.json")):
@@ -162,21 +182,29 @@ def open_model(source: str, device: str = "auto", context: int = 1024, prefill_c
         if built_for is None:
             raise ServeError(f"{source} is neither a compiled model (no readable executable.json), a bundle's model "
                              "folder (bundle.json) nor a bundle's site (index.html)")
-        wanted = {"webgpu": "webgpu", "wasm": "wasm", "native": "cpu"}.get(device)
+        wanted = {"webgpu": "webgpu", "wasm": "wasm"}.get(device)
         if wanted and built_for != wanted:
             raise ServeError(f"--device {device} runs a {wanted} build; {source} holds a {built_for} build")
+        problem = native_build_problem(f"--device {device}", native_device, built_for, source) \
+            if native_device else None
+        if problem:
+            raise ServeError(problem)
         if device == "auto":
             choice = choose_chat_build([], native_runtime_problem(), None, built_for, has_chat_format)
+        elif native_device:
+            choice = ChatBuild("native", built_for, f"--device {device}", native_device)
         else:
-            choice = ChatBuild("native" if device == "native" else "python", built_for, f"--device {device}")
+            choice = ChatBuild("python", built_for, f"--device {device}")
         directory, name = source, os.path.basename(os.path.normpath(source))
     else:
         check_gguf_file(source)  # a FIFO would block the compile cache's hash of it
         if device == "auto":
             choice = choose_chat_build(webgpu_adapters(), native_runtime_problem())
+        elif native_device:
+            choice = ChatBuild("native", native_device_kind(native_device), f"--device {device}", native_device)
         else:
-            choice = ChatBuild(*{"webgpu": ("python", "llvmpipe"), "wasm": ("python", "wasm"),
-                                 "native": ("native", "cpu")}[device], f"--device {device}")
+            choice = ChatBuild(*{"webgpu": ("python", "llvmpipe"), "wasm": ("python", "wasm")}[device],
+                               f"--device {device}")
         batched = f", batched for {max_batch} requests" if max_batch > 1 else ""
         say(f"compiling {os.path.basename(source)} for {choice.target}{batched} (cached after the first time) ...")
         with ProgressBar() as progress:
@@ -190,10 +218,14 @@ def open_model(source: str, device: str = "auto", context: int = 1024, prefill_c
 
         say(f"decoding up to {max_batch} requests together (continuous batching over a paged KV cache)")
         try:
-            return PagedModel(directory, choice.runtime, threads), name
+            return PagedModel(directory, choice.runtime, threads, choice.device), name
         except BatchBuildError as error:
             raise ServeError(str(error)) from None
-    session = NativeChatSession(directory, threads) if choice.runtime == "native" else ChatSession(directory)
+    if choice.runtime == "native":
+        session = NativeChatSession(directory, threads, choice.device)
+        say(f"device: {session.model.device_description}")
+    else:
+        session = ChatSession(directory)
     return session, name
 
 
@@ -222,9 +254,9 @@ def _bundle_session(model_dir: str, device: str, adapters, say):
 
     builds = read_bundle(model_dir)["builds"]
     kinds = [build["kind"] for build in builds]
-    if device == "native":
+    if device.startswith("native"):
         raise ServeError(f"{model_dir} is a bundle, whose builds ({', '.join(kinds)}) the native runtime does not "
-                         "run; serve the GGUF file with --device native instead")
+                         f"run; serve the GGUF file with --device {device} instead")
     if device == "auto":
         device = "wasm" if "wasm" in kinds and all(a.cpu for a in adapters()) else "webgpu"
     problems = []
