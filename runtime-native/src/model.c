@@ -113,8 +113,8 @@ static int open_split_devices(tessera_model *m, const tessera_model_params *para
         if (w > 0 && (size_t)w < sizeof kinds - used) used += (size_t)w;
     }
     if (!named)
-        return tsr_error(TESSERA_ERROR_UNSUPPORTED, "device '%s' was asked for, but %s is split across %s (tessera "
-                         "compile --gpu-layers): name its GPU device or \"auto\"", wanted, m->dir, kinds);
+        return tsr_error(TESSERA_ERROR_UNSUPPORTED, "device '%s' was asked for, but the build is split across %s "
+                         "(tessera compile --gpu-layers): name its GPU device or \"auto\"", wanted, kinds);
     size_t n_rows;
     const tsr_device_row *rows = tsr_device_table(&n_rows);
     char labels[TSR_MAX_DEVICES][48];

@@ -243,7 +243,9 @@ static int module_program(tsr_opencl_device *d, const tsr_module *m, const char 
 }
 
 int tsr_opencl_build_programs(tsr_opencl_device *d, const tsr_executable *exe, const char *dir) {
-    for (int32_t k = 0; k < exe->n_kernels; k++)
+    /* A split build (exe->n_devices > 0) gives each device every kernel, by its index: this one builds its
+     * own (opencl) and leaves the others' slots empty; the VM never launches them here. */
+    for (int32_t k = 0; k < exe->n_kernels && !exe->n_devices; k++)
         if (strcmp(exe->kernels[k].backend, "opencl") != 0)
             return tsr_error(TESSERA_ERROR_UNSUPPORTED, "kernel '%s' is for backend '%s' (target %s); the opencl "
                              "device runs backend 'opencl': compile the model with --target opencl",
@@ -262,6 +264,7 @@ int tsr_opencl_build_programs(tsr_opencl_device *d, const tsr_executable *exe, c
     int rc = 0;
     for (int32_t k = 0; k < exe->n_kernels && !rc; k++) {
         const tsr_kernel *kernel = &exe->kernels[k];
+        if (strcmp(kernel->backend, "opencl") != 0) continue; /* another device's, in a split build */
         if (kernel->module < 0 || kernel->module >= exe->n_modules)
             return tsr_error(TESSERA_ERROR_FORMAT, "kernel '%s' names module %d of %d", kernel->name,
                              (int)kernel->module, (int)exe->n_modules);
