@@ -666,3 +666,46 @@ def _program_closure() -> Case:
                 "with extra parameters), one is passed as a value to a function that calls it",
                 _no_inline(_modules().closures(), "apply"), (Call("main", (x, w)), Call("main", (x[:1], w))),
                 numpy=lambda call: [(call.args[0] * call.args[1] * 2).reshape(-1)])
+
+
+# -- builds split across two devices (format version 4) ------------------------------------------
+
+# Cases for the split targets of generate.py ("vulkan+cpu", "opencl+cpu"): each builder takes the two
+# presets (a GPU kind's, then the CPU's) and places part of its module on each, as `tessera compile
+# --gpu-layers N` does (docs/vdevice.md). Their expected outputs come from the interpreter, as every
+# case's; the unsplit module gives the same (tests/models/test_gpu_layers.py).
+SPLIT_CASES: dict[str, Callable[[tuple[str, str]], Case]] = {}
+
+
+def split_case(name: str):
+    def register(build: Callable[[tuple[str, str]], Case]) -> Callable[[tuple[str, str]], Case]:
+        SPLIT_CASES[name] = build
+        return build
+
+    return register
+
+
+def _split_llama(variant: str, gpu_layers: int, devices: tuple[str, str]) -> Case:
+    config = tiny_config(variant)
+    rng = np.random.default_rng(16)
+    heads, kv_heads, bias, tied = VARIANTS[variant]
+    weights = random_llama_weights(LlamaForCausalLM(config), rng)
+    weights["model.embed_tokens.weight"] *= 8
+    module = nn.bind_weights(export_llm(LlamaForCausalLM(config), CONTEXT, gpu_layers=gpu_layers, devices=devices),
+                             weights)
+    description = (f"tiny random-weight Llama ({heads} heads over {kv_heads} KV heads" + (", tied embeddings" if tied
+                   else "") + f") split after {gpu_layers} of its {config.num_layers} layers: the embedding and those "
+                   f"layers on {devices[0]}, the rest, the head and the sampler on {devices[1]}; one to_device copy "
+                   "of the hidden state per call")
+    return Case("llama-split", description, module, _llama_calls(rng, config.vocab_size), 1e-3, 1e-3)
+
+
+@split_case("llama-gqa-2x-split")
+def _llama_gqa_split(devices: tuple[str, str]) -> Case:
+    return _split_llama("gqa-2x", 1, devices)
+
+
+@split_case("llama-mha-split")
+def _llama_mha_split(devices: tuple[str, str]) -> Case:
+    """The head tied to the embedding: that weight is read on both devices (constant_devices)."""
+    return _split_llama("mha", 1, devices)

@@ -4,7 +4,9 @@
 
 writes ``<root>/<target>/<case>/`` (the executable as ``exe.save`` writes it, ``case.json`` and the
 arrays it names under ``data/``) and ``<root>/index.json``, which lists every target with its
-backend and cases. A folder is rebuilt only when its digest changes: the compiler's source, this
+backend and cases. The split targets (``SPLIT_TARGETS``: "vulkan+cpu", "opencl+cpu") are builds
+across two devices (format version 4) of their own cases (``cases.SPLIT_CASES``), listed in the
+index under ``split_targets``. A folder is rebuilt only when its digest changes: the compiler's source, this
 folder's source (cases and generator), the tiny Llama variants, numpy's and gguf's versions, and
 the case and target names. The expected outputs come from the reference interpreter
 (``tessera.ir.interpret``) on the unlowered module, checked against a case's numpy statement when
@@ -28,7 +30,7 @@ if __package__ in (None, ""):  # run as a script: make tests/ importable, as pyt
 import numpy as np  # noqa: E402
 
 from conformance.caseio import CASE_FILE, CASE_FORMAT, INDEX_FILE, INDEX_FORMAT, VERSION, flatten, write_array  # noqa: E402
-from conformance.cases import CASES, Case  # noqa: E402
+from conformance.cases import CASES, SPLIT_CASES, Case  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -45,7 +47,10 @@ TARGETS = {"webgpu": "webgpu", "wasm": "wasm", "vulkan": "vulkan", "opencl": "op
 # (test_native_aarch64.py). Built only when asked for by name, and left out of the index: no
 # adapter on this machine runs it natively. (On AArch64 the cpu folder is this build.)
 CROSS_TARGETS = {} if AARCH64_HOST else {"cpu-aarch64": "cpu-armv8.2-a"}
-PRESETS = {**TARGETS, **CROSS_TARGETS}
+# Builds split across two devices (format version 4, as `tessera compile --gpu-layers N`): a GPU kind's
+# portable preset (device 0, the build's own target) beside the cpu folder's preset, for SPLIT_CASES only.
+SPLIT_TARGETS = {"vulkan+cpu": ("vulkan", TARGETS["cpu"]), "opencl+cpu": ("opencl", TARGETS["cpu"])}
+PRESETS = {**TARGETS, **CROSS_TARGETS, **{name: devices[0] for name, devices in SPLIT_TARGETS.items()}}
 SOURCES = [os.path.join(HERE, name) for name in ("cases.py", "caseio.py", "generate.py", "programs.py")] + \
     [os.path.join(REPO, "tests", name) for name in ("tiny_llama.py", "modules.py")]
 
@@ -177,6 +182,7 @@ def write_case(folder: str, name: str, target: str, spec: Case, expected, digest
         calls.append({"function": call.function, "args": args, "outputs": outputs})
     record = {"format": CASE_FORMAT, "version": VERSION, "case": name, "family": spec.family,
               "description": " ".join(spec.description.split()), "target": target, "preset": PRESETS[target],
+              **({"devices": list(SPLIT_TARGETS[target])} if target in SPLIT_TARGETS else {}),
               "backends": exe.backends, "digest": digest, "libraries": list(spec.libraries),
               "expected_from": "tessera.ir.interpret on the unlowered module" + (" (checked against numpy)"
                                                                                  if spec.numpy else ""),
@@ -203,8 +209,11 @@ def generate(root: str = DEFAULT_ROOT, cases=None, targets=None, force: bool = F
 def _generate(root: str, cases, targets, force: bool, log) -> dict:
     from tessera.target import Target
 
-    names = list(cases or CASES)
-    targets = list(targets or TARGETS)
+    targets = list(targets or [*TARGETS, *SPLIT_TARGETS])
+    split_targets = [t for t in targets if t in SPLIT_TARGETS]
+    targets = [t for t in targets if t not in SPLIT_TARGETS]
+    names = [n for n in (cases or CASES) if n in CASES]
+    split_names = [n for n in (cases or SPLIT_CASES) if n in SPLIT_CASES]
     sources = source_digest()
     built = []
     for name in names:
@@ -219,17 +228,32 @@ def _generate(root: str, cases, targets, force: bool, log) -> dict:
         built.append(name)
         log(f"conformance: built {name} for {', '.join(stale)} in {time.perf_counter() - start:.1f} s "
             f"(compiles: {', '.join(f'{t} {s:.1f} s' for t, s in times.items())})")
-    for target in targets:  # folders of cases that no longer exist would only confuse a reader
+    # A split case's module names its two devices, so each split target builds (and interprets) its own.
+    for name in split_names:
+        for target in split_targets:
+            digest = case_digest(sources, name, target)
+            folder = os.path.join(root, target, name)
+            if not force and _stored_digest(folder) == digest:
+                continue
+            start = time.perf_counter()
+            spec = SPLIT_CASES[name](SPLIT_TARGETS[target])
+            seconds = write_case(folder, name, target, spec, expected_outputs(spec), digest)
+            built.append(name)
+            log(f"conformance: built {name} for {target} in {time.perf_counter() - start:.1f} s (compile {seconds:.1f} s)")
+    for target in targets + split_targets:  # folders of cases that no longer exist would only confuse a reader
         folder = os.path.join(root, target)
+        known = SPLIT_CASES if target in SPLIT_TARGETS else CASES
         for entry in os.listdir(folder) if os.path.isdir(folder) else ():
-            if entry not in CASES:
+            if entry not in known:
                 shutil.rmtree(os.path.join(folder, entry), ignore_errors=True)
     index = {"format": INDEX_FORMAT, "version": VERSION,
              "targets": {t: {"preset": TARGETS[t], "backend": Target.preset(TARGETS[t]).backend,
                              "cases": sorted(CASES)} for t in TARGETS},
+             "split_targets": {t: {"presets": list(devices), "backends": [Target.preset(p).backend for p in devices],
+                                   "cases": sorted(SPLIT_CASES)} for t, devices in SPLIT_TARGETS.items()},
              "cases": {}}
-    for name in sorted(CASES):
-        for target in TARGETS:
+    for name in sorted(CASES) + sorted(SPLIT_CASES):
+        for target in SPLIT_TARGETS if name in SPLIT_CASES else TARGETS:
             path = os.path.join(root, target, name, CASE_FILE)
             if os.path.exists(path):
                 with open(path, encoding="utf-8") as f:
@@ -240,7 +264,8 @@ def _generate(root: str, cases, targets, force: bool, log) -> dict:
     with open(os.path.join(root, INDEX_FILE), "w", encoding="utf-8") as f:
         json.dump(index, f, indent=1)
     if not built:
-        log(f"conformance: {len(names)} cases x {len(targets)} targets up to date in {root}")
+        log(f"conformance: {len(names)} cases x {len(targets)} targets and {len(split_names)} split cases x "
+            f"{len(split_targets)} split targets up to date in {root}")
     return index
 
 
@@ -255,7 +280,8 @@ def _stored_digest(folder: str) -> str | None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", default=DEFAULT_ROOT)
-    parser.add_argument("--case", action="append", choices=sorted(CASES), help="only this case (repeatable)")
+    parser.add_argument("--case", action="append", choices=sorted({*CASES, *SPLIT_CASES}),
+                        help="only this case (repeatable)")
     parser.add_argument("--target", action="append", choices=sorted(PRESETS), help="only this target (repeatable)")
     parser.add_argument("--force", action="store_true", help="rebuild even the folders whose digest is current")
     args = parser.parse_args(argv)
