@@ -382,7 +382,7 @@ static int call_builtin(tsr_vm *vm, frame *fr, const tsr_instr *in) {
  * waits for what the source device has queued; an upload is ordered before what the destination runs
  * next (device.h). Memory the host shares (the CPU device's) is read or written in place. */
 static int to_device(tsr_vm *vm, frame *fr, const tsr_instr *in) {
-    tsr_vtensor *src, *dst;
+    tsr_vtensor *src = NULL, *dst = NULL;
     int rc;
     if ((rc = get_tensor(vm, fr, in->reg, "to_device", &src))) return rc;
     if ((rc = get_tensor(vm, fr, in->dst, "to_device", &dst))) return rc;
