@@ -1,12 +1,13 @@
 /* The OpenCL device on this machine's driver (PoCL in CI, which `make setup` installs: no skipping):
  * creation and what it states, memory at offsets (the sub-buffer path and its alignment), a kernel
- * launched through views of one buffer, the errors of a missing loader, an index past the devices,
+ * launched through views of one buffer, the errors of a missing loader, no platform, an index past the devices,
  * a module that does not build, and the binary cache: written once, read on the next load, and a
  * corrupt or foreign file rebuilt from source with a warning. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backends/opencl/opencl_device.h"
@@ -349,11 +350,38 @@ static void programs_come_from_the_binary_cache(tsr_alloc *a) {
     remove_fixture(&fx);
 }
 
+/* A machine whose ICD loader finds no driver: OCL_ICD_VENDORS (read by the loader once per process, at
+ * its first call) points at an empty folder, in a child process so that the parent's loader is untouched. */
+static void no_platform_is_one_line(void) {
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        char empty[64];
+        snprintf(empty, sizeof empty, "/tmp/tessera-no-icd-XXXXXX");
+        if (!mkdtemp(empty)) _exit(2);
+        setenv("OCL_ICD_VENDORS", empty, 1);
+        tsr_alloc a;
+        tsr_alloc_init(&a, NULL);
+        tsr_device_options options = {.n_threads = 1, .index = -1};
+        tsr_device *d = NULL;
+        int rc = tsr_opencl_device_new(&a, &options, &d);
+        rmdir(empty);
+        bool ok = rc == TESSERA_ERROR_UNSUPPORTED && has("the opencl device needs an OpenCL platform; the ICD loader "
+                                                         "finds none (CL_PLATFORM_NOT_FOUND_KHR;");
+        if (d) d->ops->destroy(d);
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(child > 0 && waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(void) {
     tsr_test_counts counts = {0};
     tessera_allocator user = tsr_test_counting_allocator(&counts);
     tsr_alloc a;
     tsr_alloc_init(&a, &user);
+    no_platform_is_one_line();
     the_device_says_what_it_is_and_its_limits(&a);
     memory_is_zeroed_and_copies_at_offsets(&a);
     kernels_run_on_views_of_one_buffer(&a);

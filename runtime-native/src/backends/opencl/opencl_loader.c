@@ -111,6 +111,8 @@ static const struct {
     {CL_INVALID_COMPILER_OPTIONS, "CL_INVALID_COMPILER_OPTIONS"},
     {CL_INVALID_LINKER_OPTIONS, "CL_INVALID_LINKER_OPTIONS"},
     {CL_INVALID_DEVICE_PARTITION_COUNT, "CL_INVALID_DEVICE_PARTITION_COUNT"},
+    /* cl_khr_icd's: what the ICD loader answers when it finds no driver. */
+    {-1001, "CL_PLATFORM_NOT_FOUND_KHR"},
 };
 
 const char *tsr_cl_error_name(cl_int code, char *buf, size_t size) {
