@@ -1,6 +1,13 @@
 """The conformance adapter of the native runtime (runtime-native's libtessera, through
-tessera.native's ctypes binding over its C API): every case of every target whose kernels its CPU
-device runs (backend c-native), from the folders generate.py wrote, on two threads."""
+tessera.native's ctypes binding over its C API): every case of every target whose kernels its
+devices run, from the folders generate.py wrote, each on the device of its backends: the cpu folder
+on the CPU device (two threads), vulkan on the Vulkan device (lavapipe here), opencl on the OpenCL
+device (PoCL here); a split build (kernels of a GPU backend beside c-native) on its GPU device.
+
+The Vulkan cases run under the Khronos validation layer (tests/conftest.py sets
+TESSERA_VULKAN_VALIDATION=1 for the whole run): any message it gives fails the next device operation
+with TESSERA_ERROR_DEVICE naming it, so fails the case. Compiled pipelines and programs go to a cache
+folder of this session, not into the shared conformance folders."""
 
 import os
 
@@ -15,10 +22,32 @@ from conformance.conftest import NOT_RUN, REPORTS
 from conformance.generate import DEFAULT_ROOT, TARGETS
 from conformance.programs import TEST_LIBRARIES
 
-NATIVE_BACKENDS = {"c-native"}
-RUNNABLE = sorted(t for t in TARGETS if Target.preset(TARGETS[t]).backend in NATIVE_BACKENDS)
-NOT_RUN.update({f"{t} (native)": f"runtime-native has no device for {Target.preset(TARGETS[t]).backend} kernels yet"
-                for t in TARGETS if t not in RUNNABLE})
+# The device of runtime-native that runs each kernel backend (runtime-native/src/devices.c's table).
+DEVICE_OF_BACKEND = {"c-native": "cpu", "spirv": "vulkan", "opencl": "opencl"}
+
+
+def target_backends(target: str) -> set[str]:
+    """The kernel backends of a target's folders: its preset's, and for a split build (a preset with
+    GPU layers beside the CPU) the CPU's too."""
+    preset = TARGETS[target]
+    if isinstance(preset, str):
+        return {Target.preset(preset).backend}
+    return {Target.preset(p).backend for p in preset}
+
+
+def native_device(target: str) -> str | None:
+    """The device a target's folders run on: the GPU device of its backends (a split build's CPU
+    kernels run beside it), else the CPU; None when some backend has no device here."""
+    backends = target_backends(target)
+    if not backends <= DEVICE_OF_BACKEND.keys():
+        return None
+    devices = {DEVICE_OF_BACKEND[b] for b in backends} - {"cpu"}
+    return devices.pop() if len(devices) == 1 else "cpu" if not devices else None
+
+
+RUNNABLE = sorted(t for t in TARGETS if native_device(t))
+NOT_RUN.update({f"{t} (native)": f"runtime-native has no device for {', '.join(sorted(target_backends(t)))} kernels "
+                                 "(the Python VM and runtime-js run them)" for t in TARGETS if t not in RUNNABLE})
 
 
 @pytest.fixture(scope="module")
@@ -26,20 +55,28 @@ def native_build():
     return ensure_native_build()
 
 
-def open_function(folder):
-    model = NativeModel(folder, n_threads=2, libraries=TEST_LIBRARIES)
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("native-pipeline-cache"))
 
-    def call(function, args):
-        outputs = model.call(function, *args)
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    return call
+def opener(device: str, cache_dir: str):
+    def open_function(folder):
+        model = NativeModel(folder, n_threads=2, device=device, libraries=TEST_LIBRARIES, cache_dir=cache_dir)
+
+        def call(function, args):
+            outputs = model.call(function, *args)
+            return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+        return call
+
+    return open_function
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("target", RUNNABLE)
-def test_case(conformance_index, native_build, target, case):
-    report = check_case(os.path.join(DEFAULT_ROOT, target, case), open_function)
+def test_case(conformance_index, native_build, cache_dir, target, case):
+    report = check_case(os.path.join(DEFAULT_ROOT, target, case), opener(native_device(target), cache_dir))
     report.target = f"{report.target} (native)"
     REPORTS.append(report)
     assert report.passed, report.line()
