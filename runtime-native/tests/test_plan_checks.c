@@ -2,6 +2,7 @@
  * bytes only while at most one of them is live (followed through move, tuple and get; everything counts as
  * live throughout in code that jumps back), no dimension is negative, and a device refuses offsets it does
  * not align and grids past its workgroups. Every refusal names the field and frees all it allocated. */
+#include <stdio.h>
 #include <string.h>
 
 #include "executable.h"
@@ -174,11 +175,39 @@ static void device_fit(void) {
     fits("no limits stated", (change){.b_offset = "258", .grid = "\"len * 1000000000000\""}, 0, 0, 0, NULL);
 }
 
+/* A split build (tests/data/vm/split.json): each device is checked for its own arena buffers and kernels.
+ * Storage 2 sits at offset 256 of the CPU's buffer; both kernels' grids are (len + 15) // 16, 4 at n = 64. */
+static void split_fit(void) {
+    FILE *f = fopen("data/vm/split.json", "rb");
+    CHECK(f != NULL);
+    if (!f) return;
+    static char text[1 << 15];
+    size_t size = fread(text, 1, sizeof text, f);
+    fclose(f);
+    tsr_executable exe;
+    counts.live = 0;
+    CHECK_EQ_INT(tsr_executable_parse(&a, text, size, &exe), 0);
+    /* 512-byte alignment: the GPU's buffer holds one storage at 0; the CPU's has one at 256. */
+    CHECK_EQ_INT(tsr_check_device_fit_on(&a, &exe, 0, "vulkan device (vulkan:0)", 512, 65535), 0);
+    CHECK_EQ_INT(tsr_check_device_fit_on(&a, &exe, 1, "cpu device (cpu:0)", 512, INT32_MAX), TESSERA_ERROR_UNSUPPORTED);
+    CHECK(has("does not fit the cpu device (cpu:0): function 'main': memory.storages[2].offset is 256"));
+    CHECK_EQ_INT(tsr_check_device_fit(&a, &exe, "one device", 512, 0), TESSERA_ERROR_UNSUPPORTED); /* every storage */
+    /* 3 workgroups per dimension: each device sees only its own kernel's launches. */
+    CHECK_EQ_INT(tsr_check_device_fit_on(&a, &exe, 0, "vulkan device (vulkan:0)", 4, 3), TESSERA_ERROR_UNSUPPORTED);
+    CHECK(has("kernels[1].grid[0] (kernel double)"));
+    CHECK_EQ_INT(tsr_check_device_fit_on(&a, &exe, 1, "cpu device (cpu:0)", 4, 3), TESSERA_ERROR_UNSUPPORTED);
+    CHECK(has("kernels[0].grid[0] (kernel add)"));
+    CHECK_EQ_INT(tsr_check_device_fit_on(&a, &exe, 1, "cpu device (cpu:0)", 256, 4), 0);
+    tsr_executable_free(&exe);
+    CHECK_EQ_INT(counts.live, 0);
+}
+
 int main(void) {
     tessera_allocator counting = tsr_test_counting_allocator(&counts);
     tsr_alloc_init(&a, &counting);
     live_storages();
     dimensions();
     device_fit();
+    split_fit();
     return tsr_test_failures();
 }
