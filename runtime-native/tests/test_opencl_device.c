@@ -175,6 +175,11 @@ static void kernels_run_on_views_of_one_buffer(tsr_alloc *a) {
     CHECK(has("overruns its buffer"));
     CHECK_EQ_INT(d->ops->launch(d, 0, 1, bases, offsets, sizes, scalars, grid), TESSERA_ERROR_RUNTIME_CHECK);
     CHECK(has("kernel 'add_one' is launched with 1 buffers; it takes 2"));
+    /* A launch the driver refuses (a workgroup the kernel's reqd_work_group_size forbids) names the call. */
+    fx.kernel.workgroup_size[0] = 8;
+    CHECK_EQ_INT(d->ops->launch(d, 0, 2, bases, offsets, sizes, scalars, grid), TESSERA_ERROR_DEVICE);
+    CHECK(has("clEnqueueNDRangeKernel failed with CL_INVALID_WORK_GROUP_SIZE (kernel 'add_one' over 3 x 1 x 1 "
+              "workgroups of 8 x 1 x 1)"));
     CHECK_EQ_INT(d->ops->synchronize(d), 0);
     d->ops->release(d, buffer);
     d->ops->destroy(d);

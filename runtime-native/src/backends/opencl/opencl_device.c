@@ -72,17 +72,17 @@ static int view_memory(tsr_opencl_device *d, cl_mem parent, size_t offset, size_
     cl_int err = d->cl.GetMemObjectInfo(parent, CL_MEM_SIZE, sizeof whole, &whole, NULL);
     if (err != CL_SUCCESS) return tsr_opencl_fail(d, "clGetMemObjectInfo", err, "(a binding's buffer)");
     cl_mem memory = parent;
-    /* An empty tensor's binding: the kernel touches none of it, and OpenCL has no empty sub-buffer. */
-    size_t bytes = size;
     if (size && (offset > whole || size > whole - offset))
         return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "the opencl device: a binding of %zu bytes at offset %zu "
                          "overruns its buffer of %zu bytes", size, offset, whole);
-    if (bytes && !(offset == 0 && bytes == whole)) {
+    /* An empty tensor's binding is the buffer itself: the kernel touches none of it, and OpenCL has no empty
+     * sub-buffer. */
+    if (size && !(offset == 0 && size == whole)) {
         if (offset % d->base_align)
             return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "the opencl device (%s): a binding at offset %zu is not a "
                              "multiple of the device's %llu-byte base address alignment (recompile the model for this "
                              "device)", d->device_name, offset, (unsigned long long)d->base_align);
-        cl_buffer_region region = {offset, bytes};
+        cl_buffer_region region = {offset, size};
         memory = d->cl.CreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
         if (err != CL_SUCCESS) return tsr_opencl_fail(d, "clCreateSubBuffer", err, "(a binding's view of a buffer)");
         d->stats.sub_buffers++;
