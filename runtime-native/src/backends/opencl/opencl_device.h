@@ -1,5 +1,6 @@
-/* The OpenCL device's internals, shared by its modules (opencl_device.c: the device and memory;
- * opencl_programs.c: programs built once at load, through a binary cache) and read by its tests. */
+/* The OpenCL device's internals, shared by its modules (opencl_device.c: the device and its launches;
+ * opencl_memory.c: buffers and sub-buffers; opencl_programs.c: programs built once at load, through a
+ * binary cache) and read by its tests. */
 #ifndef TSR_OPENCL_DEVICE_H
 #define TSR_OPENCL_DEVICE_H
 
@@ -59,6 +60,18 @@ int tsr_opencl_device_stats(const tsr_device *d, tsr_opencl_stats *out);
 /* opencl_programs.c: builds (or loads from the cache) the program of every module exe's kernels use and
  * creates their kernels into d->programs and d->kernels. */
 int tsr_opencl_build_programs(tsr_opencl_device *d, const tsr_executable *exe, const char *dir);
+
+/* opencl_memory.c: device.h's memory ops over cl_mem bases; the cl_mem a binding of `size` bytes of `parent`
+ * from `offset` names (the buffer itself or a cached sub-buffer); and, at destroy, the release of the
+ * sub-buffers and weight copies still held. */
+void *tsr_opencl_allocate(tsr_device *base, size_t size);
+void tsr_opencl_release(tsr_device *base, void *memory);
+void *tsr_opencl_adopt_host(tsr_device *base, const void *host, size_t size);
+int tsr_opencl_upload(tsr_device *base, void *memory, size_t offset, const void *src, size_t size);
+int tsr_opencl_read_back(tsr_device *base, const void *memory, size_t offset, void *dst, size_t size);
+void *tsr_opencl_host_pointer(tsr_device *d, void *memory, size_t offset);
+int tsr_opencl_view_memory(tsr_opencl_device *d, cl_mem parent, size_t offset, size_t size, cl_mem *out);
+void tsr_opencl_release_memory(tsr_opencl_device *d);
 
 /* The binary cache's folder, made if need be: options->cache_dir, else <model_dir>/.tessera-cache; NULL
  * when it cannot be made or written (programs are then built from source every time: slower, not wrong). */
