@@ -123,10 +123,17 @@ static int open_split_devices(tessera_model *m, const tessera_model_params *para
         const tsr_device_row *row = NULL;
         for (size_t r = 0; r < n_rows && !row; r++)
             if (strcmp(rows[r].name, want->kind) == 0) row = &rows[r];
+        bool native_kind = strcmp(want->kind, "vulkan") == 0 || strcmp(want->kind, "opencl") == 0 ||
+                           strcmp(want->kind, "metal") == 0;
+        if (!row && native_kind)
+            return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the split build's device %d (%s) is a %s device, which this "
+                             "build of libtessera lacks: build it with its CMake option (docs/native.md), or compile "
+                             "the model for --target cpu", (int)d, want->vdevice, want->kind);
         if (!row)
-            return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the split build's device %d (%s, kind '%s') is not in this "
-                             "build of libtessera: build it with its CMake option (docs/native.md), or compile the "
-                             "model for one device", (int)d, want->vdevice, want->kind);
+            return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the split build's device %d (%s) is a %s device, which "
+                             "runtime-native does not have: split for it with a vulkan or opencl target beside the CPU "
+                             "(tessera compile --target vulkan --gpu-layers N), or run this one in the Python VM or a "
+                             "browser", (int)d, want->vdevice, want->kind);
         for (int32_t k = 0; k < exe->n_kernels; k++)
             if (exe->kernels[k].device == d && !row_runs(row, exe->kernels[k].backend))
                 return tsr_error(TESSERA_ERROR_UNSUPPORTED, "kernel '%s' of the split build's device %d (%s) is for "
