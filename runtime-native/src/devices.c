@@ -68,6 +68,14 @@ int tsr_device_choose(const tsr_device_row *rows, size_t n_rows, const tsr_execu
                       const tsr_device_row **out) {
     *out = NULL;
     if (strcmp(name, "auto") == 0) {
+        /* An executable without kernels runs on any device: the one of its target's kind, else the last
+         * (the CPU, which every build has), so that no GPU is opened for nothing. */
+        if (exe->n_kernels == 0 && n_rows) {
+            *out = &rows[n_rows - 1];
+            for (size_t i = 0; i < n_rows; i++)
+                if (exe->target_kind && strcmp(rows[i].name, exe->target_kind) == 0) *out = &rows[i];
+            return 0;
+        }
         for (size_t i = 0; i < n_rows; i++)
             if (first_foreign_kernel(&rows[i], exe) < 0) {
                 *out = &rows[i];

@@ -39,8 +39,11 @@ static void auto_takes_the_first_row_that_runs_every_kernel(void) {
     kernels[0].backend = kernels[1].backend = "spirv";
     CHECK_EQ_INT(tsr_device_choose(ROWS, 2, &exe, "auto", &row), 0);
     CHECK(row == &ROWS[0]);
-    /* No kernels at all: any device runs them, so the first. */
+    /* No kernels at all: the device of the target's kind, else the last row (the CPU). */
     exe = executable_of(kernels, 0);
+    CHECK_EQ_INT(tsr_device_choose(ROWS, 2, &exe, "auto", &row), 0);
+    CHECK(row == &ROWS[1]);
+    exe.target_kind = "vulkan";
     CHECK_EQ_INT(tsr_device_choose(ROWS, 2, &exe, "auto", &row), 0);
     CHECK(row == &ROWS[0]);
 }
