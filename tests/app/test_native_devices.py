@@ -24,8 +24,11 @@ def builds(tiny_gguf, tmp_path_factory):
 
     ensure_native_build()
     root = tmp_path_factory.mktemp("native-devices")
-    return {kind: compile_model(tiny_gguf, str(root / kind), kind, CONTEXT).directory
-            for kind in ("cpu", "vulkan", "opencl", "wasm")}
+    builds = {kind: compile_model(tiny_gguf, str(root / kind), kind, CONTEXT).directory
+              for kind in ("cpu", "vulkan", "opencl", "wasm")}
+    builds["vulkan-split"] = compile_model(tiny_gguf, str(root / "vulkan-split"), "vulkan", CONTEXT,
+                                           gpu_layers=1).directory
+    return builds
 
 
 def tessera(*args, env=None, timeout=300):
@@ -43,19 +46,23 @@ def python_vm_reply(folder: str) -> str:
     return ChatSession(folder).reply([{"role": "user", "content": "Hi"}], 4, Sampling(temperature=0.0))["reply"]
 
 
-@pytest.mark.parametrize("kind,args,label", [
+@pytest.mark.parametrize("build,args,label", [
     ("vulkan", ["--runtime", "native"], "using the native Vulkan build: --runtime native"),
     ("vulkan", ["--device", "vulkan:0"], "using the native Vulkan build: --device vulkan:0"),
     ("opencl", ["--device", "opencl"], "using the native OpenCL build: --device opencl"),
+    ("vulkan-split", ["--device", "vulkan"], "using the native Vulkan build: --device vulkan"),
 ])
-def test_chat_runs_a_gpu_build_on_runtime_natives_device_and_says_which(builds, kind, args, label):
-    result = tessera("chat", builds[kind], *args, *GREEDY)
+def test_chat_runs_a_gpu_build_on_runtime_natives_device_and_says_which(builds, build, args, label):
+    kind = build.split("-")[0]
+    result = tessera("chat", builds[build], *args, *GREEDY)
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     assert lines[0] == label
     assert lines[1].startswith(f"device: {kind}") and f"target {kind}" in lines[1], lines[1]
+    if build.endswith("split"):  # the GPU device beside the CPU's
+        assert " + cpu (" in lines[1], lines[1]
     # The same greedy reply as the Python VM's on the same build (and device kind).
-    assert result.stdout.strip() == python_vm_reply(builds[kind]).strip()
+    assert result.stdout.strip() == python_vm_reply(builds[build]).strip()
 
 
 def test_chat_compiles_a_gguf_for_the_named_devices_target(tiny_gguf, builds, tmp_path):
