@@ -220,7 +220,7 @@ static int open_device(tsr_vk_device *d) {
     d->vk.vkGetPhysicalDeviceFeatures2(d->physical, &supported);
 
     if (v12)
-        snprintf(d->base.description, sizeof d->base.description, "%.80s (%.24s %.40s)", d->props.deviceName,
+        snprintf(d->base.description, sizeof d->base.description, "%.80s, %.24s %.40s", d->props.deviceName,
                  driver.driverName, driver.driverInfo);
     else
         snprintf(d->base.description, sizeof d->base.description, "%.80s", d->props.deviceName);

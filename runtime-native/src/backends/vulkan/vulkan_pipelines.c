@@ -196,9 +196,9 @@ static int create_pipeline(tsr_vk_device *d, const tsr_kernel *kernel, VkShaderM
                                               .pPushConstantRanges = &push};
     if ((r = d->vk.vkCreatePipelineLayout(d->device, &layout_info, NULL, &k->layout)) != VK_SUCCESS)
         return tsr_vk_fail(d, r, "vkCreatePipelineLayout");
-    VkPipelineCreationFeedback feedback = {0}, stage_feedback = {0};
-    VkPipelineCreationFeedbackCreateInfo feedback_info = {
-        .sType = VK_STRUCTURE_TYPE_PIPELINE_CREATION_FEEDBACK_CREATE_INFO, .pPipelineCreationFeedback = &feedback,
+    VkPipelineCreationFeedbackEXT feedback = {0}, stage_feedback = {0};
+    VkPipelineCreationFeedbackCreateInfoEXT feedback_info = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_CREATION_FEEDBACK_CREATE_INFO_EXT, .pPipelineCreationFeedback = &feedback,
         .pipelineStageCreationFeedbackCount = 1, .pPipelineStageCreationFeedbacks = &stage_feedback};
     VkComputePipelineCreateInfo info = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, .pNext = d->feedback ? &feedback_info : NULL,
@@ -210,9 +210,9 @@ static int create_pipeline(tsr_vk_device *d, const tsr_kernel *kernel, VkShaderM
                          "its pipeline (vkCreateComputePipelines: %s)", d->base.description, kernel->name,
                          tsr_vk_result_name(r));
     d->counters.pipelines++;
-    if (feedback.flags & VK_PIPELINE_CREATION_FEEDBACK_VALID_BIT) {
+    if (feedback.flags & VK_PIPELINE_CREATION_FEEDBACK_VALID_BIT_EXT) {
         d->counters.creation_feedback = true;
-        if (feedback.flags & VK_PIPELINE_CREATION_FEEDBACK_APPLICATION_PIPELINE_CACHE_HIT_BIT)
+        if (feedback.flags & VK_PIPELINE_CREATION_FEEDBACK_APPLICATION_PIPELINE_CACHE_HIT_BIT_EXT)
             d->counters.pipeline_cache_hits++;
     }
     return 0;
