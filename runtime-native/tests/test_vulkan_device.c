@@ -146,8 +146,10 @@ static void creation_states_what_the_device_has(tsr_alloc *a) {
     if (!d) return;
     CHECK(strcmp(d->ops->name, "vulkan") == 0);
     CHECK(d->description[0] != '\0' && strcmp(d->description, "not opened") != 0);
-    fprintf(stderr, "vulkan device: %s\n", d->description);
+    fprintf(stderr, "vulkan device: %s; features:", d->description);
     CHECK(d->features != NULL);
+    for (const char *const *f = d->features; f && *f; f++) fprintf(stderr, " %s", *f);
+    fprintf(stderr, "\n");
     CHECK(d->storage_alignment >= 4 && (d->storage_alignment & (d->storage_alignment - 1)) == 0);
     CHECK(d->max_workgroups >= 65535);
     CHECK(d->max_invocations >= 128 && d->max_storage_buffers >= 4 && d->max_workgroup_storage >= 16384);

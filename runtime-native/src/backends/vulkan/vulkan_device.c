@@ -230,6 +230,12 @@ static int open_device(tsr_vk_device *d) {
     VkSubgroupFeatureFlags arithmetic = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
     if ((subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (subgroup.supportedOperations & arithmetic) == arithmetic)
         d->feature_names[n_features++] = "subgroup";
+    /* Kernels never need it; the Python VM's Vulkan device states it alike (profiling reads it). */
+    VkQueueFamilyProperties families[32];
+    uint32_t n_families = 32;
+    d->vk.vkGetPhysicalDeviceQueueFamilyProperties(d->physical, &n_families, families);
+    if (d->queue_family < n_families && families[d->queue_family].timestampValidBits)
+        d->feature_names[n_features++] = "timestamp-query";
     d->feature_names[n_features] = NULL;
     d->base.features = d->feature_names;
 
