@@ -2,7 +2,8 @@
 tessera.native's ctypes binding over its C API): every case of every target whose kernels its
 devices run, from the folders generate.py wrote, each on the device of its backends: the cpu folder
 on the CPU device (two threads), vulkan on the Vulkan device (lavapipe here), opencl on the OpenCL
-device (PoCL here); a split build (kernels of a GPU backend beside c-native) on its GPU device.
+device (PoCL here); a split target (generate.SPLIT_TARGETS: a GPU backend's kernels beside c-native's,
+format version 4) on its GPU device beside the CPU device.
 
 The Vulkan cases run under the Khronos validation layer (tests/conftest.py sets
 TESSERA_VULKAN_VALIDATION=1 for the whole run): any message it gives fails the next device operation
@@ -17,9 +18,9 @@ from tessera.native import NativeModel
 from tessera.target import Target
 
 from conformance.caseio import check_case
-from conformance.cases import CASES
+from conformance.cases import CASES, SPLIT_CASES
 from conformance.conftest import NOT_RUN, REPORTS
-from conformance.generate import DEFAULT_ROOT, TARGETS
+from conformance.generate import DEFAULT_ROOT, SPLIT_TARGETS, TARGETS
 from conformance.programs import TEST_LIBRARIES
 
 # The device of runtime-native that runs each kernel backend (runtime-native/src/devices.c's table).
@@ -27,12 +28,10 @@ DEVICE_OF_BACKEND = {"c-native": "cpu", "spirv": "vulkan", "opencl": "opencl"}
 
 
 def target_backends(target: str) -> set[str]:
-    """The kernel backends of a target's folders: its preset's, and for a split build (a preset with
-    GPU layers beside the CPU) the CPU's too."""
-    preset = TARGETS[target]
-    if isinstance(preset, str):
-        return {Target.preset(preset).backend}
-    return {Target.preset(p).backend for p in preset}
+    """The kernel backends of a target's folders: its preset's, or each device's of a split target."""
+    if target in SPLIT_TARGETS:
+        return {Target.preset(p).backend for p in SPLIT_TARGETS[target]}
+    return {Target.preset(TARGETS[target]).backend}
 
 
 def native_device(target: str) -> str | None:
@@ -45,9 +44,11 @@ def native_device(target: str) -> str | None:
     return devices.pop() if len(devices) == 1 else "cpu" if not devices else None
 
 
-RUNNABLE = sorted(t for t in TARGETS if native_device(t))
+ALL_TARGETS = [*TARGETS, *SPLIT_TARGETS]
+RUNNABLE = sorted(t for t in ALL_TARGETS if native_device(t))
 NOT_RUN.update({f"{t} (native)": f"runtime-native has no device for {', '.join(sorted(target_backends(t)))} kernels "
-                                 "(the Python VM and runtime-js run them)" for t in TARGETS if t not in RUNNABLE})
+                                 "(the Python VM and runtime-js run them)" for t in ALL_TARGETS if t not in RUNNABLE})
+PAIRS = [(t, case) for t in RUNNABLE for case in sorted(SPLIT_CASES if t in SPLIT_TARGETS else CASES)]
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +74,7 @@ def opener(device: str, cache_dir: str):
     return open_function
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("target,case", PAIRS, ids=[f"{t}-{c}" for t, c in PAIRS])
 def test_case(conformance_index, native_build, cache_dir, target, case):
     report = check_case(os.path.join(DEFAULT_ROOT, target, case), opener(native_device(target), cache_dir))
     report.target = f"{report.target} (native)"
