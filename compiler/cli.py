@@ -64,8 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--json", action="store_true", help="with --prompt: print the reply and speeds as JSON")
     chat.add_argument("--runtime", choices=("python", "native"),
                       help="python: the Python VM on WebGPU; native: runtime-native's C runtime on the CPU (a GGUF is "
-                           "compiled for --target cpu). Default: native when every WebGPU adapter is a CPU (llvmpipe) "
-                           "and the native runtime is built, else python; a line on stderr says which and why")
+                           "compiled for --target cpu; a cpu, vulkan or opencl folder runs on its device). Default: "
+                           "native when every WebGPU adapter is a CPU (llvmpipe) and the native runtime is built, else "
+                           "python; a line on stderr says which and why")
     chat.add_argument("--device", metavar="NAME",
                       help="run on runtime-native's device NAME (implies --runtime native): auto, cpu, vulkan, "
                            "opencl, metal, or vulkan:N for the N-th Vulkan device. A GGUF is compiled for that "
