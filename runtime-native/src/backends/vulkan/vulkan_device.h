@@ -114,6 +114,9 @@ int tsr_vulkan_device_new_with(tsr_alloc *a, const tsr_device_options *options, 
                                tsr_device **out);
 /* The counters of a device made by tsr_vulkan_device_new; false for another device. */
 bool tsr_vulkan_counters_of(const tsr_device *d, tsr_vulkan_counters *out);
+/* For tests: buffers made from now on are device-local and unmapped, their bytes staged through the
+ * command stream, as on a discrete GPU (lavapipe's memory is all unified). */
+void tsr_vk_use_staging(tsr_device *d);
 /* Whether `data` (`size` bytes) is a pipeline cache of the device with these properties; when not,
  * `why` says what differs ("its header says vendor 0x10de"). */
 bool tsr_vk_cache_header_ok(const void *data, size_t size, const VkPhysicalDeviceProperties *props, char *why,

@@ -131,6 +131,12 @@ static int staged_copy(tsr_vk_device *d, vk_buffer *from, size_t from_offset, vk
     return tsr_vk_submit_and_wait(d);
 }
 
+void tsr_vk_use_staging(tsr_device *base) {
+    tsr_vk_device *d = (tsr_vk_device *)base;
+    d->unified_type = -1;
+    d->counters.unified_memory = false;
+}
+
 void *tsr_vk_allocate(tsr_device *base, size_t size) {
     tsr_vk_device *d = (tsr_vk_device *)base;
     vk_buffer *b = create_buffer(d, size, PURPOSE_STORAGE);
