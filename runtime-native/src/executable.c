@@ -712,8 +712,8 @@ static int string_list(parser *p, const cJSON *root, const char *key, const char
 }
 
 /* required_limits by name (docs/format.md); -1 for each the object does not give. */
-static void parse_limits(const cJSON *limits, int64_t *invocations, int64_t *storage_buffers, int64_t *workgroup_storage,
-                         int64_t *buffer_size, int64_t *binding_size) {
+static void parse_limits(const cJSON *limits, int64_t *invocations, int64_t *storage_buffers,
+                         int64_t *workgroup_storage, int64_t *buffer_size, int64_t *binding_size) {
     *invocations = *storage_buffers = *workgroup_storage = *buffer_size = *binding_size = -1;
     if (!cJSON_IsObject(limits)) return;
     tsr_json_opt_int(limits, "maxComputeInvocationsPerWorkgroup", "required_limits", 0, INT64_MAX, invocations);
@@ -734,7 +734,8 @@ static int parse_devices(parser *p, const cJSON *root, bool split) {
     if (!split) return 0;
     int n = cJSON_IsArray(devices) ? cJSON_GetArraySize(devices) : 0;
     if (n < 2 || n > TSR_MAX_DEVICES)
-        return fail("devices", "a version 4 executable must list its devices (2 to " TSR_FACT_TEXT(TSR_MAX_DEVICES) ")");
+        return fail("devices",
+                    "a version 4 executable must list its devices (2 to " TSR_FACT_TEXT(TSR_MAX_DEVICES) ")");
     exe->devices = tsr_bump_array(exe->mem, (size_t)n, sizeof(tsr_exe_device));
     if (!exe->devices) return TESSERA_ERROR_OUT_OF_MEMORY;
     exe->n_devices = p->most_devices = n;
@@ -777,7 +778,8 @@ static int parse_devices(parser *p, const cJSON *root, bool split) {
  * other constant is on device 0 alone. */
 static int parse_constant_devices(parser *p, const cJSON *root) {
     tsr_executable *exe = p->exe;
-    exe->constant_devices = tsr_bump_array(exe->mem, (size_t)(exe->n_constants ? exe->n_constants : 1), sizeof(uint32_t));
+    size_t n_slots = (size_t)(exe->n_constants ? exe->n_constants : 1);
+    exe->constant_devices = tsr_bump_array(exe->mem, n_slots, sizeof(uint32_t));
     if (!exe->constant_devices) return TESSERA_ERROR_OUT_OF_MEMORY;
     for (int32_t c = 0; c < exe->n_constants; c++) exe->constant_devices[c] = 1;
     const cJSON *placements = cJSON_GetObjectItemCaseSensitive(root, "constant_devices"), *item, *d;

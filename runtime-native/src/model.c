@@ -168,8 +168,10 @@ static int check_and_load(tessera_model *m, const char *dir) {
         tsr_device *device = m->devices[d];
         tsr_executable view = tsr_executable_device_view(&m->exe, m->exe.n_devices ? d : -1);
         char name[96];
-        if (m->exe.n_devices) snprintf(name, sizeof name, "%s device (%s)", device->ops->name, m->exe.devices[d].vdevice);
-        else snprintf(name, sizeof name, "%s device", device->ops->name);
+        if (m->exe.n_devices)
+            snprintf(name, sizeof name, "%s device (%s)", device->ops->name, m->exe.devices[d].vdevice);
+        else
+            snprintf(name, sizeof name, "%s device", device->ops->name);
         int rc = tsr_device_check_requirements(device, &view);
         if (!rc)
             rc = tsr_check_device_fit_on(&m->alloc, &m->exe, m->exe.n_devices ? d : -1, name, device->storage_alignment,

@@ -172,7 +172,8 @@ static void straight(void) {
     CHECK_EQ_INT(wrong, 0);
     /* the result lives in the function's arena: the planned storage for token 1 */
     const tsr_function *f = &exe.functions[tsr_executable_function(&exe, "straight")];
-    CHECK((const char *)vm.outputs[0].data == (const char *)vm.arenas[0] + vm.buffer_offsets[f - exe.functions][0] + 256);
+    const char *arena = vm.arenas[0];
+    CHECK((const char *)vm.outputs[0].data == arena + vm.buffer_offsets[f - exe.functions][0] + 256);
 
     /* the upper bound n <= 64, for which the arena was planned */
     float big[65] = {0};

@@ -387,8 +387,8 @@ static int to_device(tsr_vm *vm, frame *fr, const tsr_instr *in) {
     if ((rc = get_tensor(vm, fr, in->reg, "to_device", &src))) return rc;
     if ((rc = get_tensor(vm, fr, in->dst, "to_device", &dst))) return rc;
     if (src->nbytes != dst->nbytes)
-        return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: to_device copies %zu bytes into a tensor of %zu", fr->f->name,
-                         src->nbytes, dst->nbytes);
+        return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: to_device copies %zu bytes into a tensor of %zu",
+                         fr->f->name, src->nbytes, dst->nbytes);
     tsr_device *from = vm->devices[src->device], *to = vm->devices[dst->device];
     size_t n = src->nbytes;
     if (src->device != dst->device) vm->copies++;
