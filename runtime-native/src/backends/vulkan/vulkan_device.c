@@ -92,7 +92,8 @@ static int create_instance(tsr_vk_device *d) {
     VkInstanceCreateFlags flags = 0;
     VkDebugUtilsMessengerCreateInfoEXT messenger = {
         .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
-        .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+        .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                           VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
         .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
                        VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
         .pfnUserCallback = on_message,
@@ -113,8 +114,9 @@ static int create_instance(tsr_vk_device *d) {
     VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "tessera",
                              .pEngineName = "tessera", .apiVersion = d->api_version};
     /* The messenger in pNext also hears what vkCreateInstance and vkDestroyInstance say. */
-    VkInstanceCreateInfo info = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pNext = d->validation ? &messenger : NULL,
-                                 .flags = flags, .pApplicationInfo = &app, .enabledLayerCount = n_layers,
+    VkInstanceCreateInfo info = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                                 .pNext = d->validation ? &messenger : NULL, .flags = flags,
+                                 .pApplicationInfo = &app, .enabledLayerCount = n_layers,
                                  .ppEnabledLayerNames = layers, .enabledExtensionCount = n_extensions,
                                  .ppEnabledExtensionNames = extensions};
     VkResult r = d->vk.vkCreateInstance(&info, NULL, &d->instance);
@@ -130,8 +132,8 @@ static int create_instance(tsr_vk_device *d) {
                              "vkCreateDebugUtilsMessengerEXT");
         r = d->vk.vkCreateDebugUtilsMessengerEXT(d->instance, &messenger, NULL, &d->messenger);
         if (r != VK_SUCCESS)
-            return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the vulkan device: vkCreateDebugUtilsMessengerEXT failed with %s",
-                             tsr_vk_result_name(r));
+            return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the vulkan device: vkCreateDebugUtilsMessengerEXT failed "
+                             "with %s", tsr_vk_result_name(r));
     }
     return 0;
 }
@@ -166,8 +168,9 @@ static int choose_physical(tsr_vk_device *d, int32_t index) {
     VkPhysicalDevice physical[MAX_PHYSICAL];
     uint32_t n = MAX_PHYSICAL;
     VkResult r = d->vk.vkEnumeratePhysicalDevices(d->instance, &n, physical);
-    if (r < 0) return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the vulkan device: vkEnumeratePhysicalDevices failed with %s",
-                                tsr_vk_result_name(r));
+    if (r < 0)
+        return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the vulkan device: vkEnumeratePhysicalDevices failed with %s",
+                         tsr_vk_result_name(r));
     char listed[512] = "";
     size_t used = 0;
     int32_t best = -1, best_rank = 99;
@@ -188,8 +191,8 @@ static int choose_physical(tsr_vk_device *d, int32_t index) {
         return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the vulkan device: the Vulkan loader lists no physical device "
                          "(Debian's mesa-vulkan-drivers gives the CPU driver lavapipe)");
     if (best < 0 && index >= 0)
-        return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the vulkan device: there is no usable device vulkan:%d (Vulkan 1.1 "
-                         "with a compute queue); the devices here: %s", (int)index, listed);
+        return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the vulkan device: there is no usable device vulkan:%d (Vulkan "
+                         "1.1 with a compute queue); the devices here: %s", (int)index, listed);
     if (best < 0)
         return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the vulkan device: no Vulkan 1.1 device with a compute queue (the "
                          "devices here: %s)", listed);
@@ -212,8 +215,10 @@ static int open_device(tsr_vk_device *d) {
     d->vk.vkGetPhysicalDeviceProperties2(d->physical, &props2);
 
     /* shaderFloat16/int8 and 8-bit storage are core from 1.2: their structs go only to a device that knows them. */
-    VkPhysicalDeviceShaderFloat16Int8Features f16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
-    VkPhysicalDevice8BitStorageFeatures s8 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES, .pNext = &f16};
+    VkPhysicalDeviceShaderFloat16Int8Features f16 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+    VkPhysicalDevice8BitStorageFeatures s8 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES,
+                                              .pNext = &f16};
     VkPhysicalDevice16BitStorageFeatures s16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
                                                 .pNext = v12 ? &s8 : NULL};
     VkPhysicalDeviceFeatures2 supported = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &s16};
@@ -228,7 +233,8 @@ static int open_device(tsr_vk_device *d) {
     int n_features = 0;
     if (v12 && f16.shaderFloat16 && s16.storageBuffer16BitAccess) d->feature_names[n_features++] = "shader-f16";
     VkSubgroupFeatureFlags arithmetic = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
-    if ((subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (subgroup.supportedOperations & arithmetic) == arithmetic)
+    if ((subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+        (subgroup.supportedOperations & arithmetic) == arithmetic)
         d->feature_names[n_features++] = "subgroup";
     /* Kernels never need it; the Python VM's Vulkan device states it alike (profiling reads it). */
     VkQueueFamilyProperties families[32];
@@ -288,7 +294,12 @@ static int open_device(tsr_vk_device *d) {
         return tsr_error(TESSERA_ERROR_UNSUPPORTED, "the vulkan device (%s): vkCreateDevice failed with %s",
                          d->base.description, tsr_vk_result_name(r));
     int rc = tsr_vk_load_device(&d->vk, d->device);
-    if (rc) return rc;
+    if (rc) { /* the table is part filled: destroy lets the device be, so it goes here */
+        PFN_vkVoidFunction destroy = d->vk.vkGetDeviceProcAddr(d->device, "vkDestroyDevice");
+        if (destroy) ((PFN_vkDestroyDevice)destroy)(d->device, NULL);
+        d->device = VK_NULL_HANDLE;
+        return rc;
+    }
     d->vk.vkGetDeviceQueue(d->device, d->queue_family, 0, &d->queue);
     return 0;
 }
@@ -304,7 +315,10 @@ static void vk_destroy(tsr_device *base) {
         d->vk.vkDestroyDevice(d->device, NULL);
     }
     if (d->messenger) d->vk.vkDestroyDebugUtilsMessengerEXT(d->instance, d->messenger, NULL);
-    if (d->instance) d->vk.vkDestroyInstance(d->instance, NULL);
+    if (d->instance) { /* from the loader itself when the instance's table could not be filled */
+        PFN_vkVoidFunction destroy = d->vk.vkGetInstanceProcAddr(d->instance, "vkDestroyInstance");
+        if (destroy) ((PFN_vkDestroyInstance)destroy)(d->instance, NULL);
+    }
     tsr_vk_close_loader(&d->vk);
     tsr_free(base->alloc, d);
 }

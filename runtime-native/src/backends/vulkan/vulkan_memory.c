@@ -61,10 +61,11 @@ static vk_buffer *create_buffer(tsr_vk_device *d, size_t size, purpose why) {
     if (!b) return NULL;
     b->size = size;
     b->id = ++d->next_id;
-    VkBufferUsageFlags usage = why == PURPOSE_STORAGE ? VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT
-                                                            | VK_BUFFER_USAGE_TRANSFER_DST_BIT
-                               : why == PURPOSE_UPLOAD ? VK_BUFFER_USAGE_TRANSFER_SRC_BIT
-                                                       : VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    VkBufferUsageFlags usage = VK_BUFFER_USAGE_TRANSFER_DST_BIT; /* a read back's staging */
+    if (why == PURPOSE_UPLOAD) usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT;
+    if (why == PURPOSE_STORAGE)
+        usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                VK_BUFFER_USAGE_TRANSFER_DST_BIT;
     VkBufferCreateInfo info = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size, .usage = usage,
                                .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     VkResult r = d->vk.vkCreateBuffer(d->device, &info, NULL, &b->buffer);
@@ -76,7 +77,8 @@ static vk_buffer *create_buffer(tsr_vk_device *d, size_t size, purpose why) {
                        : d->unified_type >= 0 ? d->unified_type : d->device_type;
         /* The buffer's own requirements may rule the chosen type out: any host-visible type then. */
         if (type < 0 || !(needs.memoryTypeBits >> type & 1)) {
-            const VkMemoryPropertyFlags host[] = {VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT};
+            const VkMemoryPropertyFlags host[] = {VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                                                  VK_MEMORY_PROPERTY_HOST_COHERENT_BIT};
             const VkMemoryPropertyFlags any[] = {0};
             type = why == PURPOSE_STORAGE && d->unified_type < 0 ? memory_type(d, needs.memoryTypeBits, any, 1, -1)
                                                                  : memory_type(d, needs.memoryTypeBits, host, 1, -1);

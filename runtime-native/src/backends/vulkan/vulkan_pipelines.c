@@ -249,7 +249,8 @@ int tsr_vk_load_kernels(tsr_device *base, const tsr_executable *exe, const char 
     for (int32_t k = 0; k < exe->n_kernels && !rc; k++) {
         const tsr_kernel *kernel = &exe->kernels[k];
         if (strcmp(kernel->backend, SPIRV_BACKEND) != 0) continue; /* another device's, in a split build */
-        if (!modules[kernel->module]) rc = shader_module(d, &exe->modules[kernel->module], dir, &modules[kernel->module]);
+        if (!modules[kernel->module])
+            rc = shader_module(d, &exe->modules[kernel->module], dir, &modules[kernel->module]);
         if (!rc) rc = create_pipeline(d, kernel, modules[kernel->module], &d->kernels[k]);
     }
     d->counters.pipeline_seconds += now() - start;
