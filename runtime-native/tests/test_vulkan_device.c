@@ -187,7 +187,11 @@ static void memory_round_trips_at_offsets(tsr_alloc *a, bool staged) {
     d->ops->destroy(d); /* frees the adopted buffer, which the VM never releases */
 }
 
-static void an_index_past_the_devices_is_refused(tsr_alloc *a) {
+static void an_index_picks_a_device_and_one_past_them_is_refused(tsr_alloc *a) {
+    tsr_device_options first = {.n_threads = 1, .index = 0};
+    tsr_device *zero = NULL;
+    CHECK_EQ_INT(tsr_vulkan_device_new(a, &first, &zero), 0);
+    if (zero) zero->ops->destroy(zero);
     tsr_device_options options = {.n_threads = 1, .index = 200};
     tsr_device *d = (tsr_device *)1;
     CHECK_EQ_INT(tsr_vulkan_device_new(a, &options, &d), TESSERA_ERROR_UNSUPPORTED);
@@ -419,7 +423,7 @@ int main(void) {
     creation_states_what_the_device_has(&a);
     memory_round_trips_at_offsets(&a, false);
     memory_round_trips_at_offsets(&a, true);
-    an_index_past_the_devices_is_refused(&a);
+    an_index_picks_a_device_and_one_past_them_is_refused(&a);
     a_missing_loader_is_named(&a);
     kernels_run_in_order_with_barriers_only_where_data_flows(&a, false);
     kernels_run_in_order_with_barriers_only_where_data_flows(&a, true);
