@@ -382,8 +382,6 @@ static void validation_messages_fail_the_next_op(tsr_alloc *a) {
         VkBufferCreateInfo info = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = 16, .usage = 0,
                                    .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
         VkBuffer buffer = VK_NULL_HANDLE;
-        char out[4096];
-        (void)out;
         if (vk->vk.vkCreateBuffer(vk->device, &info, NULL, &buffer) == VK_SUCCESS)
             vk->vk.vkDestroyBuffer(vk->device, buffer, NULL);
         CHECK(counters(d).validation_messages >= 1);
@@ -394,14 +392,15 @@ static void validation_messages_fail_the_next_op(tsr_alloc *a) {
         d->ops->destroy(d);
     }
     /* A layer that is not there, when asked for, is named. */
-    const char *saved = getenv("VK_LAYER_PATH");
-    setenv("VK_LAYER_PATH", "/nonexistent-layers", 1);
+    char saved[1024] = "";
+    if (getenv("VK_LAYER_PATH")) snprintf(saved, sizeof saved, "%s", getenv("VK_LAYER_PATH"));
+    setenv("VK_LAYER_PATH", "/nonexistent-layers", 1); /* the loader looks for explicit layers only there */
     tsr_device_options options = {.n_threads = 1, .index = -1};
     tsr_device *none = NULL;
     CHECK_EQ_INT(tsr_vulkan_device_new(a, &options, &none), TESSERA_ERROR_UNSUPPORTED);
     CHECK(has("VK_LAYER_KHRONOS_validation"));
-    unsetenv("VK_LAYER_PATH");
-    (void)saved;
+    if (saved[0]) setenv("VK_LAYER_PATH", saved, 1);
+    else unsetenv("VK_LAYER_PATH");
     unsetenv("TESSERA_VULKAN_VALIDATION");
 }
 

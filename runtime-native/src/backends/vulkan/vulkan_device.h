@@ -34,7 +34,6 @@ typedef struct vk_buffer {
 
 typedef struct vk_kernel {
     const char *name;
-    VkShaderModule module;
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout layout;
     VkPipeline pipeline;

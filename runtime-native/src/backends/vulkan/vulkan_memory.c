@@ -177,11 +177,10 @@ void tsr_vk_free_buffers(tsr_vk_device *d) {
     }
 }
 
-static int check_range(const tsr_vk_device *d, const vk_buffer *b, size_t offset, size_t size, const char *what) {
+static int check_range(const vk_buffer *b, size_t offset, size_t size, const char *what) {
     if (!b || offset > b->size || size > b->size - offset)
         return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "the vulkan device: %s of %zu bytes at offset %zu overruns a "
                          "buffer of %zu bytes", what, size, offset, b ? b->size : 0);
-    (void)d;
     return 0;
 }
 
@@ -189,7 +188,7 @@ int tsr_vk_upload(tsr_device *base, void *buffer, size_t offset, const void *src
     tsr_vk_device *d = (tsr_vk_device *)base;
     vk_buffer *b = buffer;
     int rc = tsr_vk_check_messages(d);
-    if (rc || (rc = check_range(d, b, offset, size, "an upload"))) return rc;
+    if (rc || (rc = check_range(b, offset, size, "an upload"))) return rc;
     if (size == 0) return 0;
     /* Commands recorded before this upload must see the old bytes: run them first. */
     if (tsr_vk_in_use(d, b) && (rc = tsr_vk_submit_and_wait(d))) return rc;
@@ -215,7 +214,7 @@ int tsr_vk_read_back(tsr_device *base, const void *buffer, size_t offset, void *
     tsr_vk_device *d = (tsr_vk_device *)base;
     vk_buffer *b = (vk_buffer *)buffer;
     int rc = tsr_vk_check_messages(d);
-    if (rc || (rc = check_range(d, b, offset, size, "a read back"))) return rc;
+    if (rc || (rc = check_range(b, offset, size, "a read back"))) return rc;
     if (size == 0) return 0;
     if (b->mapped) {
         if (tsr_vk_in_use(d, b) && (rc = tsr_vk_submit_and_wait(d))) return rc;
