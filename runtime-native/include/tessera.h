@@ -154,6 +154,17 @@ TESSERA_API const char *tessera_model_device(const tessera_model *m);
 /* What the model holds; tessera_model_plan() gives the same without allocating. */
 TESSERA_API int tessera_model_memory(const tessera_model *m, tessera_memory *out);
 TESSERA_API int tessera_model_plan(const char *dir, tessera_memory *out);
+/* The same per device: one entry for most builds, two for a build split across devices (a GPU beside
+ * the CPU). Weights count on each device that reads them: a GPU holds a copy, the CPU reads the
+ * shards in place. */
+typedef struct tessera_device_memory {
+    char device[16]; /* the device's kind: "vulkan", "opencl", "metal", "cpu" (or "webgpu", "wasm") */
+    uint64_t weights, arena, kv_cache, total;
+} tessera_device_memory;
+/* Write up to max entries and return how many devices the model has (or a negative status). The plan
+ * reads executable.json and tensor-cache.json only, before anything is allocated. */
+TESSERA_API int32_t tessera_model_plan_devices(const char *dir, tessera_device_memory *out, int32_t max);
+TESSERA_API int32_t tessera_model_memory_devices(const tessera_model *m, tessera_device_memory *out, int32_t max);
 /* Context length (positions) and vocabulary size of a chat model; 0 for a plain executable. */
 TESSERA_API int32_t tessera_model_context_length(const tessera_model *m);
 TESSERA_API int32_t tessera_model_vocab_size(const tessera_model *m);

@@ -35,6 +35,56 @@ static int read_executable(tsr_alloc *a, const char *dir, tsr_executable *exe) {
     return rc;
 }
 
+/* What each device of exe holds (device_memory, up to max entries); the number of devices. The weights a
+ * device reads are counted on it (a GPU keeps a copy, the CPU reads the shards in place), the others not. */
+static int32_t device_plan(const tsr_executable *exe, const tsr_tensor_cache *index, tessera_device_memory *out,
+                           int32_t max, int *rc) {
+    int32_t n = exe->n_devices ? exe->n_devices : 1;
+    for (int32_t d = 0; d < n && d < max; d++) {
+        tessera_device_memory *entry = &out[d];
+        memset(entry, 0, sizeof *entry);
+        snprintf(entry->device, sizeof entry->device, "%s", exe->n_devices ? exe->devices[d].kind : exe->target_kind);
+        for (int32_t c = 0; c < exe->n_constants; c++) {
+            bool on_device = exe->constant_devices ? (exe->constant_devices[c] >> d) & 1u : d == 0;
+            const tsr_weight *w = on_device ? tsr_tensor_cache_find(index, exe->constants[c]) : NULL;
+            if (w) entry->weights += w->nbytes;
+        }
+        if ((*rc = tsr_plan_bytes(exe, exe->n_devices ? d : -1, &entry->arena, &entry->kv_cache))) return 0;
+        entry->total = entry->weights + entry->arena + entry->kv_cache;
+    }
+    return n;
+}
+
+static int read_index(tsr_alloc *a, const char *dir, tsr_tensor_cache *index) {
+    char *json;
+    size_t size;
+    int rc = tsr_read_file(a, dir, "tensor-cache.json", TSR_TENSOR_CACHE_MAX_JSON, &json, &size);
+    if (rc) return rc;
+    rc = tsr_tensor_cache_parse(a, json, size, index);
+    tsr_free(a, json);
+    return rc;
+}
+
+int32_t tessera_model_plan_devices(const char *dir, tessera_device_memory *out, int32_t max) {
+    if (!dir || (max > 0 && !out))
+        return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "tessera_model_plan_devices: NULL argument");
+    tsr_alloc a;
+    tsr_alloc_init(&a, NULL);
+    tsr_executable exe;
+    int rc = read_executable(&a, dir, &exe);
+    if (rc) return tsr_error_context(rc, "%s", dir);
+    /* The weights' sizes from the index alone: the shards are not read. */
+    tsr_tensor_cache index;
+    if ((rc = read_index(&a, dir, &index))) {
+        tsr_executable_free(&exe);
+        return tsr_error_context(rc, "%s", dir);
+    }
+    int32_t n = device_plan(&exe, &index, out, max, &rc);
+    tsr_tensor_cache_free(&a, &index);
+    tsr_executable_free(&exe);
+    return rc ? rc : n;
+}
+
 int tessera_model_plan(const char *dir, tessera_memory *out) {
     if (!dir || !out) return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "tessera_model_plan: NULL argument");
     tsr_alloc a;
@@ -43,17 +93,11 @@ int tessera_model_plan(const char *dir, tessera_memory *out) {
     int rc = read_executable(&a, dir, &exe);
     if (rc) return tsr_error_context(rc, "%s", dir);
     uint64_t arena, state;
-    rc = tsr_plan_bytes(&exe, &arena, &state);
+    rc = tsr_plan_bytes(&exe, -1, &arena, &state);
     tsr_executable_free(&exe);
     if (rc) return rc;
-    char *json;
-    size_t size;
-    /* The weights' size from the index alone: the shards are not read. */
     tsr_tensor_cache index;
-    if ((rc = tsr_read_file(&a, dir, "tensor-cache.json", TSR_TENSOR_CACHE_MAX_JSON, &json, &size))) return rc;
-    rc = tsr_tensor_cache_parse(&a, json, size, &index);
-    tsr_free(&a, json);
-    if (rc) return rc;
+    if ((rc = read_index(&a, dir, &index))) return rc;
     memset(out, 0, sizeof *out);
     out->weights = index.total_bytes;
     tsr_tensor_cache_free(&a, &index);
@@ -236,12 +280,20 @@ int tessera_model_memory(const tessera_model *m, tessera_memory *out) {
     memset(out, 0, sizeof *out);
     out->weights = m->weights.total_bytes;
     uint64_t arena, state;
-    int rc = tsr_plan_bytes(&m->exe, &arena, &state);
+    int rc = tsr_plan_bytes(&m->exe, -1, &arena, &state);
     if (rc) return rc;
     out->arena = arena;
     out->kv_cache = state;
     out->total = out->weights + arena + state;
     return 0;
+}
+
+int32_t tessera_model_memory_devices(const tessera_model *m, tessera_device_memory *out, int32_t max) {
+    if (!m || (max > 0 && !out))
+        return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "tessera_model_memory_devices: NULL argument");
+    int rc = 0;
+    int32_t n = device_plan(&m->exe, &m->weights, out, max, &rc);
+    return rc ? rc : n;
 }
 
 uint64_t tessera_model_allocation_count(const tessera_model *m) { return m ? m->alloc.count : 0; }

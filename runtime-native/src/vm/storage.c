@@ -33,18 +33,19 @@ static int state_bytes(const tsr_function *f, const tsr_param *param, int64_t *o
     return 0;
 }
 
-int tsr_plan_bytes(const tsr_executable *exe, uint64_t *arena, uint64_t *state) {
+int tsr_plan_bytes(const tsr_executable *exe, int32_t device, uint64_t *arena, uint64_t *state) {
     *arena = 0;
     *state = 0;
     for (int32_t i = 0; i < exe->n_functions; i++) {
         const tsr_function *f = &exe->functions[i];
-        for (int32_t b = 0; b < f->n_arena_buffers; b++) *arena += align_up(f->arena_buffers[b]);
+        for (int32_t b = 0; b < f->n_arena_buffers; b++)
+            if (device < 0 || f->buffer_devices[b] == device) *arena += align_up(f->arena_buffers[b]);
     }
     /* State is shared by name: count each name once, at its largest. */
     for (int32_t i = 0; i < exe->n_functions; i++) {
         const tsr_function *f = &exe->functions[i];
         for (int32_t p = 0; p < f->n_params; p++) {
-            if (!f->params[p].state) continue;
+            if (!f->params[p].state || (device >= 0 && f->params[p].device != device)) continue;
             bool seen = false;
             for (int32_t j = 0; j < i && !seen; j++)
                 for (int32_t q = 0; q < exe->functions[j].n_params; q++)
@@ -109,7 +110,7 @@ static int init_state(tsr_vm *vm) {
 static int init_arena(tsr_vm *vm) {
     const tsr_executable *exe = vm->exe;
     uint64_t arena, state;
-    int rc = tsr_plan_bytes(exe, &arena, &state);
+    int rc = tsr_plan_bytes(exe, -1, &arena, &state);
     if (rc) return rc;
     if (arena > SIZE_MAX / 2) return tsr_error(TESSERA_ERROR_OUT_OF_MEMORY, "the planned arena does not fit in memory");
     vm->buffer_offsets = tsr_calloc(vm->alloc, (size_t)(exe->n_functions ? exe->n_functions : 1), sizeof(size_t *));

@@ -102,8 +102,9 @@ int tsr_vm_init_devices(tsr_vm *vm, tsr_alloc *a, const tsr_executable *exe, tsr
                         int32_t n_devices, const tsr_tensor_cache *weights, const tessera_library *libraries,
                         size_t n_libraries);
 void tsr_vm_free(tsr_vm *vm);
-/* Bytes of the planned arenas and of the state (the KV cache), from the executable alone. */
-int tsr_plan_bytes(const tsr_executable *exe, uint64_t *arena, uint64_t *state);
+/* Bytes of the planned arenas and of the state (the KV cache), from the executable alone: of device
+ * `device` of a split build, or of every device for -1. */
+int tsr_plan_bytes(const tsr_executable *exe, int32_t device, uint64_t *arena, uint64_t *state);
 int tsr_vm_reset_state(tsr_vm *vm);
 
 /* Runs function `name` (docs/format.md "Instructions"); the result is vm->outputs. */
