@@ -340,11 +340,16 @@ def test_an_executable_for_another_device_is_refused_by_name(build, tiny_gguf, t
 
 
 def test_a_device_is_named_from_the_device_table(build, tiny_cpu):
-    """The device table of this build has the CPU device; another name is refused listing the table."""
+    """The device table of this build (Linux) has Vulkan, OpenCL and the CPU, in the order "auto"
+    prefers them; Metal (Apple's) is refused listing the table, and so is a GPU device for cpu kernels."""
     model = NativeModel(tiny_cpu, device="cpu", n_threads=1)
     assert model.memory() == NativeModel(tiny_cpu).memory()
-    with pytest.raises(NativeError, match=r"device 'metal' is not in this build of libtessera \(devices: auto, cpu\)"):
+    with pytest.raises(NativeError, match=r"device 'metal' is not in this build of libtessera "
+                                          r"\(devices: auto, vulkan, opencl, cpu\)"):
         NativeModel(tiny_cpu, device="metal")
+    with pytest.raises(NativeError, match=r"is for backend 'c-native' \(target cpu.*\); the vulkan device does not run "
+                                          r"it: compile the model with --target vulkan"):
+        NativeModel(tiny_cpu, device="vulkan")
 
 
 def test_a_folder_that_is_not_a_model_is_refused(build, tmp_path):
