@@ -85,9 +85,10 @@ def bundle_model(gguf_path: str, output: str, context_length: int = 1024, title:
     for target in targets:  # in order of preference: the runtime takes the first that can run
         compiled = cached_compile(gguf_path, target, context_length, progress,
                                   gpu_layers=gpu_layers if target in split else None)
-        # The weights, tokenizer and chat configuration are written once for all builds, below.
+        # The weights, tokenizer and chat configuration are written once for all builds, below; a
+        # native GPU device's compile cache (.tessera-cache, docs/native.md) is this machine's alone.
         shutil.copytree(compiled, os.path.join(model_dir, target), ignore=shutil.ignore_patterns(
-            "tensor-cache.json", "params_shard_*.bin", TOKENIZER, CHAT_CONFIG))
+            "tensor-cache.json", "params_shard_*.bin", TOKENIZER, CHAT_CONFIG, ".tessera-cache"))
         executables[target] = Executable.load(compiled)
         if target == targets[0]:
             for file in (TOKENIZER, CHAT_CONFIG):  # the same for every build: one compile of one model file
