@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "compile_cache.h"
 #include "opencl_device.h"
 
 #define OPENCL_BACKEND "opencl"
@@ -88,7 +89,7 @@ static void opencl_destroy(tsr_device *base) {
     tsr_cl_api_unload(&d->cl);
     tsr_free(a, d->kernels);
     tsr_free(a, d->programs);
-    tsr_free(a, (void *)d->cache_dir);
+    tsr_free(a, d->cache_dir);
     tsr_free(a, d);
 }
 
@@ -288,7 +289,7 @@ int tsr_opencl_device_new_from(tsr_alloc *a, const tsr_device_options *options, 
         opencl_destroy(&d->base);
         return rc;
     }
-    d->cache_dir = tsr_opencl_cache_folder(a, options);
+    d->cache_dir = tsr_compile_cache_folder(a, options);
     *out = &d->base;
     return 0;
 }

@@ -34,7 +34,7 @@ typedef struct tsr_opencl_device {
     bool has_fp16;
     uint64_t base_align; /* bytes */
     size_t max_alloc;
-    const char *cache_dir; /* NULL: no binary cache (none asked or it cannot be made) */
+    char *cache_dir;       /* NULL: no binary cache (compile_cache.c: none asked, or it cannot be made) */
     cl_program *programs;  /* one per module of the executable, NULL for a module no kernel uses */
     int32_t n_programs;
     cl_kernel *kernels; /* one per kernel */
@@ -72,10 +72,6 @@ int tsr_opencl_read_back(tsr_device *base, const void *memory, size_t offset, vo
 void *tsr_opencl_host_pointer(tsr_device *d, void *memory, size_t offset);
 int tsr_opencl_view_memory(tsr_opencl_device *d, cl_mem parent, size_t offset, size_t size, cl_mem *out);
 void tsr_opencl_release_memory(tsr_opencl_device *d);
-
-/* The binary cache's folder, made if need be: options->cache_dir, else <model_dir>/.tessera-cache; NULL
- * when it cannot be made or written (programs are then built from source every time: slower, not wrong). */
-const char *tsr_opencl_cache_folder(tsr_alloc *a, const tsr_device_options *options);
 
 /* A TESSERA_ERROR_DEVICE naming the call and the error ("clEnqueueNDRangeKernel: CL_OUT_OF_RESOURCES"). */
 int tsr_opencl_fail(const tsr_opencl_device *d, const char *call, cl_int code, const char *what);

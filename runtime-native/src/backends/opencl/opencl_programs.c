@@ -7,13 +7,11 @@
  * everything that makes the binary (device name, driver and platform versions, build options, module
  * digest), so that another driver or module never meets it. A file that fails any check, or that the
  * driver refuses, is rebuilt from source with a warning: a cache is never a reason to fail a load. */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "compile_cache.h"
 #include "files.h"
 #include "opencl_device.h"
 #include "sha256.h"
@@ -66,45 +64,45 @@ static void warn(const char *path, const char *why) {
     fprintf(stderr, "tessera: warning: %s is not a usable cached OpenCL program (%s): rebuilding it\n", path, why);
 }
 
-/* The payload of a cache file into *data (from a), or a reason it is not one; *data NULL and no reason
- * when the file does not exist. */
-static const char *read_cached(tsr_alloc *a, const char *path, unsigned char **data, size_t *size) {
-    *data = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    const char *why = NULL;
-    unsigned char header[CACHE_HEADER];
-    struct stat st;
+/* A cache file whole into *file (from a) and its payload's place in it, or a reason it is not one;
+ * *file NULL and no reason when the file does not exist. compile_cache.c reads the file (no symlink,
+ * FIFO or oversized file); its format is checked here. */
+static const char *read_cached(tsr_alloc *a, const char *path, void **file, const unsigned char **payload,
+                               size_t *size, char *why, size_t why_size) {
+    *payload = NULL;
+    *size = 0;
+    size_t file_size;
+    if (tsr_compile_cache_read(a, path, CACHE_HEADER + MAX_CACHED_BYTES, file, &file_size, why, why_size) != 0)
+        return why;
+    if (!*file) return NULL; /* nothing cached yet */
+    const unsigned char *header = *file;
+    const char *problem = NULL;
     uint64_t length = 0;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) why = "not a regular file";
-    else if (fread(header, 1, sizeof header, f) != sizeof header || memcmp(header, CACHE_MAGIC, 8) != 0)
-        why = "no cache header";
-    if (!why) {
+    if (file_size < CACHE_HEADER || memcmp(header, CACHE_MAGIC, 8) != 0) problem = "no cache header";
+    if (!problem) {
         for (int i = 0; i < 8; i++) length |= (uint64_t)header[8 + i] << (8 * i);
-        if (length == 0 || length > MAX_CACHED_BYTES || (uint64_t)st.st_size != CACHE_HEADER + length)
-            why = "truncated";
+        if (length == 0 || length > MAX_CACHED_BYTES || file_size != CACHE_HEADER + length) problem = "truncated";
     }
-    if (!why && !(*data = tsr_malloc(a, (size_t)length))) why = "out of memory";
-    if (!why && fread(*data, 1, (size_t)length, f) != length) why = "unreadable";
-    if (!why) {
+    if (!problem) {
         uint8_t digest[32];
         tsr_sha256 h;
         tsr_sha256_init(&h);
-        tsr_sha256_update(&h, *data, (size_t)length);
+        tsr_sha256_update(&h, header + CACHE_HEADER, (size_t)length);
         tsr_sha256_final(&h, digest);
-        if (memcmp(digest, header + 16, 32) != 0) why = "its checksum does not match: corrupted";
+        if (memcmp(digest, header + 16, 32) != 0) problem = "its checksum does not match: corrupted";
     }
-    fclose(f);
-    if (why) {
-        tsr_free(a, *data);
-        *data = NULL;
+    if (problem) {
+        tsr_free(a, *file);
+        *file = NULL;
+        return problem;
     }
+    *payload = header + CACHE_HEADER;
     *size = (size_t)length;
-    return why;
+    return NULL;
 }
 
-/* Writes the binary of a built program to path through a temporary file, so that a reader never sees
- * half a file. Quiet on failure: the cache is an optimisation. */
+/* Writes the binary of a built program to path atomically (compile_cache.c), so that a reader never
+ * sees half a file. Quiet on failure: the cache is an optimisation. */
 static bool write_cached(tsr_opencl_device *d, cl_program program, const char *path) {
     size_t length = 0;
     if (d->cl.GetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof length, &length, NULL) != CL_SUCCESS ||
@@ -120,18 +118,8 @@ static bool write_cached(tsr_opencl_device *d, cl_program program, const char *p
     tsr_sha256_init(&h);
     tsr_sha256_update(&h, binary, length);
     tsr_sha256_final(&h, header + 16);
-    char temp[4200];
-    /* Unique per process and device: two loads at once never write the same temporary file. */
-    int w = snprintf(temp, sizeof temp, "%s.%ld.%p.tmp", path, (long)getpid(), (void *)d);
-    FILE *f = ok && w > 0 && (size_t)w < sizeof temp ? fopen(temp, "wb") : NULL;
-    if (f) {
-        ok = fwrite(header, 1, sizeof header, f) == sizeof header && fwrite(binary, 1, length, f) == length;
-        ok = (fclose(f) == 0) && ok;
-        ok = ok && rename(temp, path) == 0;
-        if (!ok) remove(temp);
-    } else {
-        ok = false;
-    }
+    ok = ok && tsr_compile_cache_write(path, (const void *const[]){header, binary}, (const size_t[]){sizeof header,
+                                       length}, 2);
     tsr_free(d->base.alloc, binary);
     return ok;
 }
@@ -185,10 +173,12 @@ static int build_source(tsr_opencl_device *d, const char *source, size_t size, c
 
 /* The program from a cached binary, or NULL (with a warning when the file exists but does not serve). */
 static cl_program load_cached(tsr_opencl_device *d, const char *path) {
-    unsigned char *binary;
+    void *file;
+    const unsigned char *binary;
     size_t length;
-    const char *why = read_cached(d->base.alloc, path, &binary, &length);
-    if (!binary) {
+    char reason[160];
+    const char *why = read_cached(d->base.alloc, path, &file, &binary, &length, reason, sizeof reason);
+    if (!file) {
         if (why) warn(path, why);
         return NULL;
     }
@@ -209,7 +199,7 @@ static cl_program load_cached(tsr_opencl_device *d, const char *path) {
         }
         program = NULL;
     }
-    tsr_free(d->base.alloc, binary);
+    tsr_free(d->base.alloc, file);
     if (!program) {
         char why_driver[96];
         snprintf(why_driver, sizeof why_driver, "the driver refuses it: %s", tsr_cl_error_name(err, name, sizeof name));
@@ -225,7 +215,7 @@ static int module_program(tsr_opencl_device *d, const tsr_module *m, const char 
     size_t size;
     int rc = read_module(d->base.alloc, m, dir, &source, &size);
     if (rc) return tsr_error_context(rc, "kernel '%s'", kernel_name);
-    char path[4200];
+    char path[TSR_COMPILE_CACHE_PATH];
     *out = NULL;
     if (d->cache_dir) {
         cache_path(d, m->sha256, path, sizeof path);
@@ -281,33 +271,4 @@ int tsr_opencl_build_programs(tsr_opencl_device *d, const tsr_executable *exe, c
     }
     d->stats.build_seconds = now_seconds() - start;
     return rc;
-}
-
-/* ---- the cache's folder --------------------------------------------------------------------- */
-
-/* mkdir -p, quietly: false when the folder is not there afterwards. */
-static bool make_folder(char *path) {
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        mkdir(path, 0755);
-        *p = '/';
-    }
-    return mkdir(path, 0755) == 0 || errno == EEXIST;
-}
-
-const char *tsr_opencl_cache_folder(tsr_alloc *a, const tsr_device_options *options) {
-    char path[4096];
-    int w;
-    if (options->cache_dir && options->cache_dir[0])
-        w = snprintf(path, sizeof path, "%s", options->cache_dir);
-    else if (options->model_dir && options->model_dir[0])
-        w = snprintf(path, sizeof path, "%s/.tessera-cache", options->model_dir);
-    else
-        return NULL;
-    if (w < 0 || (size_t)w >= sizeof path) return NULL;
-    struct stat st;
-    if (!make_folder(path) || stat(path, &st) != 0 || !S_ISDIR(st.st_mode) || access(path, W_OK | X_OK) != 0)
-        return NULL;
-    return tsr_strdup(a, path);
 }

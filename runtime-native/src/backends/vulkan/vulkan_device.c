@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compile_cache.h"
 #include "vulkan_device.h"
 
 #define VALIDATION_ENV "TESSERA_VULKAN_VALIDATION"
@@ -320,6 +321,7 @@ static void vk_destroy(tsr_device *base) {
         if (destroy) ((PFN_vkDestroyInstance)destroy)(d->instance, NULL);
     }
     tsr_vk_close_loader(&d->vk);
+    tsr_free(base->alloc, d->cache_dir);
     tsr_free(base->alloc, d);
 }
 
@@ -347,11 +349,6 @@ int tsr_vulkan_device_new_with(tsr_alloc *a, const tsr_device_options *options, 
     snprintf(d->base.description, sizeof d->base.description, "not opened");
     d->validation = validation_wanted();
     d->serial = 1;
-    d->cache_dir[0] = '\0';
-    if (options->cache_dir && options->cache_dir[0])
-        snprintf(d->cache_dir, sizeof d->cache_dir, "%s", options->cache_dir);
-    else if (options->model_dir && options->model_dir[0])
-        snprintf(d->cache_dir, sizeof d->cache_dir, "%s/.tessera-cache", options->model_dir);
     int rc = tsr_vk_open_loader(&d->vk, libraries);
     if (!rc) rc = create_instance(d);
     if (!rc) rc = choose_physical(d, options->index);
@@ -364,6 +361,7 @@ int tsr_vulkan_device_new_with(tsr_alloc *a, const tsr_device_options *options, 
         return rc;
     }
     d->counters.unified_memory = d->unified_type >= 0;
+    d->cache_dir = tsr_compile_cache_folder(a, options); /* once the device opened: a failed one makes no folder */
     *out = &d->base;
     return 0;
 }

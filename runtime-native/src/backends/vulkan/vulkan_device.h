@@ -83,7 +83,7 @@ typedef struct tsr_vk_device {
     vk_kernel *kernels;
     int32_t n_kernels;
     VkPipelineCache cache;
-    char cache_dir[2048];
+    char *cache_dir; /* NULL: no disk cache (compile_cache.c) */
 
     /* commands (vulkan_commands.c) */
     VkCommandPool command_pool;

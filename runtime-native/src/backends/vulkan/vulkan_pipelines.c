@@ -1,17 +1,15 @@
 /* The vulkan device's kernels: each kernel record of backend "spirv" becomes, once at load, a shader
  * module, a descriptor-set layout (its bindings as storage buffers, binding = index), a push-constant
  * range (4 bytes per i32 scalar) and a compute pipeline, through a VkPipelineCache kept on disk in
- * options->cache_dir or <model>/.tessera-cache/. The cache file is named by the device and driver
- * (vendor, device, driver version, pipelineCacheUUID) and its header is checked here before the
- * driver sees it: a file of another device or a damaged one is rebuilt with one warning, never an
- * error, and the new one replaces it atomically (a temporary file, then rename). */
-#include <errno.h>
+ * the folder compile_cache.c chose (options->cache_dir or <model>/.tessera-cache/). The cache file is
+ * named by the device and driver (vendor, device, driver version, pipelineCacheUUID) and its header is
+ * checked here before the driver sees it: a file of another device or a damaged one is rebuilt with one
+ * warning, never an error, and the new one replaces it atomically (compile_cache.c's write). */
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "compile_cache.h"
 #include "files.h"
 #include "sha256.h"
 #include "vulkan_device.h"
@@ -68,46 +66,28 @@ bool tsr_vk_cache_header_ok(const void *data, size_t size, const VkPhysicalDevic
 
 /* The cache file's bytes if it is this device's, else NULL (with a warning for a file that is not). */
 static void *read_cache(tsr_vk_device *d, const char *path, size_t *size) {
-    *size = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL; /* no cache yet */
-    void *data = NULL;
-    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    char why[160] = "unreadable";
-    if (n > 0 && (size_t)n <= MAX_CACHE_BYTES && fseek(f, 0, SEEK_SET) == 0 &&
-        (data = tsr_malloc(d->base.alloc, (size_t)n)) != NULL) {
-        if (fread(data, 1, (size_t)n, f) == (size_t)n && tsr_vk_cache_header_ok(data, (size_t)n, &d->props, why,
-                                                                                 sizeof why)) {
-            fclose(f);
-            *size = (size_t)n;
-            return data;
-        }
-    } else if (n >= 0) {
-        snprintf(why, sizeof why, "%ld bytes", n);
+    void *data;
+    char why[160] = "";
+    if (tsr_compile_cache_read(d->base.alloc, path, MAX_CACHE_BYTES, &data, size, why, sizeof why) == 0) {
+        if (!data || tsr_vk_cache_header_ok(data, *size, &d->props, why, sizeof why)) return data; /* NULL: none yet */
+        tsr_free(d->base.alloc, data);
     }
-    fclose(f);
-    tsr_free(d->base.alloc, data);
+    *size = 0;
     fprintf(stderr, "tessera: warning: %s is not a pipeline cache of this device (%s): rebuilding it\n", path, why);
     return NULL;
 }
 
-/* Writes the driver's cache data to `path` atomically, unless it equals what was read. No folder or
- * no permission: run without a disk cache, silently (the cache only saves time). */
+/* Writes the driver's cache data to `path` atomically, unless it equals what was read. No permission:
+ * run without a disk cache, silently (the cache only saves time). */
 static void save_cache(tsr_vk_device *d, const char *path, const void *old, size_t old_size) {
     size_t size = 0;
     if (d->vk.vkGetPipelineCacheData(d->device, d->cache, &size, NULL) != VK_SUCCESS || size == 0) return;
     void *data = tsr_malloc(d->base.alloc, size);
     if (!data) return;
     if (d->vk.vkGetPipelineCacheData(d->device, d->cache, &size, data) == VK_SUCCESS &&
-        !(size == old_size && memcmp(data, old, size) == 0) && (mkdir(d->cache_dir, 0755) == 0 || errno == EEXIST)) {
-        char temporary[4200];
-        snprintf(temporary, sizeof temporary, "%s.%ld.tmp", path, (long)getpid());
-        FILE *f = fopen(temporary, "wb");
-        bool written = f && fwrite(data, 1, size, f) == size;
-        if (f && fclose(f) != 0) written = false;
-        if (written && rename(temporary, path) == 0) d->counters.cache_bytes_saved = size;
-        else if (f) remove(temporary);
-    }
+        !(size == old_size && memcmp(data, old, size) == 0) &&
+        tsr_compile_cache_write(path, (const void *const[]){data}, (const size_t[]){size}, 1))
+        d->counters.cache_bytes_saved = size;
     tsr_free(d->base.alloc, data);
 }
 
@@ -237,10 +217,10 @@ int tsr_vk_load_kernels(tsr_device *base, const tsr_executable *exe, const char 
     }
     d->n_kernels = exe->n_kernels;
 
-    char path[2300] = "";
+    char path[TSR_COMPILE_CACHE_PATH] = "";
     void *old = NULL;
     size_t old_size = 0;
-    if (d->cache_dir[0]) {
+    if (d->cache_dir) {
         tsr_vk_cache_path(d->cache_dir, &d->props, path, sizeof path);
         old = read_cache(d, path, &old_size);
     }
