@@ -97,7 +97,7 @@ def test_chat_refuses_a_bad_device_in_one_line(builds, kind, args, needles):
     one_line_error(tessera("chat", builds[kind], *args, *GREEDY), *needles)
 
 
-def test_serve_opens_a_gpu_build_on_runtime_native(builds):
+def test_serve_opens_a_gpu_build_on_runtime_native(builds, tiny_gguf, tmp_path, monkeypatch):
     from tessera.app.chat import NativeChatSession
     from tessera.app.serve import open_model
 
@@ -107,6 +107,11 @@ def test_serve_opens_a_gpu_build_on_runtime_native(builds):
         assert isinstance(session, NativeChatSession) and name == kind
         assert said[0] == f"using the native {'Vulkan' if kind == 'vulkan' else 'OpenCL'} build: --device {device}"
         assert said[1].startswith(f"device: {kind}")
+    monkeypatch.setenv("TESSERA_CACHE", str(tmp_path / "cache"))  # a GGUF is compiled for the device's target
+    said = []
+    session, name = open_model(tiny_gguf, "native:opencl", CONTEXT, say=said.append)
+    assert isinstance(session, NativeChatSession) and said[0].startswith("compiling tiny.gguf for opencl")
+    assert said[1:] and said[-1].startswith("device: opencl")
 
 
 @pytest.mark.parametrize("kind,device,needles", [
