@@ -74,6 +74,11 @@ class Memory(ctypes.Structure):
                 ("total", ctypes.c_uint64)]
 
 
+class DeviceMemory(ctypes.Structure):
+    _fields_ = [("device", ctypes.c_char * 16), ("weights", ctypes.c_uint64), ("arena", ctypes.c_uint64),
+                ("kv_cache", ctypes.c_uint64), ("total", ctypes.c_uint64)]
+
+
 class SamplingParams(ctypes.Structure):
     _fields_ = [("temperature", ctypes.c_float), ("top_p", ctypes.c_float), ("top_k", ctypes.c_int32),
                 ("repetition_penalty", ctypes.c_float), ("seed", ctypes.c_uint64), ("max_tokens", ctypes.c_int32)]
@@ -104,6 +109,8 @@ _SIGNATURES = {
     "tessera_model_device": (ctypes.c_char_p, [ctypes.c_void_p]),
     "tessera_model_memory": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(Memory)]),
     "tessera_model_plan": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(Memory)]),
+    "tessera_model_plan_devices": (ctypes.c_int32, [ctypes.c_char_p, ctypes.POINTER(DeviceMemory), ctypes.c_int32]),
+    "tessera_model_memory_devices": (ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(DeviceMemory), ctypes.c_int32]),
     "tessera_model_context_length": (ctypes.c_int32, [ctypes.c_void_p]),
     "tessera_model_vocab_size": (ctypes.c_int32, [ctypes.c_void_p]),
     "tessera_model_allocation_count": (ctypes.c_uint64, [ctypes.c_void_p]),
@@ -151,6 +158,19 @@ def load_library(path: str | None = None) -> ctypes.CDLL:
         fn.restype, fn.argtypes = restype, argtypes
     _LOADED[path] = lib
     return lib
+
+
+def device_memory_rows(lib: ctypes.CDLL, function, handle) -> list[dict]:
+    """What ``function`` (tessera_model_plan_devices or _memory_devices) says of each device of ``handle``."""
+    count = function(handle, None, 0)
+    if count < 0:
+        raise_last(lib, count)
+    rows = (DeviceMemory * max(count, 1))()
+    count = function(handle, rows, count)
+    if count < 0:
+        raise_last(lib, count)
+    return [{"device": r.device.decode(), "weights": r.weights, "arena": r.arena, "kv_cache": r.kv_cache,
+             "total": r.total} for r in rows[:count]]
 
 
 def raise_null(lib: ctypes.CDLL, function: str) -> None:

@@ -24,6 +24,7 @@ from .binding import (
     Tensor,
     Usage,
     Value,
+    device_memory_rows,
     load_library,
     raise_last,
     raise_null,
@@ -162,6 +163,11 @@ class NativeModel:
         if status != 0:
             raise_last(self._lib, status)
         return {"weights": memory.weights, "arena": memory.arena, "kv_cache": memory.kv_cache, "total": memory.total}
+
+    def memory_devices(self) -> list[dict]:
+        """``memory()`` per device: one entry, or two for a build split across a GPU and the CPU (weights
+        count on each device that reads them)."""
+        return device_memory_rows(self._lib, self._lib.tessera_model_memory_devices, self._handle)
 
     @property
     def device_description(self) -> str:

@@ -181,3 +181,21 @@ def test_tessera_conformance_runs_a_case_on_the_device_named(build, target, case
 
     report = check_case(folder, replay)
     assert report.passed, report.line()
+
+
+def test_memory_per_device_is_known_before_loading_and_matches_after(build, tiny_gguf, tiny, tmp_path):
+    """tessera.native.plan_devices (tessera_model_plan_devices) from the files alone, and a loaded model's
+    memory_devices: one entry for a vulkan build, the GPU's and the CPU's for a split build."""
+    from tessera.app.compile import compile_model
+    from tessera.native import plan_devices
+
+    split = compile_model(tiny_gguf, str(tmp_path / "split"), "vulkan", 64, gpu_layers=1).directory
+    for folder, kinds in ((tiny["vulkan"], ["vulkan"]), (tiny["opencl"], ["opencl"]), (split, ["vulkan", "cpu"])):
+        planned = plan_devices(folder)
+        assert [row["device"] for row in planned] == kinds
+        model = NativeModel(folder, n_threads=2)
+        assert model.memory_devices() == planned
+        assert all(row["total"] == row["weights"] + row["arena"] + row["kv_cache"] for row in planned)
+        whole = model.memory()
+        assert sum(row["kv_cache"] for row in planned) == whole["kv_cache"]
+        assert sum(row["arena"] for row in planned) == whole["arena"]
