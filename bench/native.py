@@ -202,7 +202,32 @@ def peak_rss_mib() -> float:
     return float("nan")
 
 
+def decode_loop(args) -> None:
+    """``--loop SECONDS``: prefill the prompt once, then decode for that long, for a sampling profiler
+    (perf record) to say whose code the host runs per launch; prints the steps taken."""
+    prompt = np.asarray(args.ids, np.int32)
+    if args.worker == "native":
+        from tessera.native import NativeModel
+
+        model = NativeModel(args.directory, n_threads=args.threads, device=args.device)
+        call = lambda *a: model.call(*a)[0]  # noqa: E731
+    else:
+        from tessera.vm import Executable, VirtualMachine
+
+        vm = VirtualMachine(Executable.load(args.directory))
+        call = lambda name, *a: vm[name](*a)  # noqa: E731
+    call("prefill", prompt, len(prompt))
+    start, steps = time.perf_counter(), 0
+    while time.perf_counter() - start < args.loop:
+        call("decode", np.array([5], np.int32), len(prompt) + 1 + steps % 32)
+        steps += 1
+    print(f"{steps} decode steps in {time.perf_counter() - start:.1f} s")
+
+
 def worker(args) -> None:
+    if args.loop:
+        decode_loop(args)
+        return
     baseline = peak_rss_mib()
     if args.worker == "native":
         result = run_native(args.directory, args.ids, args.decode_tokens, args.rounds, args.threads, args.device)
@@ -244,6 +269,8 @@ def main() -> None:
     parser.add_argument("--gguf")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--ids", type=lambda text: [int(t) for t in text.split(",")])
+    parser.add_argument("--loop", type=float, help="with --worker native or vm: decode for this many seconds, for "
+                                                   "perf record (RESULTS.md, issue 34)")
     args = parser.parse_args()
     if args.worker:
         worker(args)
