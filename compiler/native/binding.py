@@ -79,6 +79,11 @@ class DeviceMemory(ctypes.Structure):
                 ("kv_cache", ctypes.c_uint64), ("total", ctypes.c_uint64)]
 
 
+class CompileStats(ctypes.Structure):
+    _fields_ = [("kernels", ctypes.c_uint32), ("compiled", ctypes.c_uint32), ("from_cache", ctypes.c_uint32),
+                ("shader_modules", ctypes.c_uint32), ("seconds", ctypes.c_double)]
+
+
 class SamplingParams(ctypes.Structure):
     _fields_ = [("temperature", ctypes.c_float), ("top_p", ctypes.c_float), ("top_k", ctypes.c_int32),
                 ("repetition_penalty", ctypes.c_float), ("seed", ctypes.c_uint64), ("max_tokens", ctypes.c_int32)]
@@ -107,6 +112,7 @@ _SIGNATURES = {
     "tessera_model_default_params": (ModelParams, []),
     "tessera_model_load": (ctypes.c_void_p, [ctypes.c_char_p, ctypes.POINTER(ModelParams)]),
     "tessera_model_device": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "tessera_model_compile_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(CompileStats)]),
     "tessera_model_memory": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(Memory)]),
     "tessera_model_plan": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(Memory)]),
     "tessera_model_plan_devices": (ctypes.c_int32, [ctypes.c_char_p, ctypes.POINTER(DeviceMemory), ctypes.c_int32]),

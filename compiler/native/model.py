@@ -15,6 +15,7 @@ from .binding import (
     VALUE_INT,
     VALUE_TENSOR,
     VALUE_TUPLE,
+    CompileStats,
     KernelProfile,
     Library,
     Memory,
@@ -163,6 +164,15 @@ class NativeModel:
         if status != 0:
             raise_last(self._lib, status)
         return {"weights": memory.weights, "arena": memory.arena, "kv_cache": memory.kv_cache, "total": memory.total}
+
+    def compile_stats(self) -> dict:
+        """What the GPU device did with the kernels at load: how many it made ready, compiled, and took
+        from the disk cache (the driver's word for Vulkan), shader modules created, seconds; zeros on the CPU."""
+        stats = CompileStats()
+        status = self._lib.tessera_model_compile_stats(self._handle, ctypes.byref(stats))
+        if status != 0:
+            raise_last(self._lib, status)
+        return {name: getattr(stats, name) for name, _ in CompileStats._fields_}
 
     def memory_devices(self) -> list[dict]:
         """``memory()`` per device: one entry, or two for a build split across a GPU and the CPU (weights

@@ -151,6 +151,16 @@ TESSERA_API tessera_model *tessera_model_load(const char *dir, const tessera_mod
  * "vulkan:0 (llvmpipe (LLVM 15.0.6, 256 bits)): auto: the kernels are spirv (target vulkan)"; a split
  * build names each of its devices: "vulkan:0 (llvmpipe ...) + cpu (this CPU, 2 threads): split build ...". */
 TESSERA_API const char *tessera_model_device(const tessera_model *m);
+/* What a GPU device did with the kernels when the model was loaded, for apps that watch load time
+ * and for tests (the counts are summed over a split build's devices; all zero on the CPU). */
+typedef struct tessera_compile_stats {
+    uint32_t kernels;       /* kernels the device made ready (pipelines, programs) */
+    uint32_t compiled;      /* of those, compiled at this load (the driver found no cached binary) */
+    uint32_t from_cache;    /* of those, taken from the disk cache (cache_dir or the model's .tessera-cache) */
+    uint32_t shader_modules; /* Vulkan: shader modules created */
+    double seconds;         /* wall time spent making them */
+} tessera_compile_stats;
+TESSERA_API int tessera_model_compile_stats(const tessera_model *m, tessera_compile_stats *out);
 /* What the model holds; tessera_model_plan() gives the same without allocating. */
 TESSERA_API int tessera_model_memory(const tessera_model *m, tessera_memory *out);
 TESSERA_API int tessera_model_plan(const char *dir, tessera_memory *out);

@@ -30,6 +30,9 @@ typedef struct tsr_device_ops {
                   const size_t *sizes, const int32_t *scalars, const int32_t grid[3]);
     int (*synchronize)(tsr_device *d);
     void (*destroy)(tsr_device *d);
+    /* What load_kernels compiled and what it took from the on-disk cache (tessera_model_compile_stats);
+     * NULL for a device that compiles nothing at load (the CPU). */
+    void (*compile_stats)(const tsr_device *d, tessera_compile_stats *out);
 } tsr_device_ops;
 
 struct tsr_device {

@@ -230,6 +230,24 @@ static int check_and_load(tessera_model *m, const char *dir) {
     return 0;
 }
 
+int tessera_model_compile_stats(const tessera_model *m, tessera_compile_stats *out) {
+    if (!m || !out) return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "tessera_model_compile_stats: NULL argument");
+    memset(out, 0, sizeof *out);
+    for (int32_t i = 0; i < m->n_devices; i++) {
+        const tsr_device *d = m->devices[i];
+        if (!d || !d->ops->compile_stats) continue;
+        tessera_compile_stats one;
+        memset(&one, 0, sizeof one);
+        d->ops->compile_stats(d, &one);
+        out->kernels += one.kernels;
+        out->compiled += one.compiled;
+        out->from_cache += one.from_cache;
+        out->shader_modules += one.shader_modules;
+        out->seconds += one.seconds;
+    }
+    return 0;
+}
+
 const char *tessera_model_device(const tessera_model *m) { return m ? m->device_choice : ""; }
 
 tessera_model *tessera_model_load(const char *dir, const tessera_model_params *params) {

@@ -73,7 +73,7 @@ static void dev_destroy(tsr_device *d) { (void)d; }
 
 static const tsr_device_ops TEST_OPS = {
     "test", NULL, dev_allocate, dev_release, dev_adopt_host, dev_upload, dev_read_back, dev_host_pointer,
-    dev_launch, dev_synchronize, dev_destroy,
+    dev_launch, dev_synchronize, dev_destroy, NULL,
 };
 
 /* A second test device for split builds, like a GPU: the host cannot touch its memory (host_pointer is
@@ -90,7 +90,7 @@ static int gpu_launch(tsr_device *d, int32_t kernel, int32_t n_bindings, void *c
 }
 static const tsr_device_ops GPU_OPS = {
     "test-gpu", NULL, dev_allocate, dev_release, dev_adopt_host, dev_upload, dev_read_back, gpu_host_pointer,
-    gpu_launch, dev_synchronize, dev_destroy,
+    gpu_launch, dev_synchronize, dev_destroy, NULL,
 };
 
 /* ---- user libraries --------------------------------------------------------------------------- */

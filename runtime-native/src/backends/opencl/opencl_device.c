@@ -93,6 +93,14 @@ static void opencl_destroy(tsr_device *base) {
     tsr_free(a, d);
 }
 
+static void opencl_compile_stats(const tsr_device *device, tessera_compile_stats *out) {
+    const tsr_opencl_stats *stats = &((const tsr_opencl_device *)device)->stats;
+    out->kernels = (uint32_t)(stats->programs_from_source + stats->programs_from_binary);
+    out->compiled = (uint32_t)stats->programs_from_source;
+    out->from_cache = (uint32_t)stats->programs_from_binary;
+    out->seconds = stats->build_seconds;
+}
+
 static const tsr_device_ops OPENCL_OPS = {
     .name = "opencl",
     .load_kernels = opencl_load_kernels,
@@ -105,6 +113,7 @@ static const tsr_device_ops OPENCL_OPS = {
     .launch = opencl_launch,
     .synchronize = opencl_synchronize,
     .destroy = opencl_destroy,
+    .compile_stats = opencl_compile_stats,
 };
 
 int tsr_opencl_device_stats(const tsr_device *d, tsr_opencl_stats *out) {

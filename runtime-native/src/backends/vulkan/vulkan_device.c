@@ -325,6 +325,17 @@ static void vk_destroy(tsr_device *base) {
     tsr_free(base->alloc, d);
 }
 
+/* A pipeline counts as from the cache only when the driver says so (creation feedback): a cache file
+ * the driver keeps nothing in (lavapipe's) saves no compile, and is not reported as if it did. */
+static void vk_compile_stats(const tsr_device *device, tessera_compile_stats *out) {
+    const tsr_vulkan_counters *c = &((const tsr_vk_device *)device)->counters;
+    out->kernels = (uint32_t)c->pipelines;
+    out->from_cache = (uint32_t)c->pipeline_cache_hits;
+    out->compiled = (uint32_t)(c->pipelines - c->pipeline_cache_hits);
+    out->shader_modules = (uint32_t)c->shader_modules;
+    out->seconds = c->pipeline_seconds;
+}
+
 static const tsr_device_ops VULKAN_OPS = {
     .name = "vulkan",
     .load_kernels = tsr_vk_load_kernels,
@@ -337,6 +348,7 @@ static const tsr_device_ops VULKAN_OPS = {
     .launch = tsr_vk_launch,
     .synchronize = tsr_vk_synchronize,
     .destroy = vk_destroy,
+    .compile_stats = vk_compile_stats,
 };
 
 int tsr_vulkan_device_new_with(tsr_alloc *a, const tsr_device_options *options, const char *const *libraries,
