@@ -107,6 +107,11 @@ static void this_builds_table_ends_with_the_cpu_device(void) {
     CHECK_EQ_INT(cpu_row->create(&a, &options, &cpu), 0);
     CHECK(cpu != NULL && strcmp(cpu->ops->name, "cpu") == 0);
     if (cpu) cpu->ops->destroy(cpu);
+    /* "cpu:0" is the CPU; there is no "cpu:1". */
+    options.index = 1;
+    cpu = NULL;
+    CHECK_EQ_INT(cpu_row->create(&a, &options, &cpu), TESSERA_ERROR_UNSUPPORTED);
+    CHECK(cpu == NULL && has("device 'cpu:1': there is one cpu device (cpu or cpu:0)"));
 }
 
 static void a_device_name_may_give_an_index(void) {

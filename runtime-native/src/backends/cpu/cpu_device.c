@@ -202,6 +202,9 @@ const char *const tsr_cpu_backends[] = {CPU_BACKEND, NULL};
 
 int tsr_cpu_device_new(tsr_alloc *a, const tsr_device_options *options, tsr_device **out) {
     *out = NULL;
+    if (options->index > 0) /* its threads are the machine's; there is no second CPU device to pick */
+        return tsr_error(TESSERA_ERROR_UNSUPPORTED, "device 'cpu:%d': there is one cpu device (cpu or cpu:0)",
+                         (int)options->index);
     cpu_device *cpu = tsr_calloc(a, 1, sizeof *cpu);
     if (!cpu) return TESSERA_ERROR_OUT_OF_MEMORY;
     cpu->base.ops = &CPU_OPS;
