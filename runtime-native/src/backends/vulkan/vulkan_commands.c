@@ -141,6 +141,9 @@ int tsr_vk_submit_and_wait(tsr_vk_device *d) {
         }
     }
     d->serial++; /* what this batch touched is no longer pending, even when it failed */
+    /* Nor are its writes and reads: the next command buffer starts with empty range lists, so it neither
+     * scans nor orders itself after work that has finished (a profiled run submits every launch). */
+    d->n_written = d->n_read = 0;
     VkResult reset = d->vk.vkResetCommandBuffer(d->commands, 0);
     if (r == VK_SUCCESS && reset != VK_SUCCESS) call = "vkResetCommandBuffer", r = reset;
     return r == VK_SUCCESS ? 0 : tsr_vk_fail(d, r, call);
