@@ -316,6 +316,14 @@ int tsr_shape_expr_eval(const tsr_shape_expr *e, const tsr_symbols *symbols, con
         *out = e->constant;
         return TESSERA_OK;
     }
+    /* A lone variable (a dim "n", a scalar "total") is the commonest code: read it without the loop. */
+    if (e->length == 2 && e->code[0] == OP_VAR) {
+        int32_t i = e->code[1];
+        if (i >= 0 && i < symbols->count && bound[i]) {
+            *out = values[i];
+            return TESSERA_OK;
+        }
+    }
     int64_t stack[MAX_STACK];
     int sp = 0;
     for (int32_t pc = 0; pc < e->length;) {

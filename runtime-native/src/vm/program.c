@@ -66,10 +66,41 @@ static int eval(const frame *fr, const tsr_shape_expr *e, int64_t *out) {
     return rc ? tsr_error_context(rc, "%s", fr->f->name) : 0;
 }
 
+/* Whether a register's tensor is the same on every call of its function: a weight or an arena slot (places
+ * fixed at load) whose shape and bytes are constant expressions (compiled to no code). */
+static bool is_fixed(const tsr_register_info *info) {
+    if (info->location != TSR_LOC_CONSTANT && info->location != TSR_LOC_ARENA) return false;
+    if (info->bytes.code) return false;
+    for (int32_t d = 0; d < info->ndim; d++)
+        if (info->shape[d].code) return false;
+    return true;
+}
+
+static int materialize_planned(tsr_vm *vm, frame *fr, int32_t reg, tsr_val *v);
+
 static int materialize(tsr_vm *vm, frame *fr, int32_t reg, tsr_val **out) {
     tsr_val *v = &fr->regs[reg];
     *out = v;
     if (v->kind != TSR_V_NONE) return 0;
+    /* A fixed register was built and checked by an earlier call (the same inputs give the same tensor):
+     * copy it, which is most of a decode step's registers. */
+    uint8_t *state = &vm->fixed_state[fr->index][reg];
+    tsr_vtensor *fixed = &vm->fixed_tensors[fr->index][reg];
+    if (*state == TSR_FIXED_READY) {
+        v->as.tensor = *fixed;
+        v->kind = TSR_V_TENSOR;
+        return 0;
+    }
+    int rc = materialize_planned(vm, fr, reg, v);
+    if (rc == 0 && *state == TSR_FIXED_UNKNOWN) {
+        *state = is_fixed(&fr->f->regs[reg]) ? TSR_FIXED_READY : TSR_FIXED_NO;
+        if (*state == TSR_FIXED_READY) *fixed = v->as.tensor;
+    }
+    return rc;
+}
+
+/* Builds a register's tensor from executable.json's place and shape for it, checking that it fits. */
+static int materialize_planned(tsr_vm *vm, frame *fr, int32_t reg, tsr_val *v) {
     const tsr_register_info *info = &fr->f->regs[reg];
     if (info->location == TSR_LOC_NONE || info->location == TSR_LOC_PARAM)
         return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: register %d is read before it is written", fr->f->name, reg);

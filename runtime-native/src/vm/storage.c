@@ -113,13 +113,21 @@ static int init_arena(tsr_vm *vm) {
     int rc = tsr_plan_bytes(exe, -1, &arena, &state);
     if (rc) return rc;
     if (arena > SIZE_MAX / 2) return tsr_error(TESSERA_ERROR_OUT_OF_MEMORY, "the planned arena does not fit in memory");
-    vm->buffer_offsets = tsr_calloc(vm->alloc, (size_t)(exe->n_functions ? exe->n_functions : 1), sizeof(size_t *));
+    size_t n_functions = (size_t)(exe->n_functions ? exe->n_functions : 1);
+    vm->buffer_offsets = tsr_calloc(vm->alloc, n_functions, sizeof(size_t *));
     if (!vm->buffer_offsets) return TESSERA_ERROR_OUT_OF_MEMORY;
+    vm->fixed_tensors = tsr_calloc(vm->alloc, n_functions, sizeof(tsr_vtensor *));
+    vm->fixed_state = tsr_calloc(vm->alloc, n_functions, sizeof(uint8_t *));
+    if (!vm->fixed_tensors || !vm->fixed_state) return TESSERA_ERROR_OUT_OF_MEMORY;
     /* Each buffer at the next free offset of its device's arena (the sum above bounds every one). */
     for (int32_t i = 0; i < exe->n_functions; i++) {
         const tsr_function *f = &exe->functions[i];
         vm->buffer_offsets[i] = tsr_calloc(vm->alloc, (size_t)(f->n_arena_buffers ? f->n_arena_buffers : 1), sizeof(size_t));
         if (!vm->buffer_offsets[i]) return TESSERA_ERROR_OUT_OF_MEMORY;
+        size_t n_registers = (size_t)(f->n_registers ? f->n_registers : 1);
+        vm->fixed_tensors[i] = tsr_calloc(vm->alloc, n_registers, sizeof(tsr_vtensor));
+        vm->fixed_state[i] = tsr_calloc(vm->alloc, n_registers, 1); /* all TSR_FIXED_UNKNOWN */
+        if (!vm->fixed_tensors[i] || !vm->fixed_state[i]) return TESSERA_ERROR_OUT_OF_MEMORY;
         for (int32_t b = 0; b < f->n_arena_buffers; b++) {
             int32_t d = f->buffer_devices[b];
             vm->buffer_offsets[i][b] = vm->arena_bytes[d];
@@ -319,9 +327,14 @@ void tsr_vm_free(tsr_vm *vm) {
         tsr_device *d = vm->devices[vm->state_devices[i]];
         if (vm->state[i]) d->ops->release(d, vm->state[i]);
     }
-    if (vm->buffer_offsets)
-        for (int32_t i = 0; i < vm->exe->n_functions; i++) tsr_free(vm->alloc, vm->buffer_offsets[i]);
+    for (int32_t i = 0; i < vm->exe->n_functions; i++) {
+        if (vm->buffer_offsets) tsr_free(vm->alloc, vm->buffer_offsets[i]);
+        if (vm->fixed_tensors) tsr_free(vm->alloc, vm->fixed_tensors[i]);
+        if (vm->fixed_state) tsr_free(vm->alloc, vm->fixed_state[i]);
+    }
     tsr_free(vm->alloc, vm->buffer_offsets);
+    tsr_free(vm->alloc, vm->fixed_tensors);
+    tsr_free(vm->alloc, vm->fixed_state);
     tsr_free(vm->alloc, vm->constants);
     tsr_free(vm->alloc, vm->constant_bytes);
     tsr_free(vm->alloc, vm->owned_constants);

@@ -31,6 +31,8 @@ typedef struct tsr_vtensor {
     tsr_block *block; /* the pool block holding it, if any */
 } tsr_vtensor;
 
+enum { TSR_FIXED_UNKNOWN, TSR_FIXED_READY, TSR_FIXED_NO };
+
 typedef struct tsr_val tsr_val;
 struct tsr_val {
     tsr_value_kind kind;
@@ -72,6 +74,11 @@ typedef struct tsr_vm {
     void *arenas[TSR_MAX_DEVICES]; /* per device, every function's planned buffers on it, allocated once at load */
     size_t arena_bytes[TSR_MAX_DEVICES];
     size_t **buffer_offsets;     /* per function: where each of its arena buffers starts in its device's arena */
+    /* Per function, per register: a register placed on a weight or an arena slot whose shape and bytes are
+     * constant expressions is the same tensor on every call, so materialize builds (and checks) it once and
+     * copies it after (the per-launch host time of a decode step, issue 34). fixed_state: TSR_FIXED_*. */
+    tsr_vtensor **fixed_tensors;
+    uint8_t **fixed_state;
     void **state;                /* per state name: its memory; shared by every function naming it */
     const char **state_names;
     size_t *state_bytes;
