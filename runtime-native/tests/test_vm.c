@@ -199,6 +199,32 @@ static void straight(void) {
     CHECK(has("no function 'nothing'"));
 }
 
+/* Later calls take what the first built (vm.h): a weight's register is fixed, an argument's and one of a
+ * symbolic shape are not; a launch's plan keeps the weight's binding and evaluates the others and its scalar
+ * (over n) on every call, so calls with another n still get their own grid and results. */
+static void repeated_calls(void) {
+    int32_t fi = tsr_executable_function(&exe, "straight");
+    for (int round = 0; round < 4; round++) {
+        int64_t n = round % 2 ? 3 : 10;
+        float x[10];
+        for (int i = 0; i < 10; i++) x[i] = (float)(i * (round + 1));
+        tessera_value args[1] = {f32(x, 1, n, 0)};
+        CHECK_EQ_INT(tsr_vm_call(&vm, "straight", args, 1), 0);
+        CHECK_EQ_INT(device.last_grid[0], (int32_t)((n + 7) / 8));
+        CHECK_EQ_INT(vm.outputs[0].shape[0], n);
+        int wrong = 0;
+        for (int64_t i = 0; i < n; i++) wrong += out_f32(0)[i] != 2.0f * (x[i] + bias_data[i]);
+        CHECK_EQ_INT(wrong, 0);
+    }
+    CHECK_EQ_INT(vm.fixed_state[fi][1], TSR_FIXED_READY); /* bias: a weight of shape (64,) */
+    CHECK_EQ_INT(vm.fixed_state[fi][2], TSR_FIXED_NO);    /* an arena slot of shape (n,) */
+    CHECK_EQ_INT(vm.fixed_state[fi][0], TSR_FIXED_UNKNOWN); /* the argument: bound by the call, never planned */
+    const tsr_launch_plan *plan = &vm.launch_plans[fi][1]; /* launch add(x, bias) -> register 2 */
+    CHECK_EQ_INT(plan->state, TSR_FIXED_READY);
+    CHECK(!plan->all_fixed && !plan->fixed_scalars);
+    CHECK(plan->regs[0] == 0 && plan->regs[1] == -1 && plan->regs[2] == 2);
+}
+
 /* calls: by name and through a function value; the match message of a callee's parameter */
 static void calls(void) {
     float x[12];
@@ -670,6 +696,7 @@ int main(void) {
     CHECK_EQ_INT(rc, 0);
     if (rc == 0) {
         straight();
+    repeated_calls();
         calls();
         branches();
         recursion();

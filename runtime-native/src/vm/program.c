@@ -264,50 +264,107 @@ static int own(frame *fr, tsr_block *b) {
 
 /* ---- instructions ---------------------------------------------------------------------------- */
 
+/* A launch's fixed plan: built on its first run, when every binding was materialized and checked, from what
+ * cannot change between calls (tsr_launch_plan in vm.h). A launch not fitting the plan's arrays, or whose
+ * grid came out empty, keeps the general path. */
+static void plan_launch(tsr_vm *vm, frame *fr, const tsr_instr *in, tsr_launch_plan *plan, void *const *bases,
+                        const size_t *offsets, const size_t *sizes, const int32_t *scalars, const int32_t grid[3]) {
+    int32_t n = in->n_args + in->n_outs;
+    plan->state = TSR_FIXED_NO;
+    if (n > TSR_PLAN_BINDINGS || in->n_exprs > TSR_PLAN_SCALARS) return;
+    plan->n = n;
+    plan->all_fixed = true;
+    for (int32_t i = 0; i < n; i++) {
+        bool fixed = vm->fixed_state[fr->index][in->regs[i]] == TSR_FIXED_READY;
+        plan->regs[i] = fixed ? -1 : in->regs[i];
+        plan->all_fixed &= fixed;
+        plan->bases[i] = bases[i];
+        plan->offsets[i] = offsets[i];
+        plan->sizes[i] = sizes[i];
+    }
+    /* Constant scalars make a constant grid too: the grid is an expression over the scalars alone. */
+    plan->fixed_scalars = true;
+    for (int32_t i = 0; i < in->n_exprs; i++) {
+        plan->fixed_scalars &= in->exprs[i].code == NULL;
+        plan->scalars[i] = scalars[i];
+    }
+    memcpy(plan->grid, grid, sizeof plan->grid);
+    plan->state = TSR_FIXED_READY;
+}
+
 static int launch(tsr_vm *vm, frame *fr, const tsr_instr *in) {
     const tsr_kernel *k = &vm->exe->kernels[in->target];
+    tsr_launch_plan *plan = &vm->launch_plans[fr->index][in - fr->f->code];
     void *bases[256];
     size_t offsets[256], sizes[256];
     int32_t scalars[256];
     int64_t scalar_values[256];
     uint8_t bound[256];
     int32_t n = in->n_args + in->n_outs;
-    for (int32_t i = 0; i < n; i++) {
-        tsr_vtensor *t = NULL;
-        int rc = get_tensor(vm, fr, in->regs[i], k->name, &t);
-        if (rc) return rc;
-        /* The loader checked what executable.json places; a value passed in (an argument, a callee's result)
-         * is checked here, as the Python VM's bind does. */
-        if (t->device != k->device)
-            return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: kernel %s of device %d is given a tensor on device %d "
-                             "(register %d)", fr->f->name, k->name, (int)k->device, (int)t->device, in->regs[i]);
-        bases[i] = t->base;
-        offsets[i] = t->offset;
-        sizes[i] = t->nbytes;
-    }
-    for (int32_t i = 0; i < in->n_exprs; i++) {
-        int rc = eval(fr, &in->exprs[i], &scalar_values[i]);
-        if (rc) return rc;
-        if (scalar_values[i] < INT32_MIN || scalar_values[i] > INT32_MAX)
-            return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: kernel %s's scalar %s = %lld does not fit in 32 bits",
-                             fr->f->name, k->name, k->scalar_symbols.names[i], (long long)scalar_values[i]);
-        scalars[i] = (int32_t)scalar_values[i];
-        bound[i] = 1;
+    void *const *use_bases = bases;
+    const size_t *use_offsets = offsets, *use_sizes = sizes;
+    const int32_t *use_scalars = scalars, *use_grid;
+    bool ready = plan->state == TSR_FIXED_READY;
+    if (ready && plan->all_fixed) {
+        /* The commonest launch of a step: weights and arena slots only, read from one contiguous record. */
+        use_bases = plan->bases;
+        use_offsets = plan->offsets;
+        use_sizes = plan->sizes;
+    } else {
+        for (int32_t i = 0; i < n; i++) {
+            if (ready && plan->regs[i] < 0) {
+                bases[i] = plan->bases[i];
+                offsets[i] = plan->offsets[i];
+                sizes[i] = plan->sizes[i];
+                continue;
+            }
+            tsr_vtensor *t = NULL;
+            int rc = get_tensor(vm, fr, in->regs[i], k->name, &t);
+            if (rc) return rc;
+            /* The loader checked what executable.json places; a value passed in (an argument, a callee's result)
+             * is checked here, as the Python VM's bind does. */
+            if (t->device != k->device)
+                return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: kernel %s of device %d is given a tensor on "
+                                 "device %d (register %d)", fr->f->name, k->name, (int)k->device, (int)t->device,
+                                 in->regs[i]);
+            bases[i] = t->base;
+            offsets[i] = t->offset;
+            sizes[i] = t->nbytes;
+        }
     }
     int32_t grid[3];
-    for (int d = 0; d < 3; d++) {
-        int64_t g;
-        int rc = tsr_shape_expr_eval(&k->grid[d], &k->scalar_symbols, scalar_values, bound, &g);
-        if (rc) return tsr_error_context(rc, "%s: the grid of kernel %s", fr->f->name, k->name);
-        if (g <= 0) return 0; /* nothing to do (an empty tensor) */
-        if (g > INT32_MAX) return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: kernel %s's grid is too large", fr->f->name, k->name);
-        grid[d] = (int32_t)g;
+    if (ready && plan->fixed_scalars) {
+        use_scalars = plan->scalars;
+        use_grid = plan->grid;
+    } else {
+        for (int32_t i = 0; i < in->n_exprs; i++) {
+            int rc = eval(fr, &in->exprs[i], &scalar_values[i]);
+            if (rc) return rc;
+            if (scalar_values[i] < INT32_MIN || scalar_values[i] > INT32_MAX)
+                return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: kernel %s's scalar %s = %lld does not fit in "
+                                 "32 bits", fr->f->name, k->name, k->scalar_symbols.names[i],
+                                 (long long)scalar_values[i]);
+            scalars[i] = (int32_t)scalar_values[i];
+            bound[i] = 1;
+        }
+        for (int d = 0; d < 3; d++) {
+            int64_t g;
+            int rc = tsr_shape_expr_eval(&k->grid[d], &k->scalar_symbols, scalar_values, bound, &g);
+            if (rc) return tsr_error_context(rc, "%s: the grid of kernel %s", fr->f->name, k->name);
+            if (g <= 0) return 0; /* nothing to do (an empty tensor) */
+            if (g > INT32_MAX)
+                return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: kernel %s's grid is too large", fr->f->name, k->name);
+            grid[d] = (int32_t)g;
+        }
+        use_grid = grid;
+        if (plan->state == TSR_FIXED_UNKNOWN) plan_launch(vm, fr, in, plan, bases, offsets, sizes, scalars, grid);
     }
     tsr_device *device = vm->devices[k->device];
-    if (!vm->profiling) return device->ops->launch(device, in->target, n, bases, offsets, sizes, scalars, grid);
+    if (!vm->profiling)
+        return device->ops->launch(device, in->target, n, use_bases, use_offsets, use_sizes, use_scalars, use_grid);
     struct timespec start, end;
     clock_gettime(CLOCK_MONOTONIC, &start);
-    int rc = device->ops->launch(device, in->target, n, bases, offsets, sizes, scalars, grid);
+    int rc = device->ops->launch(device, in->target, n, use_bases, use_offsets, use_sizes, use_scalars, use_grid);
     if (rc == 0) rc = device->ops->synchronize(device);
     clock_gettime(CLOCK_MONOTONIC, &end);
     vm->kernel_launches[in->target]++;

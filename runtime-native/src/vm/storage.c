@@ -118,7 +118,8 @@ static int init_arena(tsr_vm *vm) {
     if (!vm->buffer_offsets) return TESSERA_ERROR_OUT_OF_MEMORY;
     vm->fixed_tensors = tsr_calloc(vm->alloc, n_functions, sizeof(tsr_vtensor *));
     vm->fixed_state = tsr_calloc(vm->alloc, n_functions, sizeof(uint8_t *));
-    if (!vm->fixed_tensors || !vm->fixed_state) return TESSERA_ERROR_OUT_OF_MEMORY;
+    vm->launch_plans = tsr_calloc(vm->alloc, n_functions, sizeof(tsr_launch_plan *));
+    if (!vm->fixed_tensors || !vm->fixed_state || !vm->launch_plans) return TESSERA_ERROR_OUT_OF_MEMORY;
     /* Each buffer at the next free offset of its device's arena (the sum above bounds every one). */
     for (int32_t i = 0; i < exe->n_functions; i++) {
         const tsr_function *f = &exe->functions[i];
@@ -127,7 +128,14 @@ static int init_arena(tsr_vm *vm) {
         size_t n_registers = (size_t)(f->n_registers ? f->n_registers : 1);
         vm->fixed_tensors[i] = tsr_calloc(vm->alloc, n_registers, sizeof(tsr_vtensor));
         vm->fixed_state[i] = tsr_calloc(vm->alloc, n_registers, 1); /* all TSR_FIXED_UNKNOWN */
-        if (!vm->fixed_tensors[i] || !vm->fixed_state[i]) return TESSERA_ERROR_OUT_OF_MEMORY;
+        vm->launch_plans[i] = tsr_calloc(vm->alloc, (size_t)(f->n_code ? f->n_code : 1), sizeof(tsr_launch_plan));
+        if (!vm->fixed_tensors[i] || !vm->fixed_state[i] || !vm->launch_plans[i]) return TESSERA_ERROR_OUT_OF_MEMORY;
+        /* A register some instruction writes holds that value, not its planned place, once written: never
+         * fixed, so a launch's plan never stands in for a value written on another path. */
+        for (int32_t c = 0; c < f->n_code; c++) {
+            int32_t dst = f->code[c].dst;
+            if (dst >= 0 && dst < f->n_registers) vm->fixed_state[i][dst] = TSR_FIXED_NO;
+        }
         for (int32_t b = 0; b < f->n_arena_buffers; b++) {
             int32_t d = f->buffer_devices[b];
             vm->buffer_offsets[i][b] = vm->arena_bytes[d];
@@ -331,10 +339,12 @@ void tsr_vm_free(tsr_vm *vm) {
         if (vm->buffer_offsets) tsr_free(vm->alloc, vm->buffer_offsets[i]);
         if (vm->fixed_tensors) tsr_free(vm->alloc, vm->fixed_tensors[i]);
         if (vm->fixed_state) tsr_free(vm->alloc, vm->fixed_state[i]);
+        if (vm->launch_plans) tsr_free(vm->alloc, vm->launch_plans[i]);
     }
     tsr_free(vm->alloc, vm->buffer_offsets);
     tsr_free(vm->alloc, vm->fixed_tensors);
     tsr_free(vm->alloc, vm->fixed_state);
+    tsr_free(vm->alloc, vm->launch_plans);
     tsr_free(vm->alloc, vm->constants);
     tsr_free(vm->alloc, vm->constant_bytes);
     tsr_free(vm->alloc, vm->owned_constants);

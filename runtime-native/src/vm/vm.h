@@ -33,6 +33,25 @@ typedef struct tsr_vtensor {
 
 enum { TSR_FIXED_UNKNOWN, TSR_FIXED_READY, TSR_FIXED_NO };
 
+/* What a launch instruction passes that is the same on every call, kept per function and instruction, in
+ * program order: the bindings that are fixed registers (see fixed_tensors) and, when every scalar is a
+ * constant, the scalars and the grid. A step's launches then read one contiguous record each instead of the
+ * instruction, its registers' plans and expressions, which a kernel run between two launches has evicted
+ * from the caches (the per-launch host time of issue 34). */
+#define TSR_PLAN_BINDINGS 8
+#define TSR_PLAN_SCALARS 8
+typedef struct tsr_launch_plan {
+    uint8_t state;                      /* TSR_FIXED_*: NO keeps the general path */
+    bool all_fixed;                     /* every binding is fixed: bases, offsets, sizes are the launch's */
+    bool fixed_scalars;                 /* scalars and grid are the launch's */
+    int32_t n;
+    int32_t regs[TSR_PLAN_BINDINGS];    /* -1: binding i is fixed, in bases/offsets/sizes; else its register */
+    void *bases[TSR_PLAN_BINDINGS];
+    size_t offsets[TSR_PLAN_BINDINGS], sizes[TSR_PLAN_BINDINGS];
+    int32_t scalars[TSR_PLAN_SCALARS];
+    int32_t grid[3];
+} tsr_launch_plan;
+
 typedef struct tsr_val tsr_val;
 struct tsr_val {
     tsr_value_kind kind;
@@ -79,6 +98,7 @@ typedef struct tsr_vm {
      * copies it after (the per-launch host time of a decode step, issue 34). fixed_state: TSR_FIXED_*. */
     tsr_vtensor **fixed_tensors;
     uint8_t **fixed_state;
+    tsr_launch_plan **launch_plans; /* per function, per instruction (only launches' are used) */
     void **state;                /* per state name: its memory; shared by every function naming it */
     const char **state_names;
     size_t *state_bytes;
