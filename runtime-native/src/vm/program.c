@@ -353,7 +353,8 @@ static int launch(tsr_vm *vm, frame *fr, const tsr_instr *in) {
             if (rc) return tsr_error_context(rc, "%s: the grid of kernel %s", fr->f->name, k->name);
             if (g <= 0) return 0; /* nothing to do (an empty tensor) */
             if (g > INT32_MAX)
-                return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: kernel %s's grid is too large", fr->f->name, k->name);
+                return tsr_error(TESSERA_ERROR_RUNTIME_CHECK, "%s: kernel %s's grid is too large", fr->f->name,
+                                 k->name);
             grid[d] = (int32_t)g;
         }
         use_grid = grid;
