@@ -119,6 +119,10 @@ def presets() -> dict[str, str]:
     return {name: f"{p.kind}: {p.description}" if p.description else p.kind for name, p in _PRESETS.items()}
 
 
+# runtime-native's devices (its device table, runtime-native/src/devices.c), each named like the target
+# kind whose kernels it runs, with what users call it.
+NATIVE_DEVICE_LABELS = {"cpu": "CPU", "vulkan": "Vulkan", "opencl": "OpenCL", "metal": "Metal"}
+
 # Kinds whose kernels run on the host's CPU (C compiled natively or to WebAssembly). Every other kind
 # drives a GPU API, even when a CPU emulates the GPU (llvmpipe, SwiftShader): a program sees a GPU.
 HOST_KINDS = frozenset({"cpu", "wasm"})

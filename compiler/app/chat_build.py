@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tessera.target import NATIVE_DEVICE_LABELS
 from tessera.vm import FileCheckError
 
 from .bundle_json import BundleError
@@ -33,11 +34,10 @@ class DeviceChoiceError(BundleError):
 _BUILD_ERRORS = (FileCheckError, AttributeError, BundleError)
 # Names of software renderers in an adapter's info (as runtime-js/src/device.js lists them).
 SOFTWARE_RENDERERS = ("llvmpipe", "lavapipe", "swiftshader", "basic render driver", "warp")
-# runtime-native's device names (its device table, runtime-native/src/devices.c), each also the target
-# kind whose kernels it runs; "auto" lets the library pick the first that runs them.
-NATIVE_DEVICES = ("cpu", "vulkan", "opencl", "metal")
-# What each native build is called in the line that says which build runs.
-NATIVE_LABELS = {"cpu": "CPU", "vulkan": "Vulkan", "opencl": "OpenCL", "metal": "Metal"}
+# runtime-native's device names (target.py), each also the target kind whose kernels it runs; "auto"
+# lets the library pick the first that runs them. Labels name each build in the line that says which runs.
+NATIVE_DEVICES = tuple(NATIVE_DEVICE_LABELS)
+NATIVE_LABELS = NATIVE_DEVICE_LABELS
 
 
 def native_device_kind(device: str) -> str:

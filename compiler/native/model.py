@@ -45,8 +45,8 @@ def _numpy_view(tensor: Tensor) -> np.ndarray:
 
 class NativeModel:
     """An executable folder loaded by libtessera on the device ``device`` names from libtessera's
-    device table: "auto" (the first that runs the executable's kernels: a GPU before the CPU), "cpu",
-    "vulkan", "opencl", "metal", with ":N" for the N-th device of its kind ("vulkan:1").
+    device table: "auto" (the first that runs the executable's kernels: a GPU before the CPU), or a
+    device's name (tessera.target.NATIVE_DEVICE_LABELS), with ":N" for the N-th device of its kind ("vulkan:1").
     ``cache_dir``: where a GPU device keeps its compiled pipelines or programs (None: a
     .tessera-cache folder in ``directory``, when it is writable)."""
 

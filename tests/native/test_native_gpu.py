@@ -18,7 +18,6 @@ import glob
 import json
 import os
 import subprocess
-import time
 
 import pytest
 from tessera.app.chat import ChatSession, NativeChatSession, Sampling
