@@ -1,0 +1,1 @@
+../../../../../runtime-native/include/tessera.h
