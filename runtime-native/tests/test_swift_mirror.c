@@ -6,7 +6,9 @@
  * The model is a plain executable written to a temporary folder (a CPU build with no kernels: its main
  * calls the runtime's own unique builtins), so Module.run is mirrored with real numbers. There is no chat
  * model in tests/data, so Engine's sequence is mirrored up to where a plain executable must refuse it by
- * name, and the chat calls are checked to refuse a closed (NULL) session. */
+ * name, and the chat calls are checked to refuse a closed (NULL) session. Given a chat model's folder as
+ * its argument (tests/mobile/test_swift_mirror_chat.py compiles the tiny Llama for the CPU), it also runs
+ * Engine's chat sequence: a whole reply, a streamed reply cancelled from the callback, reset, close. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,7 +196,92 @@ static void a_failed_load_explains_itself(void) {
     CHECK(tessera_model_plan_devices("/nonexistent-tessera-model", NULL, 0) < 0);
 }
 
-int main(void) {
+/* The Swift's PieceSink as far as the C callback sees it: collect the pieces; return non-zero (stop) once
+ * the consumer has cancelled, which here is after `cancel_after` pieces (0: never). */
+typedef struct sink {
+    char text[4096];
+    size_t length;
+    int pieces;
+    int cancel_after;
+} sink;
+
+static int piece_callback(const char *utf8_piece, void *user) {
+    sink *k = user;
+    if (!utf8_piece || !k) return 1;
+    if (k->cancel_after > 0 && k->pieces >= k->cancel_after) return 1;
+    size_t n = strlen(utf8_piece);
+    if (k->length + n < sizeof k->text) {
+        memcpy(k->text + k->length, utf8_piece, n);
+        k->length += n;
+        k->text[k->length] = '\0';
+    }
+    k->pieces++;
+    return k->cancel_after > 0 && k->pieces >= k->cancel_after;
+}
+
+/* Engine.complete: sampling defaults with the options on top, the messages, the callback with the sink as
+ * its user pointer, the usage. */
+static int complete(tessera_session *s, sink *k, int32_t max_tokens, tessera_usage *usage) {
+    tessera_sampling_params sp = tessera_sampling_default_params();
+    sp.max_tokens = max_tokens;
+    sp.temperature = 0.0f;
+    sp.top_p = 1.0f;
+    tessera_message msgs[2] = {{"system", "You are terse."}, {"user", "Hello there"}};
+    memset(usage, 0, sizeof *usage);
+    return tessera_chat_completion(s, msgs, 2, &sp, piece_callback, k, usage);
+}
+
+static void engine_chat_mirrors_the_swift(const char *dir) {
+    tessera_model_params params = tessera_model_default_params();
+    params.n_threads = 1;
+    params.device = "auto";
+    tessera_model *m = tessera_model_load(dir, &params);
+    CHECK(m != NULL);
+    if (!m) {
+        fprintf(stderr, "load %s: %s\n", dir, tessera_last_error());
+        return;
+    }
+    CHECK(tessera_model_device(m) != NULL);
+    tessera_session *s = tessera_session_new(m);
+    CHECK(s != NULL);
+    if (!s) {
+        tessera_model_free(m);
+        return;
+    }
+    /* create(): the whole reply. */
+    sink whole = {.cancel_after = 0};
+    tessera_usage usage;
+    CHECK_EQ_INT(complete(s, &whole, 6, &usage), TESSERA_OK);
+    CHECK_EQ_INT(usage.completion_tokens, 6);
+    CHECK(usage.prompt_tokens > 0);
+    CHECK(whole.pieces >= 1);
+    /* The reply, for the pytest to compare with the Python VM's. */
+    printf("reply: %s\n", whole.text);
+
+    /* stream() cancelled after two pieces: the callback's non-zero return ends the turn with OK. */
+    sink cancelled = {.cancel_after = 2};
+    CHECK_EQ_INT(complete(s, &cancelled, 6, &usage), TESSERA_OK);
+    CHECK_EQ_INT(cancelled.pieces, 2);
+    CHECK_EQ_INT(usage.completion_tokens, 2);
+    CHECK(strncmp(whole.text, cancelled.text, cancelled.length) == 0);
+
+    /* reset(), then the same greedy reply again. */
+    tessera_session_reset(s);
+    sink again = {.cancel_after = 0};
+    CHECK_EQ_INT(complete(s, &again, 6, &usage), TESSERA_OK);
+    CHECK(strcmp(again.text, whole.text) == 0);
+    CHECK_EQ_INT(usage.prefilled_tokens, usage.prompt_tokens);
+
+    /* close() twice: free the session, then the model, nulling each; the second close frees nothing. */
+    for (int i = 0; i < 2; i++) {
+        if (s) tessera_session_free(s);
+        s = NULL;
+        if (m) tessera_model_free(m);
+        m = NULL;
+    }
+}
+
+int main(int argc, char **argv) {
     char dir[] = "/tmp/tessera-swift-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     write_text(dir, "executable.json", EXECUTABLE);
@@ -203,5 +290,6 @@ int main(void) {
     engine_sequence_on_a_plain_executable(dir);
     a_failed_load_explains_itself();
     remove_folder(dir);
+    if (argc > 1) engine_chat_mirrors_the_swift(argv[1]);
     return tsr_test_failures();
 }
