@@ -157,7 +157,9 @@ static void engine_sequence_on_a_plain_executable(const char *dir) {
     }
 
     tessera_model_params params = tessera_model_default_params();
-    params.n_threads = 0;
+    /* EngineOptions(threads: 1): one thread, because this test also runs in the AArch64 build under
+     * qemu-user, which hangs in a guest's pthread_create (runtime-native/CMakeLists.txt). */
+    params.n_threads = 1;
     params.device = "auto";
     tessera_model *m = tessera_model_load(dir, &params);
     CHECK(m != NULL);
