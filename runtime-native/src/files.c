@@ -8,6 +8,7 @@
 #define _XOPEN_SOURCE 700
 #endif
 #include "files.h"
+#include "sha256.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -218,4 +219,21 @@ void tsr_unmap_file(tsr_mapped *m) {
         m->data = NULL;
         m->size = 0;
     }
+}
+
+int tsr_read_module(tsr_alloc *a, const char *dir, const tsr_module *m, char **data, size_t *size) {
+    int rc = tsr_read_file(a, dir, m->path, (size_t)m->nbytes, data, size);
+    if (rc) return rc;
+    char hex[65];
+    if (*size != m->nbytes)
+        rc = tsr_error(TESSERA_ERROR_CHECKSUM, "module %s has %zu bytes; executable.json says %llu (truncated?)",
+                       m->path, *size, (unsigned long long)m->nbytes);
+    else if (tsr_sha256_hex(*data, *size, hex), strcmp(hex, m->sha256) != 0)
+        rc = tsr_error(TESSERA_ERROR_CHECKSUM, "module %s does not match its SHA-256 in executable.json (corrupted "
+                       "or replaced)", m->path);
+    if (rc) {
+        tsr_free(a, *data);
+        *data = NULL;
+    }
+    return rc;
 }

@@ -4,6 +4,7 @@
 #define TSR_FILES_H
 
 #include "common.h"
+#include "executable.h"
 #include "facts.h"
 
 /* The longest path the format allows, in bytes (the other runtimes count characters: an ASCII path is
@@ -31,6 +32,11 @@ int tsr_resolve_inside(const char *dir, const char *name, char *buf, size_t buf_
  * never opened in a way that could block), and a file larger than max_bytes (checked before
  * allocating). Errors name dir/name and the reason. */
 int tsr_read_file(tsr_alloc *a, const char *dir, const char *name, size_t max_bytes, char **data, size_t *size);
+
+/* A kernel module's file, read whole (as tsr_read_file) and checked against executable.json's `nbytes`
+ * and `sha256`: TESSERA_ERROR_CHECKSUM for a truncated or changed file (*data NULL then). Every device
+ * reads its modules through it. */
+int tsr_read_module(tsr_alloc *a, const char *dir, const tsr_module *m, char **data, size_t *size);
 
 /* A read-only private mapping of dir/name (same checks as tsr_read_file). expected_size, unless
  * SIZE_MAX, must equal the file's size: TESSERA_ERROR_CHECKSUM otherwise (a truncated shard). An

@@ -7,7 +7,6 @@
 
 #include "device.h"
 #include "files.h"
-#include "sha256.h"
 #include "thread_pool.h"
 
 typedef void (*cpu_kernel_fn)(void *const *buffers, const int32_t *scalars, int32_t nwg_x, int32_t nwg_y,
@@ -40,20 +39,9 @@ static void run_range(void *ctx, int64_t begin, int64_t end) {
 static int check_module(const tsr_module *m, const char *dir, tsr_alloc *a) {
     char *data;
     size_t size;
-    int rc = tsr_read_file(a, dir, m->path, (size_t)m->nbytes, &data, &size);
-    if (rc) return rc;
-    if (size != m->nbytes) {
-        tsr_free(a, data);
-        return tsr_error(TESSERA_ERROR_CHECKSUM, "module %s has %zu bytes; executable.json says %llu (truncated?)",
-                         m->path, size, (unsigned long long)m->nbytes);
-    }
-    char hex[65];
-    tsr_sha256_hex(data, size, hex);
-    tsr_free(a, data);
-    if (strcmp(hex, m->sha256) != 0)
-        return tsr_error(TESSERA_ERROR_CHECKSUM, "module %s does not match its SHA-256 in executable.json (corrupted "
-                         "or replaced)", m->path);
-    return 0;
+    int rc = tsr_read_module(a, dir, m, &data, &size);
+    if (!rc) tsr_free(a, data);
+    return rc;
 }
 
 /* A build for an instruction set this CPU lacks would die of SIGILL in its first kernel: refuse it

@@ -21,7 +21,6 @@
 
 #include "device.h"
 #include "files.h"
-#include "sha256.h"
 
 #if !__has_feature(objc_arc)
 #error "metal_device.m is compiled with -fobjc-arc"
@@ -63,21 +62,6 @@ static int metal_flush(metal_device *m) {
     if (commands.status == MTLCommandBufferStatusError)
         return tsr_error(TESSERA_ERROR_DEVICE, "the metal device (%s) failed running the kernels: %s",
                          m->base.description, commands.error.localizedDescription.UTF8String);
-    return 0;
-}
-
-static int check_module(tsr_alloc *a, const tsr_module *module, const char *dir, char **source) {
-    size_t size;
-    int rc = tsr_read_file(a, dir, module->path, (size_t)module->nbytes, source, &size);
-    if (rc) return rc;
-    char hex[65];
-    tsr_sha256_hex(*source, size, hex);
-    if (size != module->nbytes || strcmp(hex, module->sha256) != 0) {
-        tsr_free(a, *source);
-        *source = NULL;
-        return tsr_error(TESSERA_ERROR_CHECKSUM, "module %s does not match its size and SHA-256 in executable.json "
-                         "(truncated, corrupted or replaced)", module->path);
-    }
     return 0;
 }
 
@@ -126,8 +110,9 @@ static int metal_load_kernels(tsr_device *d, const tsr_executable *exe, const ch
         if (strcmp(k->backend, METAL_BACKEND) != 0) continue;
         const tsr_module *module = &exe->modules[k->module];
         char *source = NULL;
-        int rc = check_module(d->alloc, module, dir, &source);
-        if (!rc) rc = compile_kernel(m, k, source, (size_t)module->nbytes, &m->kernels[i]);
+        size_t size;
+        int rc = tsr_read_module(d->alloc, dir, module, &source, &size);
+        if (!rc) rc = compile_kernel(m, k, source, size, &m->kernels[i]);
         tsr_free(d->alloc, source);
         if (rc) return rc;
     }

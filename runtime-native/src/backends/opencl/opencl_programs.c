@@ -28,23 +28,6 @@ static double now_seconds(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The module's source, checked against executable.json like every runtime's (a NUL-terminated copy). */
-static int read_module(tsr_alloc *a, const tsr_module *m, const char *dir, char **source, size_t *size) {
-    int rc = tsr_read_file(a, dir, m->path, (size_t)m->nbytes, source, size);
-    if (rc) return rc;
-    char hex[65];
-    if (*size != m->nbytes)
-        rc = tsr_error(TESSERA_ERROR_CHECKSUM, "module %s has %zu bytes; executable.json says %llu (truncated?)",
-                       m->path, *size, (unsigned long long)m->nbytes);
-    else if (tsr_sha256_hex(*source, *size, hex), strcmp(hex, m->sha256) != 0)
-        rc = tsr_error(TESSERA_ERROR_CHECKSUM, "module %s does not match its SHA-256 in executable.json (corrupted "
-                       "or replaced)", m->path);
-    if (rc) {
-        tsr_free(a, *source);
-        *source = NULL;
-    }
-    return rc;
-}
 
 /* <cache_dir>/opencl-<key>.bin for the module with digest `module_sha256` on this device. */
 static void cache_path(const tsr_opencl_device *d, const char *module_sha256, char *path, size_t size) {
@@ -213,7 +196,7 @@ static int module_program(tsr_opencl_device *d, const tsr_module *m, const char 
                           cl_program *out) {
     char *source;
     size_t size;
-    int rc = read_module(d->base.alloc, m, dir, &source, &size);
+    int rc = tsr_read_module(d->base.alloc, dir, m, &source, &size); /* NUL-terminated */
     if (rc) return tsr_error_context(rc, "kernel '%s'", kernel_name);
     char path[TSR_COMPILE_CACHE_PATH];
     *out = NULL;

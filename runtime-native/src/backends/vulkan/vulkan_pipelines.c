@@ -11,7 +11,6 @@
 
 #include "compile_cache.h"
 #include "files.h"
-#include "sha256.h"
 #include "vulkan_device.h"
 
 #define SPIRV_BACKEND "spirv"
@@ -112,16 +111,9 @@ static int create_cache(tsr_vk_device *d, const void *data, size_t size) {
 static int shader_module(tsr_vk_device *d, const tsr_module *m, const char *dir, VkShaderModule *out) {
     char *data;
     size_t size;
-    int rc = tsr_read_file(d->base.alloc, dir, m->path, (size_t)m->nbytes, &data, &size);
+    int rc = tsr_read_module(d->base.alloc, dir, m, &data, &size);
     if (rc) return rc;
-    char hex[65];
-    if (size != m->nbytes) {
-        rc = tsr_error(TESSERA_ERROR_CHECKSUM, "module %s has %zu bytes; executable.json says %llu (truncated?)",
-                       m->path, size, (unsigned long long)m->nbytes);
-    } else if (tsr_sha256_hex(data, size, hex), strcmp(hex, m->sha256) != 0) {
-        rc = tsr_error(TESSERA_ERROR_CHECKSUM, "module %s does not match its SHA-256 in executable.json (corrupted or "
-                       "replaced)", m->path);
-    } else if (size % 4 || size < 20 || word_at((const unsigned char *)data) != SPIRV_MAGIC) {
+    if (size % 4 || size < 20 || word_at((const unsigned char *)data) != SPIRV_MAGIC) {
         rc = tsr_error(TESSERA_ERROR_FORMAT, "module %s is not SPIR-V (%zu bytes, %s)", m->path, size,
                        size % 4 ? "not whole words" : "no magic number");
     } else {
