@@ -10,9 +10,11 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium clang lld wasi-libc libclang-rt-14-dev-wasm32 \
 	spirv-tools vulkan-validationlayers pocl-opencl-icd ocl-icd-libopencl1 oclgrind \
 	cmake pkg-config libcjson-dev libpcre2-dev libclang-rt-14-dev libvulkan-dev opencl-c-headers \
-	gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcjson-dev:arm64 libpcre2-dev:arm64
+	gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcjson-dev:arm64 libpcre2-dev:arm64 \
+	openjdk-17-jdk-headless junit4
 # runtime-native (C11, CMake): cJSON and PCRE2 from the system; libFuzzer from clang's runtime; the
 # AArch64 cross build (the arm64 -dev packages through multiarch) runs its tests under qemu-user.
+# The Android library's host build: its JNI bridge and Kotlin (kotlinc from npm) on OpenJDK 17, tested with JUnit 4.
 
 .PHONY: setup system-deps python-deps node-deps facts native test lint test-native test-native-builds test-python test-conformance-js test-js test-browser demo bench wheel clean
 
