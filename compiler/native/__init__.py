@@ -17,7 +17,15 @@ The library is found at ``$TESSERA_NATIVE_LIB``, else in this checkout's ``build
 
 from __future__ import annotations
 
-from .binding import ERROR_DEVICE, STATUS_NAMES, NativeError, device_memory_rows, library_path, load_library
+from .binding import (
+    ERROR_DEVICE,
+    NO_MEMORY_LIMIT,
+    STATUS_NAMES,
+    NativeError,
+    device_memory_rows,
+    library_path,
+    load_library,
+)
 from .model import NativeModel, NativeSession
 
 
@@ -27,5 +35,5 @@ def plan_devices(directory: str, library_path: str | None = None) -> list[dict]:
     lib = load_library(library_path)
     return device_memory_rows(lib, lib.tessera_model_plan_devices, directory.encode())
 
-__all__ = ["ERROR_DEVICE", "STATUS_NAMES", "NativeError", "NativeModel", "NativeSession", "library_path",
-           "load_library", "plan_devices"]
+__all__ = ["ERROR_DEVICE", "NO_MEMORY_LIMIT", "STATUS_NAMES", "NativeError", "NativeModel", "NativeSession",
+           "library_path", "load_library", "plan_devices"]

@@ -8,6 +8,8 @@ import os
 from tessera.ir.errors import TesseraError
 
 MAX_NDIM = 8
+# tessera_model_params.memory_limit that turns the check at load off (UINT64_MAX); 0 is the machine's available memory.
+NO_MEMORY_LIMIT = 2**64 - 1
 DTYPES = ["float32", "float16", "int32", "uint32", "int64", "bool", "int8", "uint8"]  # tessera_dtype order
 
 
@@ -66,7 +68,7 @@ class Library(ctypes.Structure):
 class ModelParams(ctypes.Structure):
     _fields_ = [("n_threads", ctypes.c_int32), ("device", ctypes.c_char_p), ("allocator", Allocator),
                 ("libraries", ctypes.POINTER(Library)), ("n_libraries", ctypes.c_size_t),
-                ("cache_dir", ctypes.c_char_p)]
+                ("cache_dir", ctypes.c_char_p), ("memory_limit", ctypes.c_uint64)]
 
 
 class Memory(ctypes.Structure):

@@ -11,6 +11,7 @@ from .binding import (
     DTYPES,
     LIBRARY_FN,
     MAX_NDIM,
+    NO_MEMORY_LIMIT,
     PIECE_FN,
     VALUE_INT,
     VALUE_TENSOR,
@@ -48,16 +49,21 @@ class NativeModel:
     device table: "auto" (the first that runs the executable's kernels: a GPU before the CPU), or a
     device's name (tessera.target.NATIVE_DEVICE_LABELS), with ":N" for the N-th device of its kind ("vulkan:1").
     ``cache_dir``: where a GPU device keeps its compiled pipelines or programs (None: a
-    .tessera-cache folder in ``directory``, when it is writable)."""
+    .tessera-cache folder in ``directory``, when it is writable). ``memory_limit``: bytes the model may
+    take, checked against its plan before anything is allocated (0: what the machine has available now;
+    NO_MEMORY_LIMIT: no check)."""
 
     def __init__(self, directory: str, n_threads: int = 0, device: str = "auto", libraries: dict | None = None,
-                 library_path: str | None = None, cache_dir: str | None = None):
+                 library_path: str | None = None, cache_dir: str | None = None, memory_limit: int = 0):
         self._lib = load_library(library_path)
         lib = self._lib
         params = lib.tessera_model_default_params()
         params.n_threads = n_threads
         params.device = device.encode()
         params.cache_dir = os.fsencode(cache_dir) if cache_dir is not None else None
+        if not 0 <= memory_limit <= NO_MEMORY_LIMIT:
+            raise ValueError(f"memory_limit {memory_limit} is out of range (0 .. 2**64 - 1 bytes)")
+        params.memory_limit = memory_limit
         # Library callbacks must outlive the model: keep them on it.
         self._callbacks = [self._library(name, fn) for name, fn in (libraries or {}).items()]
         if self._callbacks:

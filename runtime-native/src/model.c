@@ -5,6 +5,7 @@
 
 #include "device_table.h"
 #include "files.h"
+#include "host_memory.h"
 #include "model.h"
 #include "plan_checks.h"
 
@@ -105,6 +106,49 @@ int tessera_model_plan(const char *dir, tessera_memory *out) {
     out->kv_cache = state;
     out->total = out->weights + arena + state;
     return 0;
+}
+
+/* n bytes for people: "612 MiB" from 1 MiB up (rounded up, so a plan never reads as less than it is), else
+ * "4096 bytes". */
+static void format_bytes(char *out, size_t size, uint64_t n) {
+    const uint64_t mib = 1024u * 1024u;
+    if (n >= mib) snprintf(out, size, "%llu MiB", (unsigned long long)((n + mib - 1) / mib));
+    else snprintf(out, size, "%llu bytes", (unsigned long long)n);
+}
+
+/* The check of tessera_model_params.memory_limit, made once executable.json is read and before the devices,
+ * weights and arenas are allocated: the plan's total over every device (what tessera_model_plan_devices
+ * reports) against the limit, or against what the machine has available now when the limit is 0. When that
+ * cannot be read, or the plan itself fails (the load then reports the same file's problem in its order),
+ * nothing is checked. */
+static int check_memory_limit(tessera_model *m, const char *dir, uint64_t limit) {
+    if (limit == UINT64_MAX) return 0;
+    const char *source = "memory_limit";
+    if (limit == 0 && !tsr_host_available_memory(&limit, &source)) return 0;
+    tsr_tensor_cache index;
+    if (read_index(&m->alloc, dir, &index)) return 0;
+    tessera_device_memory devices[TSR_MAX_DEVICES];
+    int rc = 0;
+    int32_t n = device_plan(&m->exe, &index, devices, TSR_MAX_DEVICES, &rc);
+    tsr_tensor_cache_free(&m->alloc, &index);
+    if (rc) return 0;
+    tessera_device_memory sum = {.device = ""};
+    for (int32_t d = 0; d < n && d < TSR_MAX_DEVICES; d++) {
+        sum.weights += devices[d].weights;
+        sum.arena += devices[d].arena;
+        sum.kv_cache += devices[d].kv_cache;
+        sum.total += devices[d].total;
+    }
+    if (sum.total <= limit) return 0;
+    char total[32], weights[32], arena[32], kv[32], available[32];
+    format_bytes(total, sizeof total, sum.total);
+    format_bytes(weights, sizeof weights, sum.weights);
+    format_bytes(arena, sizeof arena, sum.arena);
+    format_bytes(kv, sizeof kv, sum.kv_cache);
+    format_bytes(available, sizeof available, limit);
+    return tsr_error(TESSERA_ERROR_OUT_OF_MEMORY, "model needs %s (weights %s, arena %s, KV cache %s) but only %s is "
+                     "available (%s); free memory or pass a larger memory_limit", total, weights, arena, kv, available,
+                     source);
 }
 
 /* The device of the table (device_table.h) that params name and that runs m's kernels, made with
@@ -272,6 +316,7 @@ tessera_model *tessera_model_load(const char *dir, const tessera_model_params *p
     m->dir = tsr_strdup(&m->alloc, dir);
     if (!m->dir) rc = TESSERA_ERROR_OUT_OF_MEMORY;
     if (!rc && (rc = read_executable(&m->alloc, dir, &m->exe))) tsr_error_context(rc, "%s", dir);
+    if (!rc && (rc = check_memory_limit(m, dir, params->memory_limit))) tsr_error_context(rc, "%s", dir);
     /* The device before the weights: a build no device here runs is refused without reading them. */
     if (!rc) {
         rc = m->exe.n_devices ? open_split_devices(m, params) : open_device(m, params);

@@ -83,6 +83,7 @@ static void module_run_mirrors_the_swift(const char *dir) {
      * for the duration of the load with withCString). */
     tessera_model_params params = tessera_model_default_params();
     params.n_threads = 1;
+    params.memory_limit = 0; /* EngineOptions.memoryLimit's default: what the machine has available */
     params.device = "cpu";
     tessera_model *m = tessera_model_load(dir, &params);
     CHECK(m != NULL);
@@ -160,6 +161,7 @@ static void engine_sequence_on_a_plain_executable(const char *dir) {
     /* EngineOptions(threads: 1): one thread, because this test also runs in the AArch64 build under
      * qemu-user, which hangs in a guest's pthread_create (runtime-native/CMakeLists.txt). */
     params.n_threads = 1;
+    params.memory_limit = 0;
     params.device = "auto";
     tessera_model *m = tessera_model_load(dir, &params);
     CHECK(m != NULL);
@@ -236,6 +238,7 @@ static int complete(tessera_session *s, sink *k, int32_t max_tokens, tessera_usa
 static void engine_chat_mirrors_the_swift(const char *dir) {
     tessera_model_params params = tessera_model_default_params();
     params.n_threads = 1;
+    params.memory_limit = 0;
     params.device = "auto";
     tessera_model *m = tessera_model_load(dir, &params);
     CHECK(m != NULL);

@@ -7,10 +7,15 @@ public struct EngineOptions {
     public var device: String
     /// CPU threads; 0: one per online CPU.
     public var threads: Int
+    /// Bytes the model may take: a model whose plan (Engine.memory) needs more is refused with a message
+    /// before anything is allocated. 0: what the app may still take now (os_proc_available_memory);
+    /// UInt64.max: no check.
+    public var memoryLimit: UInt64
 
-    public init(device: String = "auto", threads: Int = 0) {
+    public init(device: String = "auto", threads: Int = 0, memoryLimit: UInt64 = 0) {
         self.device = device
         self.threads = threads
+        self.memoryLimit = memoryLimit
     }
 }
 
@@ -22,6 +27,7 @@ func loadModel(_ modelPath: String, _ options: EngineOptions) throws -> OpaquePo
     }
     var params = tessera_model_default_params()
     params.n_threads = Int32(options.threads)
+    params.memory_limit = options.memoryLimit
     let model: OpaquePointer? = options.device.withCString { device -> OpaquePointer? in
         params.device = device
         return tessera_model_load(modelPath, &params)
