@@ -87,6 +87,25 @@ def _parser() -> argparse.ArgumentParser:
                              "`tessera compile --gpu-layers` (default targets then webgpu,wasm: a float16 build is "
                              "not split)")
 
+    package = commands.add_parser("package", help="compile a GGUF chat model for Android or iOS and lay out the "
+                                  "Gradle project or Swift package an app developer opens (docs/mobile.md)")
+    package.add_argument("model", help="a .gguf file (Llama family)")
+    package.add_argument("--target", required=True, metavar="PLATFORM",
+                         help="android (Vulkan plus CPU builds in the Gradle library module) or ios (Metal, in the "
+                              "Swift package)")
+    package.add_argument("-o", "--output", required=True, help="the folder to write (new, or empty)")
+    package.add_argument("--context", type=int, default=1024, help="KV cache positions (default 1024)")
+    layout = package.add_mutually_exclusive_group()
+    layout.add_argument("--whole", action="store_true",
+                        help="the default: whole builds, one per device (android: vulkan, then the CPU per ABI), "
+                             "the app loads the first that works")
+    layout.add_argument("--split", action="store_true",
+                        help="android: one build split between Vulkan and the CPU by --gpu-layers")
+    package.add_argument("--gpu-layers", type=int, metavar="N",
+                         help="the first N decoder layers on the GPU, the rest on the CPU (implies --split)")
+    package.add_argument("--force", action="store_true",
+                         help="replace a package that tessera package wrote into the folder before")
+
     serve = commands.add_parser("serve", help="serve a model over the OpenAI chat API with its chat page, or a "
                                 "bundle's site (docs/serve.md)")
     serve.add_argument("model", nargs="?", default="dist", metavar="MODEL_OR_DIR",
@@ -269,6 +288,19 @@ def _bundle(args) -> int:
     return 0
 
 
+def _package(args) -> int:
+    from .app.package import package_model
+    from .app.progress import ProgressBar
+
+    print(f"packaging {os.path.basename(args.model)} for {args.target} (compiles are cached) ...", file=sys.stderr)
+    with ProgressBar() as progress:
+        folder = package_model(args.model, args.target, args.output, args.context, args.split, args.whole,
+                               args.gpu_layers, args.force, progress)
+    print(f"wrote {args.output}: the model is in {os.path.relpath(folder, args.output)}; {args.output}/README.md "
+          "says what to open")
+    return 0
+
+
 def _serve(args) -> int:
     from .app.serve import serve
 
@@ -284,7 +316,7 @@ def _demo(args) -> int:
 
 
 COMMANDS = {"check": _check, "compile": _compile, "chat": _chat, "inspect": _inspect, "ops": _ops, "targets": _targets,
-            "bundle": _bundle, "serve": _serve, "demo": _demo}
+            "bundle": _bundle, "package": _package, "serve": _serve, "demo": _demo}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,157 @@
+"""`tessera package MODEL --target android|ios -o DIR` on the tiny random-weight Llama: the Gradle project with
+the model under assets/, the Swift package with the model as a resource, memory.json equal to the plan the
+runtime enforces at load, packaged builds that libtessera loads and chats with (the CPU build of this
+machine's ABI and the Vulkan build on lavapipe), and a one-line error for each bad request."""
+
+import filecmp
+import json
+import os
+
+import pytest
+from native.build import ensure_native_build
+from tessera.app.chat import ChatSession, Sampling
+from tessera.app.memory import device_memory
+from tessera.cli import main
+from tessera.native import NativeError, NativeModel, plan_devices
+from tessera.vm import Executable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ANDROID_BUILDS = ["vulkan", "cpu-arm64-v8a", "cpu-x86_64"]
+ELF_MACHINES = {"cpu-arm64-v8a": 183, "cpu-x86_64": 62}  # e_machine: EM_AARCH64, EM_X86_64
+MESSAGES = [{"role": "user", "content": "Hello there"}]
+
+
+def package(tiny_gguf, target: str, output, *options: str) -> None:
+    assert main(["package", tiny_gguf, "--target", target, "-o", str(output), "--context", "64", *options]) == 0
+
+
+@pytest.fixture(scope="module")
+def android(tiny_gguf, tmp_path_factory):
+    ensure_native_build()  # memory.json comes from libtessera's plan
+    output = tmp_path_factory.mktemp("package") / "android"
+    package(tiny_gguf, "android", output)
+    return output
+
+
+@pytest.fixture(scope="module")
+def ios(tiny_gguf, tmp_path_factory):
+    ensure_native_build()
+    output = tmp_path_factory.mktemp("package") / "ios"
+    package(tiny_gguf, "ios", output)
+    return output
+
+
+def test_android_is_the_gradle_project_with_the_model_in_its_assets(android):
+    for name in ("settings.gradle.kts", "build.gradle.kts", "gradle.properties", "tessera/build.gradle.kts",
+                 "tessera/src/main/AndroidManifest.xml", "tessera/src/main/cpp/CMakeLists.txt", "README.md"):
+        assert (android / name).is_file(), name
+    assert list((android / "tessera/src/main/kotlin/ai/tessera").glob("*.kt"))
+    assert not (android / "tessera/src/test").exists() and not (android / "scripts").exists()
+    assert not [p for p in android.rglob("*") if p.name in ("build", ".gradle", ".cxx", ".tessera-cache")]
+    # runtime-native's sources, without its tests, and the NDK build pointed at them.
+    runtime = android / "tessera/src/main/cpp/runtime-native"
+    assert (runtime / "CMakeLists.txt").is_file() and (runtime / "src/model.c").is_file()
+    assert (runtime / "include/tessera.h").is_file() and not (runtime / "tests").exists()
+    cmake = (android / "tessera/src/main/cpp/CMakeLists.txt").read_text()
+    assert "${CMAKE_CURRENT_SOURCE_DIR}/runtime-native" in cmake and "../runtime-native" not in cmake
+    assets = android / "tessera/src/main/assets/tiny"
+    manifest = json.loads((assets / "tessera-package.json").read_text())
+    assert [b["folder"] for b in manifest["builds"]] == ANDROID_BUILDS
+    assert [b.get("abi") for b in manifest["builds"]] == [None, "arm64-v8a", "x86_64"]
+    for build in ANDROID_BUILDS:
+        for name in ("executable.json", "tensor-cache.json", "tokenizer.json", "chat-config.json", "memory.json"):
+            assert (assets / build / name).is_file(), (build, name)
+    for build, machine in ELF_MACHINES.items():
+        header = (assets / build / "kernels.so").read_bytes()[:20]
+        assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == machine, build
+
+
+def test_ios_is_the_swift_package_with_the_model_as_a_resource(ios):
+    header = ios / "Sources/CTessera/include/tessera.h"
+    assert header.is_file() and not header.is_symlink()
+    assert filecmp.cmp(header, os.path.join(ROOT, "runtime-native/include/tessera.h"), shallow=False)
+    package_swift = (ios / "Package.swift").read_text()
+    assert '.library(name: "TesseraModel", targets: ["TesseraModel"])' in package_swift
+    assert 'resources: [.copy("Resources/tiny")]' in package_swift
+    assert (ios / "Sources/TesseraModel/TesseraModel.swift").is_file()
+    assert (ios / "runtime-native/src/model.c").is_file()
+    assert 'ROOT="$IOS"' in (ios / "scripts/build-xcframework.sh").read_text()
+    model = ios / "Sources/TesseraModel/Resources/tiny"
+    assert [b["folder"] for b in json.loads((model / "tessera-package.json").read_text())["builds"]] == ["metal"]
+    assert (model / "metal/executable.json").is_file() and (model / "metal/memory.json").is_file()
+    assert not list(ios.rglob("kernels.so")), "an iOS app cannot load a CPU build's kernels.so"
+
+
+def test_memory_json_is_the_plan_the_runtime_enforces(android, ios):
+    folders = [android / "tessera/src/main/assets/tiny" / b for b in ANDROID_BUILDS]
+    folders.append(ios / "Sources/TesseraModel/Resources/tiny/metal")
+    for folder in folders:
+        memory = json.loads((folder / "memory.json").read_text())
+        rows = plan_devices(str(folder))
+        assert memory["devices"] == [{k: r[k] for k in ("device", "weights", "arena", "kv_cache", "total")}
+                                     for r in rows]
+        assert memory["total"] == sum(r["total"] for r in rows)
+        # The compiler's own plan of the same executable agrees (a build on one device).
+        assert memory["total"] == device_memory(Executable.load(str(folder))).total, folder
+
+
+def test_the_packaged_builds_load_chat_and_are_refused_past_their_memory(android, tmp_path):
+    assets = android / "tessera/src/main/assets/tiny"
+    cpu = str(assets / "cpu-x86_64")
+    want = ChatSession(cpu).reply(MESSAGES, 6, Sampling(temperature=0.0))["reply"]
+    with NativeModel(cpu, n_threads=2, device="cpu") as model:
+        assert model.session().chat(MESSAGES, max_tokens=6)["reply"] == want
+    vulkan = str(assets / "vulkan")
+    with NativeModel(vulkan, n_threads=2, device="vulkan", cache_dir=str(tmp_path)) as model:
+        assert model.device_description.startswith("vulkan")
+        assert model.session().chat(MESSAGES, max_tokens=6)["completion_tokens"] > 0
+    total = json.loads((assets / "cpu-x86_64/memory.json").read_text())["total"]
+    with pytest.raises(NativeError, match="model needs .* but only .* is available \\(memory_limit\\)"):
+        NativeModel(cpu, n_threads=1, memory_limit=total - 1)
+    NativeModel(cpu, n_threads=1, memory_limit=total).close()
+
+
+def test_a_split_package_is_one_build_on_vulkan_and_the_cpu(tiny_gguf, tmp_path):
+    ensure_native_build()
+    package(tiny_gguf, "android", tmp_path / "split", "--gpu-layers", "1")
+    assets = tmp_path / "split/tessera/src/main/assets/tiny"
+    assert [b["folder"] for b in json.loads((assets / "tessera-package.json").read_text())["builds"]] == \
+        ["vulkan-gpu1"]
+    memory = json.loads((assets / "vulkan-gpu1/memory.json").read_text())
+    assert [d["device"] for d in memory["devices"]] == ["vulkan", "cpu"]
+    with NativeModel(str(assets / "vulkan-gpu1"), n_threads=2, cache_dir=str(tmp_path / "cache")) as model:
+        assert model.session().chat(MESSAGES, max_tokens=4)["completion_tokens"] > 0
+
+
+def test_force_replaces_a_package_and_nothing_else(tiny_gguf, tmp_path, capsys):
+    output = tmp_path / "out"
+    package(tiny_gguf, "ios", output)
+    assert main(["package", tiny_gguf, "--target", "ios", "-o", str(output)]) == 1
+    assert "is not empty" in capsys.readouterr().err
+    (output / "Sources/TesseraModel/Resources/tiny/stale").write_text("")
+    package(tiny_gguf, "ios", output, "--force")
+    assert not (output / "Sources/TesseraModel/Resources/tiny/stale").exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert main(["package", tiny_gguf, "--target", "ios", "-o", str(other), "--force"]) == 1
+    assert "no package of tessera package" in capsys.readouterr().err and (other / "notes.txt").exists()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--target", "web"], "unknown --target 'web': tessera package writes android or ios"),
+    (["--target", "ios", "--gpu-layers", "1"], "an iOS app cannot load a CPU build's kernels.so"),
+    (["--target", "android", "--split"], "--split needs --gpu-layers N"),
+    (["--target", "android", "--whole", "--gpu-layers", "1"], "it does not go with --whole"),
+    (["--target", "android", "--gpu-layers", "9"], "--gpu-layers must be 0 to 2"),
+])
+def test_a_bad_request_is_one_line(tiny_gguf, tmp_path, capsys, arguments, message):
+    assert main(["package", tiny_gguf, "-o", str(tmp_path / "out"), "--context", "64", *arguments]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_model_is_named(tmp_path, capsys):
+    assert main(["package", str(tmp_path / "nope.gguf"), "--target", "android", "-o", str(tmp_path / "out")]) == 1
+    assert f"no GGUF file at {tmp_path / 'nope.gguf'}" in capsys.readouterr().err
