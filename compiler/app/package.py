@@ -39,7 +39,7 @@ PACKAGE_VERSION = 1
 # Never copied into a package: build outputs, IDE state, and the host-only tests and scripts of this checkout.
 SKIP = shutil.ignore_patterns("build", ".build", ".gradle", ".cxx", ".idea", "local.properties", "*.iml",
                               "__pycache__", ".tessera-cache", ".build-xcframework", "Tessera.xcframework")
-SKIP_RUNTIME = shutil.ignore_patterns("build", "tests", "fuzz", "__pycache__")
+SKIP_RUNTIME = shutil.ignore_patterns("build", "tests", "fuzz", "__pycache__", "*.o", "*.a", "*.so")
 
 
 class PackageError(TesseraError):

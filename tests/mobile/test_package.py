@@ -52,6 +52,7 @@ def test_android_is_the_gradle_project_with_the_model_in_its_assets(android):
     runtime = android / "tessera/src/main/cpp/runtime-native"
     assert (runtime / "CMakeLists.txt").is_file() and (runtime / "src/model.c").is_file()
     assert (runtime / "include/tessera.h").is_file() and not (runtime / "tests").exists()
+    assert not list(runtime.rglob("*.o")), "no build outputs of this checkout"
     cmake = (android / "tessera/src/main/cpp/CMakeLists.txt").read_text()
     assert "${CMAKE_CURRENT_SOURCE_DIR}/runtime-native" in cmake and "../runtime-native" not in cmake
     assets = android / "tessera/src/main/assets/tiny"
