@@ -55,7 +55,9 @@ static int read_tensor(JNIEnv *env, call_inputs *in, size_t i, jint dtype, jobje
         tj_throw_illegal_argument(env, "tessera_jni: a tensor input with too many dimensions or an unknown dtype");
     } else {
         v->tensor.ndim = (int32_t)(*env)->GetArrayLength(env, shape);
-        (*env)->GetLongArrayRegion(env, shape, 0, v->tensor.ndim, (jlong *)v->tensor.shape);
+        jlong dims[TESSERA_MAX_NDIM]; /* jlong and int64_t may be distinct types: copy, do not alias */
+        (*env)->GetLongArrayRegion(env, shape, 0, v->tensor.ndim, dims);
+        for (int32_t d = 0; d < v->tensor.ndim; d++) v->tensor.shape[d] = dims[d];
         size_t n = (size_t)(*env)->GetArrayLength(env, bytes);
         if (n != tensor_bytes(&v->tensor)) {
             tj_throw_illegal_argument(env, "tessera_jni: a tensor input's bytes do not match its shape");

@@ -49,4 +49,6 @@ jbyteArray tj_bytes(JNIEnv *env, const char *text, size_t n) {
     return bytes;
 }
 
-jbyteArray tj_bytes_of(JNIEnv *env, const char *text) { return tj_bytes(env, text ? text : "", text ? strlen(text) : 0); }
+jbyteArray tj_bytes_of(JNIEnv *env, const char *text) {
+    return tj_bytes(env, text ? text : "", text ? strlen(text) : 0);
+}

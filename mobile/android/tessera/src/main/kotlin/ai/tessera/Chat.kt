@@ -40,22 +40,24 @@ class Completions internal constructor(private val engine: Engine) {
      * A runtime error ends the flow with a TesseraException.
      */
     @JvmOverloads
-    fun stream(messages: List<ChatMessage>, options: CompletionOptions = CompletionOptions()): Flow<ChatCompletionChunk> =
-        callbackFlow {
-            val cancel = AtomicBoolean(false)
-            launch(Dispatchers.IO) {
-                try {
-                    val completion = engine.complete(messages, options, cancel) { text ->
-                        // Blocks this generating thread while the collector is behind (backpressure); fails
-                        // once the collector is gone, which stops generation.
-                        if (trySendBlocking(ChatCompletionChunk.content(text)).isFailure) cancel.set(true)
-                    }
-                    if (!cancel.get()) send(ChatCompletionChunk.finish(completion))
-                    channel.close()
-                } catch (e: Throwable) {
-                    channel.close(e)
+    fun stream(
+        messages: List<ChatMessage>, options: CompletionOptions = CompletionOptions(),
+    ): Flow<ChatCompletionChunk> = callbackFlow {
+        val cancel = AtomicBoolean(false)
+        launch(Dispatchers.IO) {
+            try {
+                val completion = engine.complete(messages, options, cancel) { text ->
+                    // Blocks this generating thread while the collector is behind (backpressure); fails
+                    // once the collector is gone, which stops generation.
+                    if (trySendBlocking(ChatCompletionChunk.content(text)).isFailure) cancel.set(true)
                 }
+                // Fails harmlessly when the collector is gone; reaches it when close() cancelled the reply.
+                trySendBlocking(ChatCompletionChunk.finish(completion))
+                channel.close()
+            } catch (e: Throwable) {
+                channel.close(e)
             }
-            awaitClose { cancel.set(true) }
         }
+        awaitClose { cancel.set(true) }
+    }
 }

@@ -37,7 +37,6 @@ class Engine private constructor(
         @JvmOverloads
         fun load(modelDir: String, options: EngineOptions = EngineOptions()): Engine {
             val model = loadModel(modelDir, options)
-            val device = TesseraJni.modelDevice(model)?.let { String(it, Charsets.UTF_8) } ?: ""
             val session = TesseraJni.sessionNew(model)
             if (session == 0L) {
                 // Not a chat model (a plain executable has no tokenizer): say why, then free the model.
@@ -45,7 +44,14 @@ class Engine private constructor(
                 TesseraJni.modelFree(model)
                 throw error
             }
-            return Engine(model, session, modelDir, device)
+            try {
+                val device = TesseraJni.modelDevice(model)?.let { String(it, Charsets.UTF_8) } ?: ""
+                return Engine(model, session, modelDir, device)
+            } catch (e: Throwable) { // an OutOfMemoryError from JNI: the handles must not leak
+                TesseraJni.sessionFree(session)
+                TesseraJni.modelFree(model)
+                throw e
+            }
         }
 
         /**
@@ -66,7 +72,9 @@ class Engine private constructor(
 
     /** What the loaded model holds on each device (tessera_model_memory_devices). */
     fun memory(): MemoryPlan = locked {
-        readDevices("reading the memory of $modelDir") { names, sizes -> TesseraJni.memoryDevices(model, names, sizes) }
+        readDevices("reading the memory of $modelDir") { names, sizes ->
+            TesseraJni.memoryDevices(model, names, sizes)
+        }
     }
 
     /** Forgets the conversation: the next reply prefills from the start. */
@@ -130,10 +138,14 @@ class Engine private constructor(
             // close() may have looked for a running generation just before this one set `running`.
             if (closing) cancel.set(true)
             try {
+                // A stream cancelled while it waited for the lock does not start (its prefill may be long).
+                if (cancel.get()) return@locked cancelledBeforeStart()
                 val status = TesseraJni.chatCompletion(session, roles, contents, options.maxTokens,
                     options.temperature, options.topP, options.seed != null, options.seed ?: 0L, receiver, usage)
                 receiver.failure?.let { throw it }
-                if (status < 0 && !receiver.cancelled) throw TesseraException.fromStatus(status, "the chat completion")
+                if (status < 0 && !receiver.cancelled) {
+                    throw TesseraException.fromStatus(status, "the chat completion")
+                }
                 filter.finish()
                 finished(filter, receiver, usage, options)
             } finally {
@@ -142,6 +154,9 @@ class Engine private constructor(
             }
         }
     }
+
+    private fun cancelledBeforeStart() = ChatCompletion(
+        listOf(ChatCompletion.Choice(0, ChatMessage("assistant", ""), "cancelled")), CompletionUsage(0, 0, 0))
 
     private fun finished(filter: StopStringFilter, receiver: PieceReceiver, usage: IntArray,
                          options: CompletionOptions): ChatCompletion {

@@ -29,10 +29,13 @@ class Tensor private constructor(val shape: LongArray, val dtype: DType, private
         if (shape.size > MAX_DIMENSIONS) {
             throw TesseraException.invalid("a tensor has at most $MAX_DIMENSIONS dimensions, not ${shape.size}")
         }
-        if (shape.any { it < 0 }) throw TesseraException.invalid("the shape ${shape.contentToString()} has a negative dimension")
+        if (shape.any { it < 0 }) {
+            throw TesseraException.invalid("the shape ${shape.contentToString()} has a negative dimension")
+        }
         val elements = shape.fold(1L) { product, d -> product * d }
         if (elements != size.toLong()) {
-            throw TesseraException.invalid("a tensor of shape ${shape.contentToString()} holds $elements elements, not $size")
+            throw TesseraException.invalid(
+                "a tensor of shape ${shape.contentToString()} holds $elements elements, not $size")
         }
     }
 

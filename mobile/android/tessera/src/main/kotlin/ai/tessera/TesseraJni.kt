@@ -33,7 +33,8 @@ internal object TesseraJni {
 
     fun lastErrorText(): String = lastError()?.let { String(it, Charsets.UTF_8) } ?: ""
 
-    fun statusNameText(status: Int): String = statusName(status)?.let { String(it, Charsets.UTF_8) } ?: "TESSERA_ERROR"
+    fun statusNameText(status: Int): String =
+        statusName(status)?.let { String(it, Charsets.UTF_8) } ?: "TESSERA_ERROR"
 
     @JvmStatic external fun lastError(): ByteArray?
 
@@ -112,6 +113,8 @@ internal class PieceReceiver(private val filter: StopStringFilter, private val c
 
 /** UTF-8 bytes of a string the runtime reads as a C string (which ends at the first NUL). */
 internal fun cString(text: String, what: String): ByteArray {
-    if (text.indexOf('\u0000') >= 0) throw TesseraException.invalid("$what contains a NUL character, which the runtime's C strings cannot carry")
+    if (text.indexOf('\u0000') >= 0) {
+        throw TesseraException.invalid("$what contains a NUL character, which the runtime's C strings cannot carry")
+    }
     return text.toByteArray(Charsets.UTF_8)
 }
