@@ -155,8 +155,8 @@ static void distribution(void) {
     for (int k = 0; k < N; k++) count[tsr_sampler_sample(&s, l, NULL, 0, &p)]++;
     double chi2 = 0;
     for (int i = 0; i < 4; i++) {
-        double expected = prob[i] * N;
-        chi2 += (count[i] - expected) * (count[i] - expected) / expected;
+        double expected = prob[i] * N, seen = (double)count[i]; /* exact: counts stay far below 2^53 */
+        chi2 += (seen - expected) * (seen - expected) / expected;
     }
     if (!(chi2 < 30)) fprintf(stderr, "chi-square %.1f: %ld %ld %ld %ld\n", chi2, count[0], count[1], count[2], count[3]);
     CHECK(chi2 < 30);
@@ -164,8 +164,8 @@ static void distribution(void) {
     double other[4], osum = 0, chi2_other = 0;
     for (int i = 0; i < 4; i++) osum += other[i] = exp(l[i]);
     for (int i = 0; i < 4; i++) {
-        double expected = other[i] / osum * N;
-        chi2_other += (count[i] - expected) * (count[i] - expected) / expected;
+        double expected = other[i] / osum * N, seen = (double)count[i];
+        chi2_other += (seen - expected) * (seen - expected) / expected;
     }
     CHECK(chi2_other > 1000);
     tsr_sampler_free(&s);

@@ -128,7 +128,9 @@ static int has(const char *needle) {
     return 0;
 }
 
-static tessera_value f32(float *data, int32_t ndim, int64_t d0, int64_t d1) {
+/* data is void *: the int32 and bool cases pass their own arrays, then set the dtype (no cast to float *,
+ * which -Wstrict-aliasing=2, on in the cross builds, reports as type punning). */
+static tessera_value f32(void *data, int32_t ndim, int64_t d0, int64_t d1) {
     tessera_value v;
     memset(&v, 0, sizeof v);
     v.kind = TESSERA_VALUE_TENSOR;
@@ -191,7 +193,7 @@ static void straight(void) {
     CHECK_EQ_INT(tsr_vm_call(&vm, "straight", two, 2), TESSERA_ERROR_INVALID_ARGUMENT);
     CHECK(has("got 2"));
     int32_t ints[4] = {1, 2, 3, 4};
-    tessera_value wrong_dtype[1] = {f32((float *)ints, 1, 4, 0)};
+    tessera_value wrong_dtype[1] = {f32(ints, 1, 4, 0)};
     wrong_dtype[0].tensor.dtype = TESSERA_INT32;
     CHECK_EQ_INT(tsr_vm_call(&vm, "straight", wrong_dtype, 1), TESSERA_ERROR_RUNTIME_CHECK);
     CHECK(has("argument 'x' of straight: expected R.Tensor((n,), dtype=\"float32\"), got dtype int32"));
@@ -282,7 +284,7 @@ static void branches(void) {
     /* if on a one-element tensor argument: int32, float32 (-0.0 is false), and more than one element */
     int32_t one = 1, zero = 0;
     float fzero = -0.0f, fhalf = 0.5f;
-    tessera_value c[2] = {f32((float *)&one, 1, 1, 0), prim(0)};
+    tessera_value c[2] = {f32(&one, 1, 1, 0), prim(0)};
     c[0].tensor.dtype = TESSERA_INT32;
     CHECK_EQ_INT(tsr_vm_call(&vm, "branch_arg", c, 2), 0);
     CHECK_EQ_INT(out_i64(0, 0), 1);
@@ -360,7 +362,7 @@ static void tuples(void) {
     tessera_value items[2] = {prim(1), f32(x, 1, 3, 0)};
     tessera_value tup = {TESSERA_VALUE_TUPLE, {0}, 0, items, 2};
     int32_t one = 1;
-    tessera_value c[2] = {f32((float *)&one, 1, 1, 0), tup};
+    tessera_value c[2] = {f32(&one, 1, 1, 0), tup};
     c[0].tensor.dtype = TESSERA_INT32;
     CHECK_EQ_INT(tsr_vm_call(&vm, "branch_arg", c, 2), 0);
 }
@@ -400,7 +402,7 @@ static void builtins(void) {
 
     /* nonzero of a 2-D int32 tensor: row 0 the row indices, row 1 the column indices */
     int32_t m[6] = {0, 5, 0, 7, 0, 9}; /* [[0, 5, 0], [7, 0, 9]] */
-    args[0] = f32((float *)m, 2, 2, 3);
+    args[0] = f32(m, 2, 2, 3);
     args[0].tensor.dtype = TESSERA_INT32;
     CHECK_EQ_INT(tsr_vm_call(&vm, "nz", args, 1), 0);
     CHECK(vm.outputs[0].ndim == 2 && vm.outputs[0].shape[0] == 2 && vm.outputs[0].shape[1] == 3);
@@ -411,7 +413,7 @@ static void builtins(void) {
     /* mask_select with a bool mask (one byte per element on the host, a word on the device) */
     uint8_t mask[8] = {1, 0, 0, 1, 1, 0, 0, 1};
     args[0] = f32(x, 1, 8, 0);
-    args[1] = f32((float *)mask, 1, 8, 0);
+    args[1] = f32(mask, 1, 8, 0);
     args[1].tensor.dtype = TESSERA_BOOL;
     CHECK_EQ_INT(tsr_vm_call(&vm, "msel", args, 2), 0);
     CHECK_EQ_INT(vm.outputs[0].shape[0], 4);
