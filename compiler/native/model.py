@@ -50,7 +50,7 @@ class NativeModel:
     device's name (tessera.target.NATIVE_DEVICE_LABELS), with ":N" for the N-th device of its kind ("vulkan:1").
     ``cache_dir``: where a GPU device keeps its compiled pipelines or programs (None: a
     .tessera-cache folder in ``directory``, when it is writable). ``memory_limit``: bytes the model may
-    take, checked against its plan before anything is allocated (0: what the machine has available now;
+    take, checked against its plan before the weights and arenas are allocated (0: what the machine has available now;
     NO_MEMORY_LIMIT: no check)."""
 
     def __init__(self, directory: str, n_threads: int = 0, device: str = "auto", libraries: dict | None = None,

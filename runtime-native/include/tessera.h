@@ -135,9 +135,9 @@ typedef struct tessera_model_params {
     /* Where GPU devices keep compiled pipelines (Vulkan's pipeline cache, OpenCL program binaries), so a
      * second load compiles no shader; NULL: a .tessera-cache folder in the model's folder (when writable). */
     const char *cache_dir;
-    /* Bytes the model may take, checked before anything is allocated: if the plan's total over every device
-     * (tessera_model_plan_devices) exceeds it, the load fails with TESSERA_ERROR_OUT_OF_MEMORY and a message
-     * naming both. 0 (the default): what this machine has available now (MemAvailable from /proc/meminfo on
+    /* Bytes the model may take, checked once executable.json is read, before the device, weights and arenas
+     * are allocated: if the plan's total over every device (tessera_model_plan_devices) exceeds it, the load
+     * fails with TESSERA_ERROR_OUT_OF_MEMORY and a message naming both. 0 (the default): what this machine has available now (MemAvailable from /proc/meminfo on
      * Linux and Android, os_proc_available_memory() on iOS, hw.memsize on other Apple systems); where that
      * cannot be read, the check is skipped. UINT64_MAX: no check. */
     uint64_t memory_limit;

@@ -8,8 +8,8 @@ public struct EngineOptions {
     /// CPU threads; 0: one per online CPU.
     public var threads: Int
     /// Bytes the model may take: a model whose plan (Engine.memory) needs more is refused with a message
-    /// before anything is allocated. 0: what the app may still take now (os_proc_available_memory);
-    /// UInt64.max: no check.
+    /// before the weights and arenas are allocated. 0: what the app may still take now
+    /// (os_proc_available_memory); UInt64.max: no check.
     public var memoryLimit: UInt64
 
     public init(device: String = "auto", threads: Int = 0, memoryLimit: UInt64 = 0) {
