@@ -1,7 +1,7 @@
 // The Android library module: the Kotlin API (src/main/kotlin; plus src/androidMain/kotlin, the helpers
 // that need an android.content.Context) and the native library libtessera_jni.so, built per ABI by the NDK
-// from src/main/cpp/CMakeLists.txt (runtime-native plus the JNI bridge). Prebuilt libraries under
-// src/main/jniLibs/<abi>/ are packaged too, for apps that build them elsewhere.
+// from src/main/cpp/CMakeLists.txt (runtime-native plus the JNI bridge), or taken prebuilt from
+// src/main/jniLibs/<abi>/ (arm64-v8a, x86_64) when they are there.
 // Not built on the host that wrote it: there is no Android SDK, NDK or Gradle there. The same Kotlin and C
 // sources are compiled and tested on the JVM by mobile/android/scripts/build-host.sh.
 plugins {
@@ -31,10 +31,14 @@ android {
         }
     }
 
-    externalNativeBuild {
-        cmake {
-            path = file("src/main/cpp/CMakeLists.txt")
-            version = "3.22.1"
+    // Prebuilt libraries in src/main/jniLibs/<abi>/ replace the NDK build (both would package
+    // libtessera_jni.so twice).
+    if (!file("src/main/jniLibs/arm64-v8a/libtessera_jni.so").exists()) {
+        externalNativeBuild {
+            cmake {
+                path = file("src/main/cpp/CMakeLists.txt")
+                version = "3.22.1"
+            }
         }
     }
 
