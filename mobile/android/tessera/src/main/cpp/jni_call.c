@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "jni_support.h"
+#include "tessera_jni.h"
 
 #define TJ_ALIGNMENT 64
 
@@ -148,11 +149,9 @@ static jobjectArray copy_outputs(JNIEnv *env, const tessera_tensor *outputs, siz
     return result;
 }
 
-JNIEXPORT jobjectArray JNICALL Java_ai_tessera_TesseraJni_modelCall(JNIEnv *env, jclass cls, jlong model,
-                                                                    jbyteArray function, jintArray kinds,
-                                                                    jintArray dtypes, jobjectArray shapes,
-                                                                    jobjectArray data, jlongArray ints,
-                                                                    jintArray status_out) {
+JNIEXPORT jobjectArray TJ_FN(modelCall)(JNIEnv *env, jclass cls, jlong model, jbyteArray function, jintArray kinds,
+                                        jintArray dtypes, jobjectArray shapes, jobjectArray data, jlongArray ints,
+                                        jintArray status_out) {
     (void)cls;
     call_inputs in;
     memset(&in, 0, sizeof in);

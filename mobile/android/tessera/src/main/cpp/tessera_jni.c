@@ -7,8 +7,7 @@
 #include <string.h>
 
 #include "jni_support.h"
-
-#define TJ_FN(name) JNICALL Java_ai_tessera_TesseraJni_##name
+#include "tessera_jni.h"
 
 JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM *vm, void *reserved) {
     (void)vm;
