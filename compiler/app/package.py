@@ -103,15 +103,17 @@ def package_model(model: str, platform: str, output: str, context_length: int = 
     split = check_request(platform, model, output, split, whole, gpu_layers, force)
     builds = package_builds(platform, split, gpu_layers)
     compiled = [cached_compile(model, b.target, context_length, progress, gpu_layers=b.gpu_layers) for b in builds]
+    memories = [memory_plan(folder) for folder in compiled]  # before anything is written: it may refuse
     if os.path.isdir(output):
         shutil.rmtree(output)
     name = model_id(model)
     model_dir = (_android_project if platform == "android" else _ios_package)(output, name)
     records = []
-    for build, folder in zip(builds, compiled):
+    for build, folder, memory in zip(builds, compiled, memories):
         destination = os.path.join(model_dir, build.folder)
         shutil.copytree(folder, destination, ignore=shutil.ignore_patterns(".tessera-cache"))
-        memory = write_memory(destination)
+        with open(os.path.join(destination, MEMORY), "w", encoding="utf-8") as f:
+            json.dump(memory, f, indent=1)
         records.append({**{k: v for k, v in asdict(build).items() if v is not None}, "memory_total": memory["total"]})
     manifest = {"format": "tessera-package", "version": PACKAGE_VERSION, "model": name, "platform": platform,
                 "context_length": context_length, "split": split, "builds": records}
@@ -129,8 +131,8 @@ def package_model(model: str, platform: str, output: str, context_length: int = 
     return model_dir
 
 
-def write_memory(folder: str) -> dict:
-    """memory.json: each device's weights, arena, KV cache and total in bytes, and the total, from the plan
+def memory_plan(folder: str) -> dict:
+    """What memory.json holds: each device's weights, arena, KV cache and total in bytes, and the total, from the plan
     libtessera checks at load (tessera_model_plan_devices). Without the built library (make native) a
     build on one device gets the compiler's own plan of the same executable; a split one needs the library."""
     from tessera.native import load_library, plan_devices
@@ -144,17 +146,14 @@ def write_memory(folder: str) -> dict:
         if exe.devices:
             raise PackageError(f"the memory plan of a split build needs libtessera (make native): {error}") from None
         plan = device_memory(exe)
-        rows = [{"device": exe.target.kind, "weights": plan.weights, "arena": plan.arena,
+        rows = [{"device": exe.target["kind"], "weights": plan.weights, "arena": plan.arena,
                  "kv_cache": plan.kv_cache, "total": plan.total}]
         source = "tessera.app.memory"
     else:
         rows = plan_devices(folder)
         source = "tessera_model_plan_devices"
-    memory = {"devices": [{k: row[k] for k in ("device", "weights", "arena", "kv_cache", "total")} for row in rows],
-              "total": sum(row["total"] for row in rows), "plan": source}
-    with open(os.path.join(folder, MEMORY), "w", encoding="utf-8") as f:
-        json.dump(memory, f, indent=1)
-    return memory
+    return {"devices": [{k: row[k] for k in ("device", "weights", "arena", "kv_cache", "total")} for row in rows],
+            "total": sum(row["total"] for row in rows), "plan": source}
 
 
 def _android_project(output: str, name: str) -> str:

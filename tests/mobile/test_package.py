@@ -156,3 +156,17 @@ def test_a_bad_request_is_one_line(tiny_gguf, tmp_path, capsys, arguments, messa
 def test_a_missing_model_is_named(tmp_path, capsys):
     assert main(["package", str(tmp_path / "nope.gguf"), "--target", "android", "-o", str(tmp_path / "out")]) == 1
     assert f"no GGUF file at {tmp_path / 'nope.gguf'}" in capsys.readouterr().err
+
+
+def test_without_libtessera_memory_json_is_the_compilers_plan_and_a_split_is_refused(tiny_gguf, ios, tmp_path,
+                                                                                    monkeypatch, capsys):
+    monkeypatch.setenv("TESSERA_NATIVE_LIB", str(tmp_path / "missing" / "libtessera.so"))
+    package(tiny_gguf, "ios", tmp_path / "ios")
+    metal = "Sources/TesseraModel/Resources/tiny/metal/memory.json"
+    without = json.loads((tmp_path / "ios" / metal).read_text())
+    assert without["plan"] == "tessera.app.memory"
+    assert without["devices"] == json.loads((ios / metal).read_text())["devices"]
+    assert main(["package", tiny_gguf, "--target", "android", "-o", str(tmp_path / "split"), "--context", "64",
+                 "--gpu-layers", "1"]) == 1
+    assert "the memory plan of a split build needs libtessera (make native)" in capsys.readouterr().err
+    assert not (tmp_path / "split").exists()
