@@ -269,13 +269,16 @@ def readme(platform: str, name: str, model_folder: str, builds: list[dict]) -> s
 
 ANDROID_STEPS = """## Next steps
 
-1. Open this folder in Android Studio (File > Open): it is a Gradle project whose `tessera` module is the
-   library; its NDK build (`tessera/src/main/cpp/CMakeLists.txt`) compiles the copy of runtime-native in
+1. Open this folder in Android Studio (File > Open) to build the library: a Gradle project whose `tessera`
+   module's NDK build (`tessera/src/main/cpp/CMakeLists.txt`) compiles the copy of runtime-native in
    `tessera/src/main/cpp/runtime-native` for arm64-v8a and x86_64.
-2. Add your app module here (or this module to your app). The runtime reads a real folder and an APK's
-   assets are not one: `val dir = ModelAssets.install(context, "@MODEL@")` copies assets/@MODEL@/ to the app's
-   files folder once (off the main thread).
-3. `Engine.load("$dir/@FIRST@")`@FALLBACK@; then `engine.chat.completions.stream(messages)`.
+2. In your app's project, include the module (settings.gradle.kts: `include(":tessera")` and
+   `project(":tessera").projectDir = file("<this folder>/tessera")`) and depend on it
+   (`implementation(project(":tessera"))`). Keep your app outside this folder: `tessera package --force`
+   replaces all of it.
+3. The runtime reads a real folder and an APK's assets are not one: `val dir = ModelAssets.install(context,
+   "@MODEL@")` copies assets/@MODEL@/ to the app's files folder once (off the main thread).
+4. `Engine.load("$dir/@FIRST@")`@FALLBACK@; then `engine.chat.completions.stream(messages)`.
 
 The CPU builds' `kernels.so` are compiled here by Debian's cross compilers for Linux with glibc: Android's
 loader does not load them yet (docs/mobile.md, "tessera package"), so on a phone the Vulkan build is the one
@@ -287,7 +290,7 @@ IOS_STEPS = """## Next steps
 1. On a Mac, build the runtime: `scripts/build-xcframework.sh` (Xcode's command line tools and CMake) writes
    `Tessera.xcframework` from the copy of runtime-native in `runtime-native/`.
 2. Add this folder to your Xcode project as a local Swift package and link the `Tessera` and `TesseraModel`
-   libraries to your app.
+   libraries to your app (keep the app outside this folder: `tessera package --force` replaces all of it).
 3. `let engine = try Engine(modelPath: TesseraModel.path()!)`, then
    `for try await chunk in engine.chat.completions.stream(messages: ...)`.
 
