@@ -13,30 +13,33 @@ object ModelAssets {
     private const val STAMP_FILE = ".tessera-asset-stamp"
 
     /**
-     * Copies assets/<name>/ to <filesDir>/tessera-models/<name>/ when it is missing there or came from an
-     * older install of the app, and returns that folder's path, for Engine.load or Module.load. Slow the
-     * first time (the whole model is copied): call it off the main thread.
+     * Copies assets/<name>/ (or only its [build] folder, assets/<name>/<build>/, such as "vulkan") to the
+     * same path under <filesDir>/tessera-models/ when it is missing there or came from an older install of
+     * the app, and returns that folder's path, for Engine.load or Module.load. Copying one build saves the
+     * phone's storage: `tessera package` writes several, each with its own weights. Slow the first time
+     * (the model is copied): call it off the main thread.
      *
      * The copy is made in a side folder and renamed into place when complete, then stamped with the APK's
      * size and time, so an interrupted copy is made again and an app update brings its new model.
      */
     @JvmStatic
-    fun install(context: Context, name: String): String {
-        val models = File(context.filesDir, "tessera-models")
-        val target = File(models, name)
+    @JvmOverloads
+    fun install(context: Context, name: String, build: String? = null): String {
+        val assetPath = if (build == null) name else "$name/$build"
+        val target = File(File(context.filesDir, "tessera-models"), assetPath)
         val stamp = apkStamp(context)
         val stampFile = File(target, STAMP_FILE)
         if (stampFile.isFile && stampFile.readText() == stamp) return target.path
-        val partial = File(models, "$name.partial")
+        val partial = File(target.parentFile, "${target.name}.partial")
         partial.deleteRecursively()
         try {
-            copyAssetFolder(context, name, partial)
+            copyAssetFolder(context, assetPath, partial)
             File(partial, STAMP_FILE).writeText(stamp)
             target.deleteRecursively()
             if (!partial.renameTo(target)) throw IOException("cannot rename $partial to $target")
         } catch (e: IOException) {
             partial.deleteRecursively()
-            throw TesseraException("copying the model assets/$name to $target failed: ${e.message}", -2,
+            throw TesseraException("copying the model assets/$assetPath to $target failed: ${e.message}", -2,
                 "TESSERA_ERROR_IO")
         }
         return target.path
