@@ -10,10 +10,11 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium clang lld wasi-libc libclang-rt-14-dev-wasm32 \
 	spirv-tools vulkan-validationlayers pocl-opencl-icd ocl-icd-libopencl1 oclgrind \
 	cmake pkg-config libcjson-dev libpcre2-dev libclang-rt-14-dev libvulkan-dev opencl-c-headers \
-	gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcjson-dev:arm64 libpcre2-dev:arm64 \
+	gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libcjson-dev:arm64 libpcre2-dev:arm64 musl:arm64 \
 	openjdk-17-jdk-headless junit4
 # runtime-native (C11, CMake): cJSON and PCRE2 from the system; libFuzzer from clang's runtime; the
-# AArch64 cross build (the arm64 -dev packages through multiarch) runs its tests under qemu-user.
+# AArch64 cross build (the arm64 -dev packages through multiarch) runs its tests under qemu-user; so does
+# the AArch64 musl build (zig cc from PyPI's ziglang), whose programs' loader is musl:arm64's.
 # The Android library's host build: its JNI bridge and Kotlin (kotlinc from npm) on OpenJDK 17, tested with JUnit 4.
 
 .PHONY: setup system-deps python-deps node-deps facts native test lint test-native test-native-builds test-python test-conformance-js test-js test-browser demo bench wheel clean
@@ -66,7 +67,9 @@ native: system-deps
 
 # ctest in the release build and again under AddressSanitizer + UndefinedBehaviorSanitizer; the
 # loader's fuzzer for 60 s from its committed corpus (new inputs go to a scratch folder); and the
-# AArch64 cross build with its ctest suite under qemu-user, the path a phone's CPU takes.
+# AArch64 cross builds, glibc and musl, with Android's warnings (TESSERA_STRICT_WARNINGS) and their ctest
+# suites under qemu-user, the path a phone's CPU takes, and the JNI bridge cross-built for both, its
+# exported functions checked against the Kotlin declarations (tests/mobile/test_jni_symbols.py).
 FUZZ_SECONDS ?= 60
 test-native: native test-native-builds
 
@@ -81,9 +84,15 @@ test-native-builds:
 	rm -rf $(NATIVE)/fuzz/scratch && mkdir -p $(NATIVE)/fuzz/scratch
 	$(NATIVE)/fuzz/fuzz_loader -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(NATIVE)/fuzz/scratch \
 	  runtime-native/fuzz/corpus/loader
-	cmake -S runtime-native -B $(NATIVE)/aarch64 -DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/runtime-native/cmake/aarch64-linux-gnu.cmake > /dev/null
+	cmake -S runtime-native -B $(NATIVE)/aarch64 -DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/runtime-native/cmake/aarch64-linux-gnu.cmake \
+	  -DTESSERA_STRICT_WARNINGS=ON > /dev/null
 	cmake --build $(NATIVE)/aarch64 -j2
 	ctest --test-dir $(NATIVE)/aarch64 --output-on-failure
+	cmake -S runtime-native -B $(NATIVE)/aarch64-musl -DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/runtime-native/cmake/aarch64-linux-musl.cmake \
+	  -DTESSERA_STRICT_WARNINGS=ON > /dev/null
+	cmake --build $(NATIVE)/aarch64-musl -j2
+	ctest --test-dir $(NATIVE)/aarch64-musl --output-on-failure
+	$(PY) -m pytest -p no:cacheprovider -q tests/mobile/test_jni_symbols.py -k cross
 
 # runtime-js/src/facts.js and runtime-native/src/facts.h from compiler/facts.json (docs/facts.md); both are
 # committed, and tests/test_facts.py fails while either is stale.
