@@ -17,8 +17,9 @@ set(CMAKE_AR ${CMAKE_CURRENT_LIST_DIR}/zig/ar CACHE FILEPATH "zig's ar")
 set(CMAKE_RANLIB ${CMAKE_CURRENT_LIST_DIR}/zig/ranlib CACHE FILEPATH "zig's ranlib")
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64)
 set(TESSERA_BUNDLED_DEPS ON CACHE BOOL "zig's musl sysroot has no cJSON or PCRE2 packages")
-# ARMv8.2-A, as in aarch64-linux-gnu.cmake (zig spells -march=armv8.2-a as below). zig's clang adds UndefinedBehaviorSanitizer's runtime to
-# unoptimized builds, and that runtime calls statx, which musl 1.2.3 (Debian's) lacks: left out.
+# ARMv8.2-A, as in aarch64-linux-gnu.cmake (zig spells -march=armv8.2-a as below). zig's clang adds
+# UndefinedBehaviorSanitizer's runtime to unoptimized builds, and that runtime calls statx, which
+# musl 1.2.3 (Debian's, the loader here) lacks: left out.
 set(CMAKE_C_FLAGS_INIT "-mcpu=generic+v8_2a -fno-sanitize=undefined")
 # zig's clang makes static executables for musl unless told otherwise.
 set(CMAKE_EXE_LINKER_FLAGS_INIT "-dynamic")
