@@ -33,7 +33,7 @@ set(TESSERA_DEPS_DIR "${tessera_default_deps_dir}" CACHE PATH
 function(tessera_bundled_source name url sha256 top out)
   get_filename_component(file_name "${url}" NAME)
   set(archive "${TESSERA_DEPS_DIR}/${file_name}")
-  set(how_to_fix "download ${url} into ${TESSERA_DEPS_DIR} by hand (or configure with -DTESSERA_DEPS_DIR=a folder "
+  string(CONCAT how_to_fix "download ${url} into ${TESSERA_DEPS_DIR} by hand (or configure with -DTESSERA_DEPS_DIR=a folder "
                  "that holds it), or build without -DTESSERA_BUNDLED_DEPS=ON, with the system's ${name} found "
                  "through pkg-config")
   if(EXISTS "${archive}")
