@@ -57,6 +57,13 @@ def classpath():
         return f.read().strip()
 
 
+@pytest.fixture(scope="module")
+def java(classpath):
+    """The java of the JDK build-host.sh compiled against."""
+    with open(os.path.join(HOST, "test.java"), encoding="utf-8") as f:
+        return f.read().strip()
+
+
 def compiled(tiny_gguf: str, model: str, target: str, context: int) -> str:
     from tessera.app.compile import cached_compile
     from tessera.frontend import bundled_smollm2_path
@@ -169,10 +176,11 @@ def read_text(root: str, key: str) -> str:
         return f.read()
 
 
-def run_junit(classpath: str, data: str, test_class: str, jvm_args=(), timeout: int = 600) -> subprocess.CompletedProcess:
+def run_junit(java: str, classpath: str, data: str, test_class: str, jvm_args=(),
+              timeout: int = 600) -> subprocess.CompletedProcess:
     """One JUnit class in a JVM of its own, under -Xcheck:jni; fails on a test failure or a JNI warning.
     file.encoding is UTF-8, as it always is on Android (a JVM 17's default follows the locale)."""
-    command = ["java", "-Xcheck:jni", *jvm_args, f"-Djava.library.path={HOST}", f"-Dtessera.test.data={data}",
+    command = [java, "-Xcheck:jni", *jvm_args, f"-Djava.library.path={HOST}", f"-Dtessera.test.data={data}",
                "-Dfile.encoding=UTF-8", "-cp", classpath, "org.junit.runner.JUnitCore", f"ai.tessera.{test_class}"]
     start = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
@@ -180,25 +188,26 @@ def run_junit(classpath: str, data: str, test_class: str, jvm_args=(), timeout: 
     print(f"{test_class}: {seconds:.1f} s\n{result.stdout}\n{result.stderr}")
     assert result.returncode == 0 and re.search(r"^OK \(\d+ tests?\)", result.stdout, re.M), \
         f"{test_class} failed (exit {result.returncode}):\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
-    warnings = [line for line in result.stderr.splitlines() if "WARNING in native method" in line]
-    assert not warnings, f"-Xcheck:jni warned in {test_class}:\n{result.stderr[-6000:]}"
+    # HotSpot prints -Xcheck:jni's warnings on stdout (its tty), among JUnit's lines; stderr is checked too.
+    warnings = [line for line in (result.stdout + result.stderr).splitlines() if "WARNING in native method" in line]
+    assert not warnings, f"-Xcheck:jni warned in {test_class}:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
     return result
 
 
-def test_chat_streams_the_python_vms_greedy_reply_on_cpu_and_vulkan(classpath, data):
-    run_junit(classpath, data, "ChatTest")
+def test_chat_streams_the_python_vms_greedy_reply_on_cpu_and_vulkan(java, classpath, data):
+    run_junit(java, classpath, data, "ChatTest")
 
 
-def test_the_engine_reports_memory_resets_serializes_threads_and_closes(classpath, data):
-    run_junit(classpath, data, "EngineTest")
+def test_the_engine_reports_memory_resets_serializes_threads_and_closes(java, classpath, data):
+    run_junit(java, classpath, data, "EngineTest")
 
 
-def test_bad_folders_and_options_throw_the_runtimes_message(classpath, data):
-    run_junit(classpath, data, "ErrorTest")
+def test_bad_folders_and_options_throw_the_runtimes_message(java, classpath, data):
+    run_junit(java, classpath, data, "ErrorTest")
 
 
-def test_module_run_gives_the_conformance_outputs(classpath, data):
-    run_junit(classpath, data, "ModuleTest")
+def test_module_run_gives_the_conformance_outputs(java, classpath, data):
+    run_junit(java, classpath, data, "ModuleTest")
     for case in MODULE_CASES:
         record = read_case(os.path.join(data, "module", case, "model"))
         for index, call in enumerate(record["calls"]):
@@ -222,9 +231,9 @@ def read_outputs(folder: str) -> list[np.ndarray]:
     return arrays
 
 
-def test_load_chat_close_cycles_leave_the_rss_flat(classpath, data):
+def test_load_chat_close_cycles_leave_the_rss_flat(java, classpath, data):
     # The heap fixed and touched from the start: its growth would hide (or fake) a native leak.
-    run_junit(classpath, data, "LeakTest", jvm_args=["-Xms96m", "-Xmx96m", "-XX:+AlwaysPreTouch"])
+    run_junit(java, classpath, data, "LeakTest", jvm_args=["-Xms96m", "-Xmx96m", "-XX:+AlwaysPreTouch"])
     warm, end, cycles = (int(v) for v in read_text(data, "out/rss.txt").split())
     print(f"RSS after the warm-up: {warm} KiB; after {cycles} cycles: {end} KiB (growth {end - warm} KiB)")
     assert end - warm < RSS_GROWTH_LIMIT_KIB, f"the JVM's RSS grew by {end - warm} KiB over the cycles"

@@ -6,6 +6,7 @@
 #   build/android-host/tessera.jar         the platform-neutral Kotlin API (tessera/src/main/kotlin)
 #   build/android-host/tessera-tests.jar   the JUnit 4 tests (tessera/src/test/kotlin)
 #   build/android-host/test.classpath      what `java -cp` needs to run them (one line, ':'-separated)
+#   build/android-host/test.java           the java of the JDK it built against
 #
 # Tools: kotlinc from the npm package kotlin-compiler (`make node-deps`), with kotlinx-coroutines-core-jvm
 # from its lib/; OpenJDK 17 and junit4 from Debian (`make system-deps`); gcc; and `make native` first.
@@ -131,3 +132,4 @@ kotlin_jar "$OUT/tessera-tests.jar" "$OUT/tessera.jar:$COROUTINES:${JUNIT_JARS[0
 # ---- what the tests run with ----------------------------------------------------------------------------
 echo "$OUT/tessera-tests.jar:$OUT/tessera.jar:$STDLIB:$COROUTINES:${JUNIT_JARS[0]}:${JUNIT_JARS[1]}" \
     > "$OUT/test.classpath"
+echo "$JAVA_HOME/bin/java" > "$OUT/test.java"
