@@ -30,6 +30,9 @@ HOST = os.path.join(ROOT, "build", "android-host")
 GREEDY = Sampling(temperature=0.0)
 # The conversation every chat test sends (TestData.MESSAGES in Kotlin is the same).
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hello there"}]
+# A character outside the BMP (four UTF-8 bytes, which JNI's modified UTF-8 would mangle) and accents
+# (TestData.UNICODE_MESSAGES in Kotlin is the same).
+UNICODE_MESSAGES = [{"role": "user", "content": "Sea \U0001F30A and sky, na\u00efve caf\u00e9"}]
 # name -> (model, target, context, reply tokens). SmolLM2 on lavapipe takes about 1 s a token in each runtime.
 CHAT_MODELS = {"tiny-cpu": ("tiny", "cpu", 64, 12), "tiny-vulkan": ("tiny", "vulkan", 64, 8),
                "smollm2-cpu": ("smollm2", "cpu", 128, 6), "smollm2-vulkan": ("smollm2", "vulkan", 128, 4)}
@@ -94,6 +97,10 @@ def data(tiny_gguf, tmp_path_factory):
                                                   f"{d['total']}\n" for d in plan))
         # The Python plan (tessera.app.memory) counts the KV cache as the C plan does.
         assert sum(d["kv_cache"] for d in plan) == device_memory(Executable.load(folder)).kv_cache
+    tiny = read_text(root, "chat/tiny-cpu/dir")
+    unicode = ChatSession(tiny).reply(UNICODE_MESSAGES, CHAT_MODELS["tiny-cpu"][3], GREEDY)
+    write(os.path.join(root, "unicode", "reply"), unicode["reply"])
+    write(os.path.join(root, "unicode", "prompt_tokens"), str(unicode["prompt_tokens"]))
     write_stop_case(root)
     write_damaged_models(root)
     write_module_cases(root)

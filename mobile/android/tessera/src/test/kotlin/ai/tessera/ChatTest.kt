@@ -58,6 +58,16 @@ class ChatTest {
         }
     }
 
+    /** Text crosses JNI as UTF-8 both ways: the same prompt tokens and reply as the Python VM's. */
+    @Test fun unicodeCrossesIntact() {
+        val model = TestData.chatModel("tiny-cpu")
+        Engine.load(model.dir, model.options()).use { engine ->
+            val reply = engine.chat.completions.create(TestData.UNICODE_MESSAGES, model.greedy())
+            assertEquals(TestData.int("unicode/prompt_tokens"), reply.usage.promptTokens)
+            assertEquals(TestData.text("unicode/reply"), reply.choices[0].message.content)
+        }
+    }
+
     /** The reply ends right before the stop string, in all three forms, and the string is never streamed. */
     @Test fun stopStringsCutTheReply() {
         val model = TestData.chatModel("tiny-cpu")

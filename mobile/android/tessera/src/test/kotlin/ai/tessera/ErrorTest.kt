@@ -1,5 +1,7 @@
 package ai.tessera
 
+import kotlinx.coroutines.flow.toList
+import kotlinx.coroutines.runBlocking
 import org.junit.Assert.assertEquals
 import org.junit.Assert.assertThrows
 import org.junit.Assert.assertTrue
@@ -62,6 +64,15 @@ class ErrorTest {
             val long = listOf(ChatMessage("user", "word ".repeat(200)))
             val error = assertThrows(TesseraException::class.java) { engine.chat.completions.create(long, tiny.greedy()) }
             assertEquals("TESSERA_ERROR_CONTEXT_FULL", error.statusName)
+            // In a stream, the same error ends the flow.
+            val streamed = assertThrows(TesseraException::class.java) {
+                runBlocking { engine.chat.completions.stream(long, tiny.greedy()).toList() }
+            }
+            assertEquals("TESSERA_ERROR_CONTEXT_FULL", streamed.statusName)
+            // A NUL cannot cross into the runtime's C strings: refused by name, not cut short.
+            assertMessageHas(assertThrows(TesseraException::class.java) {
+                engine.chat.completions.create(listOf(ChatMessage("user", "a\u0000b")), tiny.greedy())
+            }, "NUL")
             // The engine goes on after each.
             assertEquals(tiny.reply, engine.chat.completions.create(TestData.MESSAGES, tiny.greedy()).choices[0].message.content)
         }

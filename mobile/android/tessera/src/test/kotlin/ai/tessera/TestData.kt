@@ -10,14 +10,18 @@ import java.io.File
  *   chat/NAME/{dir,device,max_tokens,reply,prompt_tokens,completion_tokens,plan}
  *       NAME is tiny-cpu, tiny-vulkan, smollm2-cpu or smollm2-vulkan; reply is the Python VM's greedy reply
  *       to [MESSAGES]; plan has one line per device: `DEVICE WEIGHTS ARENA KV_CACHE TOTAL` (the C plan)
- *   stop/{stop,reply}            a stop string from tiny-cpu's reply, and the reply cut before it
- *   damaged/NAME/{dir,words}     a broken (or missing) model folder, and words its error must contain
+ *   stop/{stop,reply}             a stop string from tiny-cpu's reply, and the reply cut before it
+ *   unicode/{reply,prompt_tokens} the Python VM's greedy reply on tiny-cpu to [UNICODE_MESSAGES]
+ *   damaged/NAME/{dir,words}      a broken (or missing) model folder, and words its error must contain
  *   module/CASE/{dir,calls}, module/CASE/callI/{function,inputs.txt,in-*.bin}   conformance inputs
- *   out/                         where the tests write what pytest checks (Module outputs, RSS)
+ *   out/                          where the tests write what pytest checks (Module outputs, RSS)
  */
 object TestData {
     /** The conversation of every chat test (MESSAGES in the pytest driver is the same). */
     val MESSAGES = listOf(ChatMessage("system", "You are terse."), ChatMessage("user", "Hello there"))
+
+    /** A character outside the BMP (a surrogate pair here, four bytes in UTF-8) and accents. */
+    val UNICODE_MESSAGES = listOf(ChatMessage("user", "Sea \uD83C\uDF0A and sky, na\u00EFve caf\u00E9"))
 
     val root: File by lazy {
         File(System.getProperty("tessera.test.data")
