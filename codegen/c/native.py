@@ -15,6 +15,12 @@ exported (``-fvisibility=hidden``).
 Registers the ``cpu`` target kind with a preset per instruction set: ``cpu`` is this machine
 (``-march=native``), ``cpu-<isa>`` a portable one (``cpu-x86-64-v3``, ``cpu-armv8.2-a`` ...).
 Machine code for another architecture is built by that architecture's Debian cross compiler.
+
+``cpu-android-<abi>`` builds for an Android ABI without an NDK (``tessera package --target android``):
+bionic is not glibc, so the module links no C library at all (``-nostdlib``) and instead names
+Android's ``libc.so`` and ``libm.so`` through empty stand-ins with those sonames, as the NDK's own
+stub libraries do; its references stay unversioned (no ``GLIBC_2.17``), and each is checked to be
+a function of the C standard library that bionic exports.
 """
 
 from __future__ import annotations
@@ -51,6 +57,23 @@ HALF = "_Float16"
 NATIVE = "native"
 # Instruction sets a `cpu-<isa>` preset builds for (the -march value), with the architecture that runs them.
 ISAS = {"x86-64-v2": "x86_64", "x86-64-v3": "x86_64", "x86-64-v4": "x86_64", "armv8.2-a": "aarch64"}
+# Android ABIs a `cpu-android-<abi>` preset builds for: the architecture and the -march its ABI
+# guarantees (arm64-v8a phones since 2017 have ARMv8.2-A's dot products in the micro-kernels' reach;
+# Android's x86_64 ABI includes SSE4.2 and POPCNT, x86-64-v2).
+ANDROID_ABIS = {"android-arm64-v8a": ("aarch64", "armv8.2-a"), "android-x86_64": ("x86_64", "x86-64-v2")}
+# What an Android kernels.so may import: functions of the C standard library (string.h, stdlib.h,
+# math.h) that bionic's libc.so and libm.so export unversioned. Anything else (a glibc-only symbol,
+# a fortify or stack-protector helper) would fail in Android's loader, so the build refuses it.
+ANDROID_IMPORTS = frozenset(
+    {"memcpy", "memmove", "memset", "memcmp", "abs", "labs", "llabs"}
+    | {f"{name}{suffix}" for suffix in ("", "f") for name in (
+        "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "pow", "sqrt", "cbrt", "sin", "cos", "tan",
+        "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc",
+        "floor", "ceil", "round", "trunc", "rint", "nearbyint", "lrint", "lround", "fmod", "remainder",
+        "fabs", "fmin", "fmax", "fma", "ldexp", "frexp", "hypot", "tgamma", "lgamma", "copysign")})
+# The module's segments align to 16 KiB pages, which Android 15 devices may use (the NDK's default since r27).
+ANDROID_LINK = ("-nostdlib", "-fno-stack-protector", "-U_FORTIFY_SOURCE", "-Wl,--no-as-needed",
+                "-Wl,-z,max-page-size=16384", "-Wl,-soname,kernels.so", "-Wl,--hash-style=both")
 # -ffp-contract stays off (ISO C mode): no fused multiply-add the interpreter does not do either, and
 # no -ffast-math, so results match the reference within the tests' 1e-4.
 FLAGS = ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-fno-semantic-interposition", "-std=c11",
@@ -143,12 +166,21 @@ def host_machine() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
+def architecture(cpu: str) -> tuple[str, str]:
+    """The architecture ``cpu`` runs on and the -march value it builds with."""
+    if cpu == NATIVE:
+        return host_machine(), NATIVE
+    if cpu in ISAS:
+        return ISAS[cpu], cpu
+    if cpu in ANDROID_ABIS:
+        return ANDROID_ABIS[cpu]
+    raise NativeBuildError(f"unknown CPU {cpu!r}; known: {NATIVE}, {', '.join([*ISAS, *ANDROID_ABIS])}")
+
+
 def compiler_for(cpu: str) -> list[str]:
     """The command that builds for ``cpu``: $CC (default cc) on its own architecture, else Debian's
     cross compiler for the other one."""
-    machine = host_machine() if cpu == NATIVE else ISAS.get(cpu)
-    if machine is None:
-        raise NativeBuildError(f"unknown CPU {cpu!r}; known: {NATIVE}, {', '.join(ISAS)}")
+    machine = architecture(cpu)[0]
     if machine == host_machine():
         return shlex.split(os.environ.get("CC") or "cc")
     cross = f"{machine}-linux-gnu-gcc"
@@ -169,14 +201,19 @@ def is_gcc(compiler: tuple[str, ...]) -> bool:
 
 
 def compile_native(source: str, cpu: str) -> bytes:
-    """The shared object of a C file from ``emit_native_module``, for ``cpu`` (a -march value)."""
+    """The shared object of a C file from ``emit_native_module``, for ``cpu`` (a -march value, or an
+    Android ABI of ANDROID_ABIS)."""
     compiler = compiler_for(cpu)
     flags = FLAGS + (GCC_FLAGS if is_gcc(tuple(compiler)) else ())
-    command = compiler + [*flags, f"-march={cpu}", "-o", MODULE, "kernels.c", "-lm"]
+    android = cpu in ANDROID_ABIS
+    libraries = [*ANDROID_LINK, "-L", "stubs", "-lm", "-lc", "-lgcc"] if android else ["-lm"]
+    command = compiler + [*flags, f"-march={architecture(cpu)[1]}", "-o", MODULE, "kernels.c", *libraries]
     # Relative names in a private folder: nothing of the folder's path ends up in the module's bytes.
     with tempfile.TemporaryDirectory() as folder:
         with open(os.path.join(folder, "kernels.c"), "w") as f:
             f.write(source)
+        if android:
+            _write_android_stubs(compiler, folder)
         try:
             result = subprocess.run(command, capture_output=True, text=True, cwd=folder)
         except FileNotFoundError:
@@ -185,8 +222,39 @@ def compile_native(source: str, cpu: str) -> bytes:
         if result.returncode != 0:
             raise NativeBuildError(f"{shlex.join(command)} failed to build the CPU kernels:\n"
                                    f"{result.stderr[-4000:]}\n--- kernels.c ---\n{_numbered(source)}")
+        if android:
+            _check_android_imports(os.path.join(folder, MODULE), cpu)
         with open(os.path.join(folder, MODULE), "rb") as f:
             return f.read()
+
+
+def _write_android_stubs(compiler: list[str], folder: str) -> None:
+    """Empty shared objects named as bionic's libc.so and libm.so: linking them records the names the
+    module needs (DT_NEEDED) without a C library's symbols or versions; Android's loader binds the
+    module's references to the phone's libraries."""
+    os.makedirs(os.path.join(folder, "stubs"))
+    with open(os.path.join(folder, "stubs", "empty.c"), "w") as f:
+        f.write("/* a stand-in for an Android system library */\n")
+    for name in ("libc.so", "libm.so"):
+        command = compiler + ["-nostdlib", "-shared", "-fPIC", f"-Wl,-soname,{name}", "-o",
+                              os.path.join("stubs", name), os.path.join("stubs", "empty.c")]
+        result = subprocess.run(command, capture_output=True, text=True, cwd=folder)
+        if result.returncode != 0:
+            raise NativeBuildError(f"{shlex.join(command)} failed to build the stand-in {name}:\n{result.stderr}")
+
+
+def _check_android_imports(path: str, cpu: str) -> None:
+    """Refuses an Android module that imports something bionic may lack, or a versioned symbol."""
+    result = subprocess.run(["readelf", "--dyn-syms", "-W", path], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise NativeBuildError(f"readelf could not read the kernels built for {cpu} (install binutils):\n"
+                               f"{result.stderr}")
+    imported = {fields[7] for fields in (line.split() for line in result.stdout.splitlines())
+                if len(fields) >= 8 and fields[6] == "UND"}
+    unknown = sorted(name for name in imported if name.split("@")[0] not in ANDROID_IMPORTS or "@" in name)
+    if unknown:
+        raise NativeBuildError(f"the kernels built for {cpu} import {', '.join(unknown)}, which Android's libc.so "
+                               f"and libm.so are not known to export unversioned")
 
 
 def _numbered(source: str) -> str:
@@ -231,3 +299,7 @@ register_preset("cpu", "cpu", {SHADER_F16}, cpu_adapter=True, cpu=NATIVE,
 for _isa, _machine in ISAS.items():
     register_preset(f"cpu-{_isa}", "cpu", {SHADER_F16}, cpu_adapter=True, cpu=_isa,
                     description=f"C kernels in a shared object for {_machine} CPUs with {_isa}")
+for _abi, (_machine, _isa) in ANDROID_ABIS.items():
+    register_preset(f"cpu-{_abi}", "cpu", {SHADER_F16}, cpu_adapter=True, cpu=_abi,
+                    description=f"C kernels in a shared object for Android's {_abi.split('-', 1)[1]} ABI "
+                                f"({_machine}, {_isa}; bionic's libc.so and libm.so)")

@@ -13,7 +13,13 @@ import pytest
 from harness import build
 from tessera import op
 from tessera.codegen import get_backend
-from tessera.codegen.c.native import NATIVE_LOWERING, NativeBuildError, emit_native_module, host_machine
+from tessera.codegen.c.native import (
+    NATIVE_LOWERING,
+    NativeBuildError,
+    _check_android_imports,
+    emit_native_module,
+    host_machine,
+)
 from tessera.ir import Function, Tensor
 from tessera.target import Target
 from tessera.tir.lower import lower_kernel
@@ -153,3 +159,37 @@ def test_unknown_cpus_are_named_with_the_known_ones():
     target = Target("cpu", cpu="pentium")
     with pytest.raises(NativeBuildError, match=r"unknown CPU 'pentium'; known: native, x86-64-v2"):
         get_backend("c-native").compile(kernels_of(op.exp, [Tensor(("n",), F32)]), target)
+
+
+def dynamic_section(data: bytes, tmp_path, *flags: str) -> str:
+    path = tmp_path / "kernels.so"
+    path.write_bytes(data)
+    return subprocess.run(["readelf", *flags, "-W", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("preset, machine", [("cpu-android-arm64-v8a", 183), ("cpu-android-x86_64", 62)])
+def test_android_kernels_need_only_bionics_libraries_unversioned(preset, machine, tmp_path):
+    target = Target.preset(preset)
+    kernels = kernels_of(op.exp, [Tensor(("n",), F32)], target)
+    data = get_backend("c-native").compile(kernels, target).modules["kernels.so"]
+    assert int.from_bytes(data[18:20], "little") == machine
+    needed = [line.split("[")[1].rstrip("]") for line in dynamic_section(data, tmp_path, "-d").splitlines()
+              if "(NEEDED)" in line]
+    assert sorted(needed) == ["libc.so", "libm.so"]  # no libc.so.6: glibc's name
+    imports = dynamic_section(data, tmp_path, "--dyn-syms")
+    assert " UND expf" in imports and "GLIBC" not in imports
+    # Every loadable segment aligned for 16 KiB pages (Android 15).
+    aligns = [line.split()[-1] for line in dynamic_section(data, tmp_path, "-l").splitlines()
+              if line.strip().startswith("LOAD")]
+    assert aligns and all(int(a, 16) >= 0x4000 for a in aligns)
+
+
+@pytest.mark.skipif(host_machine() != "x86_64", reason="the cross build is tested from x86-64 hosts")
+def test_an_android_module_importing_a_glibc_symbol_is_refused(tmp_path):
+    # A module linked the Linux way imports expf@GLIBC_2.x and glibc's start-up hooks, which Android's
+    # loader would not find.
+    kernels = kernels_of(op.exp, [Tensor(("n",), F32)], ARM)
+    path = tmp_path / "kernels.so"
+    path.write_bytes(get_backend("c-native").compile(kernels, ARM).modules["kernels.so"])
+    with pytest.raises(NativeBuildError, match=r"import .*__cxa_finalize.*expf@GLIBC_2\.\d+, which Android's libc\.so"):
+        _check_android_imports(str(path), "android-arm64-v8a")
