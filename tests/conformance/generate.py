@@ -44,9 +44,12 @@ AARCH64_HOST = platform.machine().lower() in ("aarch64", "arm64")
 TARGETS = {"webgpu": "webgpu", "wasm": "wasm", "vulkan": "vulkan", "opencl": "opencl",
            "cpu": "cpu-armv8.2-a" if AARCH64_HOST else "cpu-x86-64-v2"}
 # Machine code for a phone's CPU built on another machine, which runs it under qemu-user
-# (test_native_aarch64.py). Built only when asked for by name, and left out of the index: no
-# adapter on this machine runs it natively. (On AArch64 the cpu folder is this build.)
-CROSS_TARGETS = {} if AARCH64_HOST else {"cpu-aarch64": "cpu-armv8.2-a"}
+# (test_native_aarch64.py): for AArch64 Linux (glibc), and for Android's arm64-v8a ABI (linked
+# against bionic's names, no NDK: run by the musl build, whose loader answers to libc.so and libm.so).
+# Built only when asked for by name, and left out of the index: no adapter on this machine runs them
+# natively. (On AArch64 the cpu folder is the first.)
+CROSS_TARGETS = {"cpu-android-aarch64": "cpu-android-arm64-v8a"} | \
+    ({} if AARCH64_HOST else {"cpu-aarch64": "cpu-armv8.2-a"})
 # Builds split across two devices (format version 4, as `tessera compile --gpu-layers N`): a GPU kind's
 # portable preset (device 0, the build's own target) beside the cpu folder's preset, for SPLIT_CASES only.
 SPLIT_TARGETS = {"vulkan+cpu": ("vulkan", TARGETS["cpu"]), "opencl+cpu": ("opencl", TARGETS["cpu"])}
