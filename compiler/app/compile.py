@@ -74,8 +74,9 @@ def resolve_target(target: Target | str, cpu: str | None = None) -> Target:
     return Target.preset(choices[cpu])
 
 
-def split_devices(target: Target, max_batch: int = 1) -> tuple[str, str]:
-    """The two vdevices of a build split by --gpu-layers: the GPU target's preset and its CPU partner."""
+def split_devices(target: Target, max_batch: int = 1, split_cpu: str | None = None) -> tuple[str, str]:
+    """The two vdevices of a build split by --gpu-layers: the GPU target's preset and its CPU partner
+    (``split_cpu``: another preset of the partner's kind, such as a phone's cpu-android-arm64-v8a)."""
     if not target.split_partner:
         gpus = sorted(name for name in presets() if Target.preset(name).split_partner)
         raise CompileError(f"--gpu-layers splits a model between a GPU target and the CPU; {target.name} is not a GPU "
@@ -85,7 +86,14 @@ def split_devices(target: Target, max_batch: int = 1) -> tuple[str, str]:
                            "CPU part computes in float32; use a float32 target")
     if max_batch > 1:
         raise CompileError("--gpu-layers and --max-batch cannot be combined yet: a batched build runs on one device")
-    return target.name, target.split_partner
+    if split_cpu is None:
+        return target.name, target.split_partner
+    partner_kind = Target.preset(target.split_partner).kind
+    if split_cpu not in presets() or Target.preset(split_cpu).kind != partner_kind:
+        choices = sorted(name for name in presets() if Target.preset(name).kind == partner_kind)
+        raise CompileError(f"{target.name} splits with a {partner_kind} preset (one of: {', '.join(choices)}), "
+                           f"not {split_cpu!r}")
+    return target.name, split_cpu
 
 
 # The most sequences a batched build decodes together (--max-batch).
@@ -110,14 +118,15 @@ def default_prefill_chunk(config, context_length: int, target: Target) -> int:
 def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe", context_length: int = 1024,
                   progress: Progress | None = None, cpu: str | None = None,
                   prefill_chunk: int | None = None, max_batch: int = 1,
-                  gpu_layers: int | None = None, dump_ir: str | None = None) -> CompiledModel:
+                  gpu_layers: int | None = None, dump_ir: str | None = None,
+                  split_cpu: str | None = None) -> CompiledModel:
     """Compile the model in ``gguf_path`` (of any architecture tessera.models.registry has) into the
     directory ``output`` (``cpu``: see ``resolve_target``). ``prefill_chunk``: the most positions one
     prefill call takes (a longer prompt takes several); None picks ``default_prefill_chunk``.
     ``max_batch`` > 1: the batched build `tessera serve --max-batch` runs (export_paged_llm of
     tessera.models.llm_program), for that many sequences.
     ``gpu_layers`` (llama.cpp's --n-gpu-layers): the first that many decoder layers on the GPU target,
-    the rest with the head on its CPU partner (``split_devices``); None: all on ``target``.
+    the rest with the head on its CPU partner (``split_devices``, ``split_cpu``); None: all on ``target``.
     ``dump_ir``: a folder that gets the module before the passes and after each one (tessera.build's).
 
     ``progress(stage, done, total)`` is told each stage as it starts (tessera.build's contract)."""
@@ -130,7 +139,7 @@ def compile_model(gguf_path: str, output: str, target: Target | str = "llvmpipe"
         raise CompileError(f"--context must be at least 1, got {context_length}")
     if not 1 <= max_batch <= MAX_BATCH:
         raise CompileError(f"--max-batch must be 1 to {MAX_BATCH}, got {max_batch}")
-    devices = split_devices(target, max_batch) if gpu_layers is not None else None
+    devices = split_devices(target, max_batch, split_cpu) if gpu_layers is not None else None
     check_output_folder(output, "the compiled model")  # now, not after a compile of minutes
     progress(f"read {os.path.basename(gguf_path)}", 0, 1)
     model_file = load_gguf(gguf_path)
@@ -236,9 +245,9 @@ def compile_summary(compiled: CompiledModel) -> str:
 
 def cached_compile(gguf_path: str, target: Target | str = "llvmpipe", context_length: int = 1024,
                    progress: Progress | None = None, prefill_chunk: int | None = None, max_batch: int = 1,
-                   gpu_layers: int | None = None) -> str:
+                   gpu_layers: int | None = None, split_cpu: str | None = None) -> str:
     """The compiled directory for this file, target, context (and prefill chunk, when one is asked
-    for; the batch, for a batched build), compiling it on first use."""
+    for; the batch, for a batched build; the split and its CPU preset), compiling it on first use."""
     target = resolve_target(target)
     check_gguf_file(gguf_path)  # a missing file is named, and a FIFO is not opened to be hashed
     digest = hashlib.sha256()
@@ -248,14 +257,15 @@ def cached_compile(gguf_path: str, target: Target | str = "llvmpipe", context_le
     name = (f"{digest.hexdigest()[:16]}-tessera{tessera.__version__}+{compiler_fingerprint()}-"
             f"{target.name}-ctx{context_length}" + (f"-chunk{prefill_chunk}" if prefill_chunk else "")
             + (f"-batch{max_batch}" if max_batch > 1 else "")
-            + (f"-gpu{gpu_layers}" if gpu_layers is not None else ""))
+            + (f"-gpu{gpu_layers}" if gpu_layers is not None else "")
+            + (f"-{split_cpu}" if gpu_layers is not None and split_cpu else ""))
     directory = os.path.join(cache_root(), name)
     if not os.path.exists(os.path.join(directory, CHAT_CONFIG)):  # written last: a complete compile
         # A folder of this process's own: two processes (parallel test workers, two servers) may compile
         # the same model at once, and the first to finish puts its folder in place.
         partial = f"{directory}.partial-{os.getpid()}"
         compile_model(gguf_path, partial, target, context_length, progress,
-                      prefill_chunk=prefill_chunk, max_batch=max_batch, gpu_layers=gpu_layers)
+                      prefill_chunk=prefill_chunk, max_batch=max_batch, gpu_layers=gpu_layers, split_cpu=split_cpu)
         if os.path.exists(directory) and not os.path.exists(os.path.join(directory, CHAT_CONFIG)):
             shutil.rmtree(directory, ignore_errors=True)  # an interrupted compile of an older version
         try:

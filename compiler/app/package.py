@@ -55,6 +55,7 @@ class Build:
     device: str  # what EngineOptions.device names to load it
     abi: str | None = None  # the Android ABI whose CPU runs its kernels.so; None: any
     gpu_layers: int | None = None
+    split_cpu: str | None = None  # a split build's CPU preset
 
 
 def package_builds(platform: str, split: bool, gpu_layers: int | None) -> list[Build]:
@@ -65,12 +66,14 @@ def package_builds(platform: str, split: bool, gpu_layers: int | None) -> list[B
                                "CPU build's kernels.so (it runs only code signed into the app, and does not dlopen a "
                                "resource): package --whole (Metal) for iOS")
         return [Build("metal", "metal", "metal")]
+    # The CPU kernels are machine code, built per ABI and linked for Android's bionic (the cpu-android-*
+    # presets of codegen/c/native.py). A split build's CPU half is for arm64-v8a: phones with Vulkan.
     if split:
-        return [Build(f"vulkan-gpu{gpu_layers}", "vulkan", "auto", gpu_layers=gpu_layers)]
-    # The CPU builds are compiled per ABI: their kernels are machine code (codegen/c/native.py).
+        return [Build(f"vulkan-gpu{gpu_layers}", "vulkan", "auto", abi="arm64-v8a", gpu_layers=gpu_layers,
+                      split_cpu="cpu-android-arm64-v8a")]
     return [Build("vulkan", "vulkan", "vulkan"),
-            Build("cpu-arm64-v8a", "cpu-armv8.2-a", "cpu", abi="arm64-v8a"),
-            Build("cpu-x86_64", "cpu-x86-64-v2", "cpu", abi="x86_64")]
+            Build("cpu-arm64-v8a", "cpu-android-arm64-v8a", "cpu", abi="arm64-v8a"),
+            Build("cpu-x86_64", "cpu-android-x86_64", "cpu", abi="x86_64")]
 
 
 def check_request(platform: str, model: str, output: str, split: bool, whole: bool, gpu_layers: int | None,
@@ -102,7 +105,8 @@ def package_model(model: str, platform: str, output: str, context_length: int = 
     """Write the package; returns the folder that holds the model's builds."""
     split = check_request(platform, model, output, split, whole, gpu_layers, force)
     builds = package_builds(platform, split, gpu_layers)
-    compiled = [cached_compile(model, b.target, context_length, progress, gpu_layers=b.gpu_layers) for b in builds]
+    compiled = [cached_compile(model, b.target, context_length, progress, gpu_layers=b.gpu_layers,
+                               split_cpu=b.split_cpu) for b in builds]
     memories = [memory_plan(folder) for folder in compiled]  # before anything is written: it may refuse
     if os.path.isdir(output):
         shutil.rmtree(output)
@@ -280,9 +284,9 @@ ANDROID_STEPS = """## Next steps
    "@MODEL@")` copies assets/@MODEL@/ to the app's files folder once (off the main thread).
 4. `Engine.load("$dir/@FIRST@")`@FALLBACK@; then `engine.chat.completions.stream(messages)`.
 
-The CPU builds' `kernels.so` are compiled here by Debian's cross compilers for Linux with glibc: Android's
-loader does not load them yet (docs/mobile.md, "tessera package"), so on a phone the Vulkan build is the one
-that runs.
+The CPU builds' `kernels.so` are linked for Android without an NDK: no C library inside, bionic's `libc.so`
+and `libm.so` named, 16 KiB pages (docs/mobile.md, "The CPU builds and Android"). They are checked here
+under qemu-user with a musl loader, not yet on a phone.
 """
 
 IOS_STEPS = """## Next steps
@@ -298,7 +302,6 @@ Only the Metal build is packaged: an iOS app cannot load a CPU build's `kernels.
 """
 
 SPLIT_NOTE = """
-The split build's CPU half is compiled for the CPU of the machine that ran `tessera package`
-(`tessera compile --gpu-layers` builds its CPU partner with -march=native), so it is not a phone's yet:
-package --whole for a phone.
+The split build's CPU half is compiled for arm64-v8a (cpu-android-arm64-v8a): it runs on an arm64 phone's
+Vulkan GPU and CPU together, not in the x86_64 emulator.
 """

@@ -1,15 +1,18 @@
 """`tessera package MODEL --target android|ios -o DIR` on the tiny random-weight Llama: the Gradle project with
 the model under assets/, the Swift package with the model as a resource, memory.json equal to the plan the
-runtime enforces at load, packaged builds that libtessera loads and chats with (the CPU build of this
-machine's ABI and the Vulkan build on lavapipe), and a one-line error for each bad request."""
+runtime enforces at load, packaged builds that libtessera loads and chats with (the arm64-v8a CPU build, linked
+for bionic, by the AArch64 musl tessera-run under qemu-user; the Vulkan build on lavapipe), and a one-line error
+for each bad request."""
 
 import filecmp
 import json
 import os
+import subprocess
 
 import pytest
-from native.build import ensure_native_build
+from native.build import ensure_cross_build, ensure_native_build
 from tessera.app.chat import ChatSession, Sampling
+from tessera.app.compile import cached_compile
 from tessera.app.memory import device_memory
 from tessera.cli import main
 from tessera.native import NativeError, NativeModel, plan_devices
@@ -96,32 +99,41 @@ def test_memory_json_is_the_plan_the_runtime_enforces(android, ios):
         assert memory["total"] == device_memory(Executable.load(str(folder))).total, folder
 
 
-def test_the_packaged_builds_load_chat_and_are_refused_past_their_memory(android, tmp_path):
+def test_the_packaged_builds_load_chat_and_are_refused_past_their_memory(tiny_gguf, android, tmp_path):
     assets = android / "tessera/src/main/assets/tiny"
-    cpu = str(assets / "cpu-x86_64")
-    want = ChatSession(cpu).reply(MESSAGES, 6, Sampling(temperature=0.0))["reply"]
-    with NativeModel(cpu, n_threads=2, device="cpu") as model:
-        assert model.session().chat(MESSAGES, max_tokens=6)["reply"] == want
+    # The reference: the Python VM's greedy reply on a CPU build of this machine.
+    want = ChatSession(cached_compile(tiny_gguf, "cpu-x86-64-v2", 64)).reply(MESSAGES, 6, Sampling(temperature=0.0))
+    # The phone's CPU build: its kernels are linked for bionic (libc.so, libm.so), so glibc's loader cannot take
+    # them; the AArch64 musl build of tessera-run can, under qemu-user, with no glibc in the process.
+    build, qemu = ensure_cross_build("musl", "tessera-run")
+    run = subprocess.run([*qemu, os.path.join(build, "tessera-run"), str(assets / "cpu-arm64-v8a"), "--prompt",
+                          MESSAGES[0]["content"], "--max-tokens", "6", "--temperature", "0", "--threads", "1",
+                          "--json"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.splitlines()[-1])["reply"] == want["reply"]
     vulkan = str(assets / "vulkan")
     with NativeModel(vulkan, n_threads=2, device="vulkan", cache_dir=str(tmp_path)) as model:
         assert model.device_description.startswith("vulkan")
         assert model.session().chat(MESSAGES, max_tokens=6)["completion_tokens"] > 0
-    total = json.loads((assets / "cpu-x86_64/memory.json").read_text())["total"]
+    total = json.loads((assets / "vulkan/memory.json").read_text())["total"]
     with pytest.raises(NativeError, match="model needs .* but only .* is available \\(memory_limit\\)"):
-        NativeModel(cpu, n_threads=1, memory_limit=total - 1)
-    NativeModel(cpu, n_threads=1, memory_limit=total).close()
+        NativeModel(vulkan, n_threads=1, device="vulkan", cache_dir=str(tmp_path), memory_limit=total - 1)
+    NativeModel(vulkan, n_threads=1, device="vulkan", cache_dir=str(tmp_path), memory_limit=total).close()
 
 
-def test_a_split_package_is_one_build_on_vulkan_and_the_cpu(tiny_gguf, tmp_path):
+def test_a_split_package_is_one_build_on_vulkan_and_a_phones_cpu(tiny_gguf, tmp_path):
     ensure_native_build()
     package(tiny_gguf, "android", tmp_path / "split", "--gpu-layers", "1")
     assets = tmp_path / "split/tessera/src/main/assets/tiny"
-    assert [b["folder"] for b in json.loads((assets / "tessera-package.json").read_text())["builds"]] == \
-        ["vulkan-gpu1"]
+    assert [(b["folder"], b["abi"]) for b in json.loads((assets / "tessera-package.json").read_text())["builds"]] == \
+        [("vulkan-gpu1", "arm64-v8a")]
     memory = json.loads((assets / "vulkan-gpu1/memory.json").read_text())
     assert [d["device"] for d in memory["devices"]] == ["vulkan", "cpu"]
-    with NativeModel(str(assets / "vulkan-gpu1"), n_threads=2, cache_dir=str(tmp_path / "cache")) as model:
-        assert model.session().chat(MESSAGES, max_tokens=4)["completion_tokens"] > 0
+    # Its CPU half is arm64-v8a machine code for bionic, not this machine's: no runtime here has both a Vulkan
+    # loader and that CPU, so the split runs on a phone only (the split itself is checked by the conformance
+    # suite's vulkan+cpu builds, and the CPU half's kernels by its cpu-android-aarch64 folders).
+    header = (assets / "vulkan-gpu1/cpu-android-arm64-v8a_0/kernels.so").read_bytes()[:20]
+    assert int.from_bytes(header[18:20], "little") == ELF_MACHINES["cpu-arm64-v8a"]
 
 
 def test_force_replaces_a_package_and_nothing_else(tiny_gguf, tmp_path, capsys):
