@@ -144,15 +144,15 @@ def test_kotlin_declares_the_bridge():
 
 # ---- the libraries -------------------------------------------------------------------------------------
 
-def exported_java_symbols(library: str, nm: str) -> set[str]:
+def exported_functions(library: str, nm: str) -> set[str]:
     result = subprocess.run([nm, "-D", "--defined-only", library], capture_output=True, text=True)
     assert result.returncode == 0, f"{nm} {library}: {result.stderr}"
-    symbols = set()
-    for line in result.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[1] in ("T", "t") and parts[2].startswith("Java_"):
-            symbols.add(parts[2])
-    return symbols
+    return {parts[2] for parts in (line.split() for line in result.stdout.splitlines())
+            if len(parts) == 3 and parts[1] in ("T", "t")}
+
+
+def exported_java_symbols(library: str, nm: str) -> set[str]:
+    return {name for name in exported_functions(library, nm) if name.startswith("Java_")}
 
 
 def java_include() -> str:
@@ -219,3 +219,7 @@ def test_cross_library_exports_every_declared_function(name):
     nm = shutil.which("llvm-nm") or shutil.which("aarch64-linux-gnu-nm")
     assert nm, "no nm for AArch64: install llvm or binutils-aarch64-linux-gnu (make system-deps)"
     check_exports(library, nm)
+    # runtime-native is linked in statically and stays inside: an app's other copy of libtessera (or of
+    # cJSON, PCRE2) cannot bind to this one's functions.
+    leaked = sorted(name for name in exported_functions(library, nm) if not name.startswith(("Java_", "JNI_")))
+    assert not leaked, f"{library} exports more than the JNI entry points: {leaked[:20]}"
