@@ -32,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     compile_cmd.add_argument("--target", default="webgpu",
                              help="a target preset, as `tessera targets` lists them (webgpu, wasm, vulkan ...)")
     compile_cmd.add_argument("--cpu", help="with --target cpu: the instruction set to build for (native, the default: "
-                             "this machine; x86-64-v2, x86-64-v3, x86-64-v4; armv8.2-a)")
+                             "this machine; x86-64-v2, x86-64-v3, x86-64-v4; armv8.2-a; android-arm64-v8a, "
+                             "android-x86_64: linked for Android's bionic)")
     compile_cmd.add_argument("--context", type=int, default=1024, help="KV cache positions (default 1024)")
     compile_cmd.add_argument("--prefill-chunk", type=int,
                              help="the most prompt positions one prefill call takes; longer prompts take several "

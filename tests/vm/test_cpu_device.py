@@ -64,6 +64,7 @@ def test_compile_for_a_chosen_cpu_records_it_and_chats(tiny_gguf, tmp_path):
 def test_cpu_choices_are_checked_before_compiling(tiny_gguf, tmp_path):
     unknown = tessera_cli("compile", tiny_gguf, "-o", str(tmp_path / "a"), "--target", "cpu", "--cpu", "pentium")
     assert unknown.returncode == 1 and "Traceback" not in unknown.stderr
-    assert "unknown --cpu 'pentium' for cpu targets; known: armv8.2-a, native, x86-64-v2" in unknown.stderr
+    assert "unknown --cpu 'pentium' for cpu targets; known: android-arm64-v8a, android-x86_64, armv8.2-a, native, " \
+        "x86-64-v2" in unknown.stderr
     gpu = tessera_cli("compile", tiny_gguf, "-o", str(tmp_path / "b"), "--target", "webgpu", "--cpu", "native")
     assert gpu.returncode == 1 and "--cpu applies to targets built to machine code" in gpu.stderr
