@@ -26,7 +26,7 @@ JNIEXPORT jbyteArray TJ_FN(statusName)(JNIEnv *env, jclass cls, jint status) {
 }
 
 JNIEXPORT jlong TJ_FN(modelLoad)(JNIEnv *env, jclass cls, jbyteArray dir, jbyteArray device, jint threads,
-                                 jbyteArray cache_dir) {
+                                 jbyteArray cache_dir, jlong memory_limit) {
     (void)cls;
     jlong handle = 0;
     char *dir_text = tj_cstring(env, dir);
@@ -37,6 +37,8 @@ JNIEXPORT jlong TJ_FN(modelLoad)(JNIEnv *env, jclass cls, jbyteArray dir, jbyteA
         params.n_threads = threads;
         params.device = device_text;
         params.cache_dir = cache_text;
+        /* Kotlin refuses a negative limit; Long.MAX_VALUE (no limit) is above any machine's memory. */
+        params.memory_limit = memory_limit > 0 ? (uint64_t)memory_limit : 0;
         handle = TJ_JLONG(tessera_model_load(dir_text, &params));
     }
     free(cache_text);

@@ -12,7 +12,7 @@
 JNIEXPORT jbyteArray TJ_FN(lastError)(JNIEnv *env, jclass cls);
 JNIEXPORT jbyteArray TJ_FN(statusName)(JNIEnv *env, jclass cls, jint status);
 JNIEXPORT jlong TJ_FN(modelLoad)(JNIEnv *env, jclass cls, jbyteArray dir, jbyteArray device, jint threads,
-                                 jbyteArray cache_dir);
+                                 jbyteArray cache_dir, jlong memory_limit);
 JNIEXPORT void TJ_FN(modelFree)(JNIEnv *env, jclass cls, jlong model);
 JNIEXPORT jbyteArray TJ_FN(modelDevice)(JNIEnv *env, jclass cls, jlong model);
 JNIEXPORT jint TJ_FN(modelContextLength)(JNIEnv *env, jclass cls, jlong model);

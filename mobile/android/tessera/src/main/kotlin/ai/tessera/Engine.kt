@@ -179,6 +179,10 @@ internal fun checkOptions(options: EngineOptions) {
     if (options.threads < 0) {
         throw TesseraException.invalid("threads must be 0 (one per CPU) or more, not ${options.threads}")
     }
+    if (options.memoryLimit < 0) {
+        throw TesseraException.invalid("memoryLimit must be 0 (what is available) or a number of bytes, " +
+            "not ${options.memoryLimit}")
+    }
 }
 
 /** tessera_model_load; the handle belongs to the Engine or Module made from it. */
@@ -188,7 +192,7 @@ internal fun loadModel(modelDir: String, options: EngineOptions): Long {
     val dir = cString(modelDir, "the model folder's path")
     val device = cString(options.device, "the device option")
     val cacheDir = options.cacheDir?.let { cString(it, "the cacheDir option") }
-    val model = TesseraJni.modelLoad(dir, device, options.threads, cacheDir)
+    val model = TesseraJni.modelLoad(dir, device, options.threads, cacheDir, options.memoryLimit)
     if (model == 0L) throw TesseraException.fromNull("loading $modelDir")
     return model
 }

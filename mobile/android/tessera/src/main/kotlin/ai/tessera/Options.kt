@@ -8,13 +8,21 @@ package ai.tessera
  * name: "vulkan", "opencl", "cpu", with ":N" for the N-th device of its kind. [threads] is the number of CPU
  * threads, 0 for one per online CPU. [cacheDir] is where GPU devices keep compiled pipelines so a second
  * load compiles no shader; null keeps them in the model's folder (on Android, pass context.cacheDir.path
- * when the model folder is read-only).
+ * when the model folder is read-only). [memoryLimit] is the most bytes the model may take (its plan over
+ * every device, as [Engine.memory] reports it): a larger model is refused before anything is allocated;
+ * 0 means what the phone has available when it loads (MemAvailable), [NO_MEMORY_LIMIT] no check.
  */
 data class EngineOptions @JvmOverloads constructor(
     val device: String = "auto",
     val threads: Int = 0,
     val cacheDir: String? = null,
-)
+    val memoryLimit: Long = 0,
+) {
+    companion object {
+        /** memoryLimit for no check at all. */
+        const val NO_MEMORY_LIMIT: Long = Long.MAX_VALUE
+    }
+}
 
 /**
  * Sampling for one reply. [temperature] 0 is greedy; [topP] 1 is off; [seed] null keeps the runtime's

@@ -41,7 +41,10 @@ internal object TesseraJni {
     @JvmStatic external fun statusName(status: Int): ByteArray?
 
     /** tessera_model_load with the default params, then these; 0L on failure. */
-    @JvmStatic external fun modelLoad(dir: ByteArray, device: ByteArray, threads: Int, cacheDir: ByteArray?): Long
+    /** tessera_model_load; memoryLimit is tessera_model_params.memory_limit (not negative). */
+    @JvmStatic external fun modelLoad(
+        dir: ByteArray, device: ByteArray, threads: Int, cacheDir: ByteArray?, memoryLimit: Long,
+    ): Long
 
     @JvmStatic external fun modelFree(model: Long)
 

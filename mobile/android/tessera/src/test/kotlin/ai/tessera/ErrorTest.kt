@@ -54,6 +54,20 @@ class ErrorTest {
         assertThrows(TesseraException::class.java) { Module.load(tiny.dir, EngineOptions(threads = -5)) }
     }
 
+    @Test fun aModelLargerThanTheMemoryLimit() {
+        val total = tiny.plan.sumOf { it.total }
+        val error = assertThrows(TesseraException::class.java) {
+            Engine.load(tiny.dir, tiny.options().copy(memoryLimit = total - 1))
+        }
+        // The runtime's refusal, before anything is allocated: the plan, and the limit it broke.
+        assertMessageHas(error, "model needs", "but only", "(memory_limit)")
+        Engine.load(tiny.dir, tiny.options().copy(memoryLimit = total)).close()
+        Engine.load(tiny.dir, tiny.options().copy(memoryLimit = EngineOptions.NO_MEMORY_LIMIT)).close()
+        assertMessageHas(assertThrows(TesseraException::class.java) {
+            Engine.load(tiny.dir, tiny.options().copy(memoryLimit = -1))
+        }, "memoryLimit", "-1")
+    }
+
     @Test fun badCompletionOptions() {
         Engine.load(tiny.dir, tiny.options()).use { engine ->
             assertMessageHas(assertThrows(TesseraException::class.java) {
