@@ -123,6 +123,19 @@ def presets() -> dict[str, str]:
 # kind whose kernels it runs, with what users call it.
 NATIVE_DEVICE_LABELS = {"cpu": "CPU", "vulkan": "Vulkan", "opencl": "OpenCL", "metal": "Metal"}
 
+# What `tessera package --target PLATFORM` builds (compiler/app/package.py), in the order an app tries them:
+# (folder, preset, the runtime device that loads it, the Android ABI whose CPU runs it or ""). A phone's
+# GPU API first, then its CPU, whose kernels are machine code per ABI, linked for Android's bionic.
+MOBILE_BUILDS = {
+    "android": (("vulkan", "vulkan", "vulkan", ""),
+                ("cpu-arm64-v8a", "cpu-android-arm64-v8a", "cpu", "arm64-v8a"),
+                ("cpu-x86_64", "cpu-android-x86_64", "cpu", "x86_64")),
+    "ios": (("metal", "metal", "metal", ""),),
+}
+# A split package (--gpu-layers): the GPU preset and the CPU preset of its other half, with that ABI;
+# a platform without one cannot load a CPU build's kernels (iOS runs only code signed into the app).
+MOBILE_SPLIT = {"android": ("vulkan", "cpu-android-arm64-v8a", "arm64-v8a")}
+
 # Kinds whose kernels run on the host's CPU (C compiled natively or to WebAssembly). Every other kind
 # drives a GPU API, even when a CPU emulates the GPU (llvmpipe, SwiftShader): a program sees a GPU.
 HOST_KINDS = frozenset({"cpu", "wasm"})

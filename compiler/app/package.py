@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tessera.frontend import check_gguf_file
 from tessera.ir import TesseraError
+from tessera.target import MOBILE_BUILDS, MOBILE_SPLIT
 
 from .bundle import model_id
 from .compile import cached_compile
@@ -31,7 +32,8 @@ from .memory import device_memory
 from .paths import check_output_folder
 
 ROOT = Path(__file__).resolve().parents[2]
-PLATFORMS = ("android", "ios")
+PLATFORMS = tuple(MOBILE_BUILDS)
+PLATFORM_NAMES = {"android": "Android", "ios": "iOS"}  # for people
 MANIFEST = "tessera-package.json"
 MEMORY = "memory.json"
 LIBRARY_README = "README-library.md"
@@ -60,20 +62,15 @@ class Build:
 
 def package_builds(platform: str, split: bool, gpu_layers: int | None) -> list[Build]:
     """The builds of a package, in the order an app tries them."""
-    if platform == "ios":
-        if split:
-            raise PackageError("--split puts the layers after --gpu-layers on the CPU, and an iOS app cannot load a "
-                               "CPU build's kernels.so (it runs only code signed into the app, and does not dlopen a "
-                               "resource): package --whole (Metal) for iOS")
-        return [Build("metal", "metal", "metal")]
-    # The CPU kernels are machine code, built per ABI and linked for Android's bionic (the cpu-android-*
-    # presets of codegen/c/native.py). A split build's CPU half is for arm64-v8a: phones with Vulkan.
     if split:
-        return [Build(f"vulkan-gpu{gpu_layers}", "vulkan", "auto", abi="arm64-v8a", gpu_layers=gpu_layers,
-                      split_cpu="cpu-android-arm64-v8a")]
-    return [Build("vulkan", "vulkan", "vulkan"),
-            Build("cpu-arm64-v8a", "cpu-android-arm64-v8a", "cpu", abi="arm64-v8a"),
-            Build("cpu-x86_64", "cpu-android-x86_64", "cpu", abi="x86_64")]
+        if platform not in MOBILE_SPLIT:
+            name = PLATFORM_NAMES.get(platform, platform)
+            raise PackageError(f"--split puts the layers after --gpu-layers on the CPU, and an {name} app cannot "
+                               "load a CPU build's kernels.so (it runs only code signed into the app, and does not "
+                               f"dlopen a resource): package --whole for {name}")
+        gpu, cpu, abi = MOBILE_SPLIT[platform]
+        return [Build(f"{gpu}-gpu{gpu_layers}", gpu, "auto", abi=abi, gpu_layers=gpu_layers, split_cpu=cpu)]
+    return [Build(folder, preset, device, abi=abi or None) for folder, preset, device, abi in MOBILE_BUILDS[platform]]
 
 
 def check_request(platform: str, model: str, output: str, split: bool, whole: bool, gpu_layers: int | None,
@@ -215,7 +212,7 @@ def _ios_package(output: str, name: str) -> str:
     target = os.path.join(output, "Sources", "TesseraModel")
     os.makedirs(os.path.join(target, "Resources"))
     with open(os.path.join(target, "TesseraModel.swift"), "w", encoding="utf-8") as f:
-        f.write(MODEL_SWIFT.replace("@MODEL@", name))
+        f.write(MODEL_SWIFT.replace("@MODEL@", name).replace("@BUILD@", MOBILE_BUILDS["ios"][0][0]))
     return os.path.join(target, "Resources", name)
 
 
@@ -226,9 +223,9 @@ public enum TesseraModel {
     /// The model's name (its folder under Resources/).
     public static let name = "@MODEL@"
 
-    /// The folder of one build ("metal"), to pass to Engine(modelPath:): a real folder on disk inside the
+    /// The folder of one build ("@BUILD@"), to pass to Engine(modelPath:): a real folder on disk inside the
     /// app bundle, which the runtime reads in place.
-    public static func path(build: String = "metal") -> String? {
+    public static func path(build: String = "@BUILD@") -> String? {
         Bundle.module.url(forResource: name, withExtension: nil)?.appendingPathComponent(build).path
     }
 }
