@@ -1,0 +1,137 @@
+"""tessera.InferenceSession (docs/inference.md): the inputs and outputs an executable folder describes, a
+run that gives numpy's answers on each device kind here, and a clear error, naming the input, for each
+feed that does not fit, raised before anything runs."""
+
+import numpy as np
+import pytest
+import tessera
+from conformance.cases import CASES, one_function
+from conformance.generate import expected_outputs
+from tessera.inference import InferenceSessionError
+from tessera.ir import Tensor
+from tessera.ir.errors import TesseraError
+from tessera.vm import DeviceError, device_kinds
+
+BOUND = 8
+KINDS = ("cpu", "wasm")
+
+
+def _pair_module():
+    """main(x: (n, 4) float32, y: (n, 4) float32, ids: (n,) int64) -> (x + y, x * y, ids): n up to BOUND."""
+    from tessera import op
+
+    return one_function(lambda x, y, ids: (op.add(x, y), op.multiply(x, y), op.add(ids, ids)),
+                        [Tensor(("n", 4), "float32"), Tensor(("n", 4), "float32"), Tensor(("n",), "int64")],
+                        {"n": BOUND})
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Executable folders, as `tessera compile` writes them: (program, device kind) -> folder."""
+    root = tmp_path_factory.mktemp("inference")
+    modules = {"pair": _pair_module(), "cnn": CASES["cnn-mobilenet"]().module, "gemm": CASES["gemm"]().module}
+    built = {}
+    for name, module in modules.items():
+        for kind in KINDS:
+            folder = root / f"{name}-{kind}"
+            tessera.build(module, kind).save(str(folder))
+            built[name, kind] = folder
+    return built
+
+
+@pytest.fixture(scope="module")
+def pair(folders):
+    return tessera.InferenceSession(folders["pair", "cpu"], device="cpu")
+
+
+def test_the_inputs_and_outputs_of_a_static_cnn(folders):
+    session = tessera.InferenceSession(folders["cnn", "cpu"])
+    [image] = session.get_inputs()
+    assert (image.name, image.shape, image.type) == ("image", [1, 3, 32, 32], "tensor(float)")
+    [logits] = session.get_outputs()
+    assert (logits.name, logits.shape, logits.type) == ("output0", [1, 10], "tensor(float)")
+    assert session.device == "cpu"  # auto: the device whose kernels these are
+
+
+def test_symbolic_dimensions_are_named_as_onnxruntime_names_them(pair):
+    assert [(a.name, a.shape, a.type) for a in pair.get_inputs()] == [
+        ("x0", ["n", 4], "tensor(float)"), ("x1", ["n", 4], "tensor(float)"), ("x2", ["n"], "tensor(int64)")]
+    assert [(a.name, a.shape, a.type) for a in pair.get_outputs()] == [
+        ("output0", ["n", 4], "tensor(float)"), ("output1", ["n", 4], "tensor(float)"), ("output2", ["n"], "tensor(int64)")]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_run_gives_the_cases_expected_outputs(folders, kind):
+    rng = np.random.default_rng(0)
+    for case in ("cnn-mobilenet", "gemm"):
+        spec = CASES[case]()
+        session = tessera.InferenceSession(folders["cnn" if case == "cnn-mobilenet" else "gemm", kind], device=kind)
+        assert session.device == kind
+        for call, [expected] in list(zip(spec.calls, expected_outputs(spec)))[:2]:  # the interpreter's outputs
+            feed = {arg.name: value for arg, value in zip(session.get_inputs(), call.args)}
+            [got] = session.run(None, feed)
+            np.testing.assert_allclose(got, expected, rtol=max(spec.rtol, 1e-4), atol=max(spec.atol, 1e-4))
+    session = tessera.InferenceSession(folders["pair", kind], device=kind)
+    for n in (1, 5, BOUND):
+        x, y = rng.standard_normal((2, n, 4)).astype(np.float32)
+        ids = rng.integers(-1000, 1000, n)
+        total, product, doubled = session.run(None, {"x2": ids, "x1": y, "x0": x})
+        np.testing.assert_allclose(total, x + y, rtol=1e-6)
+        np.testing.assert_allclose(product, x * y, rtol=1e-6)
+        assert doubled.dtype == np.int64 and (doubled == ids * 2).all()
+        # Chosen outputs, in the order asked for.
+        doubled, total = session.run(["output2", "output0"], {"x0": x, "x1": y, "x2": ids})
+        assert (doubled == ids * 2).all() and np.allclose(total, x + y)
+
+
+def test_webgpu_when_this_machine_has_it(folders, tmp_path):
+    if "webgpu" not in device_kinds():
+        pytest.skip("no webgpu device kind registered")
+    try:
+        from tessera.vm import webgpu_adapter_infos
+
+        if not webgpu_adapter_infos():
+            pytest.skip("no WebGPU adapter here")
+    except Exception as error:  # wgpu-py missing or no adapter
+        pytest.skip(f"no WebGPU here: {error}")
+    tessera.build(_pair_module(), "llvmpipe").save(str(tmp_path / "pair"))
+    session = tessera.InferenceSession(tmp_path / "pair", device="webgpu")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    total, _, doubled = session.run(None, {"x0": x, "x1": x, "x2": np.arange(3)})
+    assert np.allclose(total, 2 * x) and (doubled == 2 * np.arange(3)).all()
+
+
+def _feed(n=3, m=None):
+    x = np.zeros((n, 4), np.float32)
+    return {"x0": x, "x1": np.zeros((n if m is None else m, 4), np.float32), "x2": np.zeros(n, np.int64)}
+
+
+@pytest.mark.parametrize("change,names,says", [
+    (lambda f: f.pop("x1"), "x1", "is missing"),
+    (lambda f: f.update(z=f["x0"]), "z", "unknown input"),
+    (lambda f: f.update(x0=f["x0"].astype(np.float64)), "x0", "expected dtype float32"),
+    (lambda f: f.update(x2=f["x2"].astype(np.int32)), "x2", "got int32"),
+    (lambda f: f.update(x0=np.zeros((3, 4, 1), np.float32)), "x0", "expected rank 2"),
+    (lambda f: f.update(x0=np.zeros((3, 5), np.float32), x1=np.zeros((3, 5), np.float32)), "x0", "not 4"),
+    (lambda f: f.update(**_feed(BOUND + 1)), "x0", f"above its upper bound {BOUND}"),
+    (lambda f: f.update(**_feed(3, 2)), "x1", "n = 3 from input 'x0'"),
+    (lambda f: f.update(x0=[[0.0] * 4] * 3), "x0", "expected a numpy array"),
+])
+def test_each_bad_feed_is_an_error_naming_the_input(pair, change, names, says):
+    feed = _feed()
+    change(feed)
+    with pytest.raises(InferenceSessionError) as caught:
+        pair.run(None, feed)
+    assert f"'{names}'" in str(caught.value) and says in str(caught.value)
+    assert caught.value.input == names and isinstance(caught.value, TesseraError)
+
+
+def test_unknown_outputs_functions_and_devices(folders, pair):
+    with pytest.raises(InferenceSessionError, match="unknown output 'logits'.*output0, output1, output2"):
+        pair.run(["output0", "logits"], _feed())
+    with pytest.raises(InferenceSessionError, match="no function 'decode'.*main"):
+        tessera.InferenceSession(folders["pair", "cpu"], function="decode")
+    with pytest.raises(InferenceSessionError, match="unknown device 'tpu'; known: auto, "):
+        tessera.InferenceSession(folders["pair", "cpu"], device="tpu")
+    with pytest.raises(DeviceError, match="wasm device runs"):  # a cpu build's kernels are not WebAssembly
+        tessera.InferenceSession(folders["pair", "cpu"], device="wasm")
