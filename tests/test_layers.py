@@ -81,7 +81,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("native", ("tessera.native",)),  # runtime-native's C API from Python: a runtime beside the VM
     ("vm_build", ("tessera.vm_build",)),  # the bytecode emitter: passes and the executable format meet
     ("model", ("tessera.frontend", "tessera.nn", "tessera.models")),
-    ("driver", ("tessera", "tessera.driver")),
+    ("driver", ("tessera", "tessera.driver", "tessera.inference")),  # tessera.build; InferenceSession over the VM
     ("app", ("tessera.app",)),
     ("cli", ("tessera.cli",)),
 ]
