@@ -135,3 +135,32 @@ def test_unknown_outputs_functions_and_devices(folders, pair):
         tessera.InferenceSession(folders["pair", "cpu"], device="tpu")
     with pytest.raises(DeviceError, match="wasm device runs"):  # a cpu build's kernels are not WebAssembly
         tessera.InferenceSession(folders["pair", "cpu"], device="wasm")
+
+
+def test_an_expression_dimension_is_checked_once_its_variable_is_known(tmp_path):
+    from tessera import op
+
+    module = one_function(lambda x, y: (op.add(x, x), op.add(y, y)),
+                          [Tensor(("n",), "float32"), Tensor(("n + 1",), "float32")], {"n": BOUND})
+    tessera.build(module, "cpu").save(str(tmp_path / "shifted"))
+    session = tessera.InferenceSession(tmp_path / "shifted")
+    assert [a.shape for a in session.get_inputs()] == [["n"], ["n + 1"]]
+    _, doubled = session.run(None, {"x0": np.ones(3, np.float32), "x1": np.ones(4, np.float32)})
+    assert (doubled == 2).all() and doubled.shape == (4,)
+    with pytest.raises(InferenceSessionError, match=r"input 'x1': .*dimension 0 is 5, not n \+ 1 = 4"):
+        session.run(None, {"x0": np.ones(3, np.float32), "x1": np.ones(5, np.float32)})
+
+
+def test_state_stays_on_the_device_and_an_integer_is_an_input_of_shape_nothing(tmp_path):
+    """The conformance KV-cache case: append(rows, total) writes into a state tensor the session keeps."""
+    spec = CASES["kv-cache"]()
+    tessera.build(spec.module, "cpu").save(str(tmp_path / "cache"))
+    session = tessera.InferenceSession(tmp_path / "cache", function="append")
+    assert [(a.name, a.shape, a.type) for a in session.get_inputs()] == [
+        ("rows", ["n", 2, 8], "tensor(float)"), ("total", [], "tensor(int64)")]
+    for call, [expected] in zip(spec.calls, expected_outputs(spec)):
+        rows, total = call.args
+        [got] = session.run(None, {"rows": rows, "total": np.int64(total)})
+        np.testing.assert_array_equal(got, expected)
+    with pytest.raises(InferenceSessionError, match="input 'total': expected an integer, got a float"):
+        session.run(None, {"rows": rows, "total": 1.5})
