@@ -147,8 +147,9 @@ class InferenceSession:
                                         f"({ORT_TYPES.get(sinfo['dtype'], '?')}), got {value.dtype.name} (no implicit "
                                         f"casts: convert it with .astype(np.{sinfo['dtype']}))", name)
         if sinfo["ndim"] >= 0 and value.ndim != sinfo["ndim"]:
-            raise InferenceSessionError(f"input {name!r}: expected rank {sinfo['ndim']} (shape "
-                                        f"{_shown(sinfo['shape'])}), got rank {value.ndim} (shape {value.shape})", name)
+            shape = f" (shape {_shown(sinfo['shape'])})" if sinfo["shape"] is not None else ""
+            raise InferenceSessionError(f"input {name!r}: expected rank {sinfo['ndim']}{shape}, got rank {value.ndim} "
+                                        f"(shape {value.shape})", name)
         for axis, (dim, size) in enumerate(zip(sinfo["shape"] or (), value.shape)):
             self._check_dim(name, f"dimension {axis}", dim, int(size), sizes, sinfo["shape"], value.shape)
 
@@ -165,8 +166,8 @@ class InferenceSession:
         expr = arith.parse_expr(dim)
         if isinstance(expr, arith.IntImm):
             if size != expr.value:
-                raise InferenceSessionError(f"input {name!r}: expected shape {_shown(expected)}, got {tuple(got)}: "
-                                            f"{where} is {size}, not {expr.value}", name)
+                shapes = "" if got is None else f"expected shape {_shown(expected)}, got {tuple(got)}: "
+                raise InferenceSessionError(f"input {name!r}: {shapes}{where} is {size}, not {expr.value}", name)
             return
         if not isinstance(expr, arith.Var):
             return  # an expression: checked once its variables are known
@@ -216,7 +217,8 @@ def _dim(text: str):
 
 
 def _shown(shape) -> str:
-    return "(" + ", ".join(shape or ()) + ("," if shape is not None and len(shape) == 1 else "") + ")"
+    """A recorded shape as the text format prints one: (n, 4), (n + 1,)."""
+    return "(" + ", ".join(shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _leaves(value) -> list:
