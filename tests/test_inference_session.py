@@ -101,6 +101,19 @@ def test_webgpu_when_this_machine_has_it(folders, tmp_path):
     assert np.allclose(total, 2 * x) and (doubled == 2 * np.arange(3)).all()
 
 
+@pytest.mark.parametrize("kind", ["vulkan", "opencl"])
+def test_the_native_gpu_devices(tmp_path, kind):
+    """lavapipe and PoCL here: the same function built for each API runs on its device."""
+    tessera.build(_pair_module(), kind).save(str(tmp_path / kind))
+    try:
+        session = tessera.InferenceSession(tmp_path / kind, device=kind)
+    except DeviceError as error:
+        pytest.skip(f"no {kind} device here: {error}")
+    x = np.arange(20, dtype=np.float32).reshape(5, 4)
+    product, doubled = session.run(["output1", "output2"], {"x0": x, "x1": x, "x2": np.arange(5)})
+    assert session.device == kind and np.allclose(product, x * x) and (doubled == 2 * np.arange(5)).all()
+
+
 def _feed(n=3, m=None):
     x = np.zeros((n, 4), np.float32)
     return {"x0": x, "x1": np.zeros((n if m is None else m, 4), np.float32), "x2": np.zeros(n, np.int64)}
