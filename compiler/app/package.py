@@ -86,6 +86,7 @@ def check_request(platform: str, model: str, output: str, split: bool, whole: bo
     if split and gpu_layers is None:
         raise PackageError("--split needs --gpu-layers N: the decoder layers that run on the GPU")
     check_gguf_file(model)
+    _check_sources(platform)
     check_output_folder(output, "the package")
     if os.path.isdir(output) and os.listdir(output):
         if not force:
@@ -155,6 +156,22 @@ def memory_plan(folder: str) -> dict:
         source = "tessera_model_plan_devices"
     return {"devices": [{k: row[k] for k in ("device", "weights", "arena", "kv_cache", "total")} for row in rows],
             "total": sum(row["total"] for row in rows), "plan": source}
+
+
+# What a package is copied from: the platform's library in this checkout, and runtime-native's sources.
+SOURCES = {"android": ("mobile/android/settings.gradle.kts", "mobile/android/tessera/build.gradle.kts"),
+           "ios": ("mobile/ios/Package.swift", "mobile/ios/scripts/build-xcframework.sh")}
+
+
+def _check_sources(platform: str) -> None:
+    """Refuse, before compiling or touching the output, an installation without the sources to copy (a
+    wheel carries the compiler, not mobile/ and runtime-native/)."""
+    needed = (*SOURCES[platform], "runtime-native/CMakeLists.txt", "runtime-native/include/tessera.h")
+    missing = [name for name in needed if not (ROOT / name).is_file()]
+    if missing:
+        raise PackageError(f"tessera package copies the {PLATFORM_NAMES[platform]} library and runtime-native from "
+                           f"a Tessera checkout, and {ROOT} lacks {', '.join(missing)}: run it from a clone of the "
+                           "repository (pip install -e .)")
 
 
 def _android_project(output: str, name: str) -> str:

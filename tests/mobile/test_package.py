@@ -170,6 +170,21 @@ def test_a_missing_model_is_named(tmp_path, capsys):
     assert f"no GGUF file at {tmp_path / 'nope.gguf'}" in capsys.readouterr().err
 
 
+def test_an_installation_without_the_mobile_sources_is_refused_before_anything_is_written(tiny_gguf, tmp_path,
+                                                                                           monkeypatch, capsys):
+    from tessera.app import package as package_module
+
+    monkeypatch.setattr(package_module, "ROOT", tmp_path / "site-packages")  # a wheel: no mobile/, no runtime-native/
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "tessera-package.json").write_text("{}")  # a package --force would replace
+    for target in ("android", "ios"):
+        assert main(["package", tiny_gguf, "--target", target, "-o", str(output), "--force"]) == 1
+        error = capsys.readouterr().err
+        assert "copies the" in error and "runtime-native/include/tessera.h" in error and "Traceback" not in error
+    assert (output / "tessera-package.json").is_file()  # untouched
+
+
 def test_without_libtessera_memory_json_is_the_compilers_plan_and_a_split_is_refused(tiny_gguf, ios, tmp_path,
                                                                                     monkeypatch, capsys):
     monkeypatch.setenv("TESSERA_NATIVE_LIB", str(tmp_path / "missing" / "libtessera.so"))
