@@ -9,6 +9,7 @@ from .gguf_reader import (
     load_gguf,
     load_tokenizer,
 )
+from .onnx import OnnxImportError, from_onnx
 
 __all__ = ["GGUFError", "GGUFModel", "QuantizedWeight", "bundled_smollm2_path",
-           "check_gguf_file", "load_gguf", "load_tokenizer"]
+           "check_gguf_file", "load_gguf", "load_tokenizer", "OnnxImportError", "from_onnx"]

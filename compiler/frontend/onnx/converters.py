@@ -1,0 +1,671 @@
+"""The converters: each ONNX op in terms of the IR's operators (tessera.op).
+
+Importing this module registers them. Semantics follow the ONNX operator docs for the opset each
+converter names; where an opset changed an op (Softmax's axis at 13, attributes that became inputs),
+there is one converter per version."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import arith
+from ... import op as R
+from ...ir.expr import Constant
+from .loader import ir_dtype
+from .registry import NodeContext, converter
+
+FLOATS = ("float16", "float32", "float64")
+
+
+def const(value, dtype: str) -> Constant:
+    return Constant(np.asarray(value, dtype=dtype))
+
+
+def scalar_like(ctx: NodeContext, value, index: int = 0) -> Constant:
+    return const(value, ctx.dtype(index))
+
+
+def require_float(ctx: NodeContext, index: int = 0) -> None:
+    if ctx.dtype(index) not in FLOATS:
+        raise ctx.error(f"input {index} is {ctx.dtype(index)}; the IR computes this op on floats only")
+
+
+def axis_of(ctx: NodeContext, axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise ctx.error(f"axis {axis} is out of range for rank {rank}", "invalid")
+    return axis + rank if axis < 0 else axis
+
+
+def all_constant(ctx: NodeContext) -> bool:
+    return all(isinstance(value, Constant) for value in ctx.inputs if value is not None)
+
+
+# -- elementwise ----------------------------------------------------------------------------------
+
+_BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Equal": "equal",
+           "Less": "less", "Greater": "greater", "LessOrEqual": "less_equal", "GreaterOrEqual": "greater_equal",
+           "And": "logical_and", "Or": "logical_or"}
+
+
+def _binary(name):
+    def convert(ctx: NodeContext):
+        return R.make_call(name, ctx.input(0), ctx.input(1))
+
+    return convert
+
+
+for _onnx, _ir in _BINARY.items():
+    converter(_onnx)(_binary(_ir))
+
+
+@converter("Pow")
+def _pow(ctx: NodeContext):
+    require_float(ctx)
+    exponent = ctx.input(1)
+    if ctx.dtype(1) != ctx.dtype(0):  # ONNX lets the exponent have a type of its own
+        exponent = R.astype(exponent, dtype=ctx.dtype(0))
+    return R.power(ctx.input(0), exponent)
+
+
+_UNARY = {"Abs": "abs", "Neg": "negative", "Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Relu": "nn.relu",
+          "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sin": "sin", "Cos": "cos", "Floor": "floor",
+          "Ceil": "ceil", "Round": "round"}
+_FLOAT_ONLY = {"sqrt", "exp", "log", "sigmoid", "tanh", "erf", "sin", "cos", "floor", "ceil", "round"}
+
+
+def _unary(name):
+    def convert(ctx: NodeContext):
+        if name in _FLOAT_ONLY:
+            require_float(ctx)
+        return R.make_call(name, ctx.input(0))
+
+    return convert
+
+
+for _onnx, _ir in _UNARY.items():
+    converter(_onnx)(_unary(_ir))
+
+
+@converter("Reciprocal")
+def _reciprocal(ctx: NodeContext):
+    require_float(ctx)
+    return R.divide(scalar_like(ctx, 1.0), ctx.input(0))
+
+
+@converter("Not")
+def _not(ctx: NodeContext):
+    return R.equal(ctx.input(0), const(False, "bool"))
+
+
+@converter("LeakyRelu", attrs=("alpha",))
+def _leaky_relu(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    alpha = scalar_like(ctx, ctx.attr("alpha", 0.01))
+    return R.where(R.less(x, scalar_like(ctx, 0.0)), R.multiply(x, alpha), x)
+
+
+@converter("PRelu")
+def _prelu(ctx: NodeContext):
+    x = ctx.input(0)
+    return R.where(R.less(x, scalar_like(ctx, 0)), R.multiply(x, ctx.input(1)), x)
+
+
+@converter("Elu", attrs=("alpha",))
+def _elu(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    alpha = scalar_like(ctx, ctx.attr("alpha", 1.0))
+    negative = R.multiply(alpha, R.subtract(R.exp(x), scalar_like(ctx, 1.0)))
+    return R.where(R.less(x, scalar_like(ctx, 0.0)), negative, x)
+
+
+@converter("Selu", attrs=("alpha", "gamma"))
+def _selu(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    alpha = scalar_like(ctx, ctx.attr("alpha", 1.67326319217681884765625))
+    gamma = scalar_like(ctx, ctx.attr("gamma", 1.05070102214813232421875))
+    negative = R.multiply(alpha, R.subtract(R.exp(x), scalar_like(ctx, 1.0)))
+    return R.multiply(gamma, R.where(R.less_equal(x, scalar_like(ctx, 0.0)), negative, x))
+
+
+@converter("HardSigmoid", attrs=("alpha", "beta"))
+def _hard_sigmoid(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    y = R.add(R.multiply(x, scalar_like(ctx, ctx.attr("alpha", 0.2))), scalar_like(ctx, ctx.attr("beta", 0.5)))
+    return R.clip(y, min=0.0, max=1.0)
+
+
+@converter("HardSwish", since=14)
+def _hard_swish(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    gate = R.clip(R.add(R.multiply(x, scalar_like(ctx, 1.0 / 6.0)), scalar_like(ctx, 0.5)), min=0.0, max=1.0)
+    return R.multiply(x, gate)
+
+
+@converter("Softplus")
+def _softplus(ctx: NodeContext):
+    require_float(ctx)
+    return R.log(R.add(R.exp(ctx.input(0)), scalar_like(ctx, 1.0)))
+
+
+@converter("Softsign")
+def _softsign(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    return R.divide(x, R.add(R.abs(x), scalar_like(ctx, 1.0)))
+
+
+@converter("Gelu", since=20, attrs=("approximate",))
+def _gelu(ctx: NodeContext):
+    require_float(ctx)
+    approximate = ctx.attr("approximate", b"none")
+    approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+    if approximate not in ("none", "tanh"):
+        raise ctx.error(f"approximate={approximate!r} is not supported (none, tanh)")
+    return (R.nn.gelu_tanh if approximate == "tanh" else R.nn.gelu)(ctx.input(0))
+
+
+@converter("Sign")
+def _sign(ctx: NodeContext):
+    x = ctx.input(0)
+    zero, one = scalar_like(ctx, 0), scalar_like(ctx, 1)
+    negative = R.where(R.less(x, zero), scalar_like(ctx, -1), zero)
+    return R.where(R.greater(x, zero), one, negative)
+
+
+def _variadic(name):
+    def convert(ctx: NodeContext):
+        inputs = [ctx.input(i) for i in range(len(ctx.inputs))]
+        result = inputs[0]
+        for other in inputs[1:]:
+            result = R.make_call(name, result, other)
+        if ctx.node.op_type == "Mean":
+            require_float(ctx)
+            result = R.divide(result, scalar_like(ctx, float(len(inputs))))
+        elif len(inputs) == 1:  # a lone input is passed through as a new value
+            result = R.add(result, scalar_like(ctx, 0))
+        return result
+
+    return convert
+
+
+converter("Sum")(_variadic("add"))
+converter("Mean")(_variadic("add"))
+converter("Max", since=12)(_variadic("maximum"))
+converter("Min", since=12)(_variadic("minimum"))
+
+
+@converter("Where")
+def _where(ctx: NodeContext):
+    return R.where(ctx.input(0), ctx.input(1), ctx.input(2))
+
+
+@converter("Clip")
+def _clip(ctx: NodeContext):
+    """Opset 11 took min and max as inputs (optional); as tensors they may broadcast, so they are
+    maximum/minimum, which also keeps integer inputs integer."""
+    x = ctx.input(0)
+    if ctx.has_input(1):
+        x = R.maximum(x, ctx.input(1))
+    if ctx.has_input(2):
+        x = R.minimum(x, ctx.input(2))
+    if not ctx.has_input(1) and not ctx.has_input(2):
+        x = R.add(x, scalar_like(ctx, 0))
+    return x
+
+
+@converter("Cast", attrs=("to", "saturate", "round_mode"))
+def _cast(ctx: NodeContext):
+    dtype = ir_dtype(int(ctx.attr("to")), f"{ctx.node.op_type} 'to'")
+    if isinstance(ctx.inputs[0], Constant):
+        return Constant(ctx.inputs[0].data.astype(dtype))
+    return R.astype(ctx.input(0), dtype=dtype)
+
+
+@converter("CastLike", since=15, attrs=("saturate", "round_mode"))
+def _cast_like(ctx: NodeContext):
+    dtype = ctx.dtype(1)
+    if isinstance(ctx.inputs[0], Constant):
+        return Constant(ctx.inputs[0].data.astype(dtype))
+    return R.astype(ctx.input(0), dtype=dtype)
+
+
+@converter("Identity")
+def _identity(ctx: NodeContext):
+    return ctx.input(0)
+
+
+@converter("Dropout", since=12, attrs=("seed",))
+def _dropout(ctx: NodeContext):
+    """Inference: the input unchanged, unless training_mode is a true constant."""
+    if ctx.has_input(2):
+        training = ctx.constant(2, "training_mode")
+        if bool(np.asarray(training)):
+            raise ctx.error("training_mode=True is not supported (inference only)")
+    if len([o for o in ctx.node.output if o]) > 1:
+        raise ctx.error("the mask output is not supported")
+    return ctx.input(0)
+
+
+# -- constants and shapes -------------------------------------------------------------------------
+
+
+@converter("Constant", attrs=("value", "value_float", "value_floats", "value_int", "value_ints"))
+def _constant(ctx: NodeContext):
+    from .loader import tensor_to_array
+
+    if "value" in ctx.attrs:
+        return Constant(tensor_to_array(ctx.attrs["value"], None, f"{ctx.node.op_type} value"))
+    for name, dtype in (("value_float", "float32"), ("value_floats", "float32"), ("value_int", "int64"),
+                        ("value_ints", "int64")):
+        if name in ctx.attrs:
+            return const(ctx.attrs[name], dtype)
+    raise ctx.error("the value is missing or of an unsupported kind (sparse_value, strings)")
+
+
+@converter("Shape", attrs=())
+def _shape_11(ctx: NodeContext):
+    return const(ctx.static_dims(0, "Shape"), "int64")
+
+
+@converter("Shape", since=15, attrs=("start", "end"))
+def _shape_15(ctx: NodeContext):
+    dims = ctx.static_dims(0, "Shape")
+    start, end = ctx.attr("start", 0), ctx.attr("end", len(dims))
+    return const(dims[slice(start, end)], "int64")
+
+
+@converter("Size")
+def _size(ctx: NodeContext):
+    return const(int(np.prod(ctx.static_dims(0, "Size"))), "int64")
+
+
+@converter("Gather", attrs=("axis",))
+def _gather(ctx: NodeContext):
+    rank = ctx.rank(0)
+    axis = axis_of(ctx, ctx.attr("axis", 0), rank)
+    if all_constant(ctx):
+        return Constant(np.take(ctx.inputs[0].data, ctx.inputs[1].data, axis=axis))
+    indices = ctx.input(1)
+    if ctx.dtype(1) not in ("int32", "int64"):
+        raise ctx.error(f"indices of dtype {ctx.dtype(1)} are not supported")
+    if isinstance(indices, Constant):  # negative indices count from the end
+        size = ctx.static_dims(0, "Gather with negative indices")[axis]
+        indices = Constant(np.where(indices.data < 0, indices.data + size, indices.data).astype(indices.data.dtype))
+    else:  # negative indices count from the end: wrapped at run time
+        size = const(ctx.static_dims(0, "Gather with run-time indices")[axis], ctx.dtype(1))
+        indices = R.where(R.less(indices, const(0, ctx.dtype(1))), R.add(indices, size), indices)
+    return R.take(ctx.input(0), indices, axis=axis)
+
+
+# -- linear algebra -------------------------------------------------------------------------------
+
+
+@converter("MatMul")
+def _matmul(ctx: NodeContext):
+    return R.matmul(ctx.input(0), ctx.input(1))
+
+
+@converter("Gemm", attrs=("alpha", "beta", "transA", "transB"))
+def _gemm(ctx: NodeContext):
+    a, b = ctx.input(0), ctx.input(1)
+    if ctx.attr("transA", 0):
+        a = R.permute_dims(a, axes=(1, 0))
+    if ctx.attr("transB", 0):
+        b = R.permute_dims(b, axes=(1, 0))
+    y = R.matmul(a, b)
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    if alpha != 1.0:
+        y = R.multiply(y, scalar_like(ctx, alpha))
+    if ctx.has_input(2):
+        c = ctx.input(2)
+        if beta != 1.0:
+            c = R.multiply(c, scalar_like(ctx, beta, 2))
+        y = R.add(y, c)
+    return y
+
+
+# -- convolution and pooling ----------------------------------------------------------------------
+
+
+def _window(ctx: NodeContext, kernel: tuple[int, ...], spatial: tuple[int, ...]):
+    """Strides, dilations and (top, left, bottom, right) padding of a 2-D window op."""
+    strides = ctx.ints("strides", (1,) * len(kernel))
+    dilations = ctx.ints("dilations", (1,) * len(kernel))
+    auto_pad = ctx.attr("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if auto_pad in ("NOTSET", ""):
+        pads = ctx.ints("pads", (0,) * (2 * len(kernel)))
+    elif auto_pad == "VALID":
+        pads = (0,) * (2 * len(kernel))
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begins, ends = [], []
+        for size, k, s, d in zip(spatial, kernel, strides, dilations):
+            out = -(-size // s)
+            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+            small, large = total // 2, total - total // 2
+            begins.append(small if auto_pad == "SAME_UPPER" else large)
+            ends.append(large if auto_pad == "SAME_UPPER" else small)
+        pads = tuple(begins) + tuple(ends)
+    else:
+        raise ctx.error(f"auto_pad={auto_pad!r} is not supported")
+    return strides, dilations, pads
+
+
+def _require_2d(ctx: NodeContext) -> None:
+    if ctx.rank(0) != 4:
+        raise ctx.error(f"only 2-D (rank-4 NCHW) inputs are supported, input 0 has rank {ctx.rank(0)}")
+
+
+@converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+def _conv(ctx: NodeContext):
+    _require_2d(ctx)
+    kernel = ctx.static_dims(1, "Conv")[2:]
+    spatial = ctx.static_dims(0, "Conv")[2:] if ctx.attr("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") \
+        else (0, 0)
+    strides, dilations, pads = _window(ctx, kernel, spatial)
+    y = R.nn.conv2d(ctx.input(0), ctx.input(1), strides=strides, padding=pads, dilation=dilations,
+                    groups=int(ctx.attr("group", 1)))
+    if ctx.has_input(2):
+        y = R.add(y, R.reshape(ctx.input(2), (1, -1, 1, 1)))
+    return y
+
+
+def _pool(kind: str):
+    def convert(ctx: NodeContext):
+        _require_2d(ctx)
+        if len([o for o in ctx.node.output if o]) > 1:
+            raise ctx.error("the Indices output is not supported")
+        if ctx.attr("storage_order", 0):
+            raise ctx.error("storage_order=1 is not supported")
+        kernel = ctx.ints("kernel_shape")
+        spatial = ctx.static_dims(0, "auto_pad")[2:] if ctx.attr("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") \
+            else (0, 0)
+        strides, dilations, pads = _window(ctx, kernel, spatial)
+        attrs = dict(pool_size=kernel, strides=strides, padding=pads, dilation=dilations,
+                     ceil_mode=bool(ctx.attr("ceil_mode", 0)))
+        if kind == "max":
+            y = R.nn.max_pool2d(ctx.input(0), **attrs)
+        else:
+            y = R.nn.avg_pool2d(ctx.input(0), count_include_pad=bool(ctx.attr("count_include_pad", 0)), **attrs)
+        return _drop_windows_in_padding(ctx, y, kernel, strides, dilations, pads) if attrs["ceil_mode"] else y
+
+    return convert
+
+
+converter("MaxPool", since=12, attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads",
+                                      "storage_order", "strides"))(_pool("max"))
+converter("AveragePool", since=11, attrs=("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads",
+                                          "strides"))(_pool("avg"))
+converter("AveragePool", since=19, attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations",
+                                          "kernel_shape", "pads", "strides"))(_pool("avg"))
+
+
+def _drop_windows_in_padding(ctx: NodeContext, y, kernel, strides, dilations, pads):
+    """ONNX's ceil mode drops a last window that would start in the end padding; the IR's keeps
+    it, so the extra row or column is sliced off (static shapes only)."""
+    spatial = ctx.static_dims(0, "ceil_mode=1")[2:]
+    axes, ends = [], []
+    for axis, (size, k, s, d) in enumerate(zip(spatial, kernel, strides, dilations)):
+        begin, end = pads[axis], pads[axis + len(kernel)]
+        out = -(-(size + begin + end - ((k - 1) * d + 1)) // s) + 1
+        if (out - 1) * s >= size + begin:
+            axes.append(axis + 2)
+            ends.append(out - 1)
+    if not axes:
+        return y
+    return R.strided_slice(y, axes=tuple(axes), begin=(0,) * len(axes), end=tuple(ends))
+
+
+@converter("GlobalAveragePool")
+def _global_average_pool(ctx: NodeContext):
+    require_float(ctx)
+    return R.mean(ctx.input(0), axis=tuple(range(2, ctx.rank(0))), keepdims=True)
+
+
+@converter("GlobalMaxPool")
+def _global_max_pool(ctx: NodeContext):
+    return R.max(ctx.input(0), axis=tuple(range(2, ctx.rank(0))), keepdims=True)
+
+
+@converter("BatchNormalization", attrs=("epsilon", "momentum"))
+def _batch_norm_11(ctx: NodeContext):
+    return _batch_norm(ctx)
+
+
+@converter("BatchNormalization", since=14, attrs=("epsilon", "momentum", "training_mode"))
+def _batch_norm_14(ctx: NodeContext):
+    if ctx.attr("training_mode", 0):
+        raise ctx.error("training_mode=1 is not supported (inference only)")
+    return _batch_norm(ctx)
+
+
+def _batch_norm(ctx: NodeContext):
+    """Inference: (x - mean) / sqrt(var + epsilon) * scale + bias, per channel (axis 1)."""
+    require_float(ctx)
+    if len([o for o in ctx.node.output if o]) > 1:
+        raise ctx.error("the running statistics outputs are not supported (inference only)")
+    rank = ctx.rank(0)
+    shape = (1, -1) + (1,) * (rank - 2)
+
+    def channel(index):
+        return R.reshape(ctx.input(index), shape) if rank != 2 else ctx.input(index)
+
+    scale, bias, mean, var = (channel(i) for i in range(1, 5))
+    epsilon = scalar_like(ctx, ctx.attr("epsilon", 1e-5), 4)
+    normed = R.divide(R.subtract(ctx.input(0), mean), R.sqrt(R.add(var, epsilon)))
+    return R.add(R.multiply(normed, scale), bias)
+
+
+# -- normalization over an axis -------------------------------------------------------------------
+
+
+def _softmax(name: str, legacy: bool):
+    def convert(ctx: NodeContext):
+        require_float(ctx)
+        rank = ctx.rank(0)
+        if not legacy:
+            return R.make_call(name, ctx.input(0), axis=axis_of(ctx, ctx.attr("axis", -1), rank))
+        # Before opset 13 the input is seen as 2-D: dims before axis, and the rest flattened.
+        axis = axis_of(ctx, ctx.attr("axis", 1), rank)
+        dims = ctx.dims(0)
+        inner = _product(dims[axis:])
+        flat = R.reshape(ctx.input(0), (-1, inner))
+        return R.reshape(R.make_call(name, flat, axis=-1), list(dims))
+
+    return convert
+
+
+for _onnx, _ir in (("Softmax", "nn.softmax"), ("LogSoftmax", "nn.log_softmax")):
+    converter(_onnx, attrs=("axis",))(_softmax(_ir, legacy=True))
+    converter(_onnx, since=13, attrs=("axis",))(_softmax(_ir, legacy=False))
+
+
+def _product(dims):
+    total = arith.IntImm(1)
+    for dim in dims:
+        total = total * dim
+    return total
+
+
+# -- shape manipulation ---------------------------------------------------------------------------
+
+
+@converter("Reshape", attrs=())
+def _reshape_5(ctx: NodeContext):
+    return _reshape(ctx, allowzero=False)
+
+
+@converter("Reshape", since=14, attrs=("allowzero",))
+def _reshape_14(ctx: NodeContext):
+    return _reshape(ctx, allowzero=bool(ctx.attr("allowzero", 0)))
+
+
+def _reshape(ctx: NodeContext, allowzero: bool):
+    target = [int(v) for v in ctx.constant(1, "the shape").reshape(-1)]
+    dims = ctx.dims(0)
+    out = []
+    for axis, value in enumerate(target):
+        if value == 0 and not allowzero:
+            if axis >= len(dims):
+                raise ctx.error(f"shape {target} copies axis {axis}, which the input of rank {len(dims)} lacks",
+                                "invalid")
+            out.append(dims[axis])
+        else:
+            out.append(value)
+    if isinstance(ctx.inputs[0], Constant) and all(isinstance(v, int) for v in out):
+        return Constant(ctx.inputs[0].data.reshape(out))
+    return R.reshape(ctx.input(0), out)
+
+
+@converter("Transpose", attrs=("perm",))
+def _transpose(ctx: NodeContext):
+    rank = ctx.rank(0)
+    perm = ctx.ints("perm", tuple(reversed(range(rank))))
+    return R.permute_dims(ctx.input(0), axes=perm)
+
+
+@converter("Flatten", attrs=("axis",))
+def _flatten(ctx: NodeContext):
+    dims = ctx.dims(0)
+    axis = ctx.attr("axis", 1)
+    if not -len(dims) <= axis <= len(dims):
+        raise ctx.error(f"axis {axis} is out of range for rank {len(dims)}", "invalid")
+    axis = axis + len(dims) if axis < 0 else axis
+    return R.reshape(ctx.input(0), [_product(dims[:axis]), _product(dims[axis:])])
+
+
+@converter("Concat", attrs=("axis",))
+def _concat(ctx: NodeContext):
+    rank = ctx.rank(0)
+    axis = axis_of(ctx, ctx.attr("axis"), rank) if "axis" in ctx.attrs else None
+    if axis is None:
+        raise ctx.error("the axis attribute is required", "invalid")
+    if all_constant(ctx):
+        return Constant(np.concatenate([v.data for v in ctx.inputs], axis=axis))
+    return R.concat([ctx.input(i) for i in range(len(ctx.inputs))], axis=axis)
+
+
+def _axes_11(ctx: NodeContext):
+    return ctx.ints("axes")
+
+
+def _axes_13(ctx: NodeContext):
+    if not ctx.has_input(1):
+        return None
+    return tuple(int(v) for v in ctx.constant(1, "axes").reshape(-1))
+
+
+def _unsqueeze(axes_of):
+    def convert(ctx: NodeContext):
+        axes = axes_of(ctx)
+        if axes is None:
+            raise ctx.error("axes are required", "invalid")
+        rank = ctx.rank(0) + len(axes)
+        axes = tuple(sorted(axis_of(ctx, a, rank) for a in axes))
+        if isinstance(ctx.inputs[0], Constant):
+            data = ctx.inputs[0].data
+            for a in axes:
+                data = np.expand_dims(data, a)
+            return Constant(data)
+        return R.expand_dims(ctx.input(0), axis=axes)
+
+    return convert
+
+
+def _squeeze(axes_of):
+    def convert(ctx: NodeContext):
+        axes = axes_of(ctx)
+        rank = ctx.rank(0)
+        if axes is None:
+            dims = ctx.static_dims(0, "Squeeze without axes")
+            axes = tuple(i for i, d in enumerate(dims) if d == 1)
+        axes = tuple(sorted(axis_of(ctx, a, rank) for a in axes))
+        if isinstance(ctx.inputs[0], Constant):
+            return Constant(np.squeeze(ctx.inputs[0].data, axis=axes))
+        return R.squeeze(ctx.input(0), axis=axes)
+
+    return convert
+
+
+converter("Unsqueeze", attrs=("axes",))(_unsqueeze(_axes_11))
+converter("Unsqueeze", since=13)(_unsqueeze(_axes_13))
+converter("Squeeze", attrs=("axes",))(_squeeze(_axes_11))
+converter("Squeeze", since=13)(_squeeze(_axes_13))
+
+
+@converter("Expand")
+def _expand(ctx: NodeContext):
+    target = [int(v) for v in ctx.constant(1, "the shape").reshape(-1)]
+    dims = list(ctx.dims(0))
+    analyzer = ctx.analyzer
+    rank = max(len(dims), len(target))
+    dims = [arith.IntImm(1)] * (rank - len(dims)) + dims
+    target = [1] * (rank - len(target)) + target
+    out = []
+    for dim, want in zip(dims, target):
+        size = analyzer.as_int(dim)
+        if want == 1:
+            out.append(dim)
+        elif size in (1, want):
+            out.append(want)
+        else:
+            raise ctx.error(f"cannot expand a dimension of {dim} to {want}", "invalid")
+    return R.broadcast_to(ctx.input(0), out)
+
+
+# -- reductions -----------------------------------------------------------------------------------
+
+
+def _reduce(kind: str, axes_from_input: bool):
+    def convert(ctx: NodeContext):
+        keepdims = bool(ctx.attr("keepdims", 1))
+        axes = _axes_13(ctx) if axes_from_input else ctx.ints("axes")
+        rank = ctx.rank(0)
+        if axes is None or len(axes) == 0:
+            if ctx.attr("noop_with_empty_axes", 0):
+                return R.add(ctx.input(0), scalar_like(ctx, 0))
+            axes = tuple(range(rank))
+        axes = tuple(sorted({axis_of(ctx, a, rank) for a in axes}))
+        x = ctx.input(0)
+        if kind in ("mean", "log_sum", "log_sum_exp", "l2"):
+            require_float(ctx)
+        if kind in ("sum", "mean", "max", "min", "prod"):
+            return R.make_call(kind, x, axis=axes, keepdims=keepdims)
+        if kind == "sum_square":
+            return R.sum(R.multiply(x, x), axis=axes, keepdims=keepdims)
+        if kind == "l1":
+            return R.sum(R.abs(x), axis=axes, keepdims=keepdims)
+        if kind == "l2":
+            return R.sqrt(R.sum(R.multiply(x, x), axis=axes, keepdims=keepdims))
+        if kind == "log_sum":
+            return R.log(R.sum(x, axis=axes, keepdims=keepdims))
+        # log_sum_exp, stable: max + log(sum(exp(x - max)))
+        peak = R.max(x, axis=axes, keepdims=True)
+        total = R.log(R.sum(R.exp(R.subtract(x, peak)), axis=axes, keepdims=keepdims))
+        return R.add(total, peak if keepdims else R.squeeze(peak, axis=axes))
+
+    return convert
+
+
+_REDUCE = {"ReduceSum": ("sum", 13), "ReduceMean": ("mean", 18), "ReduceMax": ("max", 18),
+           "ReduceMin": ("min", 18), "ReduceProd": ("prod", 18), "ReduceSumSquare": ("sum_square", 18),
+           "ReduceL1": ("l1", 18), "ReduceL2": ("l2", 18), "ReduceLogSum": ("log_sum", 18),
+           "ReduceLogSumExp": ("log_sum_exp", 18)}
+for _onnx, (_kind, _moved) in _REDUCE.items():
+    converter(_onnx, attrs=("axes", "keepdims"))(_reduce(_kind, axes_from_input=False))
+    converter(_onnx, since=_moved, attrs=("keepdims", "noop_with_empty_axes"))(_reduce(_kind, axes_from_input=True))
+
+
+@converter(("ArgMax", "ArgMin"), attrs=("axis", "keepdims", "select_last_index"))
+def _arg(ctx: NodeContext):
+    if ctx.attr("select_last_index", 0):
+        raise ctx.error("select_last_index=1 is not supported")
+    name = "argmax" if ctx.node.op_type == "ArgMax" else "argmin"
+    axis = axis_of(ctx, ctx.attr("axis", 0), ctx.rank(0))
+    return R.make_call(name, ctx.input(0), axis=axis, keepdims=bool(ctx.attr("keepdims", 1)))
+

@@ -1,0 +1,123 @@
+"""from_onnx on small hand-built models: parameters, shape variables and bounds, weights and external
+data, and every bad input one clear OnnxImportError."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from tessera.frontend import OnnxImportError, from_onnx  # noqa: E402
+from tessera.ir import interpret  # noqa: E402
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=17, domain_opsets=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    imports = [helper.make_opsetid("", opset), *(helper.make_opsetid(d, v) for d, v in domain_opsets)]
+    return helper.make_model(graph, opset_imports=imports)
+
+
+def _dense(batch="batch"):
+    weight = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3) / 10, "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])
+    return _model(nodes, [x], [y], [weight])
+
+
+def test_dim_params_become_shared_bounded_variables():
+    mod = from_onnx(_dense(), dims={"batch": (1, 8)})
+    main = mod["main"]
+    assert [p.name_hint for p in main.params] == ["x"]
+    assert str(main.params[0].struct_info.shape[0]) == "batch"
+    assert main.attr("tir_var_upper_bound") == {"batch": 8}
+    assert main.attr("tir_var_lower_bound") == {"batch": 1}
+    x = np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4)
+    want = np.maximum(x @ (np.arange(12, dtype=np.float32).reshape(4, 3) / 10), 0)
+    np.testing.assert_allclose(interpret(mod, "main", x), want, rtol=1e-6)
+
+
+def test_shapes_fix_an_input_and_unnamed_dims_get_their_own_variable():
+    mod = from_onnx(_dense(batch=None), shapes={"x": (2, 4)})
+    assert tuple(int(d.value) for d in mod["main"].params[0].struct_info.shape) == (2, 4)
+    free = from_onnx(_dense(batch=None))["main"].params[0].struct_info.shape[0]
+    assert str(free) == "x_dim0"
+    with pytest.raises(OnnxImportError, match="size 5 on axis 1"):
+        from_onnx(_dense(), shapes={"x": (2, 5)})
+    with pytest.raises(OnnxImportError, match="no input"):
+        from_onnx(_dense(), shapes={"nope": (2, 4)})
+    with pytest.raises(OnnxImportError, match="'seq'"):
+        from_onnx(_dense(), dims={"seq": (1, 4)})
+
+
+def _clear(error) -> str:
+    return str(error.value)
+
+
+def test_unknown_op_old_opset_and_foreign_domain_name_the_node():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    unknown = _model([helper.make_node("Frobnicate", ["x"], ["y"], name="f1")], [x], [y])
+    with pytest.raises(OnnxImportError) as error:
+        from_onnx(unknown)
+    assert "node 'f1' (Frobnicate, opset 17)" in _clear(error)
+    old = _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y], opset=9)
+    with pytest.raises(OnnxImportError, match="opset is 9"):
+        from_onnx(old)
+    foreign = _model([helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft")], [x], [y],
+                     domain_opsets=[("com.microsoft", 1)])
+    with pytest.raises(OnnxImportError, match=r"node #0 \(Gelu, opset 17\): domain 'com.microsoft'"):
+        from_onnx(foreign)
+    unsupported_attr = _model([helper.make_node("Relu", ["x"], ["y"], bogus=1)], [x], [y])
+    with pytest.raises(OnnxImportError, match="attribute bogus"):
+        from_onnx(unsupported_attr)
+
+
+def test_truncated_file_names_the_file(tmp_path):
+    path = tmp_path / "model.onnx"
+    data = _dense().SerializeToString()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(OnnxImportError, match="model.onnx is not a valid ONNX model"):
+        from_onnx(path)
+
+
+def _external_model(tmp_path, location, length=None):
+    weight = np.arange(12, dtype=np.float32).reshape(4, 3)
+    (tmp_path / "weights.bin").write_bytes(weight.tobytes())
+    model = _dense()
+    tensor = model.graph.initializer[0]
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", str(length or weight.nbytes))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    path = tmp_path / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path, weight
+
+
+def test_external_data_is_read_from_the_models_folder(tmp_path):
+    path, weight = _external_model(tmp_path, "weights.bin")
+    mod = from_onnx(path)
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_allclose(interpret(mod, "main", x), np.maximum(x @ weight, 0))
+
+
+@pytest.mark.parametrize("location", ["../weights.bin", "/etc/passwd", "link.bin"])
+def test_external_data_outside_the_folder_is_refused(tmp_path, location):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (tmp_path / "weights.bin").write_bytes(b"\0" * 48)
+    os.symlink(tmp_path / "weights.bin", folder / "link.bin")
+    path, _ = _external_model(folder, location)
+    with pytest.raises(OnnxImportError, match="external data path"):
+        from_onnx(path)
+
+
+def test_external_data_longer_than_its_file_is_refused(tmp_path):
+    path, _ = _external_model(tmp_path, "weights.bin", length=4800)
+    with pytest.raises(OnnxImportError, match="which holds 48"):
+        from_onnx(path)
