@@ -10,7 +10,7 @@ import numpy as np
 
 from ... import arith
 from ... import op as R
-from ...ir.expr import Constant
+from ...ir.expr import Constant, TupleGetItem
 from .loader import ir_dtype
 from .registry import NodeContext, converter
 
@@ -632,6 +632,8 @@ def _reduce(kind: str, axes_from_input: bool):
             axes = tuple(range(rank))
         axes = tuple(sorted({axis_of(ctx, a, rank) for a in axes}))
         x = ctx.input(0)
+        if kind in ("max", "min", "log_sum_exp") and any(ctx.analyzer.as_int(ctx.dims(0)[a]) == 0 for a in axes):
+            raise ctx.error("a max, min or log-sum-exp over an empty axis (ONNX's -inf/+inf) is not supported")
         if kind in ("mean", "log_sum", "log_sum_exp", "l2"):
             require_float(ctx)
         if kind in ("sum", "mean", "max", "min", "prod"):
@@ -669,3 +671,141 @@ def _arg(ctx: NodeContext):
     axis = axis_of(ctx, ctx.attr("axis", 0), ctx.rank(0))
     return R.make_call(name, ctx.input(0), axis=axis, keepdims=bool(ctx.attr("keepdims", 1)))
 
+
+
+# -- more: shapes from constants, slicing, normalization ------------------------------------------
+
+
+@converter("ConstantOfShape", attrs=("value",))
+def _constant_of_shape(ctx: NodeContext):
+    from .loader import tensor_to_array
+
+    shape = [int(v) for v in ctx.constant(0, "the shape").reshape(-1)]
+    value = np.zeros(1, "float32")
+    if "value" in ctx.attrs:
+        value = tensor_to_array(ctx.attrs["value"], None, f"{ctx.node.op_type} value").reshape(-1)
+    return Constant(np.full(shape, value[0], dtype=value.dtype))
+
+
+@converter("Range")
+def _range(ctx: NodeContext):
+    start, limit, delta = (ctx.constant(i, name) for i, name in enumerate(("start", "limit", "delta")))
+    values = np.arange(start.reshape(-1)[0], limit.reshape(-1)[0], delta.reshape(-1)[0])
+    return Constant(values.astype(start.dtype))
+
+
+@converter("Mod", attrs=("fmod",))
+def _mod(ctx: NodeContext):
+    a, b = ctx.input(0), ctx.input(1)
+    is_float = ctx.dtype(0) in FLOATS
+    if ctx.attr("fmod", 0):  # the sign of the dividend: a - b * trunc(a / b)
+        quotient = R.divide(a, b)
+        if is_float:
+            zero = scalar_like(ctx, 0.0)
+            quotient = R.where(R.less(quotient, zero), R.ceil(quotient), R.floor(quotient))
+        return R.subtract(a, R.multiply(b, quotient))
+    if not is_float:  # the sign of the divisor, as Python's %
+        return R.subtract(a, R.multiply(b, R.floor_divide(a, b)))
+    rest = R.subtract(a, R.multiply(b, R.floor(R.divide(a, b))))
+    # An infinite divisor leaves a (same sign, or zero) or gives the divisor, where the formula gives nan.
+    zero = scalar_like(ctx, 0.0)
+    signs_differ = R.logical_and(R.not_equal(R.less(a, zero), R.less(b, zero)), R.not_equal(a, zero))
+    infinite = R.equal(R.abs(b), scalar_like(ctx, np.inf))
+    return R.where(infinite, R.where(signs_differ, b, a), rest)
+
+
+@converter("Slice")
+def _slice(ctx: NodeContext):
+    """starts/ends/axes/steps as constants; ONNX clamps them to the axis, which is done here so
+    that the IR's Python-style slice sees in-range values."""
+    dims = ctx.static_dims(0, "Slice")
+    starts = ctx.constant(1, "starts").reshape(-1).tolist()
+    ends = ctx.constant(2, "ends").reshape(-1).tolist()
+    axes = ctx.constant(3, "axes").reshape(-1).tolist() if ctx.has_input(3) else list(range(len(starts)))
+    steps = ctx.constant(4, "steps").reshape(-1).tolist() if ctx.has_input(4) else [1] * len(starts)
+    out_axes, begins, finals, strides = [], [], [], []
+    for axis, start, end, step in zip(axes, starts, ends, steps):
+        axis = axis_of(ctx, int(axis), len(dims))
+        size = dims[axis]
+        if step == 0:
+            raise ctx.error("a step of 0", "invalid")
+        start = start + size if start < 0 else start
+        end = end + size if end < 0 else end
+        if step > 0:
+            start, end = min(max(start, 0), size), min(max(end, 0), size)
+        else:
+            start, end = min(max(start, -1), size - 1), min(max(end, -1), size - 1)
+            if end == -1:
+                end = -size - 1  # before index 0, in Python's terms
+            if start == -1:
+                start, end = 0, 0
+        out_axes.append(axis)
+        begins.append(int(start))
+        finals.append(int(end))
+        strides.append(int(step))
+    if isinstance(ctx.inputs[0], Constant):
+        index = [slice(None)] * len(dims)
+        for axis, b, e, s in zip(out_axes, begins, finals, strides):
+            index[axis] = slice(b, e, s)
+        return Constant(np.ascontiguousarray(ctx.inputs[0].data[tuple(index)]))
+    return R.strided_slice(ctx.input(0), axes=tuple(out_axes), begin=tuple(begins), end=tuple(finals),
+                           strides=tuple(strides))
+
+
+def _split(ctx: NodeContext, sizes, num_outputs=None):
+    rank = ctx.rank(0)
+    axis = axis_of(ctx, ctx.attr("axis", 0), rank)
+    count = len([o for o in ctx.node.output])
+    size = ctx.static_dims(0, "Split")[axis]
+    if sizes is None:
+        parts = num_outputs or count
+        chunk = -(-size // parts)
+        sizes = [min(chunk, size - chunk * i) for i in range(parts)]
+    sizes = [int(s) for s in sizes]
+    if sum(sizes) != size:
+        raise ctx.error(f"split sizes {sizes} do not add up to {size}", "invalid")
+    cuts = tuple(int(c) for c in np.cumsum(sizes)[:-1])
+    pieces = R.split(ctx.input(0), indices_or_sections=cuts, axis=axis)
+    return [TupleGetItem(pieces, i) for i in range(len(sizes))]
+
+
+@converter("Split", attrs=("axis", "split"))
+def _split_11(ctx: NodeContext):
+    return _split(ctx, ctx.ints("split"))
+
+
+@converter("Split", since=13, attrs=("axis",))
+def _split_13(ctx: NodeContext):
+    return _split(ctx, ctx.constant(1, "split").reshape(-1).tolist() if ctx.has_input(1) else None)
+
+
+@converter("Split", since=18, attrs=("axis", "num_outputs"))
+def _split_18(ctx: NodeContext):
+    sizes = ctx.constant(1, "split").reshape(-1).tolist() if ctx.has_input(1) else None
+    return _split(ctx, sizes, ctx.attr("num_outputs"))
+
+
+@converter("LayerNormalization", since=17, attrs=("axis", "epsilon", "stash_type"))
+def _layer_norm(ctx: NodeContext):
+    """Normalized over the axes from ``axis`` on; Mean and InvStdDev (kept dims) as the optional
+    outputs. Computed in the input's dtype (stash_type float32 is what the IR does for float32)."""
+    require_float(ctx)
+    rank = ctx.rank(0)
+    axis = axis_of(ctx, ctx.attr("axis", -1), rank)
+    axes = tuple(range(axis, rank))
+    x = ctx.input(0)
+    mean = R.mean(x, axis=axes, keepdims=True)
+    centered = R.subtract(x, mean)
+    var = R.mean(R.multiply(centered, centered), axis=axes, keepdims=True)
+    inv_std = R.divide(scalar_like(ctx, 1.0), R.sqrt(R.add(var, scalar_like(ctx, ctx.attr("epsilon", 1e-5)))))
+    y = R.multiply(R.multiply(centered, inv_std), ctx.input(1))
+    if ctx.has_input(2):
+        y = R.add(y, ctx.input(2))
+    return [y, mean, inv_std]
+
+
+@converter("Swish", since=24, attrs=("alpha",))
+def _swish(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    return R.multiply(x, R.sigmoid(R.multiply(x, scalar_like(ctx, ctx.attr("alpha", 1.0)))))

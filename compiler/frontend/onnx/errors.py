@@ -14,6 +14,7 @@ class OnnxImportError(TesseraError):
 
     def __init__(self, message: str, kind: str = "unsupported"):
         self.kind = kind
+        self.constant_input = ""  # the value that had to be a constant, where that is the reason
         super().__init__(message)
 
 

@@ -91,8 +91,10 @@ class NodeContext:
         value = self.inputs[index] if index < len(self.inputs) else None
         if isinstance(value, Constant):
             return value.data
-        raise self.error(f"{what} (input {index}) must be a constant (an initializer or a Constant node): "
-                         "the IR takes it at compile time")
+        error = self.error(f"{what} (input {index}) must be a constant (an initializer or a Constant node): "
+                           "the IR takes it at compile time")
+        error.constant_input = self.node.input[index] if index < len(self.node.input) else ""
+        raise error
 
     def tensor(self, index: int) -> TensorStructInfo:
         sinfo = self.input(index).struct_info
