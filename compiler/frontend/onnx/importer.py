@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from ... import arith
 from ...ir import BlockBuilder, IRModule, Var
 from ...ir.errors import TesseraError
@@ -185,6 +187,8 @@ class _Importer:
         try:
             results = entry.fn(ctx)
             results = results if isinstance(results, list) else [results]
+            if inputs and all(isinstance(value, Constant) for value in inputs if value is not None):
+                results = _fold(results)
             outputs = [name for name in node.output]
             if len([o for o in outputs if o]) > len(results):
                 raise ctx.error(f"only {len(results)} of its {len(outputs)} outputs are supported")
@@ -204,6 +208,35 @@ class _Importer:
             raise OnnxImportError(f"graph output '{value.name}' is produced by no node", "invalid")
         result = env[value.name]
         return bb.emit_output(result, self._unique(identifier(value.name, "out")))
+
+
+FOLD_LIMIT = 1 << 20  # elements: bigger results stay computations (a weight transposed at run time)
+
+
+def _fold(results: list) -> list:
+    """Results computed from constants alone, computed now: shape subgraphs (Shape, arithmetic,
+    Concat, Expand's shape) become constants that converters needing a compile-time value can read.
+    Anything that cannot be folded is left as it was."""
+    from ...ir import interpret
+
+    pending = [r for r in results if not isinstance(r, Constant | Var)]
+    if not pending:
+        return results
+    bb = BlockBuilder()
+    try:
+        with bb.function("fold", []):
+            values = [bb.emit(r) for r in pending]
+            bb.emit_func_output(values)
+        mod = bb.get()
+        sizes = [v.struct_info.shape for v in values]
+        if any(s is None or not all(isinstance(d, arith.IntImm) for d in s) for s in sizes):
+            return results
+        if any(int(np.prod([d.value for d in s])) > FOLD_LIMIT for s in sizes):
+            return results
+        folded = iter(interpret(mod, "fold"))
+    except (TesseraError, ValueError, TypeError, ArithmeticError):
+        return results
+    return [r if isinstance(r, Constant | Var) else Constant(np.asarray(next(folded))) for r in results]
 
 
 def _attributes(node, label: str) -> dict:
