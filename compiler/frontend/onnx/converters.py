@@ -60,7 +60,6 @@ for _onnx, _ir in _BINARY.items():
 
 @converter("Pow")
 def _pow(ctx: NodeContext):
-    require_float(ctx)
     exponent = ctx.input(1)
     if ctx.dtype(1) != ctx.dtype(0):  # ONNX lets the exponent have a type of its own
         exponent = R.astype(exponent, dtype=ctx.dtype(0))
@@ -665,11 +664,16 @@ for _onnx, (_kind, _moved) in _REDUCE.items():
 
 @converter(("ArgMax", "ArgMin"), attrs=("axis", "keepdims", "select_last_index"))
 def _arg(ctx: NodeContext):
-    if ctx.attr("select_last_index", 0):
-        raise ctx.error("select_last_index=1 is not supported")
     name = "argmax" if ctx.node.op_type == "ArgMax" else "argmin"
     axis = axis_of(ctx, ctx.attr("axis", 0), ctx.rank(0))
-    return R.make_call(name, ctx.input(0), axis=axis, keepdims=bool(ctx.attr("keepdims", 1)))
+    keepdims = bool(ctx.attr("keepdims", 1))
+    if not ctx.attr("select_last_index", 0):
+        return R.make_call(name, ctx.input(0), axis=axis, keepdims=keepdims)
+    # The last of equal extremes: the first one in the reversed axis, counted from the end.
+    size = ctx.static_dims(0, "select_last_index=1")[axis]
+    flipped = R.strided_slice(ctx.input(0), axes=(axis,), begin=(size - 1,), end=(-size - 1,), strides=(-1,))
+    first = R.make_call(name, flipped, axis=axis, keepdims=keepdims)
+    return R.subtract(const(size - 1, "int64"), first)
 
 
 
@@ -809,3 +813,106 @@ def _swish(ctx: NodeContext):
     require_float(ctx)
     x = ctx.input(0)
     return R.multiply(x, R.sigmoid(R.multiply(x, scalar_like(ctx, ctx.attr("alpha", 1.0)))))
+
+
+# -- masks, norms and small activations -----------------------------------------------------------
+
+
+@converter("Trilu", since=14, attrs=("upper",))
+def _trilu(ctx: NodeContext):
+    dims = ctx.static_dims(0, "Trilu")
+    if len(dims) < 2:
+        raise ctx.error("the input needs rank 2 or more", "invalid")
+    k = int(ctx.constant(1, "k").reshape(-1)[0]) if ctx.has_input(1) else 0
+    ones = np.ones(dims[-2:], dtype=bool)
+    mask = np.triu(ones, k) if ctx.attr("upper", 1) else np.tril(ones, k)
+    return R.where(Constant(mask), ctx.input(0), scalar_like(ctx, 0))
+
+
+@converter("RMSNormalization", since=23, attrs=("axis", "epsilon", "stash_type"))
+def _rms_norm(ctx: NodeContext):
+    require_float(ctx)
+    rank = ctx.rank(0)
+    axes = tuple(range(axis_of(ctx, ctx.attr("axis", -1), rank), rank))
+    x = ctx.input(0)
+    mean_square = R.mean(R.multiply(x, x), axis=axes, keepdims=True)
+    scale = R.sqrt(R.add(mean_square, scalar_like(ctx, ctx.attr("epsilon", 1e-5))))
+    return R.multiply(R.divide(x, scale), ctx.input(1))
+
+
+@converter("IsInf", attrs=("detect_negative", "detect_positive"))
+def _is_inf(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    positive = R.equal(x, scalar_like(ctx, np.inf))
+    negative = R.equal(x, scalar_like(ctx, -np.inf))
+    want_positive, want_negative = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
+    if want_positive and want_negative:
+        return R.logical_or(positive, negative)
+    if want_positive:
+        return positive
+    if want_negative:
+        return negative
+    return R.logical_and(positive, negative)  # never true
+
+
+@converter("IsNaN")
+def _is_nan(ctx: NodeContext):
+    require_float(ctx)
+    return R.not_equal(ctx.input(0), ctx.input(0))
+
+
+@converter("ThresholdedRelu", attrs=("alpha",))
+def _thresholded_relu(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    return R.where(R.greater(x, scalar_like(ctx, ctx.attr("alpha", 1.0))), x, scalar_like(ctx, 0.0))
+
+
+@converter("Celu", since=12, attrs=("alpha",))
+def _celu(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    alpha = scalar_like(ctx, ctx.attr("alpha", 1.0))
+    negative = R.multiply(alpha, R.subtract(R.exp(R.divide(x, alpha)), scalar_like(ctx, 1.0)))
+    return R.where(R.less(x, scalar_like(ctx, 0.0)), negative, x)
+
+
+@converter("LpNormalization", attrs=("axis", "p"))
+def _lp_normalization(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    axis = axis_of(ctx, ctx.attr("axis", -1), ctx.rank(0))
+    p = ctx.attr("p", 2)
+    if p == 1:
+        norm = R.sum(R.abs(x), axis=(axis,), keepdims=True)
+    elif p == 2:
+        norm = R.sqrt(R.sum(R.multiply(x, x), axis=(axis,), keepdims=True))
+    else:
+        raise ctx.error(f"p={p} is not supported (1 or 2)", "invalid")
+    zero = scalar_like(ctx, 0.0)
+    return R.where(R.equal(norm, zero), zero, R.divide(x, norm))
+
+
+def _space_depth(to_depth: bool):
+    def convert(ctx: NodeContext):
+        n, c, h, w = ctx.static_dims(0, ctx.node.op_type)
+        b = int(ctx.attr("blocksize"))
+        x = ctx.input(0)
+        if to_depth:
+            y = R.reshape(x, (n, c, h // b, b, w // b, b))
+            y = R.permute_dims(y, axes=(0, 3, 5, 1, 2, 4))
+            return R.reshape(y, (n, c * b * b, h // b, w // b))
+        mode = ctx.attr("mode", b"DCR")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if mode == "DCR":
+            y = R.permute_dims(R.reshape(x, (n, b, b, c // (b * b), h, w)), axes=(0, 3, 4, 1, 5, 2))
+        else:
+            y = R.permute_dims(R.reshape(x, (n, c // (b * b), b, b, h, w)), axes=(0, 1, 4, 2, 5, 3))
+        return R.reshape(y, (n, c // (b * b), h * b, w * b))
+
+    return convert
+
+
+converter("SpaceToDepth", attrs=("blocksize",))(_space_depth(True))
+converter("DepthToSpace", attrs=("blocksize", "mode"))(_space_depth(False))
