@@ -916,3 +916,116 @@ def _space_depth(to_depth: bool):
 
 converter("SpaceToDepth", attrs=("blocksize",))(_space_depth(True))
 converter("DepthToSpace", attrs=("blocksize", "mode"))(_space_depth(False))
+
+
+# -- functions of exp and log ---------------------------------------------------------------------
+
+
+def _composed(build):
+    def convert(ctx: NodeContext):
+        require_float(ctx)
+        return build(ctx, ctx.input(0), lambda v: scalar_like(ctx, v))
+
+    return convert
+
+
+_COMPOSED = {
+    "Sinh": lambda ctx, x, c: R.multiply(R.subtract(R.exp(x), R.exp(R.negative(x))), c(0.5)),
+    "Cosh": lambda ctx, x, c: R.multiply(R.add(R.exp(x), R.exp(R.negative(x))), c(0.5)),
+    "Tan": lambda ctx, x, c: R.divide(R.sin(x), R.cos(x)),
+    "Asinh": lambda ctx, x, c: R.log(R.add(x, R.sqrt(R.add(R.multiply(x, x), c(1.0))))),
+    "Acosh": lambda ctx, x, c: R.log(R.add(x, R.sqrt(R.subtract(R.multiply(x, x), c(1.0))))),
+    "Atanh": lambda ctx, x, c: R.multiply(R.log(R.divide(R.add(c(1.0), x), R.subtract(c(1.0), x))), c(0.5)),
+    "Mish": lambda ctx, x, c: R.multiply(x, R.tanh(R.log(R.add(R.exp(x), c(1.0))))),
+}
+for _onnx, _build in _COMPOSED.items():
+    converter(_onnx)(_composed(_build))
+
+
+@converter("Tile")
+def _tile(ctx: NodeContext):
+    repeats = [int(v) for v in ctx.constant(1, "repeats").reshape(-1)]
+    dims = ctx.static_dims(0, "Tile")
+    if len(repeats) != len(dims):
+        raise ctx.error(f"{len(repeats)} repeats for rank {len(dims)}", "invalid")
+    # Tile = broadcast along a new axis before each one, then merge the pairs.
+    x = ctx.input(0)
+    expanded = R.expand_dims(x, axis=tuple(range(0, 2 * len(dims), 2)))
+    target = [v for pair in zip(repeats, dims) for v in pair]
+    out = [r * d for r, d in zip(repeats, dims)]
+    return R.reshape(R.broadcast_to(expanded, target), out)
+
+
+@converter("CumSum", attrs=("exclusive", "reverse"))
+def _cumsum(ctx: NodeContext):
+    """A product with a triangular matrix of ones along the axis (static size)."""
+    require_float(ctx)
+    rank = ctx.rank(0)
+    axis = axis_of(ctx, int(ctx.constant(1, "axis").reshape(-1)[0]), rank)
+    size = ctx.static_dims(0, "CumSum")[axis]
+    exclusive, reverse = ctx.attr("exclusive", 0), ctx.attr("reverse", 0)
+    # out[j] = sum_i x[i] * m[i, j]: m[i, j] = 1 where i <= j (i < j exclusive); reverse mirrors it.
+    i, j = np.indices((size, size))
+    mask = (i > j if exclusive else i >= j) if reverse else (i < j if exclusive else i <= j)
+    matrix = Constant(mask.astype(ctx.dtype(0)))
+    perm = [a for a in range(rank) if a != axis] + [axis]
+    moved = R.permute_dims(ctx.input(0), axes=tuple(perm)) if axis != rank - 1 else ctx.input(0)
+    summed = R.matmul(moved, matrix)
+    if axis == rank - 1:
+        return summed
+    back = tuple(int(v) for v in np.argsort(perm))
+    return R.permute_dims(summed, axes=back)
+
+
+@converter("Hardmax", since=13, attrs=("axis",))
+def _hardmax(ctx: NodeContext):
+    rank = ctx.rank(0)
+    axis = axis_of(ctx, ctx.attr("axis", -1), rank)
+    size = ctx.static_dims(0, "Hardmax")[axis]
+    first = R.argmax(ctx.input(0), axis=axis, keepdims=True)
+    positions = const(np.arange(size).reshape([size if a == axis else 1 for a in range(rank)]), "int64")
+    return R.astype(R.equal(positions, first), dtype=ctx.dtype(0))
+
+
+@converter("InstanceNormalization", attrs=("epsilon",))
+def _instance_norm(ctx: NodeContext):
+    require_float(ctx)
+    rank = ctx.rank(0)
+    axes = tuple(range(2, rank))
+    shape = (1, -1) + (1,) * (rank - 2)
+    return _normalize(ctx, axes, R.reshape(ctx.input(1), shape), R.reshape(ctx.input(2), shape))
+
+
+def _normalize(ctx: NodeContext, axes, scale, bias, x=None):
+    x = ctx.input(0) if x is None else x
+    mean = R.mean(x, axis=axes, keepdims=True)
+    centered = R.subtract(x, mean)
+    var = R.mean(R.multiply(centered, centered), axis=axes, keepdims=True)
+    normed = R.divide(centered, R.sqrt(R.add(var, scalar_like(ctx, ctx.attr("epsilon", 1e-5)))))
+    if scale is not None:
+        normed = R.multiply(normed, scale)
+    return R.add(normed, bias) if bias is not None else normed
+
+
+@converter("MeanVarianceNormalization", attrs=("axes",))
+def _mvn(ctx: NodeContext):
+    require_float(ctx)
+    rank = ctx.rank(0)
+    axes = tuple(sorted(axis_of(ctx, a, rank) for a in ctx.ints("axes", (0, 2, 3))))
+    x = ctx.input(0)
+    mean = R.mean(x, axis=axes, keepdims=True)
+    centered = R.subtract(x, mean)
+    var = R.mean(R.multiply(centered, centered), axis=axes, keepdims=True)
+    return R.divide(centered, R.add(R.sqrt(var), scalar_like(ctx, 1e-9)))
+
+
+@converter("GroupNormalization", since=21, attrs=("epsilon", "num_groups", "stash_type"))
+def _group_norm(ctx: NodeContext):
+    require_float(ctx)
+    dims = ctx.static_dims(0, "GroupNormalization")
+    groups = int(ctx.attr("num_groups"))
+    n, c = dims[0], dims[1]
+    grouped = R.reshape(ctx.input(0), (n, groups, -1))
+    normed = R.reshape(_normalize(ctx, (2,), None, None, grouped), dims)
+    shape = (1, c) + (1,) * (len(dims) - 2)
+    return R.add(R.multiply(normed, R.reshape(ctx.input(1), shape)), R.reshape(ctx.input(2), shape))
