@@ -355,14 +355,33 @@ def _window(ctx: NodeContext, kernel: tuple[int, ...], spatial: tuple[int, ...])
     return strides, dilations, pads
 
 
-def _require_2d(ctx: NodeContext) -> None:
-    if ctx.rank(0) != 4:
-        raise ctx.error(f"only 2-D (rank-4 NCHW) inputs are supported, input 0 has rank {ctx.rank(0)}")
+def _require_2d(ctx: NodeContext) -> bool:
+    """True for a 1-D op (rank 3), which is made 2-D here: a height of 1 on the data and weight,
+    and the window attributes given a leading 1 (or 0 for pads). The caller squeezes it back."""
+    rank = ctx.rank(0)
+    if rank == 4:
+        return False
+    if rank != 3:
+        raise ctx.error(f"only 1-D and 2-D (rank-3 and rank-4) inputs are supported, input 0 has rank {rank}")
+    ctx.inputs = list(ctx.inputs)
+    ctx.inputs[0] = ctx.emit(R.expand_dims(ctx.input(0), axis=2))
+    if ctx.node.op_type == "Conv":
+        weight = ctx.inputs[1]
+        ctx.inputs[1] = Constant(weight.data[:, :, None]) if isinstance(weight, Constant) \
+            else ctx.emit(R.expand_dims(weight, axis=2))
+    ctx.attrs = dict(ctx.attrs)
+    for name in ("kernel_shape", "strides", "dilations"):
+        if name in ctx.attrs:
+            ctx.attrs[name] = (1, *ctx.attrs[name])
+    if "pads" in ctx.attrs:
+        begin, end = ctx.attrs["pads"]
+        ctx.attrs["pads"] = (0, begin, 0, end)
+    return True
 
 
 @converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
 def _conv(ctx: NodeContext):
-    _require_2d(ctx)
+    one_d = _require_2d(ctx)
     kernel = ctx.static_dims(1, "Conv")[2:]
     spatial = ctx.static_dims(0, "Conv")[2:] if ctx.attr("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") \
         else (0, 0)
@@ -371,12 +390,12 @@ def _conv(ctx: NodeContext):
                     groups=int(ctx.attr("group", 1)))
     if ctx.has_input(2):
         y = R.add(y, R.reshape(ctx.input(2), (1, -1, 1, 1)))
-    return y
+    return R.squeeze(y, axis=(2,)) if one_d else y
 
 
 def _pool(kind: str):
     def convert(ctx: NodeContext):
-        _require_2d(ctx)
+        one_d = _require_2d(ctx)
         if len([o for o in ctx.node.output if o]) > 1:
             raise ctx.error("the Indices output is not supported")
         if ctx.attr("storage_order", 0):
@@ -391,7 +410,9 @@ def _pool(kind: str):
             y = R.nn.max_pool2d(ctx.input(0), **attrs)
         else:
             y = R.nn.avg_pool2d(ctx.input(0), count_include_pad=bool(ctx.attr("count_include_pad", 0)), **attrs)
-        return _drop_windows_in_padding(ctx, y, kernel, strides, dilations, pads) if attrs["ceil_mode"] else y
+        if attrs["ceil_mode"]:
+            y = _drop_windows_in_padding(ctx, y, kernel, strides, dilations, pads)
+        return R.squeeze(y, axis=(2,)) if one_d else y
 
     return convert
 

@@ -183,7 +183,7 @@ class _Importer:
                 inputs.append(env[name])
             else:
                 raise OnnxImportError(f"{label}: input '{name}' is not produced before this node", "invalid")
-        ctx = NodeContext(node, index, self.opset, inputs, attrs, bb._require_frame().analyzer)
+        ctx = NodeContext(node, index, self.opset, inputs, attrs, bb._require_frame().analyzer, bb.emit)
         try:
             results = entry.fn(ctx)
             results = results if isinstance(results, list) else [results]

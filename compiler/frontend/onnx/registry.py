@@ -64,9 +64,10 @@ class NodeContext:
     values where they are known constants, its attributes, and a way to fail that names it."""
 
     def __init__(self, node, index: int, opset: int, inputs: list[Expr | None], attrs: dict,
-                 analyzer: arith.Analyzer):
+                 analyzer: arith.Analyzer, emit: Callable[[Expr], Expr] | None = None):
         self.node, self.index, self.opset = node, index, opset
         self.inputs, self.attrs, self.analyzer = inputs, attrs, analyzer
+        self.emit = emit  # binds an expression now, so that its struct info is known
 
     # -- failing ---------------------------------------------------------------
 
