@@ -1050,3 +1050,66 @@ def _group_norm(ctx: NodeContext):
     normed = R.reshape(_normalize(ctx, (2,), None, None, grouped), dims)
     shape = (1, c) + (1,) * (len(dims) - 2)
     return R.add(R.multiply(normed, R.reshape(ctx.input(1), shape)), R.reshape(ctx.input(2), shape))
+
+
+@converter("Pad", attrs=("mode",))
+def _pad(ctx: NodeContext):
+    """Per axis: a crop for negative pads, then the pad concatenated before and after (static shapes):
+    a constant block, the edge row repeated, the reflection or the wrapped-around rows."""
+    mode = ctx.attr("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise ctx.error(f"mode={mode!r} is not supported")
+    dims = list(ctx.static_dims(0, "Pad"))
+    rank = len(dims)
+    pads = [int(v) for v in ctx.constant(1, "pads").reshape(-1)]
+    axes = list(range(rank))
+    if ctx.has_input(3):
+        axes = [axis_of(ctx, int(a), rank) for a in ctx.constant(3, "axes").reshape(-1)]
+    if len(pads) != 2 * len(axes):
+        raise ctx.error(f"{len(pads)} pads for {len(axes)} axes", "invalid")
+    fill = 0
+    if ctx.has_input(2):
+        fill = ctx.constant(2, "constant_value").reshape(-1)[0]
+    x = ctx.input(0)
+    for i, axis in enumerate(axes):
+        before, after = pads[i], pads[i + len(axes)]
+        if before < 0 or after < 0:  # a negative pad crops
+            start, stop = max(-before, 0), dims[axis] - max(-after, 0)
+            x = ctx.emit(R.strided_slice(x, axes=(axis,), begin=(start,), end=(stop,)))
+            dims[axis] = stop - start
+            before, after = max(before, 0), max(after, 0)
+        if before == 0 and after == 0:
+            continue
+        size = dims[axis]
+        if mode != "constant" and size == 0:
+            raise ctx.error(f"mode={mode!r} pads an empty axis", "invalid")
+        if mode == "reflect" and max(before, after) >= size:
+            raise ctx.error(f"reflect pads of {before}, {after} on an axis of {size}", "invalid")
+        parts = []
+        for count, at_start in ((before, True), (after, False)):
+            if count == 0:
+                parts.append(None)
+                continue
+            block = list(dims)
+            block[axis] = count
+            if mode == "constant":
+                part = Constant(np.full(block, fill, dtype=ctx.dtype(0)))
+            elif mode == "edge":
+                edge = (0, 1) if at_start else (size - 1, size)
+                row = R.strided_slice(x, axes=(axis,), begin=(edge[0],), end=(edge[1],))
+                part = R.broadcast_to(row, block)
+            elif mode == "reflect":
+                begin, end = (count, 0) if at_start else (size - 2, size - 2 - count)
+                part = R.strided_slice(x, axes=(axis,), begin=(begin,), end=(end if end >= 0 else -size - 1,),
+                                       strides=(-1,))
+            else:  # wrap
+                if count > size:
+                    raise ctx.error(f"wrap pads of {count} on an axis of {size}")
+                begin, end = (size - count, size) if at_start else (0, count)
+                part = R.strided_slice(x, axes=(axis,), begin=(begin,), end=(end,))
+            parts.append(part)
+        pieces = [p for p in (parts[0], x, parts[1]) if p is not None]
+        x = ctx.emit(R.concat(pieces, axis=axis))
+        dims[axis] = size + before + after
+    return x
