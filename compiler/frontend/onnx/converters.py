@@ -1113,3 +1113,75 @@ def _pad(ctx: NodeContext):
         x = ctx.emit(R.concat(pieces, axis=axis))
         dims[axis] = size + before + after
     return x
+
+
+# -- gathers along an axis, and the losses built on them ------------------------------------------
+
+
+def gather_elements(ctx: NodeContext, data, data_dims, indices, index_dims, axis: int):
+    """out[..., i, ...] = data[..., indices[..., i, ...], ...] along ``axis`` (static shapes): the
+    data flattened and read at offsets known from the output position, plus the index's stride."""
+    strides = [int(np.prod(data_dims[a + 1:])) for a in range(len(data_dims))]
+    grid = np.indices(index_dims) if index_dims else np.zeros((0,), dtype=np.int64)
+    offset = sum(grid[a] * strides[a] for a in range(len(index_dims)) if a != axis)
+    indices = R.astype(indices, dtype="int64")
+    wrapped = R.add(indices, const(data_dims[axis], "int64"))
+    indices = R.where(R.less(indices, const(0, "int64")), wrapped, indices)
+    flat = R.add(R.multiply(indices, const(strides[axis], "int64")), const(offset, "int64"))
+    return R.take(R.reshape(data, (-1,)), flat, axis=0)
+
+
+@converter("GatherElements", attrs=("axis",))
+def _gather_elements(ctx: NodeContext):
+    data_dims = ctx.static_dims(0, "GatherElements")
+    index_dims = ctx.static_dims(1, "GatherElements")
+    axis = axis_of(ctx, ctx.attr("axis", 0), len(data_dims))
+    return gather_elements(ctx, ctx.input(0), data_dims, ctx.input(1), index_dims, axis)
+
+
+def _nll(ctx: NodeContext, log_prob, dims, target_index: int, weight_index: int):
+    """Negative log-likelihood of ``log_prob`` (N, C, d...) at the classes ``target`` (N, d...)."""
+    reduction = ctx.attr("reduction", b"mean")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction not in ("none", "sum", "mean"):
+        raise ctx.error(f"reduction={reduction!r} is not supported", "invalid")
+    target = ctx.input(target_index)
+    target_dims = ctx.static_dims(target_index, ctx.node.op_type)
+    ignore = ctx.attr("ignore_index")
+    kept = None
+    if ignore is not None:
+        kept = R.not_equal(target, const(ignore, ctx.dtype(target_index)))
+        target = R.where(kept, target, const(0, ctx.dtype(target_index)))
+    index_dims = (target_dims[0], 1, *target_dims[1:])
+    picked = gather_elements(ctx, log_prob, dims, R.expand_dims(target, axis=1), index_dims, 1)
+    loss = R.negative(R.squeeze(picked, axis=(1,)))
+    dtype = ctx.dtype(0)
+    weight = None
+    if ctx.has_input(weight_index):
+        weight = R.take(ctx.input(weight_index), target, axis=0)
+    if kept is not None:
+        mask = R.astype(kept, dtype=dtype)
+        weight = mask if weight is None else R.multiply(weight, mask)
+    if weight is not None:
+        loss = R.multiply(loss, weight)
+    if reduction == "none":
+        return loss
+    total = R.sum(loss)
+    if reduction == "sum":
+        return total
+    count = R.sum(weight) if weight is not None else const(float(np.prod(target_dims)), dtype)
+    return R.divide(total, count)
+
+
+@converter("NegativeLogLikelihoodLoss", since=13, attrs=("ignore_index", "reduction"))
+def _nll_loss(ctx: NodeContext):
+    require_float(ctx)
+    return _nll(ctx, ctx.input(0), ctx.static_dims(0, "NegativeLogLikelihoodLoss"), 1, 2)
+
+
+@converter("SoftmaxCrossEntropyLoss", since=13, attrs=("ignore_index", "reduction"))
+def _softmax_cross_entropy(ctx: NodeContext):
+    require_float(ctx)
+    log_prob = ctx.emit(R.nn.log_softmax(ctx.input(0), axis=1))
+    dims = ctx.static_dims(0, "SoftmaxCrossEntropyLoss")
+    return [_nll(ctx, log_prob, dims, 1, 2), log_prob]
