@@ -1311,3 +1311,58 @@ def _attention(ctx: NodeContext):
     if qk_out is None:
         raise ctx.error(f"qk_matmul_output_mode={mode} is not supported", "invalid")
     return [y, present_k, present_v, qk_out]
+
+
+# -- small constructors and selections -----------------------------------------------------------
+
+
+@converter("OneHot", attrs=("axis",))
+def _one_hot(ctx: NodeContext):
+    depth = int(np.asarray(ctx.constant(1, "depth")).reshape(-1)[0])
+    values = ctx.input(2)
+    rank = ctx.rank(0) + 1
+    axis = axis_of(ctx, ctx.attr("axis", -1), rank)
+    indices = R.astype(ctx.input(0), dtype="int64")
+    indices = R.where(R.less(indices, const(0, "int64")), R.add(indices, const(depth, "int64")), indices)
+    positions = const(np.arange(depth).reshape([depth if a == axis else 1 for a in range(rank)]), "int64")
+    hot = R.equal(R.expand_dims(indices, axis=axis), positions)
+    dtype = ctx.dtype(2)
+    off = R.strided_slice(values, axes=(0,), begin=(0,), end=(1,))  # shape (1,): broadcasts as a scalar
+    on = R.strided_slice(values, axes=(0,), begin=(1,), end=(2,))
+    return R.where(hot, R.astype(on, dtype=dtype), R.astype(off, dtype=dtype))
+
+
+@converter("EyeLike", attrs=("dtype", "k"))
+def _eye_like(ctx: NodeContext):
+    rows, cols = ctx.static_dims(0, "EyeLike")
+    dtype = ir_dtype(int(ctx.attr("dtype")), "EyeLike dtype") if "dtype" in ctx.attrs else ctx.dtype(0)
+    return Constant(np.eye(rows, cols, k=int(ctx.attr("k", 0)), dtype=dtype))
+
+
+@converter("NonZero")
+def _non_zero(ctx: NodeContext):
+    if isinstance(ctx.inputs[0], Constant):
+        return Constant(np.array(np.nonzero(ctx.inputs[0].data), dtype=np.int64))
+    return R.nonzero(ctx.input(0))
+
+
+@converter("LpPool", since=18, attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "p", "pads",
+                                     "strides"))
+def _lp_pool(ctx: NodeContext):
+    """(sum over the window of |x|^p)^(1/p): an average pool counting the padding, times the
+    window's size."""
+    require_float(ctx)
+    one_d = _require_2d(ctx)
+    kernel = ctx.ints("kernel_shape")
+    spatial = ctx.static_dims(0, "auto_pad")[2:] if ctx.attr("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") \
+        else (0, 0)
+    strides, dilations, pads = _window(ctx, kernel, spatial)
+    p = float(ctx.attr("p", 2))
+    powered = R.power(R.abs(ctx.input(0)), scalar_like(ctx, p))
+    ceil = bool(ctx.attr("ceil_mode", 0))
+    pooled = R.nn.avg_pool2d(powered, pool_size=kernel, strides=strides, padding=pads, dilation=dilations,
+                             ceil_mode=ceil, count_include_pad=True)
+    if ceil:
+        pooled = _drop_windows_in_padding(ctx, pooled, kernel, strides, dilations, pads)
+    y = R.power(R.multiply(pooled, scalar_like(ctx, float(np.prod(kernel)))), scalar_like(ctx, 1.0 / p))
+    return R.squeeze(y, axis=(2,)) if one_d else y
