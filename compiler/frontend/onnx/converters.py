@@ -980,7 +980,6 @@ def _tile(ctx: NodeContext):
 @converter("CumSum", attrs=("exclusive", "reverse"))
 def _cumsum(ctx: NodeContext):
     """A product with a triangular matrix of ones along the axis (static size)."""
-    require_float(ctx)
     rank = ctx.rank(0)
     axis = axis_of(ctx, int(ctx.constant(1, "axis").reshape(-1)[0]), rank)
     size = ctx.static_dims(0, "CumSum")[axis]
@@ -1366,3 +1365,73 @@ def _lp_pool(ctx: NodeContext):
         pooled = _drop_windows_in_padding(ctx, pooled, kernel, strides, dilations, pads)
     y = R.power(R.multiply(pooled, scalar_like(ctx, float(np.prod(kernel)))), scalar_like(ctx, 1.0 / p))
     return R.squeeze(y, axis=(2,)) if one_d else y
+
+
+@converter("Compress", attrs=("axis",))
+def _compress(ctx: NodeContext):
+    condition = np.asarray(ctx.constant(1, "condition")).reshape(-1).astype(bool)
+    x = ctx.input(0)
+    if "axis" not in ctx.attrs:
+        x = R.reshape(x, (-1,))
+        axis = 0
+    else:
+        axis = axis_of(ctx, ctx.attr("axis"), ctx.rank(0))
+    return R.take(x, const(np.nonzero(condition)[0], "int64"), axis=axis)
+
+
+def _window_function(coefficients):
+    def convert(ctx: NodeContext):
+        size = int(np.asarray(ctx.constant(0, "size")).reshape(-1)[0])
+        dtype = ir_dtype(int(ctx.attr("output_datatype", 1)), "output_datatype")
+        span = size if ctx.attr("periodic", 1) else size - 1
+        n = np.arange(size, dtype=np.float64)
+        angle = 2.0 * np.pi * n / max(span, 1)
+        values = sum(c * np.cos(k * angle) for k, c in enumerate(coefficients))
+        return Constant(values.astype(dtype))
+
+    return convert
+
+
+converter("HannWindow", since=17, attrs=("output_datatype", "periodic"))(_window_function((0.5, -0.5)))
+converter("HammingWindow", since=17, attrs=("output_datatype", "periodic"))(
+    _window_function((25.0 / 46.0, -(1.0 - 25.0 / 46.0))))
+converter("BlackmanWindow", since=17, attrs=("output_datatype", "periodic"))(_window_function((0.42, -0.5, 0.08)))
+
+
+def _scatter(ctx: NodeContext, data_dims, targets: np.ndarray):
+    """``data`` with the flat positions ``targets`` (one per update, in order) replaced by the
+    updates: the last write to a position wins, as ONNX's reduction 'none' requires no repeats."""
+    reduction = ctx.attr("reduction", b"none")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction != "none":
+        raise ctx.error(f"reduction={reduction!r} is not supported (only 'none')")
+    count = int(np.prod(data_dims))
+    source = np.full(count, -1, dtype=np.int64)
+    source[targets.reshape(-1)] = np.arange(targets.size)
+    written = source >= 0
+    picked = R.take(R.reshape(ctx.input(2), (-1,)), const(np.where(written, source, 0), "int64"), axis=0)
+    flat = R.where(Constant(written), picked, R.reshape(ctx.input(0), (-1,)))
+    return R.reshape(flat, list(data_dims))
+
+
+@converter("ScatterElements", since=11, attrs=("axis", "reduction"))
+def _scatter_elements(ctx: NodeContext):
+    data_dims = ctx.static_dims(0, "ScatterElements")
+    indices = np.asarray(ctx.constant(1, "indices")).astype(np.int64)
+    axis = axis_of(ctx, ctx.attr("axis", 0), len(data_dims))
+    indices = np.where(indices < 0, indices + data_dims[axis], indices)
+    coords = list(np.indices(indices.shape))
+    coords[axis] = indices
+    return _scatter(ctx, data_dims, np.ravel_multi_index(tuple(coords), data_dims))
+
+
+@converter("ScatterND", since=11, attrs=("reduction",))
+def _scatter_nd(ctx: NodeContext):
+    data_dims = ctx.static_dims(0, "ScatterND")
+    indices = np.asarray(ctx.constant(1, "indices")).astype(np.int64)
+    depth = indices.shape[-1]
+    prefix = indices.reshape(-1, depth)
+    prefix = np.where(prefix < 0, prefix + np.array(data_dims[:depth]), prefix)
+    inner = int(np.prod(data_dims[depth:]))
+    starts = np.ravel_multi_index(tuple(prefix.T), data_dims[:depth]) * inner
+    return _scatter(ctx, data_dims, (starts[:, None] + np.arange(inner)[None, :]).reshape(-1))
