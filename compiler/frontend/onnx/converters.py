@@ -365,14 +365,16 @@ def _require_2d(ctx: NodeContext) -> bool:
         raise ctx.error(f"only 1-D and 2-D (rank-3 and rank-4) inputs are supported, input 0 has rank {rank}")
     ctx.inputs = list(ctx.inputs)
     ctx.inputs[0] = ctx.emit(R.expand_dims(ctx.input(0), axis=2))
-    if ctx.node.op_type == "Conv":
+    if ctx.node.op_type in ("Conv", "ConvTranspose"):
         weight = ctx.inputs[1]
         ctx.inputs[1] = Constant(weight.data[:, :, None]) if isinstance(weight, Constant) \
             else ctx.emit(R.expand_dims(weight, axis=2))
     ctx.attrs = dict(ctx.attrs)
-    for name in ("kernel_shape", "strides", "dilations"):
+    for name in ("kernel_shape", "strides", "dilations", "output_shape"):
         if name in ctx.attrs:
             ctx.attrs[name] = (1, *ctx.attrs[name])
+    if "output_padding" in ctx.attrs:
+        ctx.attrs["output_padding"] = (0, *ctx.attrs["output_padding"])
     if "pads" in ctx.attrs:
         begin, end = ctx.attrs["pads"]
         ctx.attrs["pads"] = (0, begin, 0, end)
@@ -1435,3 +1437,71 @@ def _scatter_nd(ctx: NodeContext):
     inner = int(np.prod(data_dims[depth:]))
     starts = np.ravel_multi_index(tuple(prefix.T), data_dims[:depth]) * inner
     return _scatter(ctx, data_dims, (starts[:, None] + np.arange(inner)[None, :]).reshape(-1))
+
+
+@converter("ConvTranspose", attrs=("auto_pad", "dilations", "group", "kernel_shape", "output_padding",
+                                   "output_shape", "pads", "strides"))
+def _conv_transpose(ctx: NodeContext):
+    """A stride-1 convolution over the input spread out by the strides (zeros between the rows and
+    columns), padded by (kernel extent - 1 - pad), with the kernel flipped and its in/out swapped."""
+    one_d = _require_2d(ctx)
+    n, c_in, height, width = ctx.static_dims(0, "ConvTranspose")
+    w_dims = ctx.static_dims(1, "ConvTranspose")
+    groups = int(ctx.attr("group", 1))
+    kernel = tuple(w_dims[2:])
+    strides = ctx.ints("strides", (1, 1))
+    dilations = ctx.ints("dilations", (1, 1))
+    extra = ctx.ints("output_padding", (0, 0))
+    spatial = (height, width)
+    extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    full = [s * (size - 1) + e + o for s, size, e, o in zip(strides, spatial, extents, extra)]
+    auto_pad = ctx.attr("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    wanted = ctx.ints("output_shape")
+    if wanted is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        wanted = tuple(size * s for size, s in zip(spatial, strides))
+    if wanted is not None:
+        wanted = tuple(wanted[-2:])
+        totals = [f - w for f, w in zip(full, wanted)]
+        if auto_pad == "SAME_UPPER":
+            pads = tuple(t // 2 for t in totals) + tuple(t - t // 2 for t in totals)
+        else:
+            pads = tuple(t - t // 2 for t in totals) + tuple(t // 2 for t in totals)
+    elif auto_pad in ("NOTSET", "", "VALID"):
+        pads = ctx.ints("pads", (0, 0, 0, 0)) if auto_pad != "VALID" else (0, 0, 0, 0)
+    else:
+        raise ctx.error(f"auto_pad={auto_pad!r} is not supported")
+    x = ctx.input(0)
+    for axis, (size, stride) in ((2, (height, strides[0])), (3, (width, strides[1]))):
+        if stride > 1 and size > 1:  # spread: each row followed by stride - 1 rows of zeros
+            dims = [n, c_in, height, width]
+            dims[axis] = size
+            expanded = R.expand_dims(x, axis=axis + 1)
+            zero_dims = list(dims)
+            zero_dims.insert(axis + 1, stride - 1)
+            zeros = Constant(np.zeros(zero_dims, dtype=ctx.dtype(0)))
+            spread_dims = list(dims)
+            spread_dims[axis] = size * stride
+            spread = R.reshape(R.concat([expanded, zeros], axis=axis + 1), spread_dims)
+            x = ctx.emit(R.strided_slice(spread, axes=(axis,), begin=(0,), end=((size - 1) * stride + 1,)))
+            if axis == 2:
+                height = (size - 1) * stride + 1
+            else:
+                width = (size - 1) * stride + 1
+    weight = R.reshape(ctx.input(1), (groups, c_in // groups, w_dims[1], *kernel))
+    weight = R.permute_dims(weight, axes=(0, 2, 1, 3, 4))
+    weight = R.reshape(weight, (groups * w_dims[1], c_in // groups, *kernel))
+    weight = R.strided_slice(weight, axes=(2, 3), begin=(kernel[0] - 1, kernel[1] - 1),
+                             end=(-kernel[0] - 1, -kernel[1] - 1), strides=(-1, -1))
+    begin = [e - 1 - p for e, p in zip(extents, pads[:2])]
+    end = [e - 1 - p + o for e, p, o in zip(extents, pads[2:], extra)]
+    y = R.nn.conv2d(x, weight, padding=(max(begin[0], 0), max(begin[1], 0), max(end[0], 0), max(end[1], 0)),
+                    dilation=dilations, groups=groups)
+    y = ctx.emit(y)
+    out_h, out_w = (int(d.value) for d in y.struct_info.shape[2:])
+    crops = [(max(-begin[0], 0), out_h - max(-end[0], 0)), (max(-begin[1], 0), out_w - max(-end[1], 0))]
+    if crops != [(0, out_h), (0, out_w)]:
+        y = R.strided_slice(y, axes=(2, 3), begin=(crops[0][0], crops[1][0]), end=(crops[0][1], crops[1][1]))
+    if ctx.has_input(2):
+        y = R.add(y, R.reshape(ctx.input(2), (1, -1, 1, 1)))
+    return R.squeeze(y, axis=(2,)) if one_d else y
