@@ -1505,3 +1505,126 @@ def _conv_transpose(ctx: NodeContext):
     if ctx.has_input(2):
         y = R.add(y, R.reshape(ctx.input(2), (1, -1, 1, 1)))
     return R.squeeze(y, axis=(2,)) if one_d else y
+
+
+# -- Resize: one interpolation matrix per axis ----------------------------------------------------
+
+_RESIZE_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "half_pixel_symmetric")
+
+
+def _source_position(mode: str, x: int, scale: float, size_in: int, size_out: int) -> float:
+    """Where output index ``x`` samples the input, by coordinate_transformation_mode."""
+    width = scale * size_in  # the output's length before rounding
+    if mode == "align_corners":
+        return 0.0 if width == 1 else x * (size_in - 1) / (width - 1)
+    if mode == "asymmetric":
+        return x / scale
+    if mode == "pytorch_half_pixel":
+        return -0.5 if width == 1 else (x + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        offset = size_in / 2 * (1 - size_out / width)
+        return offset + (x + 0.5) / scale - 0.5
+    return (x + 0.5) / scale - 0.5
+
+
+def _taps(kind: str, ratio: float, nearest_mode: str, a: float) -> np.ndarray:
+    if kind == "nearest":
+        if ratio == 1.0:
+            return np.array([0.0, 1.0])
+        prefer = {"round_prefer_floor": ratio <= 0.5, "round_prefer_ceil": ratio < 0.5,
+                  "floor": True, "ceil": False}[nearest_mode]
+        return np.array([1.0, 0.0]) if prefer else np.array([0.0, 1.0])
+    if kind == "linear":
+        return np.array([1.0 - ratio, ratio])
+    r = ratio  # cubic convolution (Keys), taps at -1, 0, 1, 2 from the floor
+    return np.array([((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+                     ((a + 2) * r - (a + 3)) * r * r + 1,
+                     ((a + 2) * (1 - r) - (a + 3)) * (1 - r) * (1 - r) + 1,
+                     ((a * (2 - r) - 5 * a) * (2 - r) + 8 * a) * (2 - r) - 4 * a])
+
+
+def resize_matrix(kind: str, mode: str, size_in: int, size_out: int, scale: float, nearest_mode: str = "",
+                  a: float = -0.75, exclude_outside: bool = False) -> np.ndarray:
+    """(size_out, size_in) weights: output x = sum_i M[x, i] * input i along one axis. The taps
+    before the first and after the last input repeat the edge, as ONNX's edge padding does."""
+    matrix = np.zeros((size_out, size_in))
+    for x in range(size_out):
+        position = _source_position(mode, x, scale, size_in, size_out)
+        left = int(np.ceil(position)) - 1  # the tap at or left of the position; an exact hit weighs 1 right of it
+        ratio = position - left
+        taps = _taps(kind, ratio, nearest_mode, a)
+        first = left - len(taps) // 2 + 1
+        indices = np.arange(first, first + len(taps))
+        if exclude_outside:
+            taps = np.where((indices >= 0) & (indices < size_in), taps, 0.0)
+            taps = taps / taps.sum()
+        for index, weight in zip(np.clip(indices, 0, size_in - 1), taps):
+            matrix[x, index] += weight
+    return matrix
+
+
+@converter("Resize", since=13, attrs=("coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
+                                      "extrapolation_value", "mode", "nearest_mode"))
+def _resize_13(ctx: NodeContext):
+    return _resize(ctx)
+
+
+@converter("Resize", since=18, attrs=("antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a",
+                                      "exclude_outside", "extrapolation_value", "keep_aspect_ratio_policy", "mode",
+                                      "nearest_mode"))
+def _resize_18(ctx: NodeContext):
+    return _resize(ctx)
+
+
+def _text_attr(ctx: NodeContext, name: str, default: str) -> str:
+    value = ctx.attr(name, default)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _resize(ctx: NodeContext):
+    """Separable: each resized axis is a matrix product with its interpolation matrix (linear,
+    cubic), or a take of the nearest indices (any dtype). Scales or sizes must be constants."""
+    kind = _text_attr(ctx, "mode", "nearest")
+    mode = _text_attr(ctx, "coordinate_transformation_mode", "half_pixel")
+    nearest_mode = _text_attr(ctx, "nearest_mode", "round_prefer_floor")
+    if kind not in ("nearest", "linear", "cubic"):
+        raise ctx.error(f"mode={kind!r} is not supported", "invalid")
+    if mode not in _RESIZE_MODES:
+        raise ctx.error(f"coordinate_transformation_mode={mode!r} is not supported")
+    if ctx.attr("antialias", 0):
+        raise ctx.error("antialias=1 is not supported")
+    if _text_attr(ctx, "keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise ctx.error("keep_aspect_ratio_policy other than 'stretch' is not supported")
+    dims = ctx.static_dims(0, "Resize")
+    rank = len(dims)
+    axes = [axis_of(ctx, a, rank) for a in ctx.ints("axes", tuple(range(rank)))]
+    scales = sizes = None
+    if ctx.has_input(3):
+        sizes = [int(v) for v in ctx.constant(3, "sizes").reshape(-1)]
+    elif ctx.has_input(2) and ctx.constant(2, "scales").size:
+        scales = [float(v) for v in ctx.constant(2, "scales").reshape(-1)]
+    else:
+        raise ctx.error("neither scales nor sizes is given", "invalid")
+    x = ctx.input(0)
+    if kind != "nearest":
+        require_float(ctx)
+    for position, axis in enumerate(axes):
+        size_in = dims[axis]
+        if sizes is not None:
+            size_out, scale = sizes[position], sizes[position] / size_in
+        else:
+            scale = scales[position]
+            size_out = int(np.floor(size_in * scale))
+        if size_out == size_in and scale == 1.0:
+            continue
+        matrix = resize_matrix(kind, mode, size_in, size_out, scale, nearest_mode,
+                               float(ctx.attr("cubic_coeff_a", -0.75)), bool(ctx.attr("exclude_outside", 0)))
+        if kind == "nearest":
+            x = R.take(x, const(np.argmax(matrix, axis=1), "int64"), axis=axis)
+            continue
+        perm = [a for a in range(rank) if a != axis] + [axis]
+        moved = R.permute_dims(x, axes=tuple(perm)) if axis != rank - 1 else x
+        y = R.matmul(moved, Constant(matrix.T.astype(ctx.dtype(0))))
+        x = R.permute_dims(y, axes=tuple(int(v) for v in np.argsort(perm))) if axis != rank - 1 else y
+        x = ctx.emit(x)
+    return x
