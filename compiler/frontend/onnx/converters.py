@@ -1593,8 +1593,9 @@ def _resize(ctx: NodeContext):
         raise ctx.error(f"coordinate_transformation_mode={mode!r} is not supported")
     if ctx.attr("antialias", 0):
         raise ctx.error("antialias=1 is not supported")
-    if _text_attr(ctx, "keep_aspect_ratio_policy", "stretch") != "stretch":
-        raise ctx.error("keep_aspect_ratio_policy other than 'stretch' is not supported")
+    policy = _text_attr(ctx, "keep_aspect_ratio_policy", "stretch")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise ctx.error(f"keep_aspect_ratio_policy={policy!r} is not supported", "invalid")
     dims = ctx.static_dims(0, "Resize")
     rank = len(dims)
     axes = [axis_of(ctx, a, rank) for a in ctx.ints("axes", tuple(range(rank)))]
@@ -1605,6 +1606,13 @@ def _resize(ctx: NodeContext):
         scales = [float(v) for v in ctx.constant(2, "scales").reshape(-1)]
     else:
         raise ctx.error("neither scales nor sizes is given", "invalid")
+    if sizes is not None and policy != "stretch":  # one scale for every axis, the sizes a bound
+        ratios = [size / dims[axis] for size, axis in zip(sizes, axes)]
+        common = min(ratios) if policy == "not_larger" else max(ratios)
+        fixed_sizes = [int(np.floor(dims[axis] * common + 0.5)) for axis in axes]
+        scales, sizes = [common] * len(axes), None
+    else:
+        fixed_sizes = None
     x = ctx.input(0)
     if kind != "nearest":
         require_float(ctx)
@@ -1614,7 +1622,7 @@ def _resize(ctx: NodeContext):
             size_out, scale = sizes[position], sizes[position] / size_in
         else:
             scale = scales[position]
-            size_out = int(np.floor(size_in * scale))
+            size_out = fixed_sizes[position] if fixed_sizes else int(np.floor(size_in * scale))
         if size_out == size_in and scale == 1.0:
             continue
         matrix = resize_matrix(kind, mode, size_in, size_out, scale, nearest_mode,
@@ -1628,3 +1636,35 @@ def _resize(ctx: NodeContext):
         x = R.permute_dims(y, axes=tuple(int(v) for v in np.argsort(perm))) if axis != rank - 1 else y
         x = ctx.emit(x)
     return x
+
+
+@converter("CumProd", since=26, attrs=("exclusive", "reverse"))
+def _cumprod(ctx: NodeContext):
+    """Prefix products in log2(n) steps (each multiplies by the running product shifted by 1, 2,
+    4, ... with ones shifted in), so zeros and signs need no special case."""
+    rank = ctx.rank(0)
+    axis = axis_of(ctx, int(np.asarray(ctx.constant(1, "axis")).reshape(-1)[0]), rank)
+    dims = list(ctx.static_dims(0, "CumProd"))
+    size = dims[axis]
+    x = ctx.input(0)
+
+    def flip(value):
+        return R.strided_slice(value, axes=(axis,), begin=(size - 1,), end=(-size - 1,), strides=(-1,))
+
+    def shifted(value, shift):
+        ones = list(dims)
+        ones[axis] = shift
+        kept = R.strided_slice(value, axes=(axis,), begin=(0,), end=(size - shift,))
+        return R.concat([Constant(np.ones(ones, dtype=ctx.dtype(0))), kept], axis=axis)
+
+    if size == 0:
+        return x
+    if ctx.attr("reverse", 0):
+        x = flip(x)
+    if ctx.attr("exclusive", 0):
+        x = shifted(x, 1)
+    shift = 1
+    while shift < size:
+        x = ctx.emit(R.multiply(x, shifted(x, shift)))
+        shift *= 2
+    return flip(x) if ctx.attr("reverse", 0) else x
