@@ -10,7 +10,7 @@ import numpy as np
 
 from ... import arith
 from ... import op as R
-from ...ir.expr import Constant, TupleGetItem
+from ...ir.expr import Constant, Tuple, TupleGetItem
 from .loader import ir_dtype
 from .registry import NodeContext, converter
 
@@ -1668,3 +1668,35 @@ def _cumprod(ctx: NodeContext):
         x = ctx.emit(R.multiply(x, shifted(x, shift)))
         shift *= 2
     return flip(x) if ctx.attr("reverse", 0) else x
+
+
+# -- control flow ---------------------------------------------------------------------------------
+
+
+@converter("If", attrs=("then_branch", "else_branch"))
+def _if(ctx: NodeContext):
+    """Relax If: each branch's graph converted into an arm of its own; several outputs travel as
+    a tuple."""
+    cond = ctx.input(0)
+    if ctx.dtype(0) != "bool":
+        raise ctx.error(f"the condition is {ctx.dtype(0)}, not bool", "invalid")
+    if isinstance(cond, Constant):  # known now: only the branch taken is imported (the other may not fit)
+        graph = ctx.attrs["then_branch" if bool(cond.data.reshape(-1)[0]) else "else_branch"].g
+        return ctx.importer.convert_subgraph(graph, ctx.env)
+    if ctx.rank(0) != 0:
+        cond = ctx.emit(R.reshape(cond, ()))
+    bb = ctx.builder
+    arms = []
+    for name in ("then_branch", "else_branch"):
+        graph = ctx.attrs[name].g
+        with bb.branch() as arm:
+            outputs = ctx.importer.convert_subgraph(graph, ctx.env)
+            arm.result = outputs[0] if len(outputs) == 1 else Tuple(tuple(outputs))
+        arms.append((arm, len(outputs)))
+    (then_arm, count), (else_arm, other) = arms
+    if count != other:
+        raise ctx.error(f"the branches give {count} and {other} outputs", "invalid")
+    result = bb.emit_if(cond, then_arm.seq, else_arm.seq)
+    if count == 1:
+        return result
+    return [TupleGetItem(result, i) for i in range(count)]

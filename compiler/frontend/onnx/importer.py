@@ -10,6 +10,7 @@ declare them) so that memory is still planned into one arena. Initializers becom
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 import numpy as np
@@ -70,13 +71,31 @@ class _Importer:
                                   f"(inputs: {', '.join(p.name for p in self.graph.input)})")
         attrs = self._bounds()
         bb = BlockBuilder()
+        self.bb = bb
+        # Control flow (If) cannot sit in a dataflow block: such a graph is built without one.
+        dataflow = bb.dataflow() if not _has_subgraphs(self.graph) else contextlib.nullcontext()
         with bb.function("main", [var for _, var in params], attrs=attrs):
-            with bb.dataflow():
+            with dataflow:
                 for index, node in enumerate(self.graph.node):
                     self._convert(bb, node, index, env)
-                outputs = [self._output(bb, value, env) for value in self.graph.output]
+                outputs = [self._output(bb, value, env, isinstance(dataflow, contextlib.nullcontext))
+                           for value in self.graph.output]
             bb.emit_func_output(outputs[0] if len(outputs) == 1 else outputs)
         return bb.get()
+
+    def convert_subgraph(self, graph, outer_env: dict) -> list:
+        """A branch's graph converted into the builder's current block, seeing the enclosing
+        graph's values; its outputs as expressions."""
+        env = dict(outer_env)
+        for tensor in graph.initializer:
+            env[tensor.name] = Constant(tensor_to_array(tensor, self.folder, f"initializer '{tensor.name}'"),
+                                        name=tensor.name)
+        for index, node in enumerate(graph.node):
+            self._convert(self.bb, node, index, env)
+        missing = [value.name for value in graph.output if value.name not in env]
+        if missing:
+            raise OnnxImportError(f"subgraph '{graph.name}' output {missing[0]} is produced by no node", "invalid")
+        return [env[value.name] for value in graph.output]
 
     # -- weights and parameters ------------------------------------------------
 
@@ -184,6 +203,7 @@ class _Importer:
             else:
                 raise OnnxImportError(f"{label}: input '{name}' is not produced before this node", "invalid")
         ctx = NodeContext(node, index, self.opset, inputs, attrs, bb._require_frame().analyzer, bb.emit)
+        ctx.importer, ctx.builder, ctx.env = self, bb, env
         try:
             results = entry.fn(ctx)
             results = results if isinstance(results, list) else [results]
@@ -203,11 +223,19 @@ class _Importer:
         except TesseraError as error:  # a deduction error: the graph's shapes or dtypes disagree
             raise OnnxImportError(f"{label}: {error}", "invalid") from None
 
-    def _output(self, bb: BlockBuilder, value, env: dict):
+    def _output(self, bb: BlockBuilder, value, env: dict, plain: bool):
         if value.name not in env:
             raise OnnxImportError(f"graph output '{value.name}' is produced by no node", "invalid")
         result = env[value.name]
-        return bb.emit_output(result, self._unique(identifier(value.name, "out")))
+        name = self._unique(identifier(value.name, "out"))
+        return bb.emit(result, name) if plain else bb.emit_output(result, name)
+
+
+def _has_subgraphs(graph) -> bool:
+    from onnx import AttributeProto
+
+    return any(attr.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for node in graph.node
+               for attr in node.attribute)
 
 
 FOLD_LIMIT = 1 << 20  # elements: bigger results stay computations (a weight transposed at run time)
