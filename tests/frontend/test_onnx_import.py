@@ -121,3 +121,19 @@ def test_external_data_longer_than_its_file_is_refused(tmp_path):
     path, _ = _external_model(tmp_path, "weights.bin", length=4800)
     with pytest.raises(OnnxImportError, match="which holds 48"):
         from_onnx(path)
+
+
+def test_if_becomes_a_relax_if_that_runs_either_branch():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    cond = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+
+    def branch(op, name):
+        out = helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [3])
+        return helper.make_graph([helper.make_node(op, ["x"], [f"{name}_out"])], name, [], [out])
+
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch("Relu", "then"), else_branch=branch("Neg", "else"))
+    mod = from_onnx(_model([node], [x, cond], [y]))
+    data = np.array([-1.0, 0.5, 2.0], np.float32)
+    np.testing.assert_array_equal(interpret(mod, "main", data, np.array(True)), np.maximum(data, 0))
+    np.testing.assert_array_equal(interpret(mod, "main", data, np.array(False)), -data)
