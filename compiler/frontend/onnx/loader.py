@@ -65,7 +65,7 @@ def tensor_to_array(tensor, folder: Path | None, where: str) -> np.ndarray:
         array = numpy_helper.to_array(tensor)
     except (ValueError, TypeError) as error:
         raise OnnxImportError(f"{where}: cannot read tensor '{tensor.name}': {error}", "invalid") from None
-    return np.ascontiguousarray(array.astype(dtype, copy=False))
+    return np.asarray(array.astype(dtype, copy=False), order="C")  # ascontiguousarray would make 0-d 1-d
 
 
 def _external(tensor, folder: Path | None, dtype: str, where: str) -> np.ndarray:
@@ -95,7 +95,7 @@ def _external(tensor, folder: Path | None, dtype: str, where: str) -> np.ndarray
         handle.seek(offset)
         data = handle.read(length)
     array = np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype).reshape(shape)
-    return np.ascontiguousarray(array)
+    return np.asarray(array, order="C")
 
 
 def safe_path(folder: Path, location: str, where: str) -> Path:
