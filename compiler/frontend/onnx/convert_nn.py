@@ -1,0 +1,684 @@
+"""Neural-network converters: matrix products, convolution and pooling, normalization, softmax,
+attention, losses and Resize."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import op as R
+from ...ir.expr import Constant
+from .convert_common import _product, axis_of, const, require_float, scalar_like
+from .loader import ir_dtype
+from .registry import NodeContext, converter
+
+# -- linear algebra -------------------------------------------------------------------------------
+
+
+@converter("MatMul")
+def _matmul(ctx: NodeContext):
+    return R.matmul(ctx.input(0), ctx.input(1))
+
+
+@converter("Gemm", attrs=("alpha", "beta", "transA", "transB"))
+def _gemm(ctx: NodeContext):
+    a, b = ctx.input(0), ctx.input(1)
+    if ctx.attr("transA", 0):
+        a = R.permute_dims(a, axes=(1, 0))
+    if ctx.attr("transB", 0):
+        b = R.permute_dims(b, axes=(1, 0))
+    y = R.matmul(a, b)
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    if alpha != 1.0:
+        y = R.multiply(y, scalar_like(ctx, alpha))
+    if ctx.has_input(2):
+        c = ctx.input(2)
+        if beta != 1.0:
+            c = R.multiply(c, scalar_like(ctx, beta, 2))
+        y = R.add(y, c)
+    return y
+
+
+# -- convolution and pooling ----------------------------------------------------------------------
+
+
+def _window(ctx: NodeContext, kernel: tuple[int, ...], spatial: tuple[int, ...]):
+    """Strides, dilations and (top, left, bottom, right) padding of a 2-D window op."""
+    strides = ctx.ints("strides", (1,) * len(kernel))
+    dilations = ctx.ints("dilations", (1,) * len(kernel))
+    auto_pad = ctx.attr("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if auto_pad in ("NOTSET", ""):
+        pads = ctx.ints("pads", (0,) * (2 * len(kernel)))
+    elif auto_pad == "VALID":
+        pads = (0,) * (2 * len(kernel))
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begins, ends = [], []
+        for size, k, s, d in zip(spatial, kernel, strides, dilations):
+            out = -(-size // s)
+            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+            small, large = total // 2, total - total // 2
+            begins.append(small if auto_pad == "SAME_UPPER" else large)
+            ends.append(large if auto_pad == "SAME_UPPER" else small)
+        pads = tuple(begins) + tuple(ends)
+    else:
+        raise ctx.error(f"auto_pad={auto_pad!r} is not supported")
+    return strides, dilations, pads
+
+
+def _require_2d(ctx: NodeContext) -> bool:
+    """True for a 1-D op (rank 3), which is made 2-D here: a height of 1 on the data and weight,
+    and the window attributes given a leading 1 (or 0 for pads). The caller squeezes it back."""
+    rank = ctx.rank(0)
+    if rank == 4:
+        return False
+    if rank != 3:
+        raise ctx.error(f"only 1-D and 2-D (rank-3 and rank-4) inputs are supported, input 0 has rank {rank}")
+    ctx.inputs = list(ctx.inputs)
+    ctx.inputs[0] = ctx.emit(R.expand_dims(ctx.input(0), axis=2))
+    if ctx.node.op_type in ("Conv", "ConvTranspose"):
+        weight = ctx.inputs[1]
+        ctx.inputs[1] = Constant(weight.data[:, :, None]) if isinstance(weight, Constant) \
+            else ctx.emit(R.expand_dims(weight, axis=2))
+    ctx.attrs = dict(ctx.attrs)
+    for name in ("kernel_shape", "strides", "dilations", "output_shape"):
+        if name in ctx.attrs:
+            ctx.attrs[name] = (1, *ctx.attrs[name])
+    if "output_padding" in ctx.attrs:
+        ctx.attrs["output_padding"] = (0, *ctx.attrs["output_padding"])
+    if "pads" in ctx.attrs:
+        begin, end = ctx.attrs["pads"]
+        ctx.attrs["pads"] = (0, begin, 0, end)
+    return True
+
+
+@converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+def _conv(ctx: NodeContext):
+    one_d = _require_2d(ctx)
+    kernel = ctx.static_dims(1, "Conv")[2:]
+    spatial = ctx.static_dims(0, "Conv")[2:] if ctx.attr("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") \
+        else (0, 0)
+    strides, dilations, pads = _window(ctx, kernel, spatial)
+    y = R.nn.conv2d(ctx.input(0), ctx.input(1), strides=strides, padding=pads, dilation=dilations,
+                    groups=int(ctx.attr("group", 1)))
+    if ctx.has_input(2):
+        y = R.add(y, R.reshape(ctx.input(2), (1, -1, 1, 1)))
+    return R.squeeze(y, axis=(2,)) if one_d else y
+
+
+def _pool(kind: str):
+    def convert(ctx: NodeContext):
+        one_d = _require_2d(ctx)
+        if len([o for o in ctx.node.output if o]) > 1:
+            raise ctx.error("the Indices output is not supported")
+        if ctx.attr("storage_order", 0):
+            raise ctx.error("storage_order=1 is not supported")
+        kernel = ctx.ints("kernel_shape")
+        spatial = ctx.static_dims(0, "auto_pad")[2:] if ctx.attr("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") \
+            else (0, 0)
+        strides, dilations, pads = _window(ctx, kernel, spatial)
+        attrs = dict(pool_size=kernel, strides=strides, padding=pads, dilation=dilations,
+                     ceil_mode=bool(ctx.attr("ceil_mode", 0)))
+        if kind == "max":
+            y = R.nn.max_pool2d(ctx.input(0), **attrs)
+        else:
+            y = R.nn.avg_pool2d(ctx.input(0), count_include_pad=bool(ctx.attr("count_include_pad", 0)), **attrs)
+        if attrs["ceil_mode"]:
+            y = _drop_windows_in_padding(ctx, y, kernel, strides, dilations, pads)
+        return R.squeeze(y, axis=(2,)) if one_d else y
+
+    return convert
+
+
+converter("MaxPool", since=12, attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads",
+                                      "storage_order", "strides"))(_pool("max"))
+converter("AveragePool", since=11, attrs=("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads",
+                                          "strides"))(_pool("avg"))
+converter("AveragePool", since=19, attrs=("auto_pad", "ceil_mode", "count_include_pad", "dilations",
+                                          "kernel_shape", "pads", "strides"))(_pool("avg"))
+
+
+def _drop_windows_in_padding(ctx: NodeContext, y, kernel, strides, dilations, pads):
+    """ONNX's ceil mode drops a last window that would start in the end padding; the IR's keeps
+    it, so the extra row or column is sliced off (static shapes only)."""
+    spatial = ctx.static_dims(0, "ceil_mode=1")[2:]
+    axes, ends = [], []
+    for axis, (size, k, s, d) in enumerate(zip(spatial, kernel, strides, dilations)):
+        begin, end = pads[axis], pads[axis + len(kernel)]
+        out = -(-(size + begin + end - ((k - 1) * d + 1)) // s) + 1
+        if (out - 1) * s >= size + begin:
+            axes.append(axis + 2)
+            ends.append(out - 1)
+    if not axes:
+        return y
+    return R.strided_slice(y, axes=tuple(axes), begin=(0,) * len(axes), end=tuple(ends))
+
+
+@converter("GlobalAveragePool")
+def _global_average_pool(ctx: NodeContext):
+    require_float(ctx)
+    return R.mean(ctx.input(0), axis=tuple(range(2, ctx.rank(0))), keepdims=True)
+
+
+@converter("GlobalMaxPool")
+def _global_max_pool(ctx: NodeContext):
+    return R.max(ctx.input(0), axis=tuple(range(2, ctx.rank(0))), keepdims=True)
+
+
+@converter("BatchNormalization", attrs=("epsilon", "momentum"))
+def _batch_norm_11(ctx: NodeContext):
+    return _batch_norm(ctx)
+
+
+@converter("BatchNormalization", since=14, attrs=("epsilon", "momentum", "training_mode"))
+def _batch_norm_14(ctx: NodeContext):
+    if ctx.attr("training_mode", 0):
+        raise ctx.error("training_mode=1 is not supported (inference only)")
+    return _batch_norm(ctx)
+
+
+def _batch_norm(ctx: NodeContext):
+    """Inference: (x - mean) / sqrt(var + epsilon) * scale + bias, per channel (axis 1)."""
+    require_float(ctx)
+    if len([o for o in ctx.node.output if o]) > 1:
+        raise ctx.error("the running statistics outputs are not supported (inference only)")
+    rank = ctx.rank(0)
+    shape = (1, -1) + (1,) * (rank - 2)
+
+    def channel(index):
+        return R.reshape(ctx.input(index), shape) if rank != 2 else ctx.input(index)
+
+    scale, bias, mean, var = (channel(i) for i in range(1, 5))
+    epsilon = scalar_like(ctx, ctx.attr("epsilon", 1e-5), 4)
+    normed = R.divide(R.subtract(ctx.input(0), mean), R.sqrt(R.add(var, epsilon)))
+    return R.add(R.multiply(normed, scale), bias)
+
+
+# -- normalization over an axis -------------------------------------------------------------------
+
+
+def _softmax(name: str, legacy: bool):
+    def convert(ctx: NodeContext):
+        require_float(ctx)
+        rank = ctx.rank(0)
+        if not legacy:
+            return R.make_call(name, ctx.input(0), axis=axis_of(ctx, ctx.attr("axis", -1), rank))
+        # Before opset 13 the input is seen as 2-D: dims before axis, and the rest flattened.
+        axis = axis_of(ctx, ctx.attr("axis", 1), rank)
+        dims = ctx.dims(0)
+        inner = _product(dims[axis:])
+        flat = R.reshape(ctx.input(0), (-1, inner))
+        return R.reshape(R.make_call(name, flat, axis=-1), list(dims))
+
+    return convert
+
+
+for _onnx, _ir in (("Softmax", "nn.softmax"), ("LogSoftmax", "nn.log_softmax")):
+    converter(_onnx, attrs=("axis",))(_softmax(_ir, legacy=True))
+    converter(_onnx, since=13, attrs=("axis",))(_softmax(_ir, legacy=False))
+
+
+
+
+
+# -- masks, norms and small activations -----------------------------------------------------------
+
+
+@converter("Trilu", since=14, attrs=("upper",))
+def _trilu(ctx: NodeContext):
+    dims = ctx.static_dims(0, "Trilu")
+    if len(dims) < 2:
+        raise ctx.error("the input needs rank 2 or more", "invalid")
+    k = int(ctx.constant(1, "k").reshape(-1)[0]) if ctx.has_input(1) else 0
+    ones = np.ones(dims[-2:], dtype=bool)
+    mask = np.triu(ones, k) if ctx.attr("upper", 1) else np.tril(ones, k)
+    return R.where(Constant(mask), ctx.input(0), scalar_like(ctx, 0))
+
+
+@converter("RMSNormalization", since=23, attrs=("axis", "epsilon", "stash_type"))
+def _rms_norm(ctx: NodeContext):
+    require_float(ctx)
+    rank = ctx.rank(0)
+    axes = tuple(range(axis_of(ctx, ctx.attr("axis", -1), rank), rank))
+    x = ctx.input(0)
+    mean_square = R.mean(R.multiply(x, x), axis=axes, keepdims=True)
+    scale = R.sqrt(R.add(mean_square, scalar_like(ctx, ctx.attr("epsilon", 1e-5))))
+    return R.multiply(R.divide(x, scale), ctx.input(1))
+
+
+@converter("IsInf", attrs=("detect_negative", "detect_positive"))
+def _is_inf(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    positive = R.equal(x, scalar_like(ctx, np.inf))
+    negative = R.equal(x, scalar_like(ctx, -np.inf))
+    want_positive, want_negative = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
+    if want_positive and want_negative:
+        return R.logical_or(positive, negative)
+    if want_positive:
+        return positive
+    if want_negative:
+        return negative
+    return R.logical_and(positive, negative)  # never true
+
+
+@converter("IsNaN")
+def _is_nan(ctx: NodeContext):
+    require_float(ctx)
+    return R.not_equal(ctx.input(0), ctx.input(0))
+
+
+@converter("ThresholdedRelu", attrs=("alpha",))
+def _thresholded_relu(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    return R.where(R.greater(x, scalar_like(ctx, ctx.attr("alpha", 1.0))), x, scalar_like(ctx, 0.0))
+
+
+@converter("Celu", since=12, attrs=("alpha",))
+def _celu(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    alpha = scalar_like(ctx, ctx.attr("alpha", 1.0))
+    negative = R.multiply(alpha, R.subtract(R.exp(R.divide(x, alpha)), scalar_like(ctx, 1.0)))
+    return R.where(R.less(x, scalar_like(ctx, 0.0)), negative, x)
+
+
+@converter("LpNormalization", attrs=("axis", "p"))
+def _lp_normalization(ctx: NodeContext):
+    require_float(ctx)
+    x = ctx.input(0)
+    axis = axis_of(ctx, ctx.attr("axis", -1), ctx.rank(0))
+    p = ctx.attr("p", 2)
+    if p == 1:
+        norm = R.sum(R.abs(x), axis=(axis,), keepdims=True)
+    elif p == 2:
+        norm = R.sqrt(R.sum(R.multiply(x, x), axis=(axis,), keepdims=True))
+    else:
+        raise ctx.error(f"p={p} is not supported (1 or 2)", "invalid")
+    zero = scalar_like(ctx, 0.0)
+    return R.where(R.equal(norm, zero), zero, R.divide(x, norm))
+
+
+def _space_depth(to_depth: bool):
+    def convert(ctx: NodeContext):
+        n, c, h, w = ctx.static_dims(0, ctx.node.op_type)
+        b = int(ctx.attr("blocksize"))
+        x = ctx.input(0)
+        if to_depth:
+            y = R.reshape(x, (n, c, h // b, b, w // b, b))
+            y = R.permute_dims(y, axes=(0, 3, 5, 1, 2, 4))
+            return R.reshape(y, (n, c * b * b, h // b, w // b))
+        mode = ctx.attr("mode", b"DCR")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if mode == "DCR":
+            y = R.permute_dims(R.reshape(x, (n, b, b, c // (b * b), h, w)), axes=(0, 3, 4, 1, 5, 2))
+        else:
+            y = R.permute_dims(R.reshape(x, (n, c // (b * b), b, b, h, w)), axes=(0, 1, 4, 2, 5, 3))
+        return R.reshape(y, (n, c // (b * b), h * b, w * b))
+
+    return convert
+
+
+converter("SpaceToDepth", attrs=("blocksize",))(_space_depth(True))
+converter("DepthToSpace", attrs=("blocksize", "mode"))(_space_depth(False))
+
+
+# -- gathers along an axis, and the losses built on them ------------------------------------------
+
+
+def gather_elements(ctx: NodeContext, data, data_dims, indices, index_dims, axis: int):
+    """out[..., i, ...] = data[..., indices[..., i, ...], ...] along ``axis`` (static shapes): the
+    data flattened and read at offsets known from the output position, plus the index's stride."""
+    strides = [int(np.prod(data_dims[a + 1:])) for a in range(len(data_dims))]
+    grid = np.indices(index_dims) if index_dims else np.zeros((0,), dtype=np.int64)
+    offset = sum(grid[a] * strides[a] for a in range(len(index_dims)) if a != axis)
+    indices = R.astype(indices, dtype="int64")
+    wrapped = R.add(indices, const(data_dims[axis], "int64"))
+    indices = R.where(R.less(indices, const(0, "int64")), wrapped, indices)
+    flat = R.add(R.multiply(indices, const(strides[axis], "int64")), const(offset, "int64"))
+    return R.take(R.reshape(data, (-1,)), flat, axis=0)
+
+
+@converter("GatherElements", attrs=("axis",))
+def _gather_elements(ctx: NodeContext):
+    data_dims = ctx.static_dims(0, "GatherElements")
+    index_dims = ctx.static_dims(1, "GatherElements")
+    axis = axis_of(ctx, ctx.attr("axis", 0), len(data_dims))
+    return gather_elements(ctx, ctx.input(0), data_dims, ctx.input(1), index_dims, axis)
+
+
+def _nll(ctx: NodeContext, log_prob, dims, target_index: int, weight_index: int):
+    """Negative log-likelihood of ``log_prob`` (N, C, d...) at the classes ``target`` (N, d...)."""
+    reduction = ctx.attr("reduction", b"mean")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction not in ("none", "sum", "mean"):
+        raise ctx.error(f"reduction={reduction!r} is not supported", "invalid")
+    target = ctx.input(target_index)
+    target_dims = ctx.static_dims(target_index, ctx.node.op_type)
+    ignore = ctx.attr("ignore_index")
+    kept = None
+    if ignore is not None:
+        kept = R.not_equal(target, const(ignore, ctx.dtype(target_index)))
+        target = R.where(kept, target, const(0, ctx.dtype(target_index)))
+    index_dims = (target_dims[0], 1, *target_dims[1:])
+    picked = gather_elements(ctx, log_prob, dims, R.expand_dims(target, axis=1), index_dims, 1)
+    loss = R.negative(R.squeeze(picked, axis=(1,)))
+    dtype = ctx.dtype(0)
+    weight = None
+    if ctx.has_input(weight_index):
+        weight = R.take(ctx.input(weight_index), target, axis=0)
+    if kept is not None:
+        mask = R.astype(kept, dtype=dtype)
+        weight = mask if weight is None else R.multiply(weight, mask)
+    if weight is not None:
+        loss = R.multiply(loss, weight)
+    if reduction == "none":
+        return loss
+    total = R.sum(loss)
+    if reduction == "sum":
+        return total
+    count = R.sum(weight) if weight is not None else const(float(np.prod(target_dims)), dtype)
+    return R.divide(total, count)
+
+
+@converter("NegativeLogLikelihoodLoss", since=13, attrs=("ignore_index", "reduction"))
+def _nll_loss(ctx: NodeContext):
+    require_float(ctx)
+    return _nll(ctx, ctx.input(0), ctx.static_dims(0, "NegativeLogLikelihoodLoss"), 1, 2)
+
+
+@converter("SoftmaxCrossEntropyLoss", since=13, attrs=("ignore_index", "reduction"))
+def _softmax_cross_entropy(ctx: NodeContext):
+    require_float(ctx)
+    log_prob = ctx.emit(R.nn.log_softmax(ctx.input(0), axis=1))
+    dims = ctx.static_dims(0, "SoftmaxCrossEntropyLoss")
+    return [_nll(ctx, log_prob, dims, 1, 2), log_prob]
+
+
+@converter("BitShift", attrs=("direction",))
+def _bit_shift(ctx: NodeContext):
+    """Unsigned shifts as products and floor divisions by powers of two (bits shifted out are lost,
+    as in the unsigned arithmetic of the same width)."""
+    dtype = ctx.dtype(0)
+    if not dtype.startswith("uint"):
+        raise ctx.error(f"input 0 is {dtype}: only unsigned shifts are supported (signed ones wrap and "
+                        "shift in sign bits, which products and divisions do not)")
+    direction = ctx.attr("direction", b"")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    if direction not in ("LEFT", "RIGHT"):
+        raise ctx.error(f"direction={direction!r} must be LEFT or RIGHT", "invalid")
+    factor = R.power(scalar_like(ctx, 2), ctx.input(1))
+    if direction == "LEFT":
+        return R.multiply(ctx.input(0), factor)
+    return R.floor_divide(ctx.input(0), factor)
+
+
+# -- attention (opset 23) -------------------------------------------------------------------------
+
+
+def _attention_bias(ctx: NodeContext, q_len: int, kv_len: int, past: int):
+    """The additive bias (a constant or an expression, (…, q, kv)) from attn_mask and is_causal;
+    None when there is neither. A mask shorter than the keys is padded with False / -inf."""
+    dtype = ctx.dtype(0)
+    bias = None
+    if ctx.has_input(3):
+        mask = ctx.input(3)
+        mask_dims = ctx.static_dims(3, "Attention's mask")
+        missing = kv_len - mask_dims[-1]
+        if ctx.dtype(3) == "bool":
+            mask = R.where(mask, const(0.0, dtype), const(-np.inf, dtype))
+        if missing > 0:
+            block = Constant(np.full((*mask_dims[:-1], missing), -np.inf, dtype=dtype))
+            mask = R.concat([mask, block], axis=len(mask_dims) - 1)
+        bias = mask
+    if ctx.attr("is_causal", 0):
+        i, j = np.indices((q_len, kv_len))
+        causal = Constant(np.where(j <= i + past, 0.0, -np.inf).astype(dtype))
+        bias = causal if bias is None else R.add(bias, causal)
+    return bias
+
+
+@converter("Attention", since=23, attrs=("is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode",
+                                         "scale", "softcap", "softmax_precision", "left_window_size",
+                                         "right_window_size"))
+def _attention(ctx: NodeContext):
+    """Scaled dot-product attention as ONNX's reference computes it: sqrt(scale) on Q and K, past
+    keys and values prepended, grouped heads repeated, the softcap before the bias, a softmax that
+    gives 0 on rows the bias masks entirely."""
+    require_float(ctx)
+    dtype = ctx.dtype(0)
+    for name in ("left_window_size", "right_window_size"):
+        if ctx.attr(name, -1) != -1:
+            raise ctx.error(f"{name}={ctx.attr(name)} (sliding windows) is not supported")
+    if ctx.has_input(6):
+        raise ctx.error("nonpad_kv_seqlen is not supported")
+    precision = ctx.attr("softmax_precision")
+    if precision is not None and ir_dtype(int(precision), "softmax_precision") != dtype:
+        raise ctx.error("a softmax_precision other than the input's dtype is not supported")
+    if ctx.has_input(4) != ctx.has_input(5):
+        raise ctx.error("past_key and past_value must be given together", "invalid")
+    rank = ctx.rank(0)
+    q, k, v = ctx.input(0), ctx.input(1), ctx.input(2)
+    if rank == 3:
+        heads = {"q": ctx.attr("q_num_heads"), "kv": ctx.attr("kv_num_heads")}
+        if None in heads.values():
+            raise ctx.error("3-D inputs need q_num_heads and kv_num_heads", "invalid")
+
+        def split_heads(x, index, count):
+            b, s, hidden = ctx.static_dims(index, "Attention")
+            return ctx.emit(R.permute_dims(R.reshape(x, (b, s, count, hidden // count)), axes=(0, 2, 1, 3)))
+
+        q, k, v = split_heads(q, 0, heads["q"]), split_heads(k, 1, heads["kv"]), split_heads(v, 2, heads["kv"])
+    elif rank != 4:
+        raise ctx.error(f"Q has rank {rank}; Attention takes rank 3 or 4", "invalid")
+    q_dims = q.struct_info.shape
+    batch, q_heads, q_len, head = (int(d.value) for d in q_dims)
+    scale = ctx.attr("scale")
+    scale = float(np.sqrt(1.0 / np.sqrt(head) if scale is None else scale))
+    past = 0
+    if ctx.has_input(4):
+        past = ctx.static_dims(4, "Attention")[2]
+        k = ctx.emit(R.concat([ctx.input(4), k], axis=2))
+        v = ctx.emit(R.concat([ctx.input(5), v], axis=2))
+    present_k, present_v = k, v
+    kv_heads, kv_len = (int(d.value) for d in k.struct_info.shape[1:3])
+    if q_heads != kv_heads:
+        if q_heads % kv_heads:
+            raise ctx.error(f"{q_heads} query heads do not group over {kv_heads} key heads", "invalid")
+
+        def repeat(x):
+            dims = [int(d.value) for d in x.struct_info.shape]
+            wide = R.broadcast_to(R.expand_dims(x, axis=2), (dims[0], dims[1], q_heads // kv_heads, *dims[2:]))
+            return ctx.emit(R.reshape(wide, (dims[0], q_heads, *dims[2:])))
+
+        k, v = repeat(k), repeat(v)
+    scale_c = const(scale, dtype)
+    scores = ctx.emit(R.matmul(R.multiply(q, scale_c),
+                               R.permute_dims(R.multiply(k, scale_c), axes=(0, 1, 3, 2))))
+    softcap = ctx.attr("softcap")
+    if softcap is not None and softcap > 0:
+        cap = const(softcap, dtype)
+        scores = ctx.emit(R.multiply(R.tanh(R.divide(scores, cap)), cap))
+    bias = _attention_bias(ctx, q_len, kv_len, past)
+    biased = ctx.emit(R.add(scores, bias)) if bias is not None else scores
+    # A softmax safe on rows masked entirely (all -inf): those rows become 0.
+    peak = R.max(biased, axis=(3,), keepdims=True)
+    peak = R.where(R.equal(peak, const(-np.inf, dtype)), const(0.0, dtype), peak)
+    weights = R.exp(R.subtract(biased, peak))
+    total = R.sum(weights, axis=(3,), keepdims=True)
+    total = R.where(R.equal(total, const(0.0, dtype)), const(1.0, dtype), total)
+    probs = ctx.emit(R.divide(weights, total))
+    if bias is not None:
+        bias_peak = R.max(R.add(bias, Constant(np.zeros((q_len, kv_len), dtype=dtype))), axis=(-1,), keepdims=True)
+        probs = ctx.emit(R.where(R.equal(bias_peak, const(-np.inf, dtype)), const(0.0, dtype), probs))
+    y = R.matmul(probs, v)
+    if rank == 3:
+        y = R.reshape(R.permute_dims(y, axes=(0, 2, 1, 3)), (batch, q_len, -1))
+    mode = ctx.attr("qk_matmul_output_mode", 0)
+    qk_out = {0: scores, 1: scores, 2: biased, 3: probs}.get(mode)
+    if qk_out is None:
+        raise ctx.error(f"qk_matmul_output_mode={mode} is not supported", "invalid")
+    return [y, present_k, present_v, qk_out]
+
+
+# -- Resize: one interpolation matrix per axis ----------------------------------------------------
+
+_RESIZE_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "half_pixel_symmetric")
+
+
+def _source_position(mode: str, x: int, scale: float, size_in: int, size_out: int) -> float:
+    """Where output index ``x`` samples the input, by coordinate_transformation_mode."""
+    width = scale * size_in  # the output's length before rounding
+    if mode == "align_corners":
+        return 0.0 if width == 1 else x * (size_in - 1) / (width - 1)
+    if mode == "asymmetric":
+        return x / scale
+    if mode == "pytorch_half_pixel":
+        return -0.5 if width == 1 else (x + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        offset = size_in / 2 * (1 - size_out / width)
+        return offset + (x + 0.5) / scale - 0.5
+    return (x + 0.5) / scale - 0.5
+
+
+def _taps(kind: str, ratio: float, nearest_mode: str, a: float) -> np.ndarray:
+    if kind == "nearest":
+        if ratio == 1.0:
+            return np.array([0.0, 1.0])
+        prefer = {"round_prefer_floor": ratio <= 0.5, "round_prefer_ceil": ratio < 0.5,
+                  "floor": True, "ceil": False}[nearest_mode]
+        return np.array([1.0, 0.0]) if prefer else np.array([0.0, 1.0])
+    if kind == "linear":
+        return np.array([1.0 - ratio, ratio])
+    r = ratio  # cubic convolution (Keys), taps at -1, 0, 1, 2 from the floor
+    return np.array([((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+                     ((a + 2) * r - (a + 3)) * r * r + 1,
+                     ((a + 2) * (1 - r) - (a + 3)) * (1 - r) * (1 - r) + 1,
+                     ((a * (2 - r) - 5 * a) * (2 - r) + 8 * a) * (2 - r) - 4 * a])
+
+
+def resize_matrix(kind: str, mode: str, size_in: int, size_out: int, scale: float, nearest_mode: str = "",
+                  a: float = -0.75, exclude_outside: bool = False) -> np.ndarray:
+    """(size_out, size_in) weights: output x = sum_i M[x, i] * input i along one axis. The taps
+    before the first and after the last input repeat the edge, as ONNX's edge padding does."""
+    matrix = np.zeros((size_out, size_in))
+    for x in range(size_out):
+        position = _source_position(mode, x, scale, size_in, size_out)
+        left = int(np.ceil(position)) - 1  # the tap at or left of the position; an exact hit weighs 1 right of it
+        ratio = position - left
+        taps = _taps(kind, ratio, nearest_mode, a)
+        first = left - len(taps) // 2 + 1
+        indices = np.arange(first, first + len(taps))
+        if exclude_outside:
+            taps = np.where((indices >= 0) & (indices < size_in), taps, 0.0)
+            taps = taps / taps.sum()
+        for index, weight in zip(np.clip(indices, 0, size_in - 1), taps):
+            matrix[x, index] += weight
+    return matrix
+
+
+@converter("Resize", since=13, attrs=("coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
+                                      "extrapolation_value", "mode", "nearest_mode"))
+def _resize_13(ctx: NodeContext):
+    return _resize(ctx)
+
+
+@converter("Resize", since=18, attrs=("antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a",
+                                      "exclude_outside", "extrapolation_value", "keep_aspect_ratio_policy", "mode",
+                                      "nearest_mode"))
+def _resize_18(ctx: NodeContext):
+    return _resize(ctx)
+
+
+def _text_attr(ctx: NodeContext, name: str, default: str) -> str:
+    value = ctx.attr(name, default)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _resize(ctx: NodeContext):
+    """Separable: each resized axis is a matrix product with its interpolation matrix (linear,
+    cubic), or a take of the nearest indices (any dtype). Scales or sizes must be constants."""
+    kind = _text_attr(ctx, "mode", "nearest")
+    mode = _text_attr(ctx, "coordinate_transformation_mode", "half_pixel")
+    nearest_mode = _text_attr(ctx, "nearest_mode", "round_prefer_floor")
+    if kind not in ("nearest", "linear", "cubic"):
+        raise ctx.error(f"mode={kind!r} is not supported", "invalid")
+    if mode not in _RESIZE_MODES:
+        raise ctx.error(f"coordinate_transformation_mode={mode!r} is not supported")
+    if ctx.attr("antialias", 0):
+        raise ctx.error("antialias=1 is not supported")
+    policy = _text_attr(ctx, "keep_aspect_ratio_policy", "stretch")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise ctx.error(f"keep_aspect_ratio_policy={policy!r} is not supported", "invalid")
+    dims = ctx.static_dims(0, "Resize")
+    rank = len(dims)
+    axes = [axis_of(ctx, a, rank) for a in ctx.ints("axes", tuple(range(rank)))]
+    scales = sizes = None
+    if ctx.has_input(3):
+        sizes = [int(v) for v in ctx.constant(3, "sizes").reshape(-1)]
+    elif ctx.has_input(2) and ctx.constant(2, "scales").size:
+        scales = [float(v) for v in ctx.constant(2, "scales").reshape(-1)]
+    else:
+        raise ctx.error("neither scales nor sizes is given", "invalid")
+    if sizes is not None and policy != "stretch":  # one scale for every axis, the sizes a bound
+        ratios = [size / dims[axis] for size, axis in zip(sizes, axes)]
+        common = min(ratios) if policy == "not_larger" else max(ratios)
+        fixed_sizes = [int(np.floor(dims[axis] * common + 0.5)) for axis in axes]
+        scales, sizes = [common] * len(axes), None
+    else:
+        fixed_sizes = None
+    x = ctx.input(0)
+    if kind != "nearest":
+        require_float(ctx)
+    for position, axis in enumerate(axes):
+        size_in = dims[axis]
+        if sizes is not None:
+            size_out, scale = sizes[position], sizes[position] / size_in
+        else:
+            scale = scales[position]
+            size_out = fixed_sizes[position] if fixed_sizes else int(np.floor(size_in * scale))
+        if size_out == size_in and scale == 1.0:
+            continue
+        matrix = resize_matrix(kind, mode, size_in, size_out, scale, nearest_mode,
+                               float(ctx.attr("cubic_coeff_a", -0.75)), bool(ctx.attr("exclude_outside", 0)))
+        if kind == "nearest":
+            x = R.take(x, const(np.argmax(matrix, axis=1), "int64"), axis=axis)
+            continue
+        perm = [a for a in range(rank) if a != axis] + [axis]
+        moved = R.permute_dims(x, axes=tuple(perm)) if axis != rank - 1 else x
+        y = R.matmul(moved, Constant(matrix.T.astype(ctx.dtype(0))))
+        x = R.permute_dims(y, axes=tuple(int(v) for v in np.argsort(perm))) if axis != rank - 1 else y
+        x = ctx.emit(x)
+    return x
+
+
+@converter("CumProd", since=26, attrs=("exclusive", "reverse"))
+def _cumprod(ctx: NodeContext):
+    """Prefix products in log2(n) steps (each multiplies by the running product shifted by 1, 2,
+    4, ... with ones shifted in), so zeros and signs need no special case."""
+    rank = ctx.rank(0)
+    axis = axis_of(ctx, int(np.asarray(ctx.constant(1, "axis")).reshape(-1)[0]), rank)
+    dims = list(ctx.static_dims(0, "CumProd"))
+    size = dims[axis]
+    x = ctx.input(0)
+
+    def flip(value):
+        return R.strided_slice(value, axes=(axis,), begin=(size - 1,), end=(-size - 1,), strides=(-1,))
+
+    def shifted(value, shift):
+        ones = list(dims)
+        ones[axis] = shift
+        kept = R.strided_slice(value, axes=(axis,), begin=(0,), end=(size - shift,))
+        return R.concat([Constant(np.ones(ones, dtype=ctx.dtype(0))), kept], axis=axis)
+
+    if size == 0:
+        return x
+    if ctx.attr("reverse", 0):
+        x = flip(x)
+    if ctx.attr("exclusive", 0):
+        x = shifted(x, 1)
+    shift = 1
+    while shift < size:
+        x = ctx.emit(R.multiply(x, shifted(x, shift)))
+        shift *= 2
+    return flip(x) if ctx.attr("reverse", 0) else x
