@@ -682,3 +682,23 @@ def _cumprod(ctx: NodeContext):
         x = ctx.emit(R.multiply(x, shifted(x, shift)))
         shift *= 2
     return flip(x) if ctx.attr("reverse", 0) else x
+
+
+@converter("LRN", attrs=("alpha", "beta", "bias", "size"))
+def _lrn(ctx: NodeContext):
+    """x / (bias + alpha / size * sum of squares over the ``size`` nearest channels) ** beta: the
+    channel window as a product with a band matrix."""
+    require_float(ctx)
+    dims = ctx.static_dims(0, "LRN")
+    channels, size = dims[1], int(ctx.attr("size"))
+    c, d = np.indices((channels, channels))
+    band = ((d >= c - (size - 1) // 2) & (d <= c + int(np.ceil((size - 1) / 2)))).astype(ctx.dtype(0))
+    x = ctx.input(0)
+    rank = len(dims)
+    perm = (0, *range(2, rank), 1)
+    squares = R.permute_dims(R.multiply(x, x), axes=perm)
+    summed = R.matmul(squares, Constant(band.T.copy()))
+    summed = R.permute_dims(summed, axes=tuple(int(v) for v in np.argsort(perm)))
+    alpha, beta, bias = ctx.attr("alpha", 1e-4), ctx.attr("beta", 0.75), ctx.attr("bias", 1.0)
+    scale = R.add(scalar_like(ctx, bias), R.multiply(scalar_like(ctx, alpha / size), summed))
+    return R.divide(x, R.power(scale, scalar_like(ctx, beta)))

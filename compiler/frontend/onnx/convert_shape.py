@@ -670,3 +670,21 @@ def _conv_transpose(ctx: NodeContext):
     if ctx.has_input(2):
         y = R.add(y, R.reshape(ctx.input(2), (1, -1, 1, 1)))
     return R.squeeze(y, axis=(2,)) if one_d else y
+
+
+@converter("GatherND", attrs=("batch_dims",))
+def _gather_nd(ctx: NodeContext):
+    """A take from the flattened data at offsets computed from the index tuples (static shapes)."""
+    if ctx.attr("batch_dims", 0):
+        raise ctx.error("batch_dims other than 0 is not supported")
+    data_dims = ctx.static_dims(0, "GatherND")
+    index_dims = ctx.static_dims(1, "GatherND")
+    depth = index_dims[-1]
+    inner = data_dims[depth:]
+    strides = [int(np.prod(data_dims[a + 1:depth])) for a in range(depth)]
+    indices = R.astype(ctx.input(1), dtype="int64")
+    sizes = const(np.array(data_dims[:depth]), "int64")
+    indices = R.where(R.less(indices, const(0, "int64")), R.add(indices, sizes), indices)
+    rows = R.sum(R.multiply(indices, const(np.array(strides), "int64")), axis=(len(index_dims) - 1,))
+    table = R.reshape(ctx.input(0), (int(np.prod(data_dims[:depth])), *inner))
+    return R.take(table, rows, axis=0)
