@@ -7,11 +7,9 @@ import os
 
 import numpy as np
 import pytest
-
-onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from tessera.frontend import OnnxImportError, from_onnx  # noqa: E402
-from tessera.ir import interpret  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
+from tessera.frontend import OnnxImportError, from_onnx
+from tessera.ir import interpret
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=17, domain_opsets=()):
