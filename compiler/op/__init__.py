@@ -22,6 +22,7 @@ from . import (
     quantized,
     reduce,
     sampling,
+    shape_tensor,
     vm_builtin,
 )
 from .cross_level import call_dps_library, call_pure_packed, call_tir

@@ -81,6 +81,10 @@ def test_creation(runner, dtype):
     check_op(runner, lambda x: op.arange(start=n, end=n * 3, step=2, dtype=dtype), [Tensor(("n",), F32)])
 
 
+def test_shape_to_tensor(runner):
+    check_op(runner, lambda x: op.shape_to_tensor([n * 2, n, 3]), [Tensor(("n",), F32)])
+
+
 def test_shape_of_needs_no_kernel(runner):
     lowered, kernels = check_op(runner, op.shape_of, [Tensor(("n", 3), F32)])
     assert kernels == []

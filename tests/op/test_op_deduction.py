@@ -328,6 +328,15 @@ def test_unique_is_coarse():
     np.testing.assert_array_equal(result, np.unique(x))
 
 
+@covers("shape_to_tensor")
+def test_shape_to_tensor():
+    from tessera.arith import Var
+    n = Var("n")
+    assert deduced(lambda x: op.shape_to_tensor([n * 2, n, 3]), T(("n",), F32)) == tensor_text(["3"], "int64")
+    result, _ = run_single_call(lambda x: op.shape_to_tensor([n * 2, n, 3]), T(("n",), F32), sizes={"n": 4})
+    np.testing.assert_array_equal(result, [8, 4, 3])
+
+
 @covers("nonzero", "masked_select", "arange_dynamic")
 def test_value_dependent_sizes_are_coarse():
     assert deduced(op.nonzero, T(("n", 4), F32)) == coarse_text(2, "int64")
