@@ -19,4 +19,5 @@ export { BUILTINS } from "./builtins.js";
 export { FunctionValue, RuntimeCheckError, ShapeValue } from "./checks.js";
 export { HostTensor } from "./host.js";
 export { DeviceTensor, VirtualMachine } from "./vm.js";
+export { InferenceSession, InferenceSessionError, Tensor } from "./inference-session.js";
 export { DEVICE_OPENERS, deviceKind, deviceName, openDevice, SplitDevice, WasmDevice, WebGPUDevice } from "./devices/index.js";
