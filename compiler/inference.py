@@ -7,7 +7,8 @@
 It runs one function of an executable folder (``tessera compile`` or ``tessera.build(...).save(dir)``)
 on the Python VM. Inputs are the function's parameters by name (state parameters, such as a KV
 cache, live on the device and are not fed); outputs are its results, nested tuples flattened, named
-``output0``, ``output1`` ... (executables do not record result names). Every feed is checked before
+as the executable records them (``result_names``: an ONNX graph's output names), else ``output0``,
+``output1`` ... Every feed is checked before
 anything runs, and each error names the input (docs/inference.md); the VM checks again.
 """
 
@@ -77,7 +78,9 @@ class InferenceSession:
                                             param["name"])
         self._bounds = {name: s["upper_bound"] for name, s in record["symbols"].items()}
         self._inputs = [_node_arg(p["name"], p["sinfo"]) for p in self._params]
-        self._outputs = [_node_arg(f"output{i}", s) for i, s in enumerate(_leaves(record["result"]))]
+        leaves = _leaves(record["result"])
+        names = record.get("result_names") or [f"output{i}" for i in range(len(leaves))]
+        self._outputs = [_node_arg(name, s) for name, s in zip(names, leaves)]
         self.vm = VirtualMachine(exe, None if device == AUTO else device, libraries)
 
     @property

@@ -2,6 +2,8 @@
 run that gives numpy's answers on each device kind here, and a clear error, naming the input, for each
 feed that does not fit, raised before anything runs."""
 
+import json
+
 import numpy as np
 import pytest
 import tessera
@@ -177,3 +179,46 @@ def test_state_stays_on_the_device_and_an_integer_is_an_input_of_shape_nothing(t
         np.testing.assert_array_equal(got, expected)
     with pytest.raises(InferenceSessionError, match="input 'total': expected an integer, got a float"):
         session.run(None, {"rows": rows, "total": 1.5})
+
+
+def _named_pair(names):
+    from tessera import op
+    from tessera.ir import Tuple
+    from tessera.ir.result_names import output_names_attr
+
+    return one_function(lambda x, y: (op.add(x, y), Tuple([op.multiply(x, y), op.subtract(x, y)])),
+                        [Tensor(("n", 4), "float32"), Tensor(("n", 4), "float32")], {"n": BOUND},
+                        attrs=output_names_attr(names))
+
+
+def test_recorded_result_names_name_the_outputs(tmp_path):
+    """An importer's output names (the function attribute output_names) reach executable.json's
+    result_names, one per value of the nested result, and the session's outputs."""
+    tessera.build(_named_pair(["sum", "product", "difference"]), "cpu").save(str(tmp_path / "named"))
+    session = tessera.InferenceSession(tmp_path / "named")
+    assert [(a.name, a.shape) for a in session.get_outputs()] == [
+        ("sum", ["n", 4]), ("product", ["n", 4]), ("difference", ["n", 4])]
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    difference, total = session.run(["difference", "sum"], {"x0": x, "x1": x + 1})
+    assert (difference == -1).all() and np.allclose(total, 2 * x + 1)
+    with pytest.raises(InferenceSessionError, match="unknown output 'output0'; the outputs are sum, product, "):
+        session.run(["output0"], {"x0": x, "x1": x})
+
+
+def test_result_names_that_do_not_fit_are_refused(tmp_path):
+    from tessera.ir.result_names import output_names_attr
+    from tessera.vm.executable import Executable
+
+    assert output_names_attr(["a", "a"]) == {} and output_names_attr(["a", ""]) == {}  # the fallback names
+    with pytest.raises(TesseraError, match="does not name its 3 result"):
+        tessera.build(_named_pair(["sum", "product"]), "cpu")
+    tessera.build(_named_pair(["sum", "product", "difference"]), "cpu").save(str(tmp_path / "bad"))
+    path = tmp_path / "bad" / "executable.json"
+    doc = json.loads(path.read_text())
+    for names, says in ((["sum", "product"], "has 2 names for a result of 3 values"),
+                        (["sum", "sum", "d"], "names the result 'sum' a second time"),
+                        (["sum", "", "d"], "")):
+        doc["functions"]["main"]["result_names"] = names
+        path.write_text(json.dumps(doc))
+        with pytest.raises(TesseraError, match=f"result_names.*{says}"):
+            Executable.load(str(tmp_path / "bad"))

@@ -203,6 +203,11 @@ class Function:
                                              "shape)")
         self.checker.unique([p["register"] for p in params], self.where + ["params"], "register")
         self.sinfo(record["result"], ["result"])
+        if "result_names" in record:  # one distinct name per value of the result, tuples flattened
+            self.checker.unique(record["result_names"], self.where + ["result_names"], "result")
+            if len(record["result_names"]) != _leaves(record["result"]):
+                self.fail(["result_names"], f"has {len(record['result_names'])} names for a result of "
+                                            f"{_leaves(record['result'])} values")
         storages = self.memory(bounds)
         for key, tensor in record["tensors"].items():
             self.register(int(key), ["tensors", key])
@@ -424,3 +429,8 @@ def check_tensor_cache(doc: dict, what: str, error: type[TesseraError]) -> None:
                                                    f"{end} and {widest[0]} to {widest[1]}")
             if widest is None or end > widest[1]:
                 widest = (begin, end, r)
+
+
+def _leaves(sinfo: dict) -> int:
+    """How many values a result of this struct info is, nested tuples flattened."""
+    return sum(_leaves(f) for f in sinfo["fields"]) if sinfo.get("kind") == "tuple" else 1

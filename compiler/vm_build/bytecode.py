@@ -41,6 +41,7 @@ from ..ir.expr import (
 )
 from ..ir.module import IRModule
 from ..ir.printer import print_binding, print_sinfo
+from ..ir.result_names import OUTPUT_NAMES
 from ..ir.struct_info import (
     FuncStructInfo,
     ObjectStructInfo,
@@ -215,7 +216,7 @@ class _FunctionCompiler:
         self._match(result, func.ret_struct_info, f"result of {self.name}")
         self.code.append({"op": "ret", "src": result})
         symbols = self.symbols
-        return {
+        record = {
             "params": params, "code": self.code, "registers": self.next_register,
             "symbols": {s: {"upper_bound": self.bounds.get(s)} for s in symbols},
             "unbounded_symbols": [s for s in symbols if s not in self.bounds],
@@ -224,6 +225,18 @@ class _FunctionCompiler:
             "memory": self.plan, "runtime_allocations": self.runtime_allocations,
             "result": sinfo_json(func.ret_struct_info),
         }
+        names = func.attr(OUTPUT_NAMES)
+        if names:
+            record["result_names"] = self._result_names(list(names), record["result"])
+        return record
+
+    def _result_names(self, names: list, result: dict) -> list[str]:
+        """The ``output_names`` attribute (ir/result_names.py) checked against the result it names."""
+        leaves = _sinfo_leaves(result)
+        if len(names) != leaves or len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
+            raise VMCompileError(f"{self.name}'s attribute {OUTPUT_NAMES} {names!r} does not name its {leaves} "
+                                 "result(s) once each, by distinct non-empty strings")
+        return names
 
     def _seq(self, seq: SeqExpr) -> int:
         """Emit a sequence's bindings; the register of its result."""
@@ -458,6 +471,13 @@ class _FunctionCompiler:
         split = len(operands) - outputs  # a kernel that updates an input in place has no outputs
         self.code.append({"op": "launch", "kernel": kernel, "args": operands[:split], "outs": operands[split:],
                           "scalars": scalars})
+
+
+def _sinfo_leaves(sinfo: dict) -> int:
+    """How many values a result of this struct info is, nested tuples flattened."""
+    if sinfo["kind"] == "tuple":
+        return sum(_sinfo_leaves(field) for field in sinfo["fields"])
+    return 1
 
 
 def _known(sinfo: TensorStructInfo) -> bool:

@@ -161,6 +161,14 @@ function checkFunction(doc, what, name, record) {
   });
   unique(what, record.params.map((/** @type {any} */ p) => p.register), [...base, "params"], "register");
   sinfo(record.result, ["result"]);
+  if (record.result_names !== undefined) {  // one distinct name per value of the result, tuples flattened
+    /** @type {(info: any) => number} */
+    const leaves = (info) => info.kind === "tuple" ? info.fields.reduce((n, /** @type {any} */ f) => n + leaves(f), 0) : 1;
+    unique(what, record.result_names, [...base, "result_names"], "result");
+    if (record.result_names.length !== leaves(record.result)) {
+      bad(["result_names"], `has ${record.result_names.length} names for a result of ${leaves(record.result)} values`);
+    }
+  }
   // The plan: storages by token, each inside its buffer.
   const buffers = record.memory.buffers;
   /** @type {Map<number, any>} */
