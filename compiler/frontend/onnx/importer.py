@@ -19,6 +19,7 @@ from ... import arith
 from ...ir import BlockBuilder, IRModule, Var
 from ...ir.errors import TesseraError
 from ...ir.expr import Constant
+from ...ir.result_names import output_names_attr
 from ...ir.struct_info import TensorStructInfo
 from . import converters  # noqa: F401  (registers the converters)
 from .errors import OnnxImportError, node_label
@@ -69,7 +70,7 @@ class _Importer:
         if unknown:
             raise OnnxImportError(f"shapes= names {', '.join(unknown)}, which the graph has no input of "
                                   f"(inputs: {', '.join(p.name for p in self.graph.input)})")
-        attrs = self._bounds()
+        attrs = {**self._bounds(), **output_names_attr(value.name for value in self.graph.output)}
         bb = BlockBuilder()
         self.bb = bb
         # Control flow (If) cannot sit in a dataflow block: such a graph is built without one.
