@@ -1,0 +1,77 @@
+// InferenceSession in Chromium: the executables of tests/js/inference-session-fixtures.py, compiled for
+// WebGPU (SwiftShader here) and for WASM, give the reference outputs (numpy, the reference interpreter,
+// onnx's reference evaluator) on the page's thread and in a Web Worker; "auto" runs the first build
+// whose device opens; a feed that does not fit is an error naming the input in the Worker form too.
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+
+import { ROOT, tessera } from "./bundle.mjs";
+import { openWebGPUPage, serveFolders } from "./chromium.mjs";
+
+const FOLDER = join(ROOT, "build", "inference-session-js");
+const SERVED = ["runtime-js/src/", "build/inference-session-js/"].map((p) => join(ROOT, p));
+let session;
+
+/** In the page: every call of ``program`` through a session opened with ``options`` on the build ``target``
+ * (or, for an array, on those builds); the largest relative error past tolerance, as text, or null. */
+async function runInPage([program, targets, options]) {
+  const { InferenceSession, Tensor } = await import("/runtime-js/src/tessera.js");
+  const cases = await (await fetch("/build/inference-session-js/cases.json")).json();
+  const urls = targets.map((t) => `/build/inference-session-js/${t}/${program}/`);
+  const s = await InferenceSession.create(urls.length === 1 ? urls[0] : urls, options);
+  const { calls, rtol = 1e-6, atol = 1e-6 } = cases[program];
+  const problems = [];
+  const started = performance.now();
+  for (const [index, call] of calls.entries()) {
+    const feeds = Object.fromEntries(Object.entries(call.inputs).map(([name, t]) =>
+      [name, new Tensor(t.type, t.type === "int64" ? t.data.map(BigInt) : t.data, t.dims)]));
+    const outputs = await s.run(feeds);
+    s.outputNames.forEach((name, i) => {
+      const got = outputs[name], want = call.outputs[i];
+      if (got.type !== want.type || got.dims.join() !== want.dims.join()) problems.push(`${index} ${name}: ${got.type} ${got.dims}`);
+      [...got.data].map(Number).forEach((v, k) => {
+        if (!(Math.abs(v - want.data[k]) <= atol + rtol * Math.abs(want.data[k]))) problems.push(`${index} ${name}[${k}] ${v} != ${want.data[k]}`);
+      });
+    });
+  }
+  const ms = performance.now() - started;
+  let fault = null;
+  try {
+    await s.run({});
+  } catch (error) {
+    fault = `${error.name}: ${error.message} (${error.input})`;
+  }
+  const device = s.device.kind;
+  await s.release();
+  return { problems: problems.slice(0, 5), device, fault, ms };
+}
+
+before(async () => {
+  tessera([join(ROOT, "tests", "js", "inference-session-fixtures.py"), FOLDER, "webgpu", "wasm"], "python");
+  session = await openWebGPUPage(serveFolders(ROOT, SERVED));
+});
+
+after(async () => {
+  await session?.close();
+});
+
+const RUNS = [
+  ["onnx", ["webgpu"], { device: "webgpu" }, "webgpu"],
+  ["cnn", ["webgpu"], { device: "auto" }, "webgpu"],
+  ["pair", ["webgpu"], {}, "webgpu"],
+  ["onnx", ["wasm"], { device: "wasm" }, "wasm"],
+  ["onnx", ["webgpu", "wasm"], { device: "wasm" }, "wasm"],  // the WebGPU build passed over
+  ["cnn", ["webgpu"], { device: "webgpu", worker: true }, "webgpu"],
+  ["onnx", ["wasm"], { worker: true }, "wasm"],
+];
+
+for (const [program, targets, options, device] of RUNS) {
+  test(`${program} on ${targets.join("+")} ${JSON.stringify(options)}`, { timeout: 180_000 }, async () => {
+    const result = await session.page.evaluate(runInPage, [program, targets, options]);
+    assert.deepEqual(result.problems, []);
+    assert.equal(result.device, device);
+    const first = program === "pair" ? "x0" : program === "cnn" ? "image" : "pixel_values";
+    assert.match(result.fault, new RegExp(`^InferenceSessionError: input '${first}' is missing .*\\(${first}\\)$`));
+  });
+}
