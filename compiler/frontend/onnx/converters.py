@@ -7,7 +7,10 @@ there is one converter per version. They live in modules by kind."""
 from . import (  # noqa: F401  (importing registers)
     convert_control,
     convert_elementwise,
+    convert_loops,
+    convert_misc_ops,
     convert_nn,
     convert_reduce,
+    convert_rnn,
     convert_shape,
 )

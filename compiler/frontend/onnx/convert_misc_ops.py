@@ -1,0 +1,1 @@
+"""Ops composed at import from the IR's operators: TopK, Einsum, QLinearConv, ConvInteger."""

@@ -1,0 +1,229 @@
+"""Loop and Scan as recursive functions, and the ops composed at import (TopK, Einsum, the RNNs,
+QLinearConv, ConvInteger): small graphs built with onnx.helper, compared with ONNX's reference
+evaluator (or numpy where it differs from the spec) on the reference interpreter, and a few compiled
+for "cpu" and run through tessera.InferenceSession."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tessera
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+from tessera.frontend import OnnxImportError, from_onnx
+from tessera.ir import interpret
+
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def _info(name, dtype, shape):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _interpret(model, feeds, **kwargs):
+    got = interpret(from_onnx(model, **kwargs), "main", *feeds.values())
+    return [np.asarray(g) for g in (got if isinstance(got, tuple | list) else [got])]
+
+
+def _reference(model, feeds):
+    return [np.asarray(r) for r in ReferenceEvaluator(model).run(None, feeds)]
+
+
+def _compiled(model, feeds, tmp_path):
+    folder = tmp_path / "exe"
+    tessera.build(from_onnx(model), "cpu").save(str(folder))
+    return tessera.InferenceSession(folder, device="cpu").run(None, feeds)
+
+
+def _close(got, want, rtol=1e-5, atol=1e-6):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+# -- Loop -----------------------------------------------------------------------------------------
+
+
+def _loop_model(with_trip=True, with_cond=True):
+    """y = y * (i + 1) + w while i < M and sum(y) < limit; the y of each iteration is stacked."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["i", "one"], ["i1"]),
+         helper.make_node("Cast", ["i1"], ["f"], to=F),
+         helper.make_node("Mul", ["y_in", "f"], ["y_mul"]),
+         helper.make_node("Add", ["y_mul", "w"], ["y_out"]),  # w: captured from the enclosing graph
+         helper.make_node("ReduceSum", ["y_out"], ["s"], keepdims=0),
+         helper.make_node("Less", ["s", "limit"], ["c_out"]),
+         helper.make_node("Identity", ["y_out"], ["scan"])],
+        "body", [_info("i", I64, []), _info("c", B, []), _info("y_in", F, [2, 3])],
+        [_info("c_out", B, []), _info("y_out", F, [2, 3]), _info("scan", F, [2, 3])],
+        initializer=[helper.make_tensor("one", I64, [], [1])])
+    loop = helper.make_node("Loop", ["M" if with_trip else "", "cond" if with_cond else "", "y0"], ["y", "scans"],
+                            body=body)
+    inputs = [_info("M", I64, []), _info("cond", B, []), _info("y0", F, [2, 3]), _info("w", F, [2, 3]),
+              _info("limit", F, [])]
+    inputs = [i for i in inputs if (with_trip or i.name != "M") and (with_cond or i.name != "cond")]
+    return _model([loop], inputs, [_info("y", F, [2, 3]), _info("scans", F, ["n", 2, 3])])
+
+
+def _loop_numpy(m, cond, y, w, limit):
+    scans, i = [], 0
+    while (m is None or i < m) and cond:
+        y = y * np.float32(i + 1) + w
+        cond = y.sum() < limit
+        scans.append(y)
+        i += 1
+    return [y, np.stack(scans) if scans else np.zeros((0, 2, 3), np.float32)]
+
+
+def _loop_feeds(m, limit, seed=0):
+    rng = np.random.default_rng(seed)
+    return dict(M=np.array(m, np.int64), cond=np.array(True), y0=rng.standard_normal((2, 3)).astype(np.float32),
+                w=rng.standard_normal((2, 3)).astype(np.float32), limit=np.array(limit, np.float32))
+
+
+@pytest.mark.parametrize("m, limit", [(5, 1e9), (7, 3.0), (0, 1e9), (3, -1e9)])
+def test_a_loop_runs_to_its_trip_count_or_its_condition(m, limit):
+    """Scan outputs are stacked on a new axis (as the spec and onnxruntime do; ONNX's reference
+    evaluator concatenates them, which differs for slices of rank 2)."""
+    feeds = _loop_feeds(m, limit)
+    want = _loop_numpy(m, True, feeds["y0"], feeds["w"], limit)
+    _close(_interpret(_loop_model(), feeds), want)
+
+
+def test_a_loop_with_only_a_trip_count_or_only_a_condition():
+    feeds = _loop_feeds(4, 1e9)
+    del feeds["cond"]
+    _close(_interpret(_loop_model(with_cond=False), feeds), _loop_numpy(4, True, feeds["y0"], feeds["w"], 1e9))
+    feeds = _loop_feeds(0, 20.0, seed=1)
+    del feeds["M"]
+    feeds["y0"] = np.abs(feeds["y0"])
+    feeds["w"] = np.abs(feeds["w"]) + 0.1
+    _close(_interpret(_loop_model(with_trip=False), feeds), _loop_numpy(None, True, feeds["y0"], feeds["w"], 20.0))
+    with pytest.raises(OnnxImportError, match="never ends"):
+        from_onnx(_model([helper.make_node("Loop", ["", "", "x"], ["y"], body=_growing_body())],
+                         [_info("x", F, [1])], [_info("y", F, ["n"])]))
+
+
+def _growing_body():
+    """A carried value that grows by one element each iteration (its shape changes)."""
+    return helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Cast", ["i"], ["f"], to=F),
+         helper.make_node("Unsqueeze", ["f", "zero"], ["f1"]),
+         helper.make_node("Concat", ["acc", "f1"], ["acc_out"], axis=0)],
+        "grow", [_info("i", I64, []), _info("c", B, []), _info("acc", F, ["k"])],
+        [_info("c_out", B, []), _info("acc_out", F, ["k1"])],
+        initializer=[helper.make_tensor("zero", I64, [1], [0])])
+
+
+def test_a_carried_value_that_grows_is_carried_by_its_rank():
+    model = _model([helper.make_node("Loop", ["M", "", "x"], ["y"], body=_growing_body())],
+                   [_info("M", I64, []), _info("x", F, [1])], [_info("y", F, ["n"])])
+    feeds = dict(M=np.array(4, np.int64), x=np.array([9.0], np.float32))
+    # (ONNX's reference evaluator runs no iteration when the condition input is omitted.)
+    _close(_interpret(model, feeds), [np.array([9, 0, 1, 2, 3], np.float32)])
+
+
+def test_nested_loops_and_a_loop_in_a_branch():
+    """The outer body holds a Loop of its own (its function another of the module's), inside an If."""
+    inner = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Add", ["s", "step"], ["s_out"])],  # step: the outer body's value
+        "inner", [_info("j", I64, []), _info("c", B, []), _info("s", F, [])], [_info("c_out", B, []), _info("s_out", F, [])])
+    outer = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Cast", ["i"], ["step"], to=F),
+         helper.make_node("Loop", ["N", "", "t"], ["t_out"], body=inner)],
+        "outer", [_info("i", I64, []), _info("c", B, []), _info("t", F, [])], [_info("c_out", B, []), _info("t_out", F, [])])
+    then = helper.make_graph([helper.make_node("Loop", ["M", "", "x"], ["y"], body=outer)], "then", [],
+                             [_info("y", F, [])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "else", [], [_info("y", F, [])])
+    model = _model([helper.make_node("If", ["flag"], ["out"], then_branch=then, else_branch=other)],
+                   [_info("flag", B, []), _info("M", I64, []), _info("N", I64, []), _info("x", F, [])],
+                   [_info("out", F, [])])
+    for flag in (True, False):
+        feeds = dict(flag=np.array(flag), M=np.array(4, np.int64), N=np.array(3, np.int64),
+                     x=np.array(0.5, np.float32))
+        want = np.float32(0.5 + 3 * (0 + 1 + 2 + 3)) if flag else np.float32(-0.5)  # the reference evaluator
+        _close(_interpret(model, feeds), [np.asarray(want)])  # runs no iteration without a condition
+
+
+def test_a_loop_compiles_for_cpu(tmp_path):
+    model = _loop_model()
+    feeds = _loop_feeds(5, 1e9)
+    _close(_compiled(model, feeds, tmp_path), _loop_numpy(5, True, feeds["y0"], feeds["w"], 1e9))
+    session = tessera.InferenceSession(tmp_path / "exe", device="cpu")
+    for m, limit in ((0, 1e9), (6, 2.0)):  # zero iterations, and a condition that stops it early
+        feeds = _loop_feeds(m, limit, seed=3)
+        _close(session.run(None, feeds), _loop_numpy(m, True, feeds["y0"], feeds["w"], limit))
+
+
+# -- Scan -----------------------------------------------------------------------------------------
+
+
+def _scan_model(in_axes=(0, 0), in_dirs=(0, 0), out_axes=(0, 0), out_dirs=(0, 0)):
+    """Two states (a running sum and a running product of the rows), two scan inputs, two scan
+    outputs (the sum so far and the product of this pair)."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["sum_in", "a"], ["sum_out"]),
+         helper.make_node("Mul", ["a", "b"], ["ab"]),
+         helper.make_node("Mul", ["prod_in", "ab"], ["prod_out"]),
+         helper.make_node("Identity", ["sum_out"], ["sums"])],
+        "body", [_info("sum_in", F, [3]), _info("prod_in", F, [3]), _info("a", F, [3]), _info("b", F, [3])],
+        [_info("sum_out", F, [3]), _info("prod_out", F, [3]), _info("sums", F, [3]), _info("ab", F, [3])])
+    node = helper.make_node("Scan", ["s0", "p0", "x", "z"], ["s", "p", "sums", "ab"], body=body, num_scan_inputs=2,
+                            scan_input_axes=list(in_axes), scan_input_directions=list(in_dirs),
+                            scan_output_axes=list(out_axes), scan_output_directions=list(out_dirs))
+    x_shape = [4, 3] if in_axes[0] == 0 else [3, 4]
+    z_shape = [4, 3] if in_axes[1] in (0, -2) else [3, 4]
+    return _model([node], [_info("s0", F, [3]), _info("p0", F, [3]), _info("x", F, x_shape), _info("z", F, z_shape)],
+                  [_info("s", F, [3]), _info("p", F, [3]), _info("sums", F, None), _info("ab", F, None)])
+
+
+def _scan_feeds(model, seed=0):
+    rng = np.random.default_rng(seed)
+    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    return {name: rng.uniform(0.5, 1.5, shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+@pytest.mark.parametrize("in_axes, in_dirs, out_axes, out_dirs", [
+    ((0, 0), (0, 0), (0, 0), (0, 0)),
+    ((1, 0), (1, 0), (0, 1), (0, 0)),
+    ((0, -1), (0, 1), (1, 0), (1, 1)),
+    ((1, 1), (1, 1), (-1, -2), (1, 0)),
+])
+def test_scan_axes_and_directions(in_axes, in_dirs, out_axes, out_dirs):
+    model = _scan_model(in_axes, in_dirs, out_axes, out_dirs)
+    feeds = _scan_feeds(model)
+    want = _scan_numpy(feeds, in_axes, in_dirs, out_axes, out_dirs)
+    _close(_interpret(model, feeds), want)
+    if in_dirs == (0, 0):  # ONNX's reference evaluator implements forward inputs only
+        _close(want, _reference(model, feeds))
+
+
+def _scan_numpy(feeds, in_axes, in_dirs, out_axes, out_dirs):
+    rows = []
+    for name, axis, reverse in zip("xz", in_axes, in_dirs):
+        moved = np.moveaxis(feeds[name], axis, 0)
+        rows.append(moved[::-1] if reverse else moved)
+    total, product, sums, products = feeds["s0"].copy(), feeds["p0"].copy(), [], []
+    for a, b in zip(*rows):
+        total = total + a
+        product = product * (a * b)
+        sums.append(total)
+        products.append(a * b)
+    outs = [np.stack(values[::-1] if reverse else values, axis=axis)
+            for values, axis, reverse in zip((sums, products), out_axes, out_dirs)]
+    return [total, product, *outs]
+
+
+def test_a_scan_compiles_for_cpu(tmp_path):
+    model = _scan_model((1, 0), (1, 0), (0, 1), (1, 0))
+    feeds = _scan_feeds(model, seed=2)
+    _close(_compiled(model, feeds, tmp_path), _scan_numpy(feeds, (1, 0), (1, 0), (0, 1), (1, 0)))
