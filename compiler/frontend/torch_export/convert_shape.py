@@ -1,0 +1,218 @@
+"""Shape converters: views and reshapes, permutations, slicing and selection, joining and
+splitting, gathers along an axis (index_select, embedding)."""
+
+from __future__ import annotations
+
+from ... import arith
+from ... import op as R
+from ...ir.expr import TupleGetItem
+from .convert_common import product
+from .registry import NodeContext, converter
+
+BIG = 2**62  # torch writes an open slice end as INT64_MAX
+
+
+@converter("aten.view.default", "aten.reshape.default", "aten._unsafe_view.default")
+def _reshape(ctx: NodeContext):
+    x = ctx.tensor("self")
+    shape = ctx.ints("size") or ctx.ints("shape")
+    if tuple(shape) == ctx.dims(x):
+        return x
+    return R.reshape(x, list(shape))
+
+
+@converter("aten.permute.default")
+def _permute(ctx: NodeContext):
+    x = ctx.tensor("self")
+    rank = ctx.rank(x)
+    return R.permute_dims(x, axes=tuple(ctx.axis(d, rank) for d in ctx.ints("dims")))
+
+
+@converter("aten.transpose.int")
+def _transpose(ctx: NodeContext):
+    x = ctx.tensor("self")
+    rank = ctx.rank(x)
+    a, b = ctx.axis(ctx["dim0"], rank), ctx.axis(ctx["dim1"], rank)
+    if a == b:
+        return x
+    axes = list(range(rank))
+    axes[a], axes[b] = axes[b], axes[a]
+    return R.permute_dims(x, axes=tuple(axes))
+
+
+@converter("aten.t.default", "aten.numpy_T.default")
+def _t(ctx: NodeContext):
+    x = ctx.tensor("self")
+    rank = ctx.rank(x)
+    return x if rank < 2 else R.permute_dims(x, axes=tuple(reversed(range(rank))))
+
+
+@converter("aten.unsqueeze.default")
+def _unsqueeze(ctx: NodeContext):
+    x = ctx.tensor("self")
+    return R.expand_dims(x, axis=ctx.axis(ctx["dim"], ctx.rank(x) + 1))
+
+
+@converter("aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default")
+def _squeeze(ctx: NodeContext):
+    """Only the listed axes of size 1 go (torch leaves an axis of another size alone)."""
+    x = ctx.tensor("self")
+    dims = ctx.dims(x)
+    wanted = ctx.ints("dim") if ctx["dim"] is not None else tuple(range(len(dims)))
+    axes = tuple(sorted({ctx.axis(a, len(dims)) for a in wanted if len(dims)}))
+    axes = tuple(a for a in axes if ctx.analyzer.as_int(dims[a]) == 1)
+    return R.squeeze(x, axis=axes) if axes else x
+
+
+@converter("aten.flatten.using_ints")
+def _flatten(ctx: NodeContext):
+    x = ctx.tensor("self")
+    dims = ctx.dims(x)
+    if not dims:
+        return R.reshape(x, [1])
+    start, end = ctx.axis(ctx["start_dim"], len(dims)), ctx.axis(ctx["end_dim"], len(dims))
+    if start >= end:
+        return x
+    return R.reshape(x, [*dims[:start], product(dims[start:end + 1]), *dims[end + 1:]])
+
+
+@converter("aten.expand.default", "aten.broadcast_to.default")
+def _expand(ctx: NodeContext):
+    x = ctx.tensor("self")
+    dims = ctx.dims(x)
+    size = list(ctx.ints("size"))
+    offset = len(size) - len(dims)
+    if offset < 0:
+        raise ctx.error(f"expand to {len(size)} dims from {len(dims)}", "invalid")
+    shape = [dims[i - offset] if (isinstance(s, int) and s == -1) else s for i, s in enumerate(size)]
+    if offset == 0 and all(ctx.analyzer.prove_equal(arith.as_expr(a), b) for a, b in zip(shape, dims)):
+        return x
+    return R.broadcast_to(x, shape)
+
+
+@converter("aten.slice.Tensor")
+def _slice(ctx: NodeContext):
+    x = ctx.tensor("self")
+    dims = ctx.dims(x)
+    axis = ctx.axis(ctx["dim"] or 0, len(dims))
+    start, end, step = ctx["start"], ctx["end"], ctx["step"] or 1
+    start = 0 if start is None else start
+    if end is None or (isinstance(end, int) and end >= BIG):
+        end = dims[axis]
+    if step <= 0:
+        raise ctx.error(f"step {step} must be positive", "invalid")
+    if isinstance(start, int) and start == 0 and step == 1 and ctx.analyzer.prove_equal(arith.as_expr(end), dims[axis]):
+        return x
+    return R.strided_slice(x, axes=(axis,), begin=(start,), end=(end,), strides=(step,))
+
+
+@converter("aten.select.int")
+def _select(ctx: NodeContext):
+    x = ctx.tensor("self")
+    dims = ctx.dims(x)
+    axis = ctx.axis(ctx["dim"], len(dims))
+    index = ctx["index"]
+    if isinstance(index, int) and index < 0:
+        index = dims[axis] + index
+    one = R.strided_slice(x, axes=(axis,), begin=(index,), end=(arith.as_expr(index) + 1,))
+    return R.squeeze(one, axis=(axis,))
+
+
+@converter("aten.cat.default", "aten.concat.default")
+def _cat(ctx: NodeContext):
+    tensors = [t for t in ctx["tensors"] if ctx.dims(t) != (arith.IntImm(0),) or len(ctx["tensors"]) == 1]
+    rank = ctx.rank(tensors[0])
+    axis = ctx.axis(ctx["dim"] or 0, rank)
+    if len(tensors) == 1:
+        return tensors[0]
+    dtype = ctx.out_dtype
+    tensors = [t if ctx.dtype(t) == dtype else R.astype(t, dtype=dtype) for t in tensors]
+    return R.concat(tensors, axis=axis)
+
+
+@converter("aten.stack.default")
+def _stack(ctx: NodeContext):
+    tensors = list(ctx["tensors"])
+    axis = ctx.axis(ctx["dim"] or 0, ctx.rank(tensors[0]) + 1)
+    return R.concat([R.expand_dims(t, axis=axis) for t in tensors], axis=axis)
+
+
+def _split_at(ctx: NodeContext, x, axis: int, sizes: list):
+    """``x`` cut along ``axis`` into pieces of ``sizes`` (ints or shape expressions)."""
+    if len(sizes) == 1:
+        return [x]
+    cuts, total = [], arith.IntImm(0)
+    for size in sizes[:-1]:
+        total = ctx.analyzer.simplify(total + arith.as_expr(size))
+        cuts.append(total)
+    pieces = ctx.emit(R.split(x, indices_or_sections=tuple(cuts), axis=axis))
+    return [TupleGetItem(pieces, i) for i in range(len(sizes))]
+
+
+@converter("aten.split_with_sizes.default", "aten.split.sizes")
+def _split_with_sizes(ctx: NodeContext):
+    x = ctx.tensor("self")
+    axis = ctx.axis(ctx["dim"] or 0, ctx.rank(x))
+    return _split_at(ctx, x, axis, list(ctx.ints("split_sizes") or ctx.ints("split_size")))
+
+
+@converter("aten.split.Tensor")
+def _split(ctx: NodeContext):
+    x = ctx.tensor("self")
+    dims = ctx.dims(x)
+    axis = ctx.axis(ctx["dim"] or 0, len(dims))
+    length, size = ctx.analyzer.as_int(dims[axis]), ctx["split_size"]
+    if length is None or not isinstance(size, int):
+        raise ctx.error("split along a symbolic dimension is not supported")
+    sizes = [min(size, length - start) for start in range(0, length, size)] or [0]
+    return _split_at(ctx, x, axis, sizes)
+
+
+@converter("aten.chunk.default")
+def _chunk(ctx: NodeContext):
+    x = ctx.tensor("self")
+    dims = ctx.dims(x)
+    axis = ctx.axis(ctx["dim"] or 0, len(dims))
+    length = ctx.analyzer.as_int(dims[axis])
+    if length is None:
+        raise ctx.error("chunk along a symbolic dimension is not supported")
+    size = -(-length // ctx["chunks"])
+    return _split_at(ctx, x, axis, [min(size, length - start) for start in range(0, length, size)])
+
+
+@converter("aten.unbind.int")
+def _unbind(ctx: NodeContext):
+    x = ctx.tensor("self")
+    dims = ctx.dims(x)
+    axis = ctx.axis(ctx["dim"] or 0, len(dims))
+    length = ctx.analyzer.as_int(dims[axis])
+    if length is None:
+        raise ctx.error("unbind along a symbolic dimension is not supported")
+    pieces = _split_at(ctx, x, axis, [1] * length)
+    return [R.squeeze(ctx.emit(p), axis=(axis,)) for p in pieces]
+
+
+@converter("aten.index_select.default")
+def _index_select(ctx: NodeContext):
+    x = ctx.tensor("self")
+    return R.take(x, ctx.tensor("index"), axis=ctx.axis(ctx["dim"], ctx.rank(x)))
+
+
+@converter("aten.embedding.default")
+def _embedding(ctx: NodeContext):
+    return R.take(ctx.tensor("weight"), ctx.tensor("indices"), axis=0)
+
+
+@converter("aten.index.Tensor")
+def _index(ctx: NodeContext):
+    """x[..., idx, ...] with one index tensor (the others None): a take along that axis. Several
+    index tensors (advanced indexing that pairs them) are refused."""
+    x = ctx.tensor("self")
+    indices = list(ctx["indices"])
+    given = [i for i, value in enumerate(indices) if value is not None]
+    if len(given) != 1:
+        raise ctx.error(f"indexing with {len(given)} index tensors is not supported (one only)")
+    index = indices[given[0]]
+    if ctx.dtype(index) == "bool":
+        raise ctx.error("indexing with a boolean mask is not supported (its result's size depends on the data)")
+    return R.take(x, index, axis=given[0])
