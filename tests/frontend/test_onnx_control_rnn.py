@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tessera
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from tessera.frontend import OnnxImportError, from_onnx
 from tessera.ir import interpret
@@ -227,3 +227,114 @@ def test_a_scan_compiles_for_cpu(tmp_path):
     model = _scan_model((1, 0), (1, 0), (0, 1), (1, 0))
     feeds = _scan_feeds(model, seed=2)
     _close(_compiled(model, feeds, tmp_path), _scan_numpy(feeds, (1, 0), (1, 0), (0, 1), (1, 0)))
+
+
+# -- TopK -----------------------------------------------------------------------------------------
+
+
+def _topk_model(shape, k, axis, largest=1, dtype=F):
+    node = helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=axis, largest=largest)
+    return _model([node], [_info("x", dtype, shape)], [_info("values", dtype, None), _info("indices", I64, None)],
+                  [numpy_helper.from_array(np.array([k], np.int64), "k")])
+
+
+@pytest.mark.parametrize("shape, k, axis, largest, dtype", [
+    ((3, 5, 4), 2, 1, 1, np.float32),
+    ((3, 5, 4), 4, -1, 0, np.float32),
+    ((2, 7), 7, 0 + 1, 1, np.int32),
+    ((6,), 0, 0, 1, np.float32),
+])
+def test_topk_orders_by_value_then_index(shape, k, axis, largest, dtype):
+    rng = np.random.default_rng(1)
+    x = rng.integers(-3, 3, shape).astype(dtype)  # many ties
+    if dtype == np.float32:
+        x.flat[0], x.flat[-1] = -np.inf, np.inf
+    model = _topk_model(shape, k, axis, largest, {np.float32: F, np.int32: TensorProto.INT32}[dtype])
+    _close(_interpret(model, {"x": x}), _reference(model, {"x": x}))
+
+
+def test_topk_compiles_for_cpu_and_a_long_axis_is_refused(tmp_path):
+    model = _topk_model((4, 50), 5, 1)
+    x = np.random.default_rng(2).standard_normal((4, 50)).astype(np.float32)
+    _close(_compiled(model, {"x": x}, tmp_path), _reference(model, {"x": x}))
+    with pytest.raises(OnnxImportError, match="compare every pair"):
+        from_onnx(_topk_model((2, 5000), 5, 1))
+
+
+# -- Einsum ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]),
+    ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]),
+    ("...ij,...jk", [(2, 1, 3, 4), (5, 4, 2)]),
+    ("i,j->ij", [(3,), (4,)]),
+    ("ij,jk->i", [(2, 3), (3, 4)]),
+    ("ii->i", [(4, 4)]),
+    ("bii", [(2, 3, 3)]),
+    ("ijk->kj", [(2, 3, 4)]),
+    ("abc,cd->abd", [(2, 3, 4), (4, 5)]),
+])
+def test_einsum_matches_numpy(equation, shapes):
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+    names = [f"x{k}" for k in range(len(shapes))]
+    model = _model([helper.make_node("Einsum", names, ["y"], equation=equation)],
+                   [_info(n, F, list(s)) for n, s in zip(names, shapes)], [_info("y", F, None)])
+    want = np.einsum(equation, *arrays)
+    _close(_interpret(model, dict(zip(names, arrays))), [np.asarray(want, np.float32)], rtol=1e-4, atol=1e-5)
+
+
+def test_einsum_compiles_for_cpu(tmp_path):
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((2, 3, 4)).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32)
+    model = _model([helper.make_node("Einsum", ["a", "b"], ["y"], equation="abc,cd->dba")],
+                   [_info("a", F, [2, 3, 4]), _info("b", F, [4, 5])], [_info("y", F, None)])
+    _close(_compiled(model, {"a": a, "b": b}, tmp_path), [np.einsum("abc,cd->dba", a, b)], rtol=1e-4, atol=1e-5)
+
+
+# -- QLinearConv and ConvInteger ------------------------------------------------------------------
+
+
+def _qconv_inputs(per_channel, bias, seed=5):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 255, (1, 4, 6, 6)).astype(np.uint8)
+    w = rng.integers(-60, 60, (4, 2, 3, 3)).astype(np.int8)  # 2 groups
+    channels = (4,) if per_channel else ()
+    scale = (0.01 * (1 + np.arange(4))).astype(np.float32) if per_channel else np.array(0.01, np.float32)
+    inits = [numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(np.array(0.02, np.float32), "xs"),
+             numpy_helper.from_array(np.array(128, np.uint8), "xz"),
+             numpy_helper.from_array(scale, "ws"),
+             numpy_helper.from_array(np.zeros(channels, np.int8), "wz"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "ys"),
+             numpy_helper.from_array(np.array(10, np.uint8), "yz")]
+    names = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.integers(-500, 500, (4,)).astype(np.int32), "b"))
+        names.append("b")
+    return x, inits, names
+
+
+@pytest.mark.parametrize("per_channel, bias", [(False, False), (True, True)])
+def test_qlinear_conv_matches_the_reference(per_channel, bias):
+    x, inits, names = _qconv_inputs(per_channel, bias)
+    node = helper.make_node("QLinearConv", names, ["y"], group=2, pads=[1, 1, 0, 0], strides=[1, 2])
+    model = _model([node], [_info("x", TensorProto.UINT8, [1, 4, 6, 6])], [_info("y", TensorProto.UINT8, None)],
+                   inits)
+    got, want = _interpret(model, {"x": x})[0], _reference(model, {"x": x})[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1  # float rounding may move a half step
+
+
+def test_conv_integer_is_exact():
+    rng = np.random.default_rng(6)
+    x = rng.integers(0, 255, (2, 3, 5, 5)).astype(np.uint8)
+    w = rng.integers(0, 255, (4, 3, 2, 2)).astype(np.uint8)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1, 0, 1, 0], dilations=[2, 1])
+    model = _model([node], [_info("x", TensorProto.UINT8, [2, 3, 5, 5]), _info("xz", TensorProto.UINT8, [])],
+                   [_info("y", TensorProto.INT32, None)],
+                   [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(7, np.uint8), "wz")])
+    feeds = {"x": x, "xz": np.array(100, np.uint8)}
+    _close(_interpret(model, feeds), _reference(model, feeds), rtol=0, atol=0)
