@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import arith
 from ..ir.builder import BlockBuilder
 from ..ir.expr import (
     Call,
@@ -69,7 +70,8 @@ def _fold(func: Function) -> Function:
     def fold(binding, dataflow):
         value = substitute_vars(binding.value, known)
         if isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, Op) \
-                and value.op.reference is not None and value.op.name not in _NOT_FOLDED:
+                and value.op.reference is not None and value.op.name not in _NOT_FOLDED \
+                and not _symbolic_attrs(value.attrs):
             args = [_static_value(a) for a in value.args]
             if all(a is not None for a in args):
                 result = value.op.reference(*args, **dict(value.attrs))
@@ -83,6 +85,15 @@ def _fold(func: Function) -> Function:
         return [binding]
 
     return rewrite_function(func, fold, lambda body: substitute_vars(body, known))
+
+
+def _symbolic_attrs(attrs) -> bool:
+    """An attribute holding a shape expression (a slice ending at ``seq``): known only at run time."""
+    def symbolic(value):
+        if isinstance(value, tuple):
+            return any(symbolic(v) for v in value)
+        return isinstance(value, arith.PrimExpr) and not isinstance(value, arith.IntImm)
+    return any(symbolic(value) for _, value in attrs)
 
 
 # Folding these would turn a small program into a large constant, or is data-dependent.
