@@ -107,14 +107,20 @@ def _compose(name: str, func: Function, target: Target):
             return cast(defn.finalize(acc, indices) if defn.finalize else acc, defn.output.dtype)
         return _replace_reads(defn.value(indices), lambda read: resolve(var, read, acc))
 
+    composed = {id(buf) for buf in buffer_of.values()}
+
     def resolve(owner: Var, read: TensorRead, acc) -> TExpr:
+        if id(read.buffer) in composed:  # already the group's own (an index resolved by an earlier read)
+            return read
         source = read_map[owner][id(read.buffer)]
         if isinstance(source, Constant):  # fuse_ops only groups calls whose constants are scalars
             return Const(source.data.item(), read.buffer.dtype)
+        # The read's indices may read the owner's inputs too (a gather's index tensor): they are
+        # resolved in the owner's terms before they reach the source member's definition.
+        indices = tuple(_replace_reads(i, lambda r: resolve(owner, r, acc)) for i in read.indices)
         if source in buffer_of:
-            return TensorRead(buffer_of[source], tuple(_replace_reads(i, lambda r: resolve(owner, r, acc))
-                                                       for i in read.indices))
-        return value_of(source, list(read.indices), acc)
+            return TensorRead(buffer_of[source], indices)
+        return value_of(source, list(indices), acc)
 
     root = bindings[-1].var
     out = placeholder("out0", root.struct_info.dtype, root.struct_info.shape)

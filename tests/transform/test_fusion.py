@@ -169,3 +169,23 @@ def test_call_signatures_tell_apart_what_prints_alike():
     one, two = Constant(np.float32(1)), Constant(np.float32(2))  # scalars are written into fused kernels
     assert call_signature(op.add(x, one), by_sinfo) != call_signature(op.add(x, two), by_sinfo)
     assert call_signature(add, {x: "param 0"}.get) is None  # y, outside a fused group: not shared
+
+
+def test_a_gathers_computed_indices_read_a_computed_table():
+    """take(exp(data), idx + 1) fused: the read of exp's value is at indices that read the group's
+    other member, which resolve in the take's terms (ONNX's GatherElements, its losses)."""
+    from tessera.ir.expr import Constant
+
+    data = Var("data", Tensor((6,), "float32"))
+    idx = Var("idx", Tensor((2, 2), "int64"))
+    bb = BlockBuilder()
+    with bb.function("main", [data, idx]):
+        with bb.dataflow():
+            y = bb.emit_output(op.take(op.exp(data), op.add(idx, Constant(np.int64(1)))), "y")
+        bb.emit_func_output(y)
+    mod = bb.get()
+    lowered = lower(mod, True)
+    assert launches(lowered) == 1
+    args = [np.linspace(-1, 1, 6).astype(np.float32), np.array([[0, 4], [2, 1]], np.int64)]
+    np.testing.assert_allclose(interpret(lowered, "main", *args, kernel_runner=default_runner()),
+                               interpret(mod, "main", *args), rtol=1e-5)
