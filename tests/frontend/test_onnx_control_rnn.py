@@ -5,6 +5,8 @@ for "cpu" and run through tessera.InferenceSession."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import tessera
@@ -338,3 +340,100 @@ def test_conv_integer_is_exact():
                    [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(7, np.uint8), "wz")])
     feeds = {"x": x, "xz": np.array(100, np.uint8)}
     _close(_interpret(model, feeds), _reference(model, feeds), rtol=0, atol=0)
+
+
+# -- RNN, GRU, LSTM -------------------------------------------------------------------------------
+
+
+def _onnxruntime(model, feeds):
+    """onnxruntime's outputs; it has no batch-first layout, so a layout=1 model runs as its layout=0
+    twin (inputs and outputs transposed)."""
+    import onnxruntime
+
+    node = model.graph.node[0]
+    if any(a.name == "layout" and a.i == 1 for a in node.attribute):
+        twin = copy.deepcopy(model)
+        next(a for a in twin.graph.node[0].attribute if a.name == "layout").i = 0
+        for tensor in twin.graph.initializer:
+            if tensor.name in ("initial_h", "initial_c"):
+                tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor).transpose(1, 0, 2), tensor.name))
+        for value in twin.graph.input:
+            if value.name in ("X", "initial_h", "initial_c"):
+                dims = value.type.tensor_type.shape.dim
+                dims[0].dim_value, dims[1].dim_value = dims[1].dim_value, dims[0].dim_value
+        moved = {name: v.transpose(1, 0, 2) if name == "X" else v for name, v in feeds.items()}
+        y, *states = _onnxruntime(twin, moved)
+        return [y.transpose(2, 0, 1, 3), *(s.transpose(1, 0, 2) for s in states)]
+
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return [np.asarray(r) for r in session.run(None, feeds)]
+
+
+RECURRENT = {"RNN": (1, 0), "GRU": (3, 0), "LSTM": (4, 1)}  # gates, and whether there is a cell state
+
+
+def _recurrent_model(op, direction="forward", layout=0, lengths=None, peepholes=False, weights_as_inputs=False,
+                     **attrs):
+    """T=4, B=3, I=2, H=5; every optional input given (as initializers, or W and R as graph inputs)."""
+    gates, cell = RECURRENT[op]
+    steps, batch, size, hidden = 4, 3, 2, 5
+    dirs = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(7)
+
+    def rand(*shape):
+        return (rng.standard_normal(shape) * 0.5).astype(np.float32)
+
+    x_shape = [batch, steps, size] if layout else [steps, batch, size]
+    state_shape = [batch, dirs, hidden] if layout else [dirs, batch, hidden]
+    values = {"W": rand(dirs, gates * hidden, size), "R": rand(dirs, gates * hidden, hidden),
+              "B": rand(dirs, 2 * gates * hidden), "initial_h": rand(*state_shape)}
+    if lengths is not None:
+        values["sequence_lens"] = np.array(lengths, np.int32)
+    if cell:
+        values["initial_c"] = rand(*state_shape)
+        if peepholes:
+            values["P"] = rand(dirs, 3 * hidden)
+    order = ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"]
+    names = [n if n == "X" or n in values else "" for n in order]
+    while not names[-1]:
+        names.pop()
+    outputs = ["Y", "Y_h", "Y_c"][:3 if cell else 2]
+    node = helper.make_node(op, names, outputs, hidden_size=hidden, direction=direction, layout=layout, **attrs)
+    graph_inputs = [_info("X", F, x_shape)]
+    feeds = {"X": rand(*x_shape)}
+    inits = []
+    for name, value in values.items():
+        if weights_as_inputs and name in ("W", "R"):
+            graph_inputs.append(_info(name, F, list(value.shape)))
+            feeds[name] = value
+        else:
+            inits.append(numpy_helper.from_array(value, name))
+    model = _model([node], graph_inputs, [_info(o, F, None) for o in outputs], inits, opset=14)
+    return model, feeds
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("direction, layout, lengths", [
+    ("forward", 0, None),
+    ("reverse", 1, [4, 2, 1]),
+    ("bidirectional", 0, [3, 4, 1]),
+])
+def test_recurrent_networks_match_onnxruntime(op, direction, layout, lengths):
+    model, feeds = _recurrent_model(op, direction, layout, lengths, peepholes=True)
+    _close(_interpret(model, feeds), _onnxruntime(model, feeds), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("GRU", dict(linear_before_reset=1, clip=0.8)),
+    ("LSTM", dict(input_forget=1, activations=["HardSigmoid", "Tanh", "Softsign"], activation_alpha=[0.3],
+                  activation_beta=[0.4])),
+    ("RNN", dict(activations=["LeakyRelu"], activation_alpha=[0.2])),
+])
+def test_recurrent_attributes(op, attrs):
+    model, feeds = _recurrent_model(op, **attrs)
+    _close(_interpret(model, feeds), _onnxruntime(model, feeds), rtol=1e-4, atol=1e-5)
+
+
+def test_an_lstm_compiles_for_cpu(tmp_path):
+    model, feeds = _recurrent_model("LSTM", "bidirectional", 1, [2, 4, 3], peepholes=True, weights_as_inputs=True)
+    _close(_compiled(model, feeds, tmp_path), _onnxruntime(model, feeds), rtol=1e-4, atol=1e-5)
