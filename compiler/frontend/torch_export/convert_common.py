@@ -6,7 +6,7 @@ import numpy as np
 
 from ... import arith
 from ... import op as R
-from ...ir.expr import Constant, Expr
+from ...ir.expr import Constant, Expr, ShapeExpr
 from .registry import NodeContext
 
 FLOATS = ("float16", "float32", "float64")
@@ -30,7 +30,7 @@ def as_tensor(ctx: NodeContext, value, dtype: str) -> Expr:
         value = value.value
     if isinstance(value, arith.PrimExpr):
         one = R.arange(start=value, end=value + 1, step=1, dtype="int64")
-        return cast(ctx.emit(R.reshape(one, ())), dtype)
+        return cast(ctx.emit(R.reshape(one, ShapeExpr(()))), dtype)
     if isinstance(value, bool | int | float):
         return const(value, dtype)
     raise ctx.error(f"an operand is a {type(value).__name__}, not a tensor or a number", "invalid")

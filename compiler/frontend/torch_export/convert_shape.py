@@ -3,10 +3,12 @@ splitting, gathers along an axis (index_select, embedding)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ... import arith
 from ... import op as R
-from ...ir.expr import TupleGetItem
-from .convert_common import product
+from ...ir.expr import Constant, TupleGetItem
+from .convert_common import as_tensor, cast, const, product
 from .registry import NodeContext, converter
 
 BIG = 2**62  # torch writes an open slice end as INT64_MAX
@@ -205,14 +207,82 @@ def _embedding(ctx: NodeContext):
 
 @converter("aten.index.Tensor")
 def _index(ctx: NodeContext):
-    """x[..., idx, ...] with one index tensor (the others None): a take along that axis. Several
-    index tensors (advanced indexing that pairs them) are refused."""
+    """x[..., i, j, ...] with index tensors on consecutive axes (None on the others): those axes
+    flattened into one and read at the broadcast offsets, negative indices counting from the end.
+    Index tensors on axes apart (torch then moves their dims to the front) and boolean masks are
+    refused."""
     x = ctx.tensor("self")
+    dims = ctx.dims(x)
     indices = list(ctx["indices"])
     given = [i for i, value in enumerate(indices) if value is not None]
-    if len(given) != 1:
-        raise ctx.error(f"indexing with {len(given)} index tensors is not supported (one only)")
-    index = indices[given[0]]
-    if ctx.dtype(index) == "bool":
-        raise ctx.error("indexing with a boolean mask is not supported (its result's size depends on the data)")
-    return R.take(x, index, axis=given[0])
+    if not given or given != list(range(given[0], given[-1] + 1)):
+        raise ctx.error("index tensors on axes that are not next to each other are not supported")
+    first, count = given[0], len(given)
+    offset = None
+    for axis in given:
+        index = indices[axis]
+        if ctx.dtype(index) == "bool":
+            raise ctx.error("indexing with a boolean mask is not supported (its result's size depends on the data)")
+        index = cast(index, "int64")
+        size = as_tensor(ctx, dims[axis], "int64")
+        index = R.where(R.less(index, const(0, "int64")), R.add(index, size), index)
+        stride = ctx.analyzer.simplify(product(dims[axis + 1:first + count]))
+        term = R.multiply(index, as_tensor(ctx, stride, "int64")) if ctx.analyzer.as_int(stride) != 1 else index
+        offset = term if offset is None else R.add(offset, term)
+    flat = x if count == 1 else R.reshape(x, [*dims[:first], product(dims[first:first + count]), *dims[first + count:]])
+    return R.take(flat, ctx.emit(offset), axis=first)
+
+
+@converter("aten.gather.default")
+def _gather(ctx: NodeContext):
+    """out[..., i, ...] = x[..., index[..., i, ...], ...] along ``dim``: ``x`` flattened and read at
+    index · stride(dim) plus each other axis's position · its stride (sizes may be symbolic)."""
+    x, index = ctx.tensor("self"), cast(ctx.tensor("index"), "int64")
+    x_dims, index_dims = ctx.dims(x), ctx.dims(index)
+    rank = len(x_dims)
+    axis = ctx.axis(ctx["dim"], rank)
+    if len(index_dims) != rank:
+        raise ctx.error(f"index has rank {len(index_dims)}, the input {rank}", "invalid")
+    strides = [product(x_dims[a + 1:]) for a in range(rank)]
+    offset = R.multiply(index, as_tensor(ctx, ctx.analyzer.simplify(strides[axis]), "int64"))
+    for a in range(rank):
+        if a == axis:
+            continue
+        shape = [1] * rank
+        shape[a] = index_dims[a]
+        position = R.reshape(R.arange(start=0, end=index_dims[a], step=1, dtype="int64"), shape)
+        stride = as_tensor(ctx, ctx.analyzer.simplify(strides[a]), "int64")
+        offset = R.add(offset, R.multiply(position, stride))
+    return R.take(R.reshape(x, [-1]), ctx.emit(offset), axis=0)
+
+
+@converter("aten.constant_pad_nd.default")
+def _constant_pad(ctx: NodeContext):
+    """Pads (before, after) per axis, the last axis first, as in torch; a negative pad crops."""
+    x = ctx.tensor("self")
+    pads = list(ctx.ints("pad"))
+    value = ctx["value"] or 0
+    rank = ctx.rank(x)
+    if len(pads) % 2 or len(pads) // 2 > rank:
+        raise ctx.error(f"pad {pads} does not fit rank {rank}", "invalid")
+    dtype = ctx.dtype(x)
+    for pair in range(len(pads) // 2):
+        axis = rank - 1 - pair
+        before, after = pads[2 * pair], pads[2 * pair + 1]
+        if before < 0 or after < 0:
+            dims = ctx.dims(x)
+            x = ctx.emit(R.strided_slice(x, axes=(axis,), begin=(max(-before, 0),),
+                                         end=(arith.as_expr(dims[axis]) - max(-after, 0),)))
+        parts = []
+        for size in (before, after):
+            if size <= 0:
+                parts.append(None)
+                continue
+            shape = list(ctx.dims(x))
+            shape[axis] = arith.IntImm(size)
+            ints = [ctx.analyzer.as_int(d) for d in shape]
+            parts.append(Constant(np.full(ints, value, dtype=dtype)) if None not in ints
+                         else R.full(shape, fill_value=value, dtype=dtype))
+        if parts[0] is not None or parts[1] is not None:
+            x = ctx.emit(R.concat([p for p in (parts[0], x, parts[1]) if p is not None], axis=axis))
+    return x
