@@ -7,7 +7,7 @@ import numpy as np
 
 from ... import op as R
 from ...ir.expr import Constant
-from .convert_common import _product, axis_of, const, require_float, scalar_like
+from .convert_common import _product, axis_of, const, int_value, positions, require_float, scalar_like
 from .loader import ir_dtype
 from .registry import NodeContext, converter
 
@@ -327,22 +327,27 @@ converter("DepthToSpace", attrs=("blocksize", "mode"))(_space_depth(False))
 
 
 def gather_elements(ctx: NodeContext, data, data_dims, indices, index_dims, axis: int):
-    """out[..., i, ...] = data[..., indices[..., i, ...], ...] along ``axis`` (static shapes): the
-    data flattened and read at offsets known from the output position, plus the index's stride."""
-    strides = [int(np.prod(data_dims[a + 1:])) for a in range(len(data_dims))]
-    grid = np.indices(index_dims) if index_dims else np.zeros((0,), dtype=np.int64)
-    offset = sum(grid[a] * strides[a] for a in range(len(index_dims)) if a != axis)
+    """out[..., i, ...] = data[..., indices[..., i, ...], ...] along ``axis``: the data flattened and
+    read at the index times the axis's stride plus, for every other axis, the output position times
+    its stride (positions broadcast along their axes, so no constant grows with the tensor; dims may
+    be symbolic)."""
+    rank = len(data_dims)
+    strides = [ctx.analyzer.simplify(_product(data_dims[a + 1:])) for a in range(rank)]
     indices = R.astype(indices, dtype="int64")
-    wrapped = R.add(indices, const(data_dims[axis], "int64"))
+    wrapped = R.add(indices, int_value(ctx, data_dims[axis]))
     indices = R.where(R.less(indices, const(0, "int64")), wrapped, indices)
-    flat = R.add(R.multiply(indices, const(strides[axis], "int64")), const(offset, "int64"))
+    flat = R.multiply(indices, int_value(ctx, strides[axis]))
+    for a in range(len(index_dims)):
+        if a == axis or ctx.analyzer.as_int(index_dims[a]) == 1:
+            continue
+        flat = R.add(flat, R.multiply(positions(ctx, index_dims[a], a, rank), int_value(ctx, strides[a])))
     return R.take(R.reshape(data, (-1,)), flat, axis=0)
 
 
 @converter("GatherElements", attrs=("axis",))
 def _gather_elements(ctx: NodeContext):
-    data_dims = ctx.static_dims(0, "GatherElements")
-    index_dims = ctx.static_dims(1, "GatherElements")
+    data_dims = ctx.dims(0)
+    index_dims = ctx.dims(1)
     axis = axis_of(ctx, ctx.attr("axis", 0), len(data_dims))
     return gather_elements(ctx, ctx.input(0), data_dims, ctx.input(1), index_dims, axis)
 

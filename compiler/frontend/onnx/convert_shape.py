@@ -8,7 +8,17 @@ import numpy as np
 from ... import arith
 from ... import op as R
 from ...ir.expr import Constant, TupleGetItem
-from .convert_common import FLOATS, _product, all_constant, axis_of, const, require_float, scalar_like
+from .convert_common import (
+    FLOATS,
+    _product,
+    all_constant,
+    axis_of,
+    const,
+    int_value,
+    int_vector,
+    require_float,
+    scalar_like,
+)
 from .convert_nn import _drop_windows_in_padding, _require_2d, _window
 from .loader import ir_dtype
 from .registry import NodeContext, converter
@@ -55,11 +65,14 @@ def _gather(ctx: NodeContext):
     indices = ctx.input(1)
     if ctx.dtype(1) not in ("int32", "int64"):
         raise ctx.error(f"indices of dtype {ctx.dtype(1)} are not supported")
-    if isinstance(indices, Constant):  # negative indices count from the end
-        size = ctx.static_dims(0, "Gather with negative indices")[axis]
-        indices = Constant(np.where(indices.data < 0, indices.data + size, indices.data).astype(indices.data.dtype))
+    size = ctx.dims(0)[axis]
+    known = ctx.analyzer.as_int(size)
+    if isinstance(indices, Constant) and (known is not None or (indices.data >= 0).all()):
+        if known is not None:  # negative indices count from the end
+            indices = Constant(np.where(indices.data < 0, indices.data + known, indices.data).astype(
+                indices.data.dtype))
     else:  # negative indices count from the end: wrapped at run time
-        size = const(ctx.static_dims(0, "Gather with run-time indices")[axis], ctx.dtype(1))
+        size = int_value(ctx, size, ctx.dtype(1))
         indices = R.where(R.less(indices, const(0, ctx.dtype(1))), R.add(indices, size), indices)
     return R.take(ctx.input(0), indices, axis=axis)
 
@@ -78,17 +91,18 @@ def _reshape_14(ctx: NodeContext):
 
 
 def _reshape(ctx: NodeContext, allowzero: bool):
-    target = [int(v) for v in ctx.constant(1, "the shape").reshape(-1)]
+    target = ctx.shape_value(1, "the shape")
     dims = ctx.dims(0)
     out = []
     for axis, value in enumerate(target):
-        if value == 0 and not allowzero:
+        if ctx.analyzer.as_int(value) == 0 and not allowzero:
             if axis >= len(dims):
                 raise ctx.error(f"shape {target} copies axis {axis}, which the input of rank {len(dims)} lacks",
                                 "invalid")
             out.append(dims[axis])
         else:
-            out.append(value)
+            known = ctx.analyzer.as_int(value)
+            out.append(known if known is not None else value)
     if isinstance(ctx.inputs[0], Constant) and all(isinstance(v, int) for v in out):
         return Constant(ctx.inputs[0].data.reshape(out))
     return R.reshape(ctx.input(0), out)
@@ -172,21 +186,25 @@ converter("Squeeze", since=13)(_squeeze(_axes_13))
 
 @converter("Expand")
 def _expand(ctx: NodeContext):
-    target = [int(v) for v in ctx.constant(1, "the shape").reshape(-1)]
+    """Bidirectional broadcast to the shape (constant or symbolic): each output dim is the larger
+    of the input's and the target's, one of which is 1 (or both equal)."""
+    target = ctx.shape_value(1, "the shape")
     dims = list(ctx.dims(0))
     analyzer = ctx.analyzer
     rank = max(len(dims), len(target))
     dims = [arith.IntImm(1)] * (rank - len(dims)) + dims
-    target = [1] * (rank - len(target)) + target
+    target = [arith.IntImm(1)] * (rank - len(target)) + target
     out = []
     for dim, want in zip(dims, target):
-        size = analyzer.as_int(dim)
-        if want == 1:
+        if analyzer.as_int(want) == 1 or analyzer.prove_equal(dim, want):
             out.append(dim)
-        elif size in (1, want):
+        elif analyzer.as_int(dim) == 1:
             out.append(want)
         else:
-            raise ctx.error(f"cannot expand a dimension of {dim} to {want}", "invalid")
+            raise ctx.error(f"cannot expand a dimension of {dim} to {want} (neither is 1, and they are not "
+                            "provably equal)", "invalid")
+    if isinstance(ctx.inputs[0], Constant) and all(analyzer.as_int(d) is not None for d in out):
+        return Constant(np.broadcast_to(ctx.inputs[0].data, [analyzer.as_int(d) for d in out]).copy())
     return R.broadcast_to(ctx.input(0), out)
 
 
@@ -197,18 +215,33 @@ def _expand(ctx: NodeContext):
 def _constant_of_shape(ctx: NodeContext):
     from .loader import tensor_to_array
 
-    shape = [int(v) for v in ctx.constant(0, "the shape").reshape(-1)]
+    shape = ctx.shape_value(0, "the shape")
     value = np.zeros(1, "float32")
     if "value" in ctx.attrs:
         value = tensor_to_array(ctx.attrs["value"], None, f"{ctx.node.op_type} value").reshape(-1)
-    return Constant(np.full(shape, value[0], dtype=value.dtype))
+    known = [ctx.analyzer.as_int(d) for d in shape]
+    if all(k is not None for k in known):
+        return Constant(np.full(known, value[0], dtype=value.dtype))
+    fill = value[0].item()
+    return R.full(shape, fill_value=fill, dtype=str(value.dtype))
 
 
 @converter("Range")
 def _range(ctx: NodeContext):
-    start, limit, delta = (ctx.constant(i, name) for i, name in enumerate(("start", "limit", "delta")))
-    values = np.arange(start.reshape(-1)[0], limit.reshape(-1)[0], delta.reshape(-1)[0])
-    return Constant(values.astype(start.dtype))
+    """A constant when the bounds are; from symbolic bounds (a length from Shape) an arange with a
+    constant step."""
+    start, limit, delta = (ctx.shape_value(i, name) if ctx.dtype(i) in ("int32", "int64") else None
+                           for i, name in enumerate(("start", "limit", "delta")))
+    if start is None or limit is None or delta is None:  # floats: constants only
+        bounds = [ctx.constant(i, name).reshape(-1)[0] for i, name in enumerate(("start", "limit", "delta"))]
+        return Constant(np.arange(*bounds).astype(ctx.dtype(0)))
+    start, limit, delta = start[0], limit[0], delta[0]
+    known = [ctx.analyzer.as_int(v) for v in (start, limit, delta)]
+    if all(k is not None for k in known):
+        return Constant(np.arange(*known).astype(ctx.dtype(0)))
+    if known[2] is None or known[2] == 0:
+        raise ctx.error("a symbolic range needs a constant, non-zero delta")
+    return R.arange(start=start, end=limit, step=known[2], dtype=ctx.dtype(0))
 
 
 @converter("Mod", attrs=("fmod",))
@@ -233,40 +266,66 @@ def _mod(ctx: NodeContext):
 
 @converter("Slice")
 def _slice(ctx: NodeContext):
-    """starts/ends/axes/steps as constants; ONNX clamps them to the axis, which is done here so
-    that the IR's Python-style slice sees in-range values."""
-    dims = ctx.static_dims(0, "Slice")
-    starts = ctx.constant(1, "starts").reshape(-1).tolist()
-    ends = ctx.constant(2, "ends").reshape(-1).tolist()
+    """starts/ends as constants or shape values (symbolic), axes/steps as constants. ONNX clamps
+    them to the axis, which is done here so that the IR's Python-style slice sees in-range values."""
+    dims = ctx.dims(0)
+    analyzer = ctx.analyzer
+    starts = ctx.shape_value(1, "starts")
+    ends = ctx.shape_value(2, "ends")
     axes = ctx.constant(3, "axes").reshape(-1).tolist() if ctx.has_input(3) else list(range(len(starts)))
     steps = ctx.constant(4, "steps").reshape(-1).tolist() if ctx.has_input(4) else [1] * len(starts)
     out_axes, begins, finals, strides = [], [], [], []
     for axis, start, end, step in zip(axes, starts, ends, steps):
         axis = axis_of(ctx, int(axis), len(dims))
-        size = dims[axis]
         if step == 0:
             raise ctx.error("a step of 0", "invalid")
-        start = start + size if start < 0 else start
-        end = end + size if end < 0 else end
-        if step > 0:
-            start, end = min(max(start, 0), size), min(max(end, 0), size)
+        size = dims[axis]
+        values = [analyzer.as_int(v) for v in (size, start, end)]
+        if None in values:
+            if step < 0:
+                raise ctx.error(f"a negative step over a symbolic axis or bounds ({size}, {start}, {end}) "
+                                "is not supported")
+            begin, final = (_clamp_symbolic(analyzer, v, size) for v in (start, end))
         else:
-            start, end = min(max(start, -1), size - 1), min(max(end, -1), size - 1)
-            if end == -1:
-                end = -size - 1  # before index 0, in Python's terms
-            if start == -1:
-                start, end = 0, 0
+            begin, final = _clamp_static(*values, step)
         out_axes.append(axis)
-        begins.append(int(start))
-        finals.append(int(end))
+        begins.append(begin)
+        finals.append(final)
         strides.append(int(step))
-    if isinstance(ctx.inputs[0], Constant):
+    if isinstance(ctx.inputs[0], Constant) and all(isinstance(v, int) for v in begins + finals):
         index = [slice(None)] * len(dims)
         for axis, b, e, s in zip(out_axes, begins, finals, strides):
             index[axis] = slice(b, e, s)
         return Constant(np.asarray(ctx.inputs[0].data[tuple(index)], order="C"))
     return R.strided_slice(ctx.input(0), axes=tuple(out_axes), begin=tuple(begins), end=tuple(finals),
                            strides=tuple(strides))
+
+
+def _clamp_static(size: int, start: int, end: int, step: int) -> tuple[int, int]:
+    start = start + size if start < 0 else start
+    end = end + size if end < 0 else end
+    if step > 0:
+        return min(max(start, 0), size), min(max(end, 0), size)
+    start, end = min(max(start, -1), size - 1), min(max(end, -1), size - 1)
+    if end == -1:
+        end = -size - 1  # before index 0, in Python's terms
+    if start == -1:
+        start, end = 0, 0
+    return start, end
+
+
+def _clamp_symbolic(analyzer, value, size):
+    """A bound of a forward slice clamped to [0, size], as simple as the bounds let it be."""
+    known = analyzer.as_int(value)
+    if known is not None and known < 0:
+        value = size + known
+    if analyzer.prove_greater_equal(value, size):
+        return size
+    if analyzer.prove_greater_equal(value, 0):
+        if analyzer.prove_less_equal(value, size):
+            return analyzer.simplify(value)
+        return analyzer.simplify(arith.min_expr(value, size))
+    return analyzer.simplify(arith.min_expr(arith.max_expr(value, 0), size))
 
 
 def _split(ctx: NodeContext, sizes, num_outputs=None):
@@ -330,15 +389,15 @@ def _swish(ctx: NodeContext):
 
 @converter("Tile")
 def _tile(ctx: NodeContext):
-    repeats = [int(v) for v in ctx.constant(1, "repeats").reshape(-1)]
-    dims = ctx.static_dims(0, "Tile")
+    repeats = ctx.shape_value(1, "repeats")
+    dims = ctx.dims(0)
     if len(repeats) != len(dims):
         raise ctx.error(f"{len(repeats)} repeats for rank {len(dims)}", "invalid")
     # Tile = broadcast along a new axis before each one, then merge the pairs.
     x = ctx.input(0)
     expanded = R.expand_dims(x, axis=tuple(range(0, 2 * len(dims), 2)))
     target = [v for pair in zip(repeats, dims) for v in pair]
-    out = [r * d for r, d in zip(repeats, dims)]
+    out = [ctx.analyzer.simplify(r * d) for r, d in zip(repeats, dims)]
     return R.reshape(R.broadcast_to(expanded, target), out)
 
 
@@ -674,17 +733,20 @@ def _conv_transpose(ctx: NodeContext):
 
 @converter("GatherND", attrs=("batch_dims",))
 def _gather_nd(ctx: NodeContext):
-    """A take from the flattened data at offsets computed from the index tuples (static shapes)."""
+    """A take from the flattened data at offsets computed from the index tuples (dims may be
+    symbolic; the index tuples' length must be known)."""
     if ctx.attr("batch_dims", 0):
         raise ctx.error("batch_dims other than 0 is not supported")
-    data_dims = ctx.static_dims(0, "GatherND")
-    index_dims = ctx.static_dims(1, "GatherND")
-    depth = index_dims[-1]
+    data_dims = ctx.dims(0)
+    index_dims = ctx.dims(1)
+    depth = ctx.analyzer.as_int(index_dims[-1])
+    if depth is None:
+        raise ctx.error(f"the length of the index tuples ({index_dims[-1]}) must be known")
     inner = data_dims[depth:]
-    strides = [int(np.prod(data_dims[a + 1:depth])) for a in range(depth)]
+    strides = [ctx.analyzer.simplify(_product(data_dims[a + 1:depth])) for a in range(depth)]
     indices = R.astype(ctx.input(1), dtype="int64")
-    sizes = const(np.array(data_dims[:depth]), "int64")
+    sizes = int_vector(ctx, data_dims[:depth])
     indices = R.where(R.less(indices, const(0, "int64")), R.add(indices, sizes), indices)
-    rows = R.sum(R.multiply(indices, const(np.array(strides), "int64")), axis=(len(index_dims) - 1,))
-    table = R.reshape(ctx.input(0), (int(np.prod(data_dims[:depth])), *inner))
+    rows = R.sum(R.multiply(indices, int_vector(ctx, strides)), axis=(len(index_dims) - 1,))
+    table = R.reshape(ctx.input(0), (ctx.analyzer.simplify(_product(data_dims[:depth])), *inner))
     return R.take(table, rows, axis=0)

@@ -25,6 +25,7 @@ from . import converters  # noqa: F401  (registers the converters)
 from .errors import OnnxImportError, node_label
 from .loader import ir_dtype, load_model, tensor_to_array
 from .registry import MIN_OPSET, NodeContext, find_converter
+from .shape_values import SymbolicInts, propagate
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -203,8 +204,12 @@ class _Importer:
                 inputs.append(env[name])
             else:
                 raise OnnxImportError(f"{label}: input '{name}' is not produced before this node", "invalid")
-        ctx = NodeContext(node, index, self.opset, inputs, attrs, bb._require_frame().analyzer, bb.emit)
+        analyzer = bb._require_frame().analyzer
+        if self._shape_value(node, inputs, attrs, analyzer, env):
+            return
+        ctx = NodeContext(node, index, self.opset, inputs, attrs, analyzer, bb.emit)
         ctx.importer, ctx.builder, ctx.env = self, bb, env
+        ctx.block_key = id(bb._require_frame().blocks)
         try:
             results = entry.fn(ctx)
             results = results if isinstance(results, list) else [results]
@@ -224,10 +229,25 @@ class _Importer:
         except TesseraError as error:  # a deduction error: the graph's shapes or dtypes disagree
             raise OnnxImportError(f"{label}: {error}", "invalid") from None
 
+    def _shape_value(self, node, inputs, attrs, analyzer, env) -> bool:
+        """Bind the node's result as a shape value (shape_values) when it is one; False to convert it."""
+        symbolic = any(isinstance(value, SymbolicInts) for value in inputs)
+        if not symbolic and node.op_type not in ("Shape", "Size"):
+            return False
+        if len(node.output) != 1:
+            return False
+        result = propagate(node.op_type, inputs, attrs, analyzer, self.opset)
+        if result is None:
+            return False
+        env[node.output[0]] = result
+        return True
+
     def _output(self, bb: BlockBuilder, value, env: dict, plain: bool):
         if value.name not in env:
             raise OnnxImportError(f"graph output '{value.name}' is produced by no node", "invalid")
         result = env[value.name]
+        if isinstance(result, SymbolicInts):
+            result = result.materialize(bb.emit, id(bb._require_frame().blocks))
         name = self._unique(identifier(value.name, "out"))
         return bb.emit(result, name) if plain else bb.emit_output(result, name)
 

@@ -16,6 +16,7 @@ from ... import arith
 from ...ir.expr import Constant, Expr
 from ...ir.struct_info import TensorStructInfo
 from .errors import OnnxImportError, node_label
+from .shape_values import SymbolicInts
 
 MIN_OPSET = 11
 
@@ -68,6 +69,7 @@ class NodeContext:
         self.node, self.index, self.opset = node, index, opset
         self.inputs, self.attrs, self.analyzer = inputs, attrs, analyzer
         self.emit = emit  # binds an expression now, so that its struct info is known
+        self.block_key = None  # which block the node is converted into (shape values materialize per block)
 
     # -- failing ---------------------------------------------------------------
 
@@ -81,6 +83,8 @@ class NodeContext:
         value = self.inputs[index] if index < len(self.inputs) else None
         if value is None:
             raise self.error(f"input {index} is required", "invalid")
+        if isinstance(value, SymbolicInts):  # a shape value used as a tensor: made one, once per block
+            value = value.materialize(self.emit, self.block_key)
         return value
 
     def has_input(self, index: int) -> bool:
@@ -92,13 +96,36 @@ class NodeContext:
         value = self.inputs[index] if index < len(self.inputs) else None
         if isinstance(value, Constant):
             return value.data
+        if isinstance(value, SymbolicInts):
+            raise self.error(f"{what} (input {index}) is computed from symbolic dimensions "
+                             f"({', '.join(str(v) for v in value.values)}), but must be a constant here; "
+                             "fix the dimensions with shapes=")
         error = self.error(f"{what} (input {index}) must be a constant (an initializer or a Constant node): "
                            "the IR takes it at compile time")
         error.constant_input = self.node.input[index] if index < len(self.node.input) else ""
         raise error
 
+    def shape_value(self, index: int, what: str) -> list:
+        """Input ``index`` as a list of shape expressions (ints, or expressions over the shape
+        variables): a constant, or a shape value computed from the inputs' dimensions. A value that
+        depends on the data at run time is an error: the IR takes shapes at compile time."""
+        value = self.inputs[index] if index < len(self.inputs) else None
+        if isinstance(value, SymbolicInts):
+            return list(value.values)
+        if isinstance(value, Constant) and value.data.dtype.kind in "iu":
+            return [arith.IntImm(int(v)) for v in value.data.reshape(-1)]
+        if value is None:
+            raise self.error(f"{what} (input {index}) is required", "invalid")
+        if isinstance(value, Constant):
+            raise self.error(f"{what} (input {index}) must hold integers, not {value.data.dtype}", "invalid")
+        error = self.error(f"{what} (input {index}) depends on the data at run time; the IR takes it at "
+                           "compile time (a constant, or computed from the inputs' shapes)")
+        error.constant_input = self.node.input[index] if index < len(self.node.input) else ""
+        raise error
+
     def tensor(self, index: int) -> TensorStructInfo:
-        sinfo = self.input(index).struct_info
+        value = self.inputs[index] if index < len(self.inputs) else None
+        sinfo = value.struct_info if isinstance(value, SymbolicInts) else self.input(index).struct_info
         if not isinstance(sinfo, TensorStructInfo):
             raise self.error(f"input {index} is not a tensor", "invalid")
         return sinfo
@@ -114,7 +141,8 @@ class NodeContext:
         dims = self.dims(index)
         values = tuple(self.analyzer.as_int(d) for d in dims)
         if any(v is None for v in values):
-            raise self.error(f"{what} needs the static shape of input {index}, which is {dims}; fix it with shapes=")
+            shown = "(" + ", ".join(str(d) for d in dims) + ")"
+            raise self.error(f"{what} needs the static shape of input {index}, which is {shown}; fix it with shapes=")
         return values
 
     def rank(self, index: int) -> int:
