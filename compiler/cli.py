@@ -26,8 +26,10 @@ def _parser() -> argparse.ArgumentParser:
                          help="also every storage of the memory plans and every kernel")
     inspect.add_argument("--json", action="store_true", help="print everything as a JSON object instead of text")
 
-    compile_cmd = commands.add_parser("compile", help="compile a GGUF chat model into a directory")
-    compile_cmd.add_argument("model", help="a .gguf file (Llama family)")
+    compile_cmd = commands.add_parser("compile", help="compile a GGUF chat model, an ONNX model or a torch.export "
+                                      "program into a directory")
+    compile_cmd.add_argument("model", help="a .gguf file (Llama family), a .onnx model or a .pt2 file "
+                             "(torch.export.save)")
     compile_cmd.add_argument("-o", "--output", required=True, help="the directory to write")
     compile_cmd.add_argument("--target", default="webgpu",
                              help="a target preset, as `tessera targets` lists them (webgpu, wasm, vulkan ...)")
@@ -45,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
                              help="split the model: the first N decoder layers on the GPU target, the rest and the "
                                   "output head on the CPU (WASM beside webgpu, native C beside vulkan/opencl/metal; "
                                   "docs/vdevice.md); default: all on the target")
+    compile_cmd.add_argument("--input", action="append", metavar="NAME=D0,D1,...",
+                             help="ONNX: fix an input's shape (x=1,3,224,224); repeat for more inputs")
+    compile_cmd.add_argument("--dim", action="append", metavar="NAME=LO..HI",
+                             help="ONNX or .pt2: bound a symbolic dimension (batch=1..8), so that memory is planned "
+                                  "for its largest size; repeat for more")
     compile_cmd.add_argument("--dump-ir", metavar="DIR",
                              help="write the module before the passes and after each one into DIR (00-input.py, "
                                   "01-lambda_lift.py, ...; weights by shape only), each a file `tessera check` reads")
@@ -168,13 +175,41 @@ def _check(args) -> int:
 
 def _compile(args) -> int:
     from .app.compile import compile_model, compile_summary
+    from .app.compile_graph import is_graph_model
     from .app.progress import ProgressBar
+
+    if is_graph_model(args.model):
+        return _compile_graph(args)
+    if args.input or args.dim:
+        print("error: --input and --dim apply to .onnx and .pt2 models, not to a GGUF", file=sys.stderr)
+        return 1
 
     with ProgressBar("quiet" if args.quiet else None) as progress:
         compiled = compile_model(args.model, args.output, args.target, args.context, progress, args.cpu,
                                  args.prefill_chunk, args.max_batch, args.gpu_layers, dump_ir=args.dump_ir)
     if not args.quiet:
         sys.stderr.write(compile_summary(compiled))
+    print(compiled.directory)
+    return 0
+
+
+def _compile_graph(args) -> int:
+    from .app.compile_graph import compile_graph, graph_summary, parse_dims, parse_inputs
+    from .app.progress import ProgressBar
+
+    chat_only = [flag for flag, given in (("--prefill-chunk", args.prefill_chunk is not None),
+                                          ("--max-batch", args.max_batch != 1),
+                                          ("--gpu-layers", args.gpu_layers is not None)) if given]
+    if chat_only:
+        print(f"error: {', '.join(chat_only)} apply to GGUF chat models, not to {os.path.basename(args.model)}",
+              file=sys.stderr)
+        return 1
+    shapes, dims = parse_inputs(args.input), parse_dims(args.dim)
+    with ProgressBar("quiet" if args.quiet else None) as progress:
+        compiled = compile_graph(args.model, args.output, args.target, shapes, dims, progress, args.cpu,
+                                 dump_ir=args.dump_ir)
+    if not args.quiet:
+        sys.stderr.write(graph_summary(compiled))
     print(compiled.directory)
     return 0
 

@@ -86,6 +86,7 @@ def summarize(exe: Executable, download: int | None = None) -> dict:
         memory = f["memory"]
         functions[name] = {
             "params": [{"name": p["name"], "sinfo": p["sinfo"], "state": bool(p.get("state"))} for p in f["params"]],
+            "outputs": outputs_of(f),
             "symbols": f["symbols"],
             "launches": sum(1 for op in f["code"] if op["op"] == "launch"),
             "arena_bytes": memory["arena_bytes"],
@@ -145,6 +146,7 @@ def format_summary(summary: dict, verbose: bool = False) -> str:
             lines.append(f"  copies between devices: {len(f['copies'])} per call" + (f" ({moved})" if moved else ""))
         if f["calls"]:
             lines.append(f"  calls: {', '.join(f['calls'])}")
+        lines.append(f"  outputs: {', '.join(_io(o) for o in f['outputs']) or 'none'}")
         for allocation in f["runtime_allocations"]:
             lines.append(f"  allocated at run time: {allocation['size']} bytes (register {allocation['register']}): "
                          f"{allocation['reason']}")
@@ -180,6 +182,34 @@ def describe_target(target: dict) -> str:
     features = f"; features {', '.join(target['features'])}" if target.get("features") else ""
     activations = f"; {target['activations']} activations" if target.get("activations") else ""
     return f"{target['name']} ({kind}{features}{activations})"
+
+
+def outputs_of(record: dict) -> list[dict]:
+    """A function's outputs as the tensor APIs name them: its result, nested tuples flattened, each named by
+    the record's result_names where the compiler wrote them (an importer's graph outputs), else output0 ..."""
+    def leaves(sinfo: dict) -> list[dict]:
+        return [leaf for field in sinfo["fields"] for leaf in leaves(field)] if sinfo["kind"] == "tuple" else [sinfo]
+
+    results = leaves(record["result"])
+    names = record.get("result_names")
+    if not isinstance(names, list) or len(names) != len(results):
+        names = [f"output{i}" for i in range(len(results))]
+    return [{"name": str(name), "sinfo": sinfo} for name, sinfo in zip(names, results)]
+
+
+def io_lines(record: dict) -> list[str]:
+    """A function's inputs (its parameters less the state) and outputs with their types and shapes, and the
+    bounds of the shape variables they use: what `tessera compile` prints for a graph model."""
+    inputs = [p for p in record["params"] if not p.get("state")]
+    bounds = ", ".join(f"{s} <= {v['upper_bound']}" if v["upper_bound"] is not None else f"{s} unbounded"
+                       for s, v in record["symbols"].items())
+    return [f"inputs:        {', '.join(_io(p) for p in inputs) or 'none'}",
+            f"outputs:       {', '.join(_io(o) for o in outputs_of(record)) or 'none'}"] + \
+        ([f"symbols:       {bounds}"] if bounds else [])
+
+
+def _io(value: dict) -> str:
+    return f"{value['name']} {_type(value['sinfo'])}"
 
 
 def _params(params: list[dict]) -> str:
