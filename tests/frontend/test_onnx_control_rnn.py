@@ -245,22 +245,27 @@ def _topk_model(shape, k, axis, largest=1, dtype=F):
     ((3, 5, 4), 4, -1, 0, np.float32),
     ((2, 7), 7, 0 + 1, 1, np.int32),
     ((6,), 0, 0, 1, np.float32),
+    ((2, 300, 3), 5, 1, 1, np.float32),  # a long axis and a small K: by selection
+    ((3, 300), 4, 1, 0, np.int32),
 ])
 def test_topk_orders_by_value_then_index(shape, k, axis, largest, dtype):
     rng = np.random.default_rng(1)
     x = rng.integers(-3, 3, shape).astype(dtype)  # many ties
     if dtype == np.float32:
         x.flat[0], x.flat[-1] = -np.inf, np.inf
+    if shape[-1] == 3:  # every value the worst: a selection must not take a position twice
+        x[0] = -np.inf
     model = _topk_model(shape, k, axis, largest, {np.float32: F, np.int32: TensorProto.INT32}[dtype])
     _close(_interpret(model, {"x": x}), _reference(model, {"x": x}))
 
 
 def test_topk_compiles_for_cpu_and_a_long_axis_is_refused(tmp_path):
-    model = _topk_model((4, 50), 5, 1)
-    x = np.random.default_rng(2).standard_normal((4, 50)).astype(np.float32)
-    _close(_compiled(model, {"x": x}, tmp_path), _reference(model, {"x": x}))
+    for shape in ((4, 50), (2, 600)):  # by ranks, by selection
+        model = _topk_model(shape, 5, 1)
+        x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+        _close(_compiled(model, {"x": x}, tmp_path / str(shape[1])), _reference(model, {"x": x}))
     with pytest.raises(OnnxImportError, match="compare every pair"):
-        from_onnx(_topk_model((2, 5000), 5, 1))
+        from_onnx(_topk_model((2, 5000), 300, 1))
 
 
 # -- Einsum ---------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from .registry import NodeContext, converter, find_converter
 
 # -- TopK -----------------------------------------------------------------------------------------
 
-TOPK_MAX_AXIS = 2048  # elements along the axis: the ranks compare every pair of them
+TOPK_PAIRWISE_AXIS = 2048  # elements along the axis for the ranks, which compare every pair of them
+TOPK_SELECTIONS = 256  # K for the repeated selection, one pass over the axis per element chosen
 
 
 def _lowest(dtype: str):
@@ -26,14 +27,20 @@ def _lowest(dtype: str):
     return np.iinfo(np.dtype(dtype)).min
 
 
+def _highest(dtype: str):
+    if dtype.startswith("float"):
+        return np.inf
+    return np.iinfo(np.dtype(dtype)).max
+
+
 @converter("TopK", attrs=("axis", "largest", "sorted"))
 def _topk(ctx: NodeContext):
     """The K largest (or smallest) along ``axis``, sorted, ties to the lower index (as ONNX's
-    reference). Each element's rank is the count of elements that beat it (greater, or equal at a
-    lower index); output position r takes the element of rank r. This compares all pairs along the
-    axis, which is why the axis is bounded, and needs no sort kernel. ``sorted=0`` allows any order;
-    the sorted one is given."""
-    x = ctx.input(0)
+    reference), with no sort kernel: for a short axis or a large K, by ranks (each element's rank
+    is the count of elements that beat it: greater, or equal at a lower index; output position r
+    takes the element of rank r); for a long axis and a small K, by K selections (the best value
+    left, then the first position holding it that is not taken yet). ``sorted=0`` allows any
+    order; the sorted one is given."""
     rank = ctx.rank(0)
     axis = axis_of(ctx, int(ctx.attr("axis", -1)), rank)
     k_values = ctx.constant(1, "K").reshape(-1)
@@ -43,27 +50,59 @@ def _topk(ctx: NodeContext):
     n = ctx.static_dims(0, "TopK")[axis]  # only the axis must be static
     if not 0 <= k <= n:
         raise ctx.error(f"K={k} is not within the axis's {n} elements", "invalid")
-    if n > TOPK_MAX_AXIS:
-        raise ctx.error(f"an axis of {n} elements (at most {TOPK_MAX_AXIS}: the ranks compare every pair)")
-    dtype = ctx.dtype(0)
-    if dtype == "bool":
+    if ctx.dtype(0) == "bool":
         raise ctx.error("TopK of bool tensors is not supported")
     order = [a for a in range(rank) if a != axis] + [axis]
+    x = ctx.input(0)
     moved = x if axis == rank - 1 else ctx.emit(R.permute_dims(x, axes=order))
-    rows_i = ctx.emit(R.expand_dims(moved, axis=-1))  # (..., N_i, 1)
-    cols_j = ctx.emit(R.expand_dims(moved, axis=-2))  # (..., 1, N_j)
-    beats = R.greater(rows_i, cols_j) if ctx.attr("largest", 1) else R.less(rows_i, cols_j)
-    earlier = const(np.tril(np.ones((n, n), bool), -1).T, "bool")  # [i, j]: i < j
-    beats = R.logical_or(beats, R.logical_and(R.equal(rows_i, cols_j), earlier))
-    ranks = ctx.emit(R.sum(R.astype(beats, dtype="int32"), axis=[-2]))  # (..., N_j)
-    chosen = ctx.emit(R.equal(R.expand_dims(ranks, axis=-1), const(np.arange(k), "int32")))  # (..., N_j, K)
-    values = R.max(R.where(chosen, rows_i, const(_lowest(dtype), dtype)), axis=[-2])
-    positions = const(np.arange(n).reshape(n, 1), "int64")
-    indices = R.sum(R.where(chosen, positions, const(0, "int64")), axis=[-2])
+    largest = bool(ctx.attr("largest", 1))
+    if n <= TOPK_PAIRWISE_AXIS and (k > 16 or n <= 256):
+        values, indices = _topk_by_ranks(ctx, moved, n, k, largest)
+    elif k <= TOPK_SELECTIONS:
+        values, indices = _topk_by_selection(ctx, moved, n, k, largest)
+    else:
+        raise ctx.error(f"K={k} of an axis of {n} elements (at most {TOPK_SELECTIONS} of a longer axis than "
+                        f"{TOPK_PAIRWISE_AXIS}: the ranks compare every pair, a selection passes once per element)")
     if axis != rank - 1:
         back = [int(a) for a in np.argsort(order)]
         values, indices = R.permute_dims(values, axes=back), R.permute_dims(indices, axes=back)
     return [values, indices]
+
+
+def _topk_by_ranks(ctx: NodeContext, moved, n: int, k: int, largest: bool):
+    dtype = moved.struct_info.dtype
+    rows_i = ctx.emit(R.expand_dims(moved, axis=-1))  # (..., N_i, 1)
+    cols_j = ctx.emit(R.expand_dims(moved, axis=-2))  # (..., 1, N_j)
+    beats = R.greater(rows_i, cols_j) if largest else R.less(rows_i, cols_j)
+    earlier = const(np.tril(np.ones((n, n), bool), -1).T, "bool")  # [i, j]: i < j
+    beats = R.logical_or(beats, R.logical_and(R.equal(rows_i, cols_j), earlier))
+    ranks = ctx.emit(R.sum(R.astype(beats, dtype="int32"), axis=[-2]))  # (..., N_j)
+    chosen = ctx.emit(R.equal(R.expand_dims(ranks, axis=-1), const(np.arange(k), "int32")))  # (..., N_j, K)
+    # Exactly one element has each rank: the chosen one's value is the maximum where the rest are lowest.
+    values = R.max(R.where(chosen, rows_i, const(_lowest(dtype), dtype)), axis=[-2])
+    positions = const(np.arange(n).reshape(n, 1), "int64")
+    return values, R.sum(R.where(chosen, positions, const(0, "int64")), axis=[-2])
+
+
+def _topk_by_selection(ctx: NodeContext, moved, n: int, k: int, largest: bool):
+    dtype = moved.struct_info.dtype
+    worst = const(_lowest(dtype) if largest else _highest(dtype), dtype)
+    positions = const(np.arange(n), "int64")
+    taken = None
+    values, indices = [], []
+    for _ in range(k):
+        left = moved if taken is None else ctx.emit(R.where(taken, worst, moved))
+        best = ctx.emit(R.max(left, axis=[-1], keepdims=True) if largest else R.min(left, axis=[-1], keepdims=True))
+        # The first position not taken that holds the best value (a value equal to `worst` may also be taken).
+        holds = R.equal(moved, best)
+        if taken is not None:
+            holds = R.logical_and(holds, R.equal(taken, const(False, "bool")))
+        index = ctx.emit(R.argmax(R.astype(holds, dtype="int32"), axis=-1, keepdims=True))
+        picked = ctx.emit(R.equal(positions, index))
+        taken = picked if taken is None else ctx.emit(R.logical_or(taken, picked))
+        values.append(best)
+        indices.append(index)
+    return ctx.emit(R.concat(values, axis=-1)), ctx.emit(R.concat(indices, axis=-1))
 
 
 # -- Einsum ---------------------------------------------------------------------------------------
