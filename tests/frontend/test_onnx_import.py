@@ -135,3 +135,74 @@ def test_if_becomes_a_relax_if_that_runs_either_branch():
     data = np.array([-1.0, 0.5, 2.0], np.float32)
     np.testing.assert_array_equal(interpret(mod, "main", data, np.array(True)), np.maximum(data, 0))
     np.testing.assert_array_equal(interpret(mod, "main", data, np.array(False)), -data)
+
+
+def _symbolic_shapes_model():
+    """The shape subgraphs exporters write: Shape -> Gather -> Unsqueeze -> Concat -> Reshape, a Range
+    up to a dimension Expanded to (batch, seq), ConstantOfShape, and a Shape used as data."""
+    def ints(name, values):
+        return numpy_helper.from_array(np.asarray(values, dtype=np.int64), name)
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+        helper.make_node("Unsqueeze", ["batch", "axes0"], ["batch1"]),
+        helper.make_node("Unsqueeze", ["seq", "axes0"], ["seq1"]),
+        helper.make_node("Mul", ["seq1", "four"], ["flat1"]),
+        helper.make_node("Concat", ["batch1", "flat1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("Range", ["zero", "seq", "one"], ["positions"]),
+        helper.make_node("Concat", ["batch1", "seq1"], ["batch_seq"], axis=0),
+        helper.make_node("Expand", ["positions", "batch_seq"], ["grid"]),
+        helper.make_node("ConstantOfShape", ["batch_seq"], ["ones"],
+                         value=numpy_helper.from_array(np.ones(1, np.float32))),
+        helper.make_node("Cast", ["shape"], ["shape_f"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["ones", "shape_f_last"], ["ones_plus"]),
+        helper.make_node("Slice", ["shape_f", "minus1", "big"], ["shape_f_last"]),
+    ]
+    nodes = nodes[:12] + [nodes[12], nodes[14], nodes[13]]
+    inits = [ints("zero", 0), ints("one", 1), ints("axes0", [0]), ints("four", [4]), ints("minus1", [-1]),
+             ints("big", [2 ** 62])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])
+    outs = [helper.make_tensor_value_info("flat", TensorProto.FLOAT, ["batch", None]),
+            helper.make_tensor_value_info("grid", TensorProto.INT64, ["batch", "seq"]),
+            helper.make_tensor_value_info("ones_plus", TensorProto.FLOAT, ["batch", "seq"]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [3])]
+    return _model(nodes, [x], outs, inits)
+
+
+def test_shape_subgraphs_become_symbolic_shapes():
+    mod = from_onnx(_symbolic_shapes_model(), dims={"batch": (1, 4), "seq": (1, 16)})
+    shapes = [tuple(str(d) for d in s.shape) for s in mod["main"].ret_struct_info.fields]
+    assert shapes == [("batch", "seq * 4"), ("batch", "seq"), ("batch", "seq"), ("3",)]
+    for batch, seq in ((1, 5), (3, 2)):
+        x = np.arange(batch * seq * 4, dtype=np.float32).reshape(batch, seq, 4)
+        flat, grid, ones_plus, shape = interpret(mod, "main", x)
+        np.testing.assert_array_equal(flat, x.reshape(batch, seq * 4))
+        np.testing.assert_array_equal(grid, np.broadcast_to(np.arange(seq), (batch, seq)))
+        np.testing.assert_array_equal(ones_plus, np.full((batch, seq), 5.0, np.float32))
+        np.testing.assert_array_equal(shape, [batch, seq, 4])
+
+
+def test_a_shape_that_depends_on_the_data_is_refused():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])
+    target = helper.make_tensor_value_info("target", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])
+    model = _model([helper.make_node("Reshape", ["x", "target"], ["y"], name="r")], [x, target], [y])
+    with pytest.raises(OnnxImportError, match="node 'r' .*depends on the data at run time"):
+        from_onnx(model)
+
+
+@pytest.mark.parametrize("declared, message", [
+    ((TensorProto.FLOAT, ["batch", 5]), "declared with 5 on axis 1"),
+    ((TensorProto.FLOAT, ["batch"]), "declared of rank 1"),
+    ((TensorProto.INT64, ["batch", 3]), "declared int64"),
+])
+def test_a_declared_output_that_contradicts_the_graph_is_invalid(declared, message):
+    model = _dense()
+    model.graph.output.pop()
+    model.graph.output.append(helper.make_tensor_value_info("y", *declared))
+    with pytest.raises(OnnxImportError, match=f"graph output 'y' .*{message}") as error:
+        from_onnx(model)
+    assert error.value.kind == "invalid"

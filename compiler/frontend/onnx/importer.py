@@ -248,8 +248,42 @@ class _Importer:
         result = env[value.name]
         if isinstance(result, SymbolicInts):
             result = result.materialize(bb.emit, id(bb._require_frame().blocks))
+        self._check_declared(value, result.struct_info, bb._require_frame().analyzer)
         name = self._unique(identifier(value.name, "out"))
         return bb.emit(result, name) if plain else bb.emit_output(result, name)
+
+
+    def _check_declared(self, value, sinfo, analyzer) -> None:
+        """A graph output's declared dtype and shape against the deduced ones: a contradiction (a
+        size, a rank, a dtype, or a named dimension provably another) is an invalid model. What is
+        unknown on either side is not checked."""
+        if not isinstance(sinfo, TensorStructInfo) or value.type.WhichOneof("value") != "tensor_type":
+            return
+        where = f"graph output '{value.name}'"
+        tensor_type = value.type.tensor_type
+        if tensor_type.elem_type:
+            declared = ir_dtype(tensor_type.elem_type, where)
+            if sinfo.dtype and sinfo.dtype != declared:
+                raise OnnxImportError(f"{where} is declared {declared}, but the graph computes {sinfo.dtype}",
+                                      "invalid")
+        if not tensor_type.HasField("shape") or sinfo.shape is None:
+            return
+        dims = tensor_type.shape.dim
+        shown = "(" + ", ".join(str(d) for d in sinfo.shape) + ")"
+        if len(dims) != len(sinfo.shape):
+            raise OnnxImportError(f"{where} is declared of rank {len(dims)}, but the graph computes shape {shown}",
+                                  "invalid")
+        for axis, (dim, deduced) in enumerate(zip(dims, sinfo.shape)):
+            if dim.HasField("dim_value"):
+                want = arith.IntImm(int(dim.dim_value))
+            elif dim.HasField("dim_param") and dim.dim_param in self.shape_vars:
+                want = self.shape_vars[dim.dim_param]
+            else:
+                continue
+            if analyzer.prove_less(deduced, want) or analyzer.prove_less(want, deduced):
+                declared = dim.dim_value if dim.HasField("dim_value") else dim.dim_param
+                raise OnnxImportError(f"{where} is declared with {declared} on axis {axis}, but the graph computes "
+                                      f"shape {shown}", "invalid")
 
 
 def _has_subgraphs(graph) -> bool:
