@@ -200,6 +200,48 @@ TESSERA_API int tessera_model_call(tessera_model *m, const char *name, const tes
 /* Zero every state tensor (the KV cache). */
 TESSERA_API void tessera_model_reset_state(tessera_model *m);
 
+/* ---- named inputs and outputs: tensors in, tensors out (docs/native.md, "Named inputs and outputs") ---- */
+
+/* An input of a function (a parameter that is not state) or an output (a value of its result, nested tuples
+ * flattened depth-first), as executable.json describes it. The strings belong to the model. */
+typedef struct tessera_io {
+    const char *name;    /* the parameter's name; the output's recorded name (an ONNX graph's), else "output0" ... */
+    int32_t kind;        /* TESSERA_VALUE_TENSOR, or TESSERA_VALUE_INT: an integer (passed as tessera_value.value;
+                          * as an output, a 0-d int64 tensor) */
+    int32_t has_dtype;   /* 0: the executable leaves the dtype open (dtype is then meaningless) */
+    tessera_dtype dtype; /* an integer's is TESSERA_INT64 */
+    int32_t ndim;        /* -1: not even the rank is known; an integer's is 0 */
+    /* Per dimension (the first ndim entries, when the executable gives the shape): the size when it is fixed,
+     * else -1; the dimension as executable.json writes it ("4", "n", "n + 1"; NULL where only the rank is
+     * known); and, for a dimension that is one variable, that variable's upper bound (the most the memory plan
+     * holds), else -1. */
+    int64_t shape[TESSERA_MAX_NDIM];
+    const char *dims[TESSERA_MAX_NDIM];
+    int64_t upper_bounds[TESSERA_MAX_NDIM];
+    const char *value;   /* an integer input whose value is a shape variable or expression: its text, else NULL */
+} tessera_io;
+
+/* Write up to max entries describing function `function`'s inputs (its non-state parameters, in order) or its
+ * outputs; return how many there are (which may exceed max: call again with a larger array), or a negative
+ * status. A parameter or result value that is neither a tensor nor an integer (a tuple parameter, a shape
+ * value, an object) is TESSERA_ERROR_UNSUPPORTED, naming it: call such a function with tessera_model_call. */
+TESSERA_API int32_t tessera_model_inputs(const tessera_model *m, const char *function, tessera_io *out, int32_t max);
+TESSERA_API int32_t tessera_model_outputs(const tessera_model *m, const char *function, tessera_io *out, int32_t max);
+
+/* Calls function `function` with its inputs by name: input_names[i] is given inputs[i] (any order; each input
+ * exactly once; tensors in numpy's layout, integers as TESSERA_VALUE_INT). Every input is checked before
+ * anything runs, and each failure names the input: an unknown or missing name, or one given twice, a tensor
+ * for an integer or the reverse (TESSERA_ERROR_INVALID_ARGUMENT); a dtype, rank or fixed dimension that
+ * differs, a dimension above its variable's upper bound, two inputs giving one variable different sizes, a
+ * dimension that differs from its expression ("n + 1") (TESSERA_ERROR_RUNTIME_CHECK).
+ * On success outputs[i] points to the output named output_names[i] (output_names NULL: the function's every
+ * output in order, and n_outputs must be their number; an unknown name is TESSERA_ERROR_INVALID_ARGUMENT).
+ * The tensors belong to the model and stay valid until its next call of any function, as tessera_model_call's. */
+TESSERA_API int tessera_model_run_named(tessera_model *m, const char *function, size_t n_inputs,
+                                        const char *const *input_names, const tessera_value *inputs,
+                                        size_t n_outputs, const char *const *output_names,
+                                        const tessera_tensor **outputs);
+
 /* Per-kernel timing (bench/native.py's profile): while enabled, each launch is timed on the host
  * (devices that run asynchronously are synchronized after each). Enabling clears the totals. */
 typedef struct tessera_kernel_profile {

@@ -550,6 +550,64 @@ static int parse_memory(parser *p, const cJSON *doc, tsr_function *f, const char
     return 0;
 }
 
+static int compare_names(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int32_t count_leaves(const tsr_sinfo *s) {
+    if (s->kind != TSR_SINFO_TUPLE) return 1;
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_fields; i++) n += count_leaves(&s->fields[i]);
+    return n;
+}
+
+/* The result's struct info (the VM checks the value with the match before `ret`; this is what the tensor API
+ * describes) and its optional result_names: one distinct, non-empty name per value, tuples flattened. */
+static int parse_result(parser *p, const cJSON *doc, tsr_function *f, const char *where) {
+    const cJSON *result = cJSON_GetObjectItemCaseSensitive(doc, "result");
+    int rc;
+    f->result.kind = TSR_SINFO_OBJECT;
+    f->result.ndim = f->result.n_dims = -1;
+    if (cJSON_IsObject(result) && (rc = parse_sinfo(p, result, &f->symbols, where, 0, &f->result))) return rc;
+    f->n_results = count_leaves(&f->result);
+    f->result_names = tsr_bump_array(p->exe->mem, (size_t)(f->n_results ? f->n_results : 1), sizeof(const char *));
+    if (!f->result_names) return TESSERA_ERROR_OUT_OF_MEMORY;
+    const cJSON *names = cJSON_GetObjectItemCaseSensitive(doc, "result_names"), *item;
+    if (!names) {
+        for (int32_t i = 0; i < f->n_results; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "output%d", (int)i);
+            if (!(f->result_names[i] = dup_string(p, name))) return TESSERA_ERROR_OUT_OF_MEMORY;
+        }
+        return 0;
+    }
+    if (!cJSON_IsArray(names)) return fail(where, "'result_names' must be an array of strings");
+    if (cJSON_GetArraySize(names) != f->n_results)
+        return tsr_error(TESSERA_ERROR_FORMAT, "executable.json: %s: 'result_names' has %d names for a result of %d "
+                         "values", where, cJSON_GetArraySize(names), (int)f->n_results);
+    int32_t i = 0;
+    cJSON_ArrayForEach(item, names) {
+        if (!cJSON_IsString(item) || !item->valuestring[0] || strlen(item->valuestring) > 1024)
+            return fail(where, "'result_names' must hold non-empty strings of at most 1024 characters");
+        if (!(f->result_names[i++] = dup_string(p, item->valuestring))) return TESSERA_ERROR_OUT_OF_MEMORY;
+    }
+    /* Distinct: sorted, a name equal to the next is a second one (n log n, for a hostile file's many names). */
+    const char **sorted = tsr_bump_array(p->exe->mem, (size_t)(f->n_results ? f->n_results : 1), sizeof(const char *));
+    if (!sorted) return TESSERA_ERROR_OUT_OF_MEMORY;
+    memcpy(sorted, f->result_names, (size_t)f->n_results * sizeof(const char *));
+    qsort(sorted, (size_t)f->n_results, sizeof(const char *), compare_names);
+    for (int32_t k = 1; k < f->n_results; k++) {
+        if (strcmp(sorted[k - 1], sorted[k]) == 0) {
+            char q[300];
+            tsr_quote(sorted[k], q, sizeof q);
+            return tsr_error(TESSERA_ERROR_FORMAT, "executable.json: %s: 'result_names' names the result %s a second "
+                             "time", where, q);
+        }
+    }
+    f->result_names_recorded = true;
+    return 0;
+}
+
 static int parse_function(parser *p, const cJSON *all, const cJSON *doc, tsr_function *f) {
     char where[300];
     snprintf(where, sizeof where, "function '%s'", doc->string);
@@ -589,6 +647,7 @@ static int parse_function(parser *p, const cJSON *all, const cJSON *doc, tsr_fun
         if ((rc = parse_sinfo(p, cJSON_GetObjectItemCaseSensitive(item, "sinfo"), &f->symbols, where, 0, &param->sinfo))) return rc;
     }
     if ((rc = check_sinfo_nesting(cJSON_GetObjectItemCaseSensitive(doc, "result"), where, 0))) return rc;
+    if ((rc = parse_result(p, doc, f, where))) return rc;
     if ((rc = parse_memory(p, doc, f, where))) return rc;
     if ((rc = parse_register_infos(p, doc, f, where))) return rc;
     for (int32_t k = 0; k < f->n_params; k++) {

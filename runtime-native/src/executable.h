@@ -106,6 +106,12 @@ typedef struct tsr_function {
     int32_t n_storages;
     int32_t max_token;       /* storages are looked up by token index: token -> storages[] position */
     int32_t *token_to_storage;
+    /* The result's struct info (a kind-object one when the file gives none) and a name per value of it, nested
+     * tuples flattened: result_names when the file records them (an ONNX graph's outputs), else "output0" ... */
+    tsr_sinfo result;
+    const char **result_names;
+    int32_t n_results;
+    bool result_names_recorded;
 } tsr_function;
 
 /* How a kernel touches a binding (abi.bindings[].access): GPU devices order launches by it. */
