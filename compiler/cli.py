@@ -83,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--threads", type=int, default=0, help="--runtime native: CPU threads (default: all)")
 
     bundle = commands.add_parser("bundle", help="write a static web site that chats with a model")
-    bundle.add_argument("model", nargs="?", help="a .gguf file (default: the bundled SmolLM2)")
+    bundle.add_argument("model", nargs="?", help="a .gguf file (default: the bundled SmolLM2), or a .onnx model: a "
+                        "page that classifies a picture")
     bundle.add_argument("-o", "--output", default="dist", help="the folder to write (default dist/)")
     bundle.add_argument("--targets",
                         help="builds in order of preference (default webgpu-f16,webgpu,wasm: WebGPU with "
@@ -94,6 +95,12 @@ def _parser() -> argparse.ArgumentParser:
                         help="split the WebGPU build: the first N decoder layers on WebGPU, the rest on WASM, as "
                              "`tessera compile --gpu-layers` (default targets then webgpu,wasm: a float16 build is "
                              "not split)")
+
+    bundle.add_argument("--input", action="append", metavar="NAME=D0,D1,...",
+                        help="a .onnx model: fix an input's shape, as for `tessera compile`")
+    bundle.add_argument("--dim", action="append", metavar="NAME=LO..HI",
+                        help="a .onnx model: bound a symbolic dimension, as for `tessera compile`")
+    bundle.add_argument("--labels", metavar="FILE", help="a .onnx model: the class names, one per line")
 
     package = commands.add_parser("package", help="compile a GGUF chat model for Android or iOS and lay out the "
                                   "Gradle project or Swift package an app developer opens (docs/mobile.md)")
@@ -313,6 +320,11 @@ def _bundle(args) -> int:
     from .app.progress import ProgressBar
     from .frontend import bundled_smollm2_path
 
+    if args.model and args.model.lower().endswith((".onnx", ".pt2")):
+        return _bundle_graph(args)
+    if args.input or args.dim or args.labels:
+        print("error: --input, --dim and --labels apply to a .onnx model, not to a GGUF", file=sys.stderr)
+        return 1
     model = args.model or bundled_smollm2_path()
     print(f"bundling {os.path.basename(model)} (the compile is cached after the first time) ...", file=sys.stderr)
     targets = tuple(t.strip() for t in args.targets.split(",") if t.strip()) if args.targets is not None else \
@@ -321,6 +333,23 @@ def _bundle(args) -> int:
         folder = bundle_model(model, args.output, args.context, targets=targets, progress=progress,
                               gpu_layers=args.gpu_layers)
     print(f"wrote {args.output}: the chat page is index.html, the model {os.path.relpath(folder, args.output)}")
+    return 0
+
+
+def _bundle_graph(args) -> int:
+    from .app.bundle_graph import GRAPH_TARGETS, bundle_graph_model
+    from .app.compile_graph import parse_dims, parse_inputs
+    from .app.progress import ProgressBar
+
+    targets = tuple(t.strip() for t in args.targets.split(",") if t.strip()) if args.targets is not None else \
+        GRAPH_TARGETS
+    if args.gpu_layers is not None:
+        print("error: --gpu-layers applies to GGUF chat models", file=sys.stderr)
+        return 1
+    shapes, dims = parse_inputs(args.input), parse_dims(args.dim)
+    with ProgressBar() as progress:
+        folder = bundle_graph_model(args.model, args.output, targets, shapes, dims, args.labels, progress)
+    print(f"wrote {args.output}: the page is index.html, the model {os.path.relpath(folder, args.output)}")
     return 0
 
 

@@ -149,3 +149,36 @@ def test_a_torch_export_program(tmp_path, capsys):
     [got] = session.run(None, {x.name: x_value})
     np.testing.assert_allclose(got, program.module()(torch.from_numpy(x_value)).detach().numpy(), rtol=1e-5,
                                atol=1e-6)
+
+
+def test_bundle_writes_a_page_for_an_image_model(model, tmp_path, capsys):
+    """`tessera bundle model.onnx`: the page, the runtime, a build per target and model.json (the batch fixed to
+    one picture, the labels from the model's metadata); tests/browser/inference-session-page.test.mjs drives it."""
+    path, proto = model
+    labelled = onnx.ModelProto()
+    labelled.CopyFrom(proto)
+    onnx.helper.set_model_props(labelled, {"labels": json.dumps(["cat", "dog", "fish", "bird", "frog"]),
+                                           "mean": "[0.5, 0.5, 0.5]"})
+    onnx.save(labelled, str(tmp_path / "labelled.onnx"))
+    site = tmp_path / "site"
+    code, out, err = _tessera(capsys, "bundle", tmp_path / "labelled.onnx", "-o", site, "--targets", "wasm")
+    assert code == 0, err
+    assert {"index.html", "infer.js", "infer.css", "runtime", "model"} <= set(os.listdir(site))
+    assert (site / "runtime" / "inference-session.js").is_file()
+    index = json.loads((site / "model" / "model.json").read_text())
+    assert index == {"name": "labelled", "builds": ["wasm/"],
+                     "input": {"name": "pixel_values", "shape": [1, 3, 8, 8], "type": "float32"},
+                     "output": index["output"], "labels": ["cat", "dog", "fish", "bird", "frog"],
+                     "mean": [0.5, 0.5, 0.5], "std": None}
+    assert [arg.shape for arg in tessera.InferenceSession(site / "model" / "wasm").get_inputs()] == [[1, 3, 8, 8]]
+    (tmp_path / "labels.txt").write_text("a\nb\n")
+    code, _, err = _tessera(capsys, "bundle", path, "-o", site, "--targets", "wasm", "--labels", tmp_path / "labels.txt")
+    assert code == 0, err
+    assert json.loads((site / "model" / "model.json").read_text())["labels"] == ["a", "b"]
+    for args, message in (([tmp_path / "missing.onnx"], "missing.onnx: no such file"),
+                          ([path, "--targets", "vulkan"], "unknown bundle target vulkan for a graph model"),
+                          ([path, "--input", "pixel_values=1,3,8"], "rank 3, the model declares 4"),
+                          ([path, "--gpu-layers", "1"], "--gpu-layers applies to GGUF chat models")):
+        code, _, err = _tessera(capsys, "bundle", *args, "-o", tmp_path / "other")
+        last = err.strip().splitlines()[-1]  # after the progress lines of what did compile
+        assert code == 1 and last.startswith("error: ") and message in last, (args, err)

@@ -2,6 +2,7 @@
 tests/browser/inference-session.test.mjs in Chromium), with inputs and the expected outputs.
 
     python tests/js/inference-session-fixtures.py OUT_DIR TARGET [TARGET ...]     (targets: wasm, webgpu)
+    python tests/js/inference-session-fixtures.py --onnx PATH      (the ONNX classifier, with labels)
 
 writes OUT_DIR/<target>/<program>/ (`tessera.build(...).save`, as `tessera compile` writes) and
 OUT_DIR/cases.json: for each program its calls, each with its inputs and the reference outputs (flat
@@ -109,7 +110,17 @@ def cases() -> tuple[dict, dict]:
     return modules, described
 
 
+LABELS = ["cat", "dog", "fish", "bird", "frog"]
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--onnx":  # the classifier alone, with labels, for `tessera bundle`
+        import onnx
+
+        model = onnx_model()
+        onnx.helper.set_model_props(model, {"labels": json.dumps(LABELS)})
+        onnx.save(model, argv[1])
+        return 0
     if len(argv) < 2:
         print(__doc__)
         return 2
