@@ -305,10 +305,12 @@ def _sdpa(ctx: NodeContext):
         causal = ctx.emit(R.less_equal(cols, rows))
         keep = causal if keep is None else ctx.emit(R.logical_and(keep, causal))
     if keep is not None:
-        scores = ctx.emit(R.where(keep, scores, const(-np.inf, dtype)))
+        # The lowest finite value rather than -inf: a row masked entirely stays finite (uniform),
+        # where -inf would make NaNs for the zeroing below to hide.
+        scores = ctx.emit(R.where(keep, scores, const(np.finfo(dtype).min, dtype)))
     probs = ctx.emit(R.nn.softmax(scores, axis=-1))
     if keep is not None:
-        # A row masked entirely is all -inf: softmax gives NaN there, torch's kernel zeros.
+        # A row masked entirely gives zeros, as torch's kernels do.
         anything = R.max(R.astype(keep, dtype="int32"), axis=(-1,), keepdims=True)
         probs = ctx.emit(R.where(R.greater(anything, const(0, "int32")), probs, const(0, dtype)))
     return R.matmul(probs, v)
@@ -321,3 +323,10 @@ def _repeat_heads(ctx: NodeContext, x, times: int):
     return ctx.emit(R.reshape(wide, [*dims[:-3], dims[-3] * times, *dims[-2:]]))
 
 
+
+
+@converter("aten._native_batch_norm_legit_functional.default", "aten._native_batch_norm_legit.default",
+           "aten._native_batch_norm_legit.no_stats")
+def _batch_norm_training(ctx: NodeContext):
+    """What batch norm becomes in a module exported in training mode: refused, by name."""
+    raise ctx.error("batch norm in training mode is not supported: export the module in eval mode")

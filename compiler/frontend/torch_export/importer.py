@@ -20,6 +20,7 @@ from ... import arith
 from ...ir import BlockBuilder, IRModule, Var
 from ...ir.errors import TesseraError
 from ...ir.expr import Constant, Expr
+from ...ir.result_names import output_names_attr
 from ...ir.struct_info import TensorStructInfo
 from . import converters  # noqa: F401  (registers the converters)
 from .errors import TorchImportError
@@ -108,7 +109,7 @@ class _Importer:
                 raise TorchImportError(f"input '{node.name}' is a {spec.kind.name.lower()}, which the importer "
                                        "does not take (only tensors, parameters, buffers and constants)")
         bb = BlockBuilder()
-        with bb.function("main", params, attrs=self._bounds()):
+        with bb.function("main", params, attrs={**self._bounds(), **output_names_attr(self._output_names())}):
             with bb.dataflow():
                 for node in self.ep.graph.nodes:
                     if node.op == "call_function":
@@ -235,6 +236,25 @@ class _Importer:
         if not isinstance(value, Constant | Var):
             value = bb.emit(value, _identifier(name))
         return value
+
+    def _output_names(self) -> list[str]:
+        """Names for the outputs where the module returns a dict or a dataclass (transformers'
+        ModelOutput: 'last_hidden_state', 'pooler_output'); none for a tuple or a lone tensor."""
+        import torch.utils._pytree as pytree
+
+        try:
+            spec = self.ep.call_spec.out_spec
+            tree = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
+            paths = [path for path, _ in pytree.tree_flatten_with_path(tree)[0]]
+        except Exception:  # an output structure pytree cannot walk: the outputs stay unnamed
+            return []
+        names = []
+        for path in paths:
+            keys = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", "")))) for k in path]
+            if not any(hasattr(k, "key") or hasattr(k, "name") for k in path):
+                return []
+            names.append(".".join(keys))
+        return names
 
     def _outputs(self, bb: BlockBuilder, node, env: dict) -> list:
         from torch.export.graph_signature import OutputKind
