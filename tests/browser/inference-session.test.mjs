@@ -9,16 +9,16 @@ import { after, before, test } from "node:test";
 import { ROOT, tessera } from "./bundle.mjs";
 import { openWebGPUPage, serveFolders } from "./chromium.mjs";
 
-const FOLDER = join(ROOT, "build", "inference-session-js");
-const SERVED = ["runtime-js/src/", "build/inference-session-js/"].map((p) => join(ROOT, p));
+const FOLDER = join(ROOT, "build", "inference-session-browser");
+const SERVED = ["runtime-js/src/", "build/inference-session-browser/"].map((p) => join(ROOT, p));
 let session;
 
 /** In the page: every call of ``program`` through a session opened with ``options`` on the build ``target``
  * (or, for an array, on those builds); the largest relative error past tolerance, as text, or null. */
 async function runInPage([program, targets, options]) {
   const { InferenceSession, Tensor } = await import("/runtime-js/src/tessera.js");
-  const cases = await (await fetch("/build/inference-session-js/cases.json")).json();
-  const urls = targets.map((t) => `/build/inference-session-js/${t}/${program}/`);
+  const cases = await (await fetch("/build/inference-session-browser/cases.json")).json();
+  const urls = targets.map((t) => `/build/inference-session-browser/${t}/${program}/`);
   const s = await InferenceSession.create(urls.length === 1 ? urls[0] : urls, options);
   const { calls, rtol = 1e-6, atol = 1e-6 } = cases[program];
   const problems = [];

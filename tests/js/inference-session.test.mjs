@@ -42,7 +42,7 @@ function assertClose(got, expected, rtol, atol, what) {
 }
 
 before(() => {
-  tessera([join(ROOT, "tests", "js", "inference-session-fixtures.py"), FOLDER, "wasm"], "python");
+  tessera([join(ROOT, "tests", "js", "inference-session-fixtures.py"), FOLDER, "wasm", "webgpu"], "python");
   cases = JSON.parse(readFileSync(join(FOLDER, "cases.json"), "utf8"));
 });
 
@@ -146,4 +146,16 @@ test("create: an unknown function, device or folder is a clear error", async () 
   await assert.rejects(open("pair", { device: "cuda" }), /unknown device "cuda"; the devices are auto, webgpu, wasm/);
   await assert.rejects(open("pair", { device: "webgpu" }), /runs on WASM, not WebGPU \(compile it with --target webgpu\)/);
   await assert.rejects(open("nowhere"), /missing file .*nowhere\/executable.json/);
+});
+
+test("auto over a WebGPU and a WASM build: Node has no WebGPU, so the WASM build runs and says why", async () => {
+  const session = await InferenceSession.create([urlOf("webgpu", "onnx"), urlOf("wasm", "onnx")], { fetchFn: fileFetch, cache: NO_CACHE });
+  assert.equal(session.device.kind, "wasm");
+  assert.match(session.passedOver[0], /webgpu\/onnx\/: this browser has no WebGPU/);
+  const [call] = cases.onnx.calls;
+  const outputs = await session.run({ pixel_values: tensorOf(call.inputs.pixel_values) });
+  assertClose(Object.values(outputs)[0], call.outputs[0], 1e-4, 1e-5, "onnx");
+  await session.release();
+  await assert.rejects(InferenceSession.create(urlOf("webgpu", "onnx"), { fetchFn: fileFetch, cache: NO_CACHE }),
+    /this browser has no WebGPU/);
 });
