@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ... import op as R
-from .convert_common import cast, const
+from .convert_common import as_tensor, cast, const, product
 from .registry import NodeContext, converter
 
 
@@ -60,3 +60,21 @@ def _any_all(ctx: NodeContext):
     which = "max" if ".any." in ctx.overload else "min"
     reduced = R.make_call(which, as_int, axis=_axes(ctx, x), keepdims=bool(ctx["keepdim"]))
     return R.astype(reduced, dtype="bool")
+
+
+@converter("aten.var.correction")
+def _var(ctx: NodeContext):
+    """sum((x - mean)²) / (N - correction) over the dims (N: how many values each result reduces)."""
+    x = cast(ctx.tensor("self"), ctx.out_dtype)
+    axes = _axes(ctx, x)
+    dims = ctx.dims(x)
+    count = product(dims[a] for a in (axes if axes is not None else range(len(dims))))
+    correction = 1 if ctx["correction"] is None else ctx["correction"]
+    if correction != int(correction):
+        raise ctx.error(f"a fractional correction ({correction}) is not supported")
+    correction = int(correction)
+    mean = R.mean(x, axis=axes, keepdims=True)
+    centered = ctx.emit(R.subtract(x, mean))
+    total = R.sum(R.multiply(centered, centered), axis=axes, keepdims=bool(ctx["keepdim"]))
+    divisor = as_tensor(ctx, ctx.analyzer.simplify(count - correction), ctx.dtype(x))
+    return R.divide(total, divisor)
