@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 
 from tessera.vm import Executable
@@ -34,11 +35,35 @@ def inspect_directory(directory: str, verbose: bool = False, as_json: bool = Fal
         if as_json:
             return json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=1) + "\n"
         return "".join(format_bundle(summary) for summary in summaries)
+    graph_site = os.path.join(directory, "model", "model.json")
+    if os.path.isfile(graph_site) and not os.path.exists(os.path.join(directory, "executable.json")):
+        return _inspect_graph_site(directory, graph_site, verbose, as_json)
     files = build_files(directory)
     exe = Executable.load(directory, files.tensor_cache)
     shared = tuple(path for path in (files.tokenizer, files.chat_config) if os.path.exists(path))
     summary = summarize(exe, download_bytes(directory, files.tensor_cache, shared) if exe.constants else None)
     return json.dumps(summary, indent=1) + "\n" if as_json else format_summary(summary, verbose)
+
+
+def _inspect_graph_site(directory: str, index_path: str, verbose: bool, as_json: bool) -> str:
+    """A site `tessera bundle model.onnx` wrote: each build in model/, as an executable folder."""
+    try:
+        with open(index_path, encoding="utf-8") as f:
+            builds = json.load(f)["builds"]
+        names = [str(build).rstrip("/") for build in builds]
+    except (ValueError, KeyError, TypeError):
+        names = None
+    if not names or not all(re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*", name) for name in names):
+        from tessera.ir import TesseraError
+
+        raise TesseraError(f"{index_path} is not the model.json `tessera bundle` writes (its builds are folders "
+                           "inside model/)")
+    folders = [os.path.join(directory, "model", name) for name in names]
+    texts = {os.path.relpath(folder, directory): inspect_directory(folder, verbose, as_json) for folder in folders}
+    if as_json:
+        return json.dumps({name: json.loads(text) for name, text in texts.items()}, indent=1) + "\n"
+    return "".join(f"build {name}:\n" + "".join(f"  {line}\n" for line in text.splitlines())
+                   for name, text in texts.items())
 
 
 def _listing(folder: str) -> list[str]:

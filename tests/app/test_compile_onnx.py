@@ -171,6 +171,8 @@ def test_bundle_writes_a_page_for_an_image_model(model, tmp_path, capsys):
                      "output": index["output"], "labels": ["cat", "dog", "fish", "bird", "frog"],
                      "mean": [0.5, 0.5, 0.5], "std": None}
     assert [arg.shape for arg in tessera.InferenceSession(site / "model" / "wasm").get_inputs()] == [[1, 3, 8, 8]]
+    code, out, _ = _tessera(capsys, "inspect", site)
+    assert code == 0 and out.startswith("build model/wasm:\n  target: wasm") and "  outputs: " in out
     (tmp_path / "labels.txt").write_text("a\nb\n")
     code, _, err = _tessera(capsys, "bundle", path, "-o", site, "--targets", "wasm", "--labels", tmp_path / "labels.txt")
     assert code == 0, err
