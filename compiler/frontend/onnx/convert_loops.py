@@ -167,8 +167,8 @@ class _Recursion:
                         outputs = importer.convert_subgraph(self.graph, env)
                         next_state, scans = _bound(bb, self.next_state(outputs)), _bound(bb, self.scans(outputs))
                         scan_sinfo = [s.struct_info for s in scans]
-                        then_arm.result = self._recurse(bb, counter, next_state, scans, params_fixed,
-                                                        params_captured)
+                        then_arm.result = self._next(bb, counter, next_state, scans, params_fixed,
+                                                     params_captured)
                     with bb.branch() as else_arm:
                         else_arm.result = Tuple(tuple(params_state) + tuple(
                             self._empty(s, axis) for s, axis in zip(scan_sinfo, self.stack_axes)))
@@ -185,10 +185,26 @@ class _Recursion:
         result.nested = {name: f for name, f in functions.items() if name != self.name}
         return result
 
-    def _recurse(self, bb, counter, next_state, scans, params_fixed, params_captured):
+    def _next(self, bb, counter, next_state, scans, params_fixed, params_captured):
+        """After an iteration's body: the call for the next iteration, or, where there is none
+        and there are scan outputs, this iteration's slices alone. (Stacking them onto an empty
+        tensor would hold the loop's end in one place, but zero-sized tensors are best kept for a
+        loop that runs zero times.)"""
+        following = bb.emit(R.add(counter, const(1, "int64")), "following")
+        if not scans:
+            return self._recurse(bb, following, next_state, scans, params_fixed, params_captured)
+        more = bb.emit(self.keep(following, next_state, params_fixed), "more")
+        with bb.branch() as recurse:
+            recurse.result = self._recurse(bb, following, next_state, scans, params_fixed, params_captured)
+        with bb.branch() as last:
+            last.result = Tuple(tuple(next_state) + tuple(
+                bb.emit(R.expand_dims(scan, axis=axis)) for scan, axis in zip(scans, self.stack_axes)))
+        return bb.emit_if(more, recurse.seq, last.seq, "step")
+
+    def _recurse(self, bb, following, next_state, scans, params_fixed, params_captured):
         state_count = len(next_state)
         # The next state is passed as its parameter's struct info says (a growing one by rank only).
-        args = [R.add(counter, const(1, "int64")), *next_state, *params_fixed, *params_captured]
+        args = [following, *next_state, *params_fixed, *params_captured]
         rest = bb.emit(Call(GlobalVar(self.name), tuple(args)), "rest")
         fields = [bb.emit(TupleGetItem(rest, k)) for k in range(state_count)]
         for k, (scan, axis, reverse) in enumerate(zip(scans, self.stack_axes, self.reverse)):

@@ -21,18 +21,6 @@ TOPK_PAIRWISE_AXIS = 2048  # elements along the axis for the ranks, which compar
 TOPK_SELECTIONS = 256  # K for the repeated selection, one pass over the axis per element chosen
 
 
-def _lowest(dtype: str):
-    if dtype.startswith("float"):
-        return -np.inf
-    return np.iinfo(np.dtype(dtype)).min
-
-
-def _highest(dtype: str):
-    if dtype.startswith("float"):
-        return np.inf
-    return np.iinfo(np.dtype(dtype)).max
-
-
 @converter("TopK", attrs=("axis", "largest", "sorted"))
 def _topk(ctx: NodeContext):
     """The K largest (or smallest) along ``axis``, sorted, ties to the lower index (as ONNX's
@@ -78,15 +66,16 @@ def _topk_by_ranks(ctx: NodeContext, moved, n: int, k: int, largest: bool):
     beats = R.logical_or(beats, R.logical_and(R.equal(rows_i, cols_j), earlier))
     ranks = ctx.emit(R.sum(R.astype(beats, dtype="int32"), axis=[-2]))  # (..., N_j)
     chosen = ctx.emit(R.equal(R.expand_dims(ranks, axis=-1), const(np.arange(k), "int32")))  # (..., N_j, K)
-    # Exactly one element has each rank: the chosen one's value is the maximum where the rest are lowest.
-    values = R.max(R.where(chosen, rows_i, const(_lowest(dtype), dtype)), axis=[-2])
+    # Exactly one element has each rank: a sum where the rest are 0 is its value, exactly (an infinity
+    # too), and needs no "lowest value" constant (int64's is not a literal WGSL can hold).
+    values = R.sum(R.where(chosen, rows_i, const(0, dtype)), axis=[-2])
     positions = const(np.arange(n).reshape(n, 1), "int64")
     return values, R.sum(R.where(chosen, positions, const(0, "int64")), axis=[-2])
 
 
 def _topk_by_selection(ctx: NodeContext, moved, n: int, k: int, largest: bool):
-    dtype = moved.struct_info.dtype
-    worst = const(_lowest(dtype) if largest else _highest(dtype), dtype)
+    # Taken positions hold the row's worst value, which no pick can beat (it may tie: see below).
+    worst = ctx.emit(R.min(moved, axis=[-1], keepdims=True) if largest else R.max(moved, axis=[-1], keepdims=True))
     positions = const(np.arange(n), "int64")
     taken = None
     values, indices = [], []
