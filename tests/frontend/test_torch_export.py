@@ -219,6 +219,20 @@ def test_dims_narrow_the_exported_range_and_nothing_else():
         from_exported_program(ep, dims={"length": (1, 2)})
 
 
+def test_a_derived_dim_gets_a_variable_and_its_symbol_the_inverse():
+    """x's length is 2*n: it gets a variable of its own, and n (the pairs' count) is length // 2."""
+    module = Fn(lambda p, x: x.view(x.shape[0], -1, 2).sum(-1) * x.shape[1]).eval()
+    half = torch.export.Dim("half", min=2, max=16)
+    ep = torch.export.export(module, (_x(2, 8),), dynamic_shapes=(({1: 2 * half},),))
+    mod = from_exported_program(ep)
+    assert mod["main"].attr("tir_var_lower_bound") == {"args_0_dim1": 4}
+    assert mod["main"].attr("tir_var_upper_bound") == {"args_0_dim1": 32}
+    for length in (4, 10, 32):
+        x = _x(2, length)
+        [got] = _run(mod, [x.numpy()])
+        np.testing.assert_allclose(got, module(x).numpy(), rtol=1e-5)
+
+
 def test_a_pt2_file_loads_by_path(tmp_path):
     module, ep = _tagger_program()
     path = tmp_path / "tagger.pt2"

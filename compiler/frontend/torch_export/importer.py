@@ -86,7 +86,9 @@ class _Importer:
     def __init__(self, ep, dims: dict):
         self.ep, self.dims = ep, dims
         self.signature = ep.graph_signature
-        self.symbols: dict[str, arith.Var] = {}  # torch's symbol name -> shape variable
+        self.symbols: dict[str, arith.PrimExpr] = {}  # torch's symbol name -> its shape expression
+        self.defined: dict[str, arith.Var] = {}  # a derived input dimension (str of torch's expr) -> its variable
+        self.ranges: dict[str, tuple[int, int | None]] = {}  # shape variable -> torch's range for it
 
     def run(self) -> IRModule:
         from torch.export.graph_signature import InputKind
@@ -125,21 +127,49 @@ class _Importer:
 
     def _name_symbols(self, user_inputs) -> None:
         """One variable per symbol that is a whole dimension of a user input: the Dim's name where
-        torch kept it (not after torch.export.load), else '<input>_dim<axis>'."""
+        torch kept it (not after torch.export.load), else '<input>_dim<axis>'. A derived dimension
+        (``2*n``, ``n + 1`` from ``Dim`` arithmetic) whose symbol is no whole dimension gets a
+        variable of its own, and the symbol becomes its inverse ((d - 1) // 2)."""
         used = {_identifier(node.name) for node in user_inputs}
-        for node in user_inputs:
-            val = node.meta.get("val")
-            for axis, size in enumerate(getattr(val, "shape", ())):
-                if not is_symint(size):
-                    continue
-                symbol = symbol_name(size)
-                if symbol is None or symbol in self.symbols:
-                    continue
-                name = _identifier(_dim_name(size) or f"{node.name}_dim{axis}")
-                while name in used:
-                    name += "_"
-                used.add(name)
-                self.symbols[symbol] = arith.Var(name)
+
+        def fresh(size, node, axis) -> arith.Var:
+            name = _identifier(_dim_name(size) or f"{node.name}_dim{axis}")
+            while name in used:
+                name += "_"
+            used.add(name)
+            return arith.Var(name)
+
+        sizes = [(node, axis, size) for node in user_inputs
+                 for axis, size in enumerate(getattr(node.meta.get("val"), "shape", ())) if is_symint(size)]
+        for node, axis, size in sizes:
+            symbol = symbol_name(size)
+            if symbol is not None and symbol not in self.symbols:
+                var = fresh(size, node, axis)
+                self.symbols[symbol] = var
+                self.ranges[var.name] = self._range(size.node.expr, 1, 0)
+        for node, axis, size in sizes:
+            expr = size.node.expr
+            free = list(getattr(expr, "free_symbols", ()))
+            if symbol_name(size) is not None or str(expr) in self.defined or len(free) != 1 \
+                    or str(free[0]) in self.symbols:
+                continue
+            linear = _linear(expr, free[0])
+            if linear is None:
+                continue
+            scale, offset = linear
+            var = fresh(size, node, axis)
+            self.defined[str(expr)] = var
+            self.symbols[str(free[0])] = (var - offset) // scale
+            self.ranges[var.name] = self._range(free[0], scale, offset)
+
+    def _range(self, symbol, scale: int, offset: int) -> tuple[int, int | None]:
+        """The range torch exported ``scale * symbol + offset`` for: (lowest, highest or None)."""
+        for key, bounds in self.ep.range_constraints.items():
+            if str(key) == str(symbol):
+                low, high = bounds.lower, bounds.upper
+                finite = getattr(high, "is_finite", True) and high is not None and int(high) < 2**62
+                return scale * int(low) + offset, (scale * int(high) + offset if finite else None)
+        return 0, None
 
     def _input_sinfo(self, node) -> TensorStructInfo:
         import torch
@@ -148,20 +178,17 @@ class _Importer:
         if not isinstance(val, torch.Tensor):
             raise TorchImportError(f"input '{node.name}' is a {type(val).__name__}; only tensor inputs are supported")
         where = f"input '{node.name}'"
-        shape = tuple(sym_to_prim(size.node.expr if is_symint(size) else int(size), self.symbols, where)
-                      for size in val.shape)
+        shape = tuple(self.defined.get(str(size.node.expr)) or sym_to_prim(size.node.expr, self.symbols, where)
+                      if is_symint(size) else arith.IntImm(int(size)) for size in val.shape)
         return TensorStructInfo(shape, ir_dtype(val.dtype, where))
 
     def _bounds(self) -> dict:
         lower, upper = {}, {}
-        for symbol, var in self.symbols.items():
-            found = [r for s, r in self.ep.range_constraints.items() if str(s) == symbol]
-            if found:
-                low, high = found[0].lower, found[0].upper
-                lower[var.name] = int(low)
-                if getattr(high, "is_finite", True) and high is not None and int(high) < 2**62:
-                    upper[var.name] = int(high)
-        names = {var.name for var in self.symbols.values()}
+        for name, (low, high) in self.ranges.items():
+            lower[name] = low
+            if high is not None:
+                upper[name] = high
+        names = set(self.ranges)
         for name, bounds in self.dims.items():
             if name not in names:
                 raise TorchImportError(f"dims= bounds '{name}', which is no shape variable of the program "
@@ -210,6 +237,9 @@ class _Importer:
             # A size computed from sizes (sym_size.int, operator.mul ...): its expression, directly.
             expr = val.node.expr if is_symint(val) else int(val)
             return sym_to_prim(expr, self.symbols, f"node '{node.name}'")
+        if isinstance(val, torch.SymBool | torch.SymFloat | bool | float) \
+                and not isinstance(node.target, torch._ops.OpOverload):
+            return None  # a condition or a float torch computed from sizes, for its own runtime asserts
         if not isinstance(node.target, torch._ops.OpOverload):
             raise TorchImportError(f"node '{node.name}' ({_target_name(node.target)}): the op is not supported")
         overload = str(node.target)
@@ -287,6 +317,20 @@ def _dim_name(size) -> str | None:
     except AttributeError:
         return None
     return None
+
+
+def _linear(expr, symbol) -> tuple[int, int] | None:
+    """(scale, offset) with expr == scale * symbol + offset, scale > 0, or None."""
+    try:
+        import sympy
+
+        poly = sympy.Poly(expr, symbol)
+        if poly.degree() != 1:
+            return None
+        scale, offset = (int(c) for c in poly.all_coeffs())
+    except Exception:  # not a polynomial in the symbol, or not integer coefficients
+        return None
+    return (scale, offset) if scale > 0 else None
 
 
 def _target_name(target) -> str:
