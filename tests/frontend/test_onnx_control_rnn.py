@@ -378,10 +378,11 @@ RECURRENT = {"RNN": (1, 0), "GRU": (3, 0), "LSTM": (4, 1)}  # gates, and whether
 
 
 def _recurrent_model(op, direction="forward", layout=0, lengths=None, peepholes=False, weights_as_inputs=False,
-                     **attrs):
-    """T=4, B=3, I=2, H=5; every optional input given (as initializers, or W and R as graph inputs)."""
+                     steps=4, symbolic=False, **attrs):
+    """T=4, B=3, I=2, H=5; every optional input given (as initializers, or W and R as graph inputs);
+    ``symbolic``: the sequence length a dim_param "T"."""
     gates, cell = RECURRENT[op]
-    steps, batch, size, hidden = 4, 3, 2, 5
+    batch, size, hidden = 3, 2, 5
     dirs = 2 if direction == "bidirectional" else 1
     rng = np.random.default_rng(7)
 
@@ -404,7 +405,10 @@ def _recurrent_model(op, direction="forward", layout=0, lengths=None, peepholes=
         names.pop()
     outputs = ["Y", "Y_h", "Y_c"][:3 if cell else 2]
     node = helper.make_node(op, names, outputs, hidden_size=hidden, direction=direction, layout=layout, **attrs)
-    graph_inputs = [_info("X", F, x_shape)]
+    declared = list(x_shape)
+    if symbolic:
+        declared[1 if layout else 0] = "T"
+    graph_inputs = [_info("X", F, declared)]
     feeds = {"X": rand(*x_shape)}
     inits = []
     for name, value in values.items():
@@ -442,3 +446,22 @@ def test_recurrent_attributes(op, attrs):
 def test_an_lstm_compiles_for_cpu(tmp_path):
     model, feeds = _recurrent_model("LSTM", "bidirectional", 1, [2, 4, 3], peepholes=True, weights_as_inputs=True)
     _close(_compiled(model, feeds, tmp_path), _onnxruntime(model, feeds), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_recurrent_networks_over_a_symbolic_length_recurse(op, tmp_path):
+    """A symbolic sequence length: one step per call of a recursive function; one import serves
+    several lengths."""
+    model, _ = _recurrent_model(op, "bidirectional", 1, [3, 1, 2], peepholes=True, symbolic=True)
+    mod = from_onnx(model)
+    assert any(name.startswith(op.lower()) for name in mod.functions)
+    for steps in (3, 5):  # onnxruntime runs the static model of that length
+        static, feeds = _recurrent_model(op, "bidirectional", 1, [3, 1, 2], peepholes=True, steps=steps)
+        got = interpret(mod, "main", *feeds.values())
+        _close([np.asarray(g) for g in got], _onnxruntime(static, feeds), rtol=1e-4, atol=1e-5)
+    if op == "LSTM":
+        tessera.build(mod, "cpu").save(str(tmp_path / "exe"))
+        session = tessera.InferenceSession(tmp_path / "exe", device="cpu")
+        for steps in (3, 6):
+            static, feeds = _recurrent_model(op, "bidirectional", 1, [3, 1, 2], peepholes=True, steps=steps)
+            _close(session.run(None, feeds), _onnxruntime(static, feeds), rtol=1e-4, atol=1e-5)

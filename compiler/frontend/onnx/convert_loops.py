@@ -65,13 +65,23 @@ def _rank_only(sinfo: TensorStructInfo) -> TensorStructInfo:
     return TensorStructInfo(None, sinfo.dtype, sinfo.ndim, sinfo.vdevice)
 
 
+def recursive_loop(ctx: NodeContext, state: list, fixed: list, keep, body, stack_axes: list[int],
+                   reverse: list[bool]) -> list:
+    """A loop of a converter's own as a recursive function (see ``_Recursion``): ``body(bb, i,
+    state, fixed)`` emits one iteration into ``bb`` and gives (next state, scan slices). Returns
+    the final state, then the stacked scan outputs."""
+    return _Recursion(ctx, None, state, fixed, keep, body, None, None, stack_axes, reverse).build()
+
+
 class _Recursion:
     """Builds the recursive function of one Loop or Scan node.
 
     ``state``: the initial values carried from one iteration to the next (after the counter).
     ``fixed``: values passed unchanged to every call (a Loop's M, a Scan's sequences).
     ``keep(i, state, fixed)``: the condition to run one more iteration.
-    ``body_env(i, state, fixed)``: the body graph's inputs (name -> expression) for one iteration.
+    ``body_env(i, state, fixed)``: the body graph's inputs (name -> expression) for one iteration;
+    with no graph, ``body_env(bb, i, state, fixed)`` is the body itself: it emits one iteration into
+    ``bb`` and gives (next state, scan slices).
     ``next_state(outputs)``: from the body's outputs, the next state; ``scans(outputs)``: the
     iteration's scan outputs, each with the axis it is stacked on and whether it is stacked in
     reverse (the iteration's slice goes after the rest's)."""
@@ -88,7 +98,7 @@ class _Recursion:
         outer = ctx.env
         self.captured_names, self.captured = [], []
         self.constants = {}
-        for name in _free_names(graph):
+        for name in _free_names(graph) if graph is not None else ():
             value = outer.get(name)
             if value is None:
                 raise ctx.error(f"the body reads '{name}', which is not defined before the node", "invalid")
@@ -153,9 +163,7 @@ class _Recursion:
         try:
             with bb.function(self.name, params):
                 if ret is None:  # the probe: the body once, straight through
-                    env.update(self.body_env(counter, params_state, params_fixed))
-                    outputs = importer.convert_subgraph(self.graph, env)
-                    next_state, scans = _bound(bb, self.next_state(outputs)), _bound(bb, self.scans(outputs))
+                    next_state, scans = self._body(bb, env, counter, params_state, params_fixed)
                     result.next_sinfo = [s.struct_info for s in next_state]
                     result.scan_sinfo = [s.struct_info for s in scans]
                     bb.emit_func_output(Tuple(tuple(next_state) + tuple(scans)) if next_state or scans
@@ -163,9 +171,7 @@ class _Recursion:
                 else:
                     keep = bb.emit(self.keep(counter, params_state, params_fixed), "keep")
                     with bb.branch() as then_arm:
-                        env.update(self.body_env(counter, params_state, params_fixed))
-                        outputs = importer.convert_subgraph(self.graph, env)
-                        next_state, scans = _bound(bb, self.next_state(outputs)), _bound(bb, self.scans(outputs))
+                        next_state, scans = self._body(bb, env, counter, params_state, params_fixed)
                         scan_sinfo = [s.struct_info for s in scans]
                         then_arm.result = self._next(bb, counter, next_state, scans, params_fixed,
                                                      params_captured)
@@ -184,6 +190,16 @@ class _Recursion:
         result.func = functions[self.name]
         result.nested = {name: f for name, f in functions.items() if name != self.name}
         return result
+
+    def _body(self, bb, env, counter, params_state, params_fixed):
+        """One iteration: (next state, scan slices), bound in ``bb``."""
+        if self.graph is None:  # a body of the converter's own (an RNN over a symbolic length)
+            next_state, scans = self.body_env(bb, counter, params_state, params_fixed)
+        else:
+            env.update(self.body_env(counter, params_state, params_fixed))
+            outputs = self.ctx.importer.convert_subgraph(self.graph, env)
+            next_state, scans = self.next_state(outputs), self.scans(outputs)
+        return _bound(bb, next_state), _bound(bb, scans)
 
     def _next(self, bb, counter, next_state, scans, params_fixed, params_captured):
         """After an iteration's body: the call for the next iteration, or, where there is none

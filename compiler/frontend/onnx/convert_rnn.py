@@ -14,7 +14,9 @@ import numpy as np
 
 from ... import op as R
 from ...ir.expr import Constant, ShapeExpr
+from ...ir.struct_info import TensorStructInfo
 from .convert_common import FLOATS, const
+from .convert_loops import recursive_loop
 from .registry import NodeContext, converter
 
 RNN_ATTRS = ("activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "layout")
@@ -79,6 +81,7 @@ class _Recurrence:
     def __init__(self, ctx: NodeContext, gates: int, states: int):
         self.ctx = ctx
         self.cache = {}
+        self.lengths = None
         if ctx.dtype(0) not in FLOATS:
             raise ctx.error(f"input 0 is {ctx.dtype(0)}; recurrent networks compute on floats")
         self.dtype = ctx.dtype(0)
@@ -93,10 +96,8 @@ class _Recurrence:
         if ctx.rank(0) != 3:
             raise ctx.error(f"input 0 has rank {ctx.rank(0)}, not 3", "invalid")
         dims = ctx.dims(0)
-        steps = ctx.analyzer.as_int(dims[1 if self.layout else 0])
-        if steps is None:
-            raise ctx.error("the sequence length must be static (the steps are unrolled); fix it with shapes=")
-        self.steps = steps
+        self.length = dims[1 if self.layout else 0]
+        self.steps = ctx.analyzer.as_int(self.length)  # None: symbolic, the steps a recursive function
         self.hidden = int(ctx.attr("hidden_size", 0)) or ctx.static_dims(2, "hidden_size")[-1]
         self.gates = gates
         self.clip = ctx.attr("clip")
@@ -161,10 +162,58 @@ class _Recurrence:
         lengths = ctx.input(4)
         if isinstance(lengths, Constant) and np.all(lengths.data == self.steps):
             return None
-        lengths = ctx.emit(R.reshape(R.astype(lengths, dtype="int64"), [-1, 1]))
-        return [ctx.emit(R.less(const(t, "int64"), lengths)) for t in range(self.steps)]
+        self.lengths = ctx.emit(R.reshape(R.astype(lengths, dtype="int64"), [-1, 1]))
+        if self.steps is None:
+            return None
+        return [ctx.emit(R.less(const(t, "int64"), self.lengths)) for t in range(self.steps)]
 
     # -- steps ----------------------------------------------------------------------------------
+
+    def _unrolled(self, step, d, reverse, x_gates, states):
+        ctx = self.ctx
+        ys = [None] * self.steps
+        for t in (range(self.steps - 1, -1, -1) if reverse else range(self.steps)):
+            x_t = ctx.emit(R.take(x_gates, const(t, "int64"), axis=0))
+            new = [ctx.emit(s) for s in step(d, x_t, states)]
+            if self.mask is not None:
+                keep = self.mask[t]
+                ys[t] = ctx.emit(R.where(keep, new[0], const(0, self.dtype)))
+                new = [ctx.emit(R.where(keep, n, s)) for n, s in zip(new, states)]
+            else:
+                ys[t] = new[0]
+            states = new
+        return ctx.emit(R.concat([R.expand_dims(y, axis=0) for y in ys], axis=0)), states  # (T, B, H)
+
+    def _recursive(self, step, d, reverse, x_gates, states):
+        """Over a symbolic length: one step per call of a recursive function (as Loop is), its
+        outputs stacked in time order (a reverse direction's each after the later ones)."""
+        ctx = self.ctx
+        for index, what in ((2, "R"), (3, "B"), (7, "P")):
+            if ctx.has_input(index) and not isinstance(ctx.input(index), Constant):
+                raise ctx.error(f"over a symbolic sequence length, {what} must be a constant (an initializer)")
+        states = [ctx.emit(s) if not isinstance(s, Constant) else s for s in states]
+        count = ctx.emit(R.sum(R.ones(ShapeExpr((self.length,)), dtype="int64")))  # T, as a tensor
+        fixed = [count, x_gates] + ([self.lengths] if self.lengths is not None else [])
+
+        def body(bb, i, params_state, params_fixed):
+            emit, ctx.emit = ctx.emit, bb.emit  # the step's bindings go into the function
+            try:
+                t = bb.emit(R.subtract(R.subtract(params_fixed[0], const(1, "int64")), i)) if reverse else i
+                x_t = bb.emit(R.take(params_fixed[1], t, axis=0))
+                new = [bb.emit(s) for s in step(d, x_t, params_state)]
+                y = new[0]
+                if self.lengths is not None:
+                    keep = bb.emit(R.less(t, params_fixed[2]))
+                    y = bb.emit(R.where(keep, new[0], const(0, self.dtype)))
+                    new = [bb.emit(R.where(keep, n, s)) for n, s in zip(new, params_state)]
+            finally:
+                ctx.emit = emit
+            return new, [y]
+
+        results = recursive_loop(ctx, states, fixed, lambda i, state, fixed: R.less(i, fixed[0]), body, [0],
+                                 [reverse])
+        y = ctx.builder.match_cast(results[-1], TensorStructInfo((self.length, self.batch, self.hidden), self.dtype))
+        return y, results[:-1]
 
     def pre(self, x):
         """A gate's input before its activation, clipped when ``clip`` is set."""
@@ -177,7 +226,7 @@ class _Recurrence:
         return [self.ctx.emit(R.strided_slice(value, axes=[1], begin=[k * h], end=[(k + 1) * h])) for k in range(count)]
 
     def run(self, step) -> list:
-        """``step(d, t, x_gates, states) -> (new states)`` over every direction and step; the
+        """``step(d, x_gates, states) -> (new states)`` over every direction and step; the
         outputs Y, Y_h (and Y_c when there are two states)."""
         ctx = self.ctx
         outputs, finals = [], []
@@ -186,18 +235,9 @@ class _Recurrence:
             wb, _ = self.bias(d)
             x_gates = ctx.emit(R.add(R.matmul(self.x, w), wb))  # (T, B, gates * H): every step at once
             states = [self.initial_state(k, d) for k in range(len(self.initial))]
-            ys = [None] * self.steps
-            for t in (range(self.steps - 1, -1, -1) if reverse else range(self.steps)):
-                x_t = ctx.emit(R.take(x_gates, const(t, "int64"), axis=0))
-                new = [ctx.emit(s) for s in step(d, x_t, states)]
-                if self.mask is not None:
-                    keep = self.mask[t]
-                    ys[t] = ctx.emit(R.where(keep, new[0], const(0, self.dtype)))
-                    new = [ctx.emit(R.where(keep, n, s)) for n, s in zip(new, states)]
-                else:
-                    ys[t] = new[0]
-                states = new
-            outputs.append(ctx.emit(R.concat([R.expand_dims(y, axis=0) for y in ys], axis=0)))  # (T, B, H)
+            run = self._unrolled if self.steps is not None else self._recursive
+            y, states = run(step, d, reverse, x_gates, states)
+            outputs.append(y)
             finals.append(states)
         y = R.concat([R.expand_dims(o, axis=1) for o in outputs], axis=1)  # (T, D, B, H)
         results = [y if self.layout == 0 else R.permute_dims(y, axes=[2, 0, 1, 3])]
