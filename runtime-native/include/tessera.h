@@ -221,6 +221,9 @@ typedef struct tessera_io {
     const char *value;   /* an integer input whose value is a shape variable or expression: its text, else NULL */
 } tessera_io;
 
+/* Write up to max names of the executable's functions (in executable.json's order; the strings belong to the
+ * model) and return how many it has, or a negative status. */
+TESSERA_API int32_t tessera_model_functions(const tessera_model *m, const char **names, int32_t max);
 /* Write up to max entries describing function `function`'s inputs (its non-state parameters, in order) or its
  * outputs; return how many there are (which may exceed max: call again with a larger array), or a negative
  * status. A parameter or result value that is neither a tensor nor an integer (a tuple parameter, a shape

@@ -76,6 +76,13 @@ static int describe(const tsr_function *f, const char *role, const char *name, c
     return 0;
 }
 
+int32_t tessera_model_functions(const tessera_model *m, const char **names, int32_t max) {
+    if (!m || (max > 0 && !names))
+        return tsr_error(TESSERA_ERROR_INVALID_ARGUMENT, "tessera_model_functions: NULL argument");
+    for (int32_t i = 0; i < m->exe.n_functions && i < max; i++) names[i] = m->exe.functions[i].name;
+    return m->exe.n_functions;
+}
+
 int32_t tessera_model_inputs(const tessera_model *m, const char *function, tessera_io *out, int32_t max) {
     const tsr_function *f = find_function(m, function, "tessera_model_inputs");
     if (!f) return TESSERA_ERROR_INVALID_ARGUMENT;

@@ -108,6 +108,10 @@ static bool says(const char *text) {
 }
 
 static void the_inputs_and_outputs_are_described(tessera_model *m) {
+    const char *functions[4];
+    CHECK_EQ_INT(tessera_model_functions(m, functions, 4), 2);
+    CHECK(strcmp(functions[0], "main") == 0 && strcmp(functions[1], "pack") == 0);
+    CHECK_EQ_INT(tessera_model_functions(m, NULL, 0), 2);
     tessera_io io[8];
     CHECK_EQ_INT(tessera_model_inputs(m, "main", io, 8), 4);
     CHECK(strcmp(io[0].name, "x") == 0 && io[0].kind == TESSERA_VALUE_TENSOR && io[0].has_dtype);

@@ -106,6 +106,7 @@ def data(tiny_gguf, tmp_path_factory):
     write_stop_case(root)
     write_damaged_models(root)
     write_module_cases(root)
+    write_named_module(root)
     os.makedirs(os.path.join(root, "out"))
     return root
 
@@ -174,6 +175,23 @@ def write_module_cases(root: str) -> None:
                 lines.append(f"{name} {array.dtype.name} {dims(array.shape)} {file}\n")
             write(os.path.join(base, f"call{index}", "function"), call["function"])
             write(os.path.join(base, f"call{index}", "inputs.txt"), "".join(lines))
+
+
+def write_named_module(root: str) -> None:
+    """named/dir: main(x0: (n, 4), x1: (n, 4)) -> (sum, (product, difference)) for the cpu, n at most 8, its
+    output names recorded as an importer records them (ModuleTest reads them through the C API)."""
+    import tessera
+    from conformance.cases import one_function
+    from tessera import op
+    from tessera.ir import Tensor, Tuple
+    from tessera.ir.result_names import output_names_attr
+
+    module = one_function(lambda x, y: (op.add(x, y), Tuple([op.multiply(x, y), op.subtract(x, y)])),
+                          [Tensor(("n", 4), "float32"), Tensor(("n", 4), "float32")], {"n": 8},
+                          attrs=output_names_attr(["sum", "product", "difference"]))
+    folder = os.path.join(root, "named", "model")
+    tessera.build(module, "cpu").save(folder)
+    write(os.path.join(root, "named", "dir"), folder)
 
 
 def dims(shape) -> str:

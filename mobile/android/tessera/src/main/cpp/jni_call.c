@@ -1,7 +1,8 @@
-/* jni_call.c: TesseraJni.modelCall, Module.run's call of tessera_model_call. The inputs arrive as
- * positional arrays (Module maps names onto positions); each tensor's bytes are copied into a 64-byte
- * aligned buffer that lives until the outputs are copied, because an output may alias an input (a
- * function that returns its argument) and the runtime owns the outputs only until its next call.
+/* jni_call.c: TesseraJni.modelRunNamed, Module.run's call of tessera_model_run_named. The inputs arrive as
+ * arrays beside their names (the runtime matches names to parameters and checks each input, naming it);
+ * each tensor's bytes are copied into a 64-byte aligned buffer that lives until the outputs are copied,
+ * because an output may alias an input (a function that returns its argument) and the runtime owns the
+ * outputs only until its next call.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -149,25 +150,73 @@ static jobjectArray copy_outputs(JNIEnv *env, const tessera_tensor *outputs, siz
     return result;
 }
 
-JNIEXPORT jobjectArray TJ_FN(modelCall)(JNIEnv *env, jclass cls, jlong model, jbyteArray function, jintArray kinds,
-                                        jintArray dtypes, jobjectArray shapes, jobjectArray data, jlongArray ints,
-                                        jintArray status_out) {
+/* The strings of a byte[][] as malloc'd C strings (*n of them; free with free_strings); -1 with an exception
+ * pending. A NULL array gives none. */
+static int read_strings(JNIEnv *env, jobjectArray array, char ***out, size_t *n) {
+    *out = NULL;
+    *n = array ? (size_t)(*env)->GetArrayLength(env, array) : 0;
+    if (!array) return 0;
+    *out = calloc(*n > 0 ? *n : 1, sizeof **out);
+    if (!*out) {
+        tj_throw_out_of_memory(env, "tessera_jni: reading names");
+        return -1;
+    }
+    for (size_t i = 0; i < *n; i++) {
+        jbyteArray bytes = (*env)->GetObjectArrayElement(env, array, (jsize)i);
+        if (!bytes) {
+            tj_throw_illegal_argument(env, "tessera_jni: a null name");
+            return -1;
+        }
+        (*out)[i] = tj_cstring(env, bytes);
+        (*env)->DeleteLocalRef(env, bytes);
+        if (!(*out)[i]) return -1;
+    }
+    return 0;
+}
+
+static void free_strings(char **strings, size_t n) {
+    for (size_t i = 0; strings && i < n; i++) free(strings[i]);
+    free(strings);
+}
+
+JNIEXPORT jobjectArray TJ_FN(modelRunNamed)(JNIEnv *env, jclass cls, jlong model, jbyteArray function,
+                                            jobjectArray names, jintArray kinds, jintArray dtypes, jobjectArray shapes,
+                                            jobjectArray data, jlongArray ints, jobjectArray output_names,
+                                            jintArray status_out) {
     (void)cls;
     call_inputs in;
     memset(&in, 0, sizeof in);
+    char **input_names = NULL, **wanted = NULL;
+    size_t n_names = 0, n_wanted = 0;
     char *name = tj_cstring(env, function);
     jobjectArray result = NULL;
-    if (name && read_inputs(env, &in, kinds, dtypes, shapes, data, ints) == 0) {
-        const tessera_tensor *outputs = NULL;
-        size_t n_outputs = 0;
-        jint status = tessera_model_call(TJ_HANDLE(tessera_model, model), name, in.values, in.n, &outputs,
-                                         &n_outputs);
+    if (name && read_strings(env, names, &input_names, &n_names) == 0 &&
+        read_strings(env, output_names, &wanted, &n_wanted) == 0 &&
+        read_inputs(env, &in, kinds, dtypes, shapes, data, ints) == 0) {
+        tessera_model *m = TJ_HANDLE(tessera_model, model);
+        /* Every output when no names are given: as many as the function has. */
+        jint status = output_names ? (jint)n_wanted : tessera_model_outputs(m, name, NULL, 0);
+        size_t n_outputs = status > 0 ? (size_t)status : 0;
+        const tessera_tensor **outputs = status >= 0 ? calloc(n_outputs > 0 ? n_outputs : 1, sizeof *outputs) : NULL;
+        tessera_tensor *copies = outputs ? calloc(n_outputs > 0 ? n_outputs : 1, sizeof *copies) : NULL;
+        if (status >= 0 && !copies) tj_throw_out_of_memory(env, "tessera_jni: the outputs");
+        if (n_names != in.n) {
+            tj_throw_illegal_argument(env, "tessera_jni: as many input names as inputs");
+        } else if (copies) {
+            status = tessera_model_run_named(m, name, in.n, (const char *const *)input_names, in.values, n_outputs,
+                                             (const char *const *)wanted, outputs);
+            for (size_t i = 0; status >= 0 && i < n_outputs; i++) copies[i] = *outputs[i];
+        }
         if (status < 0)
             (*env)->SetIntArrayRegion(env, status_out, 0, 1, &status);
-        else
-            result = copy_outputs(env, outputs, n_outputs);
+        else if (copies && !(*env)->ExceptionCheck(env))
+            result = copy_outputs(env, copies, n_outputs);
+        free(copies);
+        free(outputs);
     }
     free_inputs(&in);
+    free_strings(input_names, n_names);
+    free_strings(wanted, n_wanted);
     free(name);
     return result;
 }

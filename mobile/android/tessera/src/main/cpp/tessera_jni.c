@@ -1,7 +1,8 @@
 /* tessera_jni.c: the JNI entry points of ai.tessera.TesseraJni (TesseraJni.kt), each a thin call of
  * tessera.h. Errors of the runtime come back as its status (or 0L for a handle); Kotlin then reads
  * lastError on the same thread and throws a TesseraException. Failures of JNI itself (an allocation)
- * leave a Java exception pending and return at once. Module.run's call lives in jni_call.c.
+ * leave a Java exception pending and return at once. Module's calls live in jni_call.c
+ * (a run) and jni_io.c (what a function takes and returns).
  */
 #include <stdlib.h>
 #include <string.h>

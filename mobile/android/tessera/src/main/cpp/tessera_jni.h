@@ -24,8 +24,12 @@ JNIEXPORT void TJ_FN(sessionFree)(JNIEnv *env, jclass cls, jlong session);
 JNIEXPORT jint TJ_FN(chatCompletion)(JNIEnv *env, jclass cls, jlong session, jobjectArray roles,
                                      jobjectArray contents, jint max_tokens, jfloat temperature, jfloat top_p,
                                      jboolean seeded, jlong seed, jobject receiver, jintArray usage_out);
-JNIEXPORT jobjectArray TJ_FN(modelCall)(JNIEnv *env, jclass cls, jlong model, jbyteArray function, jintArray kinds,
-                                        jintArray dtypes, jobjectArray shapes, jobjectArray data, jlongArray ints,
-                                        jintArray status_out);
+JNIEXPORT jobjectArray TJ_FN(modelFunctions)(JNIEnv *env, jclass cls, jlong model);
+JNIEXPORT jobjectArray TJ_FN(modelIo)(JNIEnv *env, jclass cls, jlong model, jbyteArray function, jboolean outputs,
+                                      jintArray status_out);
+JNIEXPORT jobjectArray TJ_FN(modelRunNamed)(JNIEnv *env, jclass cls, jlong model, jbyteArray function,
+                                            jobjectArray names, jintArray kinds, jintArray dtypes, jobjectArray shapes,
+                                            jobjectArray data, jlongArray ints, jobjectArray output_names,
+                                            jintArray status_out);
 
 #endif /* TESSERA_JNI_H */

@@ -1,158 +1,78 @@
 package ai.tessera
 
-import java.io.File
+/**
+ * An input or an output of a function, as the runtime describes it (tessera.h: tessera_model_inputs and
+ * tessera_model_outputs). An input is a parameter that is not state (a KV cache stays in the runtime); an
+ * output is a value of the result, tuples flattened depth-first, named as the executable records it (an ONNX
+ * graph's output names), else "output0", "output1" ...
+ */
+data class ValueInfo(
+    val name: String,
+    /** An integer: passed as a one-element INT64 or INT32 tensor (Tensor.scalar), returned as a 0-d INT64 one. */
+    val isInteger: Boolean,
+    /** The element type; null when the executable leaves it open or it is one Kotlin has no DType for. */
+    val dtype: DType?,
+    /** One entry per dimension: its size when fixed, else null; null when not even the rank is known. */
+    val shape: List<Long?>?,
+    /** Each dimension as executable.json writes it ("4", "n", "n + 1"); an entry is null where only the rank is known. */
+    val dims: List<String?>?,
+    /** Per dimension that is one shape variable, its upper bound (the memory plan holds that many), else null. */
+    val upperBounds: List<Long?>?,
+)
 
 /**
- * The parameters of each function of an executable, read from its executable.json (docs/format.md:
- * functions.<name>.params, each with a name, struct info and a state flag). tessera.h calls a function
- * with positional arguments and has no call that lists them, so Module reads the names here to map
- * run()'s named inputs onto positions. State parameters (a KV cache) are not passed: the runtime keeps them.
+ * What each function of a loaded model takes and returns, asked of the runtime through the JNI bridge (the
+ * runtime read executable.json at load; nothing is parsed here). Descriptions are read once per function.
+ * The caller serializes calls on the model handle (Module's lock).
  */
-internal class ExecutableSignature private constructor(val functions: Map<String, List<Parameter>>) {
-    /** [kind] is the struct info's kind: "tensor", "prim" (an integer), "tuple", "shape", "object". */
-    data class Parameter(val name: String, val kind: String)
+internal class ExecutableSignature private constructor(private val model: Long, val functions: List<String>) {
+    private val inputs = HashMap<String, List<ValueInfo>>()
+    private val outputs = HashMap<String, List<ValueInfo>>()
+
+    fun inputs(function: String): List<ValueInfo> = inputs.getOrPut(function) { describe(function, false) }
+
+    fun outputs(function: String): List<ValueInfo> = outputs.getOrPut(function) { describe(function, true) }
+
+    private fun describe(function: String, outputs: Boolean): List<ValueInfo> {
+        val status = IntArray(1)
+        val encoded = TesseraJni.modelIo(model, cString(function, "the function name"), outputs, status)
+            ?: throw TesseraException.fromStatus(status[0], "describing the ${if (outputs) "outputs" else "inputs"} " +
+                "of $function")
+        return decode(encoded)
+    }
 
     companion object {
-        fun read(modelDir: String): ExecutableSignature {
-            val file = File(modelDir, "executable.json")
-            val root = try {
-                JsonReader(file.readText(Charsets.UTF_8)).readDocument()
-            } catch (e: java.io.IOException) {
-                throw TesseraException("cannot read ${file.path}: ${e.message}", -2, "TESSERA_ERROR_IO")
-            } catch (e: IllegalArgumentException) {
-                throw format(file, e.message ?: "bad JSON")
-            }
-            val functions = ((root as? Map<*, *>)?.get("functions") as? Map<*, *>)
-                ?: throw format(file, "it has no \"functions\" object")
-            val result = LinkedHashMap<String, List<Parameter>>()
-            for ((name, function) in functions) {
-                val params = (function as? Map<*, *>)?.get("params") as? List<*>
-                    ?: throw format(file, "function $name has no \"params\" list")
-                result[name as String] = params.mapNotNull { p ->
-                    val param = p as? Map<*, *> ?: throw format(file, "a parameter of $name is not an object")
-                    if (param["state"] == true) return@mapNotNull null
-                    val kind = (param["sinfo"] as? Map<*, *>)?.get("kind") as? String ?: "tensor"
-                    Parameter(param["name"] as? String ?: throw format(file, "a parameter of $name has no name"), kind)
+        fun read(model: Long): ExecutableSignature {
+            val names = TesseraJni.modelFunctions(model)
+                ?: throw TesseraException.fromStatus(TesseraException.INVALID_ARGUMENT, "listing the functions")
+            return ExecutableSignature(model, names.map { String(it!!, Charsets.UTF_8) })
+        }
+
+        /** TesseraJni.modelIo's arrays: (kind, has dtype, dtype, ndim) per entry, (size, bound) per dimension,
+         *  and (name, value, each dimension's text) per entry. */
+        private fun decode(encoded: Array<Any?>): List<ValueInfo> {
+            val fields = encoded[0] as IntArray
+            val sizes = encoded[1] as LongArray
+            @Suppress("UNCHECKED_CAST") val texts = encoded[2] as Array<ByteArray?>
+            fun text(i: Int) = texts[i]?.let { String(it, Charsets.UTF_8) }
+            val result = ArrayList<ValueInfo>()
+            var d = 0
+            var t = 0
+            for (i in 0 until fields.size / 4) {
+                val ndim = fields[4 * i + 3]
+                val name = text(t)!!
+                t += 2 // the name, and an integer's value expression (not exposed)
+                val shape = if (ndim < 0) null else List(ndim) { k -> sizes[2 * (d + k)].takeIf { it >= 0 } }
+                val bounds = if (ndim < 0) null else List(ndim) { k -> sizes[2 * (d + k) + 1].takeIf { it >= 0 } }
+                val dims = if (ndim < 0) null else List(ndim) { k -> text(t + k) }
+                if (ndim > 0) {
+                    d += ndim
+                    t += ndim
                 }
+                val dtype = if (fields[4 * i + 1] != 0) DType.fromCode(fields[4 * i + 2]) else null
+                result.add(ValueInfo(name, fields[4 * i] == 1, dtype, shape, dims, bounds))
             }
-            return ExecutableSignature(result)
-        }
-
-        private fun format(file: File, why: String) =
-            TesseraException("${file.path} is not a readable executable: $why", -3, "TESSERA_ERROR_FORMAT")
-    }
-}
-
-/**
- * A small JSON reader (RFC 8259) into Map, List, String, Double, Boolean and null: the JVM has none built
- * in, and the plain-JVM host build takes no dependency besides kotlinx-coroutines. Malformed input throws
- * IllegalArgumentException with the offset.
- */
-internal class JsonReader(private val text: String) {
-    private var at = 0
-
-    fun readDocument(): Any? {
-        val value = readValue()
-        skipSpace()
-        if (at != text.length) fail("text after the JSON value")
-        return value
-    }
-
-    private fun readValue(): Any? {
-        skipSpace()
-        if (at >= text.length) fail("the text ends where a value should be")
-        return when (text[at]) {
-            '{' -> readObject()
-            '[' -> readArray()
-            '"' -> readString()
-            't' -> literal("true", true)
-            'f' -> literal("false", false)
-            'n' -> literal("null", null)
-            else -> readNumber()
+            return result
         }
     }
-
-    private fun readObject(): Map<String, Any?> {
-        val result = LinkedHashMap<String, Any?>()
-        at++
-        skipSpace()
-        if (peek() == '}') return result.also { at++ }
-        while (true) {
-            skipSpace()
-            if (peek() != '"') fail("an object key should be a string")
-            val key = readString()
-            skipSpace()
-            expect(':')
-            result[key] = readValue()
-            skipSpace()
-            if (peek() == ',') at++ else return result.also { expect('}') }
-        }
-    }
-
-    private fun readArray(): List<Any?> {
-        val result = ArrayList<Any?>()
-        at++
-        skipSpace()
-        if (peek() == ']') return result.also { at++ }
-        while (true) {
-            result.add(readValue())
-            skipSpace()
-            if (peek() == ',') at++ else return result.also { expect(']') }
-        }
-    }
-
-    private fun readString(): String {
-        at++
-        val out = StringBuilder()
-        while (true) {
-            if (at >= text.length) fail("a string is not closed")
-            val c = text[at++]
-            when {
-                c == '"' -> return out.toString()
-                c != '\\' -> out.append(c)
-                else -> {
-                    if (at >= text.length) fail("a string ends in an escape")
-                    when (val e = text[at++]) {
-                        '"', '\\', '/' -> out.append(e)
-                        'b' -> out.append('\b')
-                        'f' -> out.append('\u000C')
-                        'n' -> out.append('\n')
-                        'r' -> out.append('\r')
-                        't' -> out.append('\t')
-                        'u' -> {
-                            if (at + 4 > text.length) fail("a \\u escape is cut short")
-                            out.append(text.substring(at, at + 4).toIntOrNull(16)?.toChar() ?: fail("a bad \\u escape"))
-                            at += 4
-                        }
-                        else -> fail("an unknown escape \\$e")
-                    }
-                }
-            }
-        }
-    }
-
-    private fun readNumber(): Double {
-        val start = at
-        while (at < text.length && text[at] in "+-0123456789.eE") at++
-        return text.substring(start, at).toDoubleOrNull() ?: fail("a bad value")
-    }
-
-    private fun literal(word: String, value: Any?): Any? {
-        if (!text.startsWith(word, at)) fail("a bad value")
-        at += word.length
-        return value
-    }
-
-    private fun skipSpace() {
-        while (at < text.length && (text[at] == ' ' || text[at] == '\n' || text[at] == '\r' || text[at] == '\t')) at++
-    }
-
-    private fun peek(): Char = if (at < text.length) text[at] else '\u0000'
-
-    private fun expect(c: Char) {
-        if (peek() != c) fail("expected '$c'")
-        at++
-    }
-
-    private fun fail(why: String): Nothing = throw IllegalArgumentException("$why at offset $at")
 }

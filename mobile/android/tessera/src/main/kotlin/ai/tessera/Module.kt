@@ -24,71 +24,73 @@ class Module private constructor(
             val model = loadModel(modelDir, options)
             try {
                 val device = TesseraJni.modelDevice(model)?.let { String(it, Charsets.UTF_8) } ?: ""
-                // Read after the runtime checked the folder, so a broken one fails with the runtime's message.
-                return Module(model, modelDir, ExecutableSignature.read(modelDir), device)
+                return Module(model, modelDir, ExecutableSignature.read(model), device)
             } catch (e: Throwable) {
                 TesseraJni.modelFree(model)
                 throw e
             }
         }
-
-        /** The names run()'s outputs get, in the order the function returns them (tuples flattened). */
-        @JvmStatic fun outputName(index: Int) = "output$index"
     }
 
     /** The functions of the executable. */
-    val functions: Set<String> get() = signature.functions.keys
+    val functions: Set<String> get() = signature.functions.toSet()
 
-    /** The input names [function] takes: its parameter names in executable.json, state parameters left out. */
+    /** [function]'s inputs: its parameters that are not state, by their names in executable.json. */
     @JvmOverloads
-    fun inputNames(function: String = "main"): List<String> = parameters(function).map { it.name }
+    fun inputs(function: String = "main"): List<ValueInfo> = describe(function) { signature.inputs(it) }
+
+    /** [function]'s outputs: its result's values, tuples flattened, by the names the executable records (an
+     *  ONNX graph's output names), else "output0", "output1" ... */
+    @JvmOverloads
+    fun outputs(function: String = "main"): List<ValueInfo> = describe(function) { signature.outputs(it) }
+
+    /** The input names [function] takes ([inputs]' names). */
+    @JvmOverloads
+    fun inputNames(function: String = "main"): List<String> = inputs(function).map { it.name }
+
+    /** The names of [function]'s outputs, in the order it returns them ([outputs]' names). */
+    @JvmOverloads
+    fun outputNames(function: String = "main"): List<String> = outputs(function).map { it.name }
 
     /**
-     * Calls [function] with [inputs] keyed by its parameter names ([inputNames]); every parameter must be
-     * given and no other key. A tensor parameter takes a Tensor; an integer parameter ("prim" in
-     * executable.json) takes a one-element INT64 or INT32 Tensor (Tensor.scalar(7)). Tuple parameters cannot
-     * be passed. The outputs are keyed "output0", "output1", ... in the order the function returns them,
-     * tuples flattened depth-first; integer results come back as 0-d INT64 tensors. They are copies.
+     * Calls [function] with [inputs] keyed by its input names ([inputNames]); every input must be given and no
+     * other key. A tensor input takes a Tensor; an integer input ([ValueInfo.isInteger]) takes a one-element
+     * INT64 or INT32 Tensor (Tensor.scalar(7)). The runtime checks every input before the call (dtype, rank,
+     * fixed dimensions, the bounds and agreement of symbolic ones) and its error names the input. Returns the
+     * outputs named [outputNames] (null: every output, in the order the function returns them), keyed by name;
+     * integer results come back as 0-d INT64 tensors. They are copies.
      */
     @JvmOverloads
-    fun run(inputs: Map<String, Tensor>, function: String = "main"): Map<String, Tensor> {
-        val params = parameters(function)
-        val unknown = inputs.keys - params.map { it.name }.toSet()
-        if (unknown.isNotEmpty()) {
-            throw TesseraException.invalid("$function has no parameter ${unknown.sorted().joinToString()}; its " +
-                "inputs are ${params.joinToString { it.name }}")
-        }
-        val n = params.size
+    fun run(inputs: Map<String, Tensor>, function: String = "main", outputNames: List<String>? = null): Map<String, Tensor> {
+        val integers = inputs(function).filter { it.isInteger }.map { it.name }.toSet()
+        val names = inputs.keys.toList()
+        val n = names.size
         val kinds = IntArray(n)
         val dtypes = IntArray(n)
         val shapes = arrayOfNulls<LongArray>(n)
         val data = arrayOfNulls<ByteArray>(n)
         val ints = LongArray(n)
-        for ((i, param) in params.withIndex()) {
-            val tensor = inputs[param.name]
-                ?: throw TesseraException.invalid("$function needs input '${param.name}' (its inputs are " +
-                    "${params.joinToString { it.name }})")
-            when (param.kind) {
-                "prim" -> {
-                    kinds[i] = 1
-                    ints[i] = integerOf(tensor, function, param.name)
-                }
-                "tuple" -> throw TesseraException("input '${param.name}' of $function is a tuple, which Module.run " +
-                    "cannot pass", TesseraException.UNSUPPORTED, "TESSERA_ERROR_UNSUPPORTED")
-                else -> {
-                    dtypes[i] = tensor.dtype.code
-                    shapes[i] = tensor.shape
-                    data[i] = tensor.toNativeBytes()
-                }
+        for ((i, input) in names.withIndex()) {
+            val tensor = inputs.getValue(input)
+            if (input in integers) {
+                kinds[i] = 1
+                ints[i] = integerOf(tensor, function, input)
+            } else {
+                dtypes[i] = tensor.dtype.code
+                shapes[i] = tensor.shape
+                data[i] = tensor.toNativeBytes()
             }
         }
+        val keys = outputNames ?: outputs(function).map { it.name }
         val functionName = cString(function, "the function name")
+        val nameBytes = Array(n) { cString(names[it], "an input name") }
+        val wanted = outputNames?.map { cString(it, "an output name") }?.toTypedArray()
         val status = IntArray(1)
         val result = locked {
-            TesseraJni.modelCall(model, functionName, kinds, dtypes, shapes, data, ints, status)
+            TesseraJni.modelRunNamed(model, functionName, nameBytes, kinds, dtypes, shapes, data, ints, wanted, status)
                 ?: throw TesseraException.fromStatus(status[0], "calling $function of $modelDir")
         }
-        return outputsOf(result)
+        return outputsOf(result, keys)
     }
 
     override fun close() {
@@ -101,9 +103,13 @@ class Module private constructor(
         }
     }
 
-    private fun parameters(function: String): List<ExecutableSignature.Parameter> =
-        signature.functions[function] ?: throw TesseraException.invalid("$modelDir has no function '$function'; " +
-            "it has ${signature.functions.keys.joinToString()}")
+    private fun <T> describe(function: String, read: (String) -> T): T = locked {
+        if (function !in signature.functions) {
+            throw TesseraException.invalid("$modelDir has no function '$function'; it has " +
+                signature.functions.joinToString())
+        }
+        read(function)
+    }
 
     private fun <T> locked(body: () -> T): T {
         lock.lock()
@@ -124,8 +130,9 @@ class Module private constructor(
             "tensor, not $tensor")
     }
 
-    /** [IntArray dtypes, LongArray (ndim, dims...) per output, then each output's bytes] from the bridge. */
-    private fun outputsOf(result: Array<Any?>): Map<String, Tensor> {
+    /** [IntArray dtypes, LongArray (ndim, dims...) per output, then each output's bytes] from the bridge, keyed
+     *  by [names] in order. */
+    private fun outputsOf(result: Array<Any?>, names: List<String>): Map<String, Tensor> {
         val dtypes = result[0] as IntArray
         val shapes = result[1] as LongArray
         val outputs = LinkedHashMap<String, Tensor>()
@@ -134,7 +141,7 @@ class Module private constructor(
             val ndim = shapes[at].toInt()
             val shape = shapes.copyOfRange(at + 1, at + 1 + ndim)
             at += 1 + ndim
-            outputs[outputName(i)] = Tensor.fromNativeBytes(dtypes[i], shape, result[2 + i] as ByteArray)
+            outputs[names[i]] = Tensor.fromNativeBytes(dtypes[i], shape, result[2 + i] as ByteArray)
         }
         return outputs
     }

@@ -77,15 +77,28 @@ internal object TesseraJni {
         topP: Float, seeded: Boolean, seed: Long, receiver: PieceReceiver, usage: IntArray,
     ): Int
 
+    /** tessera_model_functions: the names of the executable's functions (UTF-8). */
+    @JvmStatic external fun modelFunctions(model: Long): Array<ByteArray?>?
+
     /**
-     * tessera_model_call with positional arguments: kinds[i] is 0 (a tensor: dtypes[i], shapes[i], data[i] in
-     * native byte order) or 1 (an integer: ints[i]). Returns [IntArray dtypes, LongArray shapes (ndim, then
-     * the dims, per output), then each output's bytes], copied out of the model's buffers; null on failure,
-     * with the status in status[0].
+     * tessera_model_inputs (outputs false) or tessera_model_outputs of [function]: [IntArray (kind, has dtype,
+     * dtype, ndim) per entry, LongArray (fixed size or -1, upper bound or -1) per dimension of each entry,
+     * Array<ByteArray?> (name, an integer's value expression, then each dimension's text) per entry]; null on
+     * failure, with the status in status[0].
      */
-    @JvmStatic external fun modelCall(
-        model: Long, function: ByteArray, kinds: IntArray, dtypes: IntArray, shapes: Array<LongArray?>,
-        data: Array<ByteArray?>, ints: LongArray, status: IntArray,
+    @JvmStatic external fun modelIo(model: Long, function: ByteArray, outputs: Boolean, status: IntArray): Array<Any?>?
+
+    /**
+     * tessera_model_run_named: input i is named names[i] and is kinds[i] 0 (a tensor: dtypes[i], shapes[i],
+     * data[i] in native byte order) or 1 (an integer: ints[i]); the runtime matches names to parameters and
+     * checks each input. outputNames null: every output, in order. Returns [IntArray dtypes, LongArray shapes
+     * (ndim, then the dims, per output), then each output's bytes], copied out of the model's buffers; null on
+     * failure, with the status in status[0].
+     */
+    @JvmStatic external fun modelRunNamed(
+        model: Long, function: ByteArray, names: Array<ByteArray>, kinds: IntArray, dtypes: IntArray,
+        shapes: Array<LongArray?>, data: Array<ByteArray?>, ints: LongArray, outputNames: Array<ByteArray>?,
+        status: IntArray,
     ): Array<Any?>?
 }
 

@@ -1,6 +1,8 @@
 package ai.tessera
 
 import org.junit.Assert.assertEquals
+import org.junit.Assert.assertThrows
+import org.junit.Assert.assertTrue
 import org.junit.Test
 import java.io.File
 import java.nio.ByteBuffer
@@ -23,10 +25,48 @@ class ModuleTest {
                     val function = File(folder, "function").readText(Charsets.UTF_8)
                     val inputs = readInputs(folder)
                     assertEquals(inputs.keys.toList(), module.inputNames(function))
-                    writeOutputs(TestData.out("module/$case/call$call/outputs.txt").parentFile,
-                        module.run(inputs, function))
+                    val outputs = module.run(inputs, function)
+                    // No names recorded (hand-written IR): output0, output1 ..., as outputNames lists them.
+                    assertEquals(List(outputs.size) { "output$it" }, module.outputNames(function))
+                    writeOutputs(TestData.out("module/$case/call$call/outputs.txt").parentFile, outputs, module,
+                        function)
                 }
             }
+        }
+    }
+
+    /**
+     * The runtime's description of a function (tessera_model_inputs/_outputs through the bridge) and a run by
+     * name: main(x0: (n, 4), x1: (n, 4)) -> (sum, (product, difference)), n at most 8, whose executable records
+     * its output names. Each bad input is the runtime's error naming it.
+     */
+    @Test fun inputsAndOutputsByTheNamesTheExecutableRecords() {
+        Module.load(TestData.text("named/dir"), EngineOptions(device = "cpu", threads = 1)).use { module ->
+            val (x0, x1) = module.inputs()
+            assertEquals(listOf("x0", "x1"), listOf(x0.name, x1.name))
+            assertEquals(ValueInfo("x0", false, DType.FLOAT32, listOf(null, 4L), listOf("n", "4"), listOf(8L, null)), x0)
+            assertEquals(listOf("sum", "product", "difference"), module.outputNames())
+            assertEquals(listOf(null, 4L), module.outputs()[2].shape)
+            val a = Tensor.of(FloatArray(8) { it.toFloat() }, 2, 4)
+            val b = Tensor.of(FloatArray(8) { 1f }, 2, 4)
+            val all = module.run(mapOf("x1" to b, "x0" to a))
+            assertEquals(listOf("sum", "product", "difference"), all.keys.toList())
+            assertEquals(8f, all.getValue("sum").floats[7])
+            assertEquals(7f, all.getValue("product").floats[7])
+            val chosen = module.run(mapOf("x0" to a, "x1" to b), outputNames = listOf("difference", "sum"))
+            assertEquals(listOf("difference", "sum"), chosen.keys.toList())
+            assertEquals(6f, chosen.getValue("difference").floats[7])
+            fun refused(inputs: Map<String, Tensor>, vararg words: String, outputs: List<String>? = null) {
+                val error = assertThrows(TesseraException::class.java) { module.run(inputs, "main", outputs) }
+                for (word in words) assertTrue("'$word' in ${error.message}", error.message!!.contains(word))
+            }
+            val nine = Tensor.of(FloatArray(36), 9, 4)
+            refused(mapOf("x0" to nine, "x1" to nine), "input 'x0' of main", "above its upper bound 8")
+            refused(mapOf("x0" to a, "x1" to Tensor.of(FloatArray(12), 3, 4)), "input 'x1' of main", "n = 2 from input 'x0'")
+            refused(mapOf("x0" to a), "input 'x1' of main is missing")
+            refused(mapOf("x0" to a, "x1" to Tensor.of(IntArray(8), 2, 4)), "input 'x1' of main: expected dtype float32")
+            refused(mapOf("x0" to a, "x1" to b), "unknown output 'logits' of main", outputs = listOf("logits"))
+            assertThrows(TesseraException::class.java) { module.inputs("nope") }
         }
     }
 
@@ -50,8 +90,8 @@ class ModuleTest {
     }
 
     /** outputs.txt as inputs.txt, in the map's order (output0, output1, ...), each tensor's data beside it. */
-    private fun writeOutputs(folder: File, outputs: Map<String, Tensor>) {
-        assertEquals(List(outputs.size) { Module.outputName(it) }, outputs.keys.toList())
+    private fun writeOutputs(folder: File, outputs: Map<String, Tensor>, module: Module, function: String) {
+        assertEquals(module.outputNames(function), outputs.keys.toList())
         val lines = StringBuilder()
         for ((name, tensor) in outputs) {
             val (dtype, bytes) = littleEndian(tensor)

@@ -14,6 +14,7 @@ import java.io.File
  *   unicode/{reply,prompt_tokens} the Python VM's greedy reply on tiny-cpu to [UNICODE_MESSAGES]
  *   damaged/NAME/{dir,words}      a broken (or missing) model folder, and words its error must contain
  *   module/CASE/{dir,calls}, module/CASE/callI/{function,inputs.txt,in-*.bin}   conformance inputs
+ *   named/dir                     main(x0, x1) -> (sum, (product, difference)): recorded output names
  *   out/                          where the tests write what pytest checks (Module outputs, RSS)
  */
 object TestData {
