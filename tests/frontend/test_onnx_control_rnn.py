@@ -465,3 +465,17 @@ def test_recurrent_networks_over_a_symbolic_length_recurse(op, tmp_path):
         for steps in (3, 6):
             static, feeds = _recurrent_model(op, "bidirectional", 1, [3, 1, 2], peepholes=True, steps=steps)
             _close(session.run(None, feeds), _onnxruntime(static, feeds), rtol=1e-4, atol=1e-5)
+
+
+def test_a_scan_over_a_symbolic_length():
+    model = _scan_model((1, 0), (1, 0), (0, 1), (1, 0))
+    for value, dim in ((model.graph.input[2], 1), (model.graph.input[3], 0)):  # x (3, n), z (n, 3)
+        value.type.tensor_type.shape.dim[dim].dim_param = "n"
+    mod = from_onnx(model)
+    for n in (2, 5):
+        rng = np.random.default_rng(n)
+        feeds = {"s0": rng.uniform(0.5, 1.5, 3).astype(np.float32), "p0": rng.uniform(0.5, 1.5, 3).astype(np.float32),
+                 "x": rng.uniform(0.5, 1.5, (3, n)).astype(np.float32),
+                 "z": rng.uniform(0.5, 1.5, (n, 3)).astype(np.float32)}
+        got = [np.asarray(g) for g in interpret(mod, "main", *feeds.values())]
+        _close(got, _scan_numpy(feeds, (1, 0), (1, 0), (0, 1), (1, 0)))

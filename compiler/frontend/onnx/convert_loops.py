@@ -351,10 +351,13 @@ def _scan(ctx: NodeContext):
                         f"the node carries {state_count} values over {count} scan inputs", "invalid")
     if len(in_axes) != count or len(in_reverse) != count:
         raise ctx.error("scan_input_axes and scan_input_directions need one entry per scan input", "invalid")
-    lengths = {ctx.static_dims(state_count + k, "Scan's sequence length")[axis] for k, axis in enumerate(in_axes)}
-    if len(lengths) != 1:
-        raise ctx.error(f"the scan inputs have different lengths {sorted(lengths)}", "invalid")
-    length = lengths.pop()
+    lengths = [ctx.dims(state_count + k)[axis] for k, axis in enumerate(in_axes)]
+    if not all(ctx.analyzer.prove_equal(length, lengths[0]) for length in lengths):
+        raise ctx.error(f"the scan inputs' lengths {', '.join(map(str, lengths))} are not the same", "invalid")
+    static = ctx.analyzer.as_int(lengths[0])
+    # The length as a tensor: a constant, or for a symbolic one a sum of that many ones.
+    length = const(static, "int64") if static is not None else \
+        ctx.emit(R.sum(R.ones(ShapeExpr((lengths[0],)), dtype="int64")))
     out_axes_attr = ctx.ints("scan_output_axes", (0,) * scan_count)
     out_reverse = [bool(d) for d in ctx.ints("scan_output_directions", (0,) * scan_count)]
     if len(out_axes_attr) != scan_count or len(out_reverse) != scan_count:
@@ -375,7 +378,7 @@ def _scan(ctx: NodeContext):
     def body_env(i, params_state, fixed):
         env = dict(zip(body_inputs[:state_count], params_state))
         for k, (sequence, axis, reverse) in enumerate(zip(fixed[1:], in_axes, in_reverse)):
-            index = R.subtract(const(length - 1, "int64"), i) if reverse else i
+            index = R.subtract(R.subtract(fixed[0], const(1, "int64")), i) if reverse else i
             env[body_inputs[state_count + k]] = ctx.importer.bb.emit(R.take(sequence, index, axis=axis))
         return env
 
@@ -385,6 +388,6 @@ def _scan(ctx: NodeContext):
     def scans(outputs):
         return outputs[state_count:]
 
-    recursion = _Recursion(ctx, graph, state, [const(length, "int64"), *sequences], keep, body_env,
+    recursion = _Recursion(ctx, graph, state, [length, *sequences], keep, body_env,
                            next_state, scans, out_axes, out_reverse)
     return recursion.build()
