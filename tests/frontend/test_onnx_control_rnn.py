@@ -479,3 +479,22 @@ def test_a_scan_over_a_symbolic_length():
                  "z": rng.uniform(0.5, 1.5, (n, 3)).astype(np.float32)}
         got = [np.asarray(g) for g in interpret(mod, "main", *feeds.values())]
         _close(got, _scan_numpy(feeds, (1, 0), (1, 0), (0, 1), (1, 0)))
+
+
+def test_a_branch_inside_a_loop_body():
+    """y += i when i is even, else y -= 1; the branch reads the body's and the graph's values."""
+    even = helper.make_graph([helper.make_node("Add", ["y_in", "fi"], ["r"])], "even", [], [_info("r", F, [2])])
+    odd = helper.make_graph([helper.make_node("Sub", ["y_in", "one_f"], ["r"])], "odd", [], [_info("r", F, [2])])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Cast", ["i"], ["fi"], to=F),
+         helper.make_node("Mod", ["i", "two"], ["rem"]),
+         helper.make_node("Equal", ["rem", "zero"], ["is_even"]),
+         helper.make_node("If", ["is_even"], ["y_out"], then_branch=even, else_branch=odd)],
+        "body", [_info("i", I64, []), _info("c", B, []), _info("y_in", F, [2])],
+        [_info("c_out", B, []), _info("y_out", F, [2])],
+        initializer=[helper.make_tensor("two", I64, [], [2]), helper.make_tensor("zero", I64, [], [0])])
+    model = _model([helper.make_node("Loop", ["M", "", "x"], ["y"], body=body)],
+                   [_info("M", I64, []), _info("x", F, [2]), _info("one_f", F, [])], [_info("y", F, [2])])
+    feeds = {"M": np.array(5, np.int64), "x": np.zeros(2, np.float32), "one_f": np.array(1, np.float32)}
+    _close(_interpret(model, feeds), [np.full(2, 0 + 2 + 4 - 2, np.float32)])
