@@ -282,7 +282,9 @@ def test_a_cnn_compiled_for_cpu_matches_torch(tmp_path):
 # -- real architectures ---------------------------------------------------------------------------
 
 
-def test_bert_from_transformers_matches_torch_at_two_sizes():
+@pytest.fixture(scope="module")
+def bert():
+    """A small BERT from transformers (random weights), exported with dynamic batch and seq: (model, module)."""
     import transformers
 
     config = transformers.BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -292,16 +294,36 @@ def test_bert_from_transformers_matches_torch_at_two_sizes():
     ids, mask = torch.randint(0, 60, (2, 7)), torch.ones(2, 7, dtype=torch.int64)
     ep = torch.export.export(model, (), {"input_ids": ids, "attention_mask": mask},
                              dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}})
-    mod = from_exported_program(ep)
+    return model, from_exported_program(ep)
+
+
+def _bert_feeds(model, batch: int, seq: int):
+    ids, mask = torch.randint(0, 60, (batch, seq)), torch.ones(batch, seq, dtype=torch.int64)
+    mask[-1, seq // 2:] = 0  # padding on the last row
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask)
+    return {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}, [want.last_hidden_state, want.pooler_output]
+
+
+def test_bert_from_transformers_matches_torch_at_two_sizes(bert):
+    model, mod = bert
     assert mod["main"].attr("output_names") == ["last_hidden_state", "pooler_output"]
-    for b, s in ((2, 7), (3, 19)):
-        ids, mask = torch.randint(0, 60, (b, s)), torch.ones(b, s, dtype=torch.int64)
-        mask[-1, s // 2:] = 0  # padding on the last row
-        with torch.no_grad():
-            want = model(input_ids=ids, attention_mask=mask)
-        hidden, pooled = _run(mod, [ids.numpy(), mask.numpy()])
-        np.testing.assert_allclose(hidden, want.last_hidden_state.numpy(), rtol=1e-3, atol=1e-4)
-        np.testing.assert_allclose(pooled, want.pooler_output.numpy(), rtol=1e-3, atol=1e-4)
+    for batch, seq in ((2, 7), (3, 19)):
+        feeds, want = _bert_feeds(model, batch, seq)
+        for got, expected in zip(_run(mod, list(feeds.values())), want):
+            np.testing.assert_allclose(got, expected.numpy(), rtol=1e-3, atol=1e-4)
+
+
+def test_bert_compiled_for_wasm_serves_several_sizes(bert, tmp_path):
+    model, mod = bert
+    tessera.build(mod, "wasm").save(str(tmp_path / "bert"))
+    session = tessera.InferenceSession(tmp_path / "bert", device="wasm")
+    assert [(o.name, o.shape) for o in session.get_outputs()] == [
+        ("last_hidden_state", ["batch", "seq", 32]), ("pooler_output", ["batch", 32])]
+    for batch, seq in ((1, 5), (4, 24)):
+        feeds, want = _bert_feeds(model, batch, seq)
+        for got, expected in zip(session.run(None, feeds), want):
+            np.testing.assert_allclose(got, expected.numpy(), rtol=1e-3, atol=1e-4)
 
 
 def test_resnet_from_transformers_matches_torch():
