@@ -38,7 +38,9 @@ static const char *const EXECUTABLE =
     "   {\"op\": \"alloc_tensor\", \"dst\": 2, \"shape\": [\"m\"], \"dtype\": \"float32\"},"
     "   {\"op\": \"call_builtin\", \"name\": \"tessera.builtin.unique\", \"args\": [0], \"outs\": [2],"
     "    \"scalars\": [], \"dst\": null},"
-    "   {\"op\": \"ret\", \"src\": 2}]}}}";
+    "   {\"op\": \"ret\", \"src\": 2}],"
+    "  \"result\": {\"kind\": \"tensor\", \"dtype\": \"float32\", \"ndim\": 1, \"shape\": [\"m\"]},"
+    "  \"result_names\": [\"unique\"]}}}";
 
 static const char *const TENSOR_CACHE = "{\"format\": \"tessera-tensor-cache\", \"version\": 1, \"records\": []}";
 
@@ -142,6 +144,52 @@ static void module_run_mirrors_the_swift(const char *dir) {
     tessera_model_free(m);
     m = NULL;
     if (m) tessera_model_free(m);
+}
+
+/* Module.inputs(function:) / outputs(function:) (ask for the count, then fill an array of that many) and
+ * run(named:function:outputNames:): the names as C strings, integers as TESSERA_VALUE_INT, the outputs by
+ * pointer, copied out before the next call. */
+static void module_named_run_mirrors_the_swift(const char *dir) {
+    tessera_model_params params = tessera_model_default_params();
+    params.n_threads = 1;
+    params.device = "cpu";
+    tessera_model *m = tessera_model_load(dir, &params);
+    CHECK(m != NULL);
+    if (!m) return;
+    int32_t count = tessera_model_inputs(m, "main", NULL, 0);
+    CHECK_EQ_INT(count, 1);
+    tessera_io io[1];
+    CHECK_EQ_INT(tessera_model_inputs(m, "main", io, count), 1);
+    CHECK(strcmp(io[0].name, "x") == 0 && io[0].kind == 0 && io[0].has_dtype && io[0].dtype == TESSERA_FLOAT32);
+    CHECK(io[0].ndim == 1 && strcmp(io[0].dims[0], "n") == 0 && io[0].shape[0] == -1 && io[0].upper_bounds[0] == -1);
+    count = tessera_model_outputs(m, "main", NULL, 0);
+    CHECK_EQ_INT(count, 1);
+    CHECK_EQ_INT(tessera_model_outputs(m, "main", io, count), 1);
+    CHECK(strcmp(io[0].name, "unique") == 0);
+    expect_error(tessera_model_inputs(m, "missing", NULL, 0), "TESSERA_ERROR_INVALID_ARGUMENT", "missing");
+
+    float x[5] = {4.0f, 4.0f, 1.0f, 9.0f, 1.0f};
+    tessera_value value;
+    memset(&value, 0, sizeof value);
+    value.tensor.data = x;
+    value.tensor.dtype = TESSERA_FLOAT32;
+    value.tensor.ndim = 1;
+    value.tensor.shape[0] = 5;
+    const char *names[] = {"x"};
+    const tessera_tensor *outputs[1] = {NULL};
+    CHECK_EQ_INT(tessera_model_run_named(m, "main", 1, names, &value, 1, NULL, outputs), TESSERA_OK);
+    CHECK(outputs[0] != NULL && outputs[0]->shape[0] == 3);
+    const char *wanted[] = {"unique"};
+    CHECK_EQ_INT(tessera_model_run_named(m, "main", 1, names, &value, 1, wanted, outputs), TESSERA_OK);
+    if (outputs[0] && outputs[0]->shape[0] == 3) {
+        const float want[3] = {1.0f, 4.0f, 9.0f};
+        CHECK(memcmp(outputs[0]->data, want, sizeof want) == 0);
+    }
+    /* A wrong name is a TesseraError naming it. */
+    const char *typo[] = {"y"};
+    expect_error(tessera_model_run_named(m, "main", 1, typo, &value, 1, NULL, outputs), "TESSERA_ERROR_INVALID_ARGUMENT",
+                 "unknown input 'y' of main");
+    tessera_model_free(m);
 }
 
 /* Engine(modelPath:options:) on a plain executable: the model loads, the session is refused by name,
@@ -292,6 +340,7 @@ int main(int argc, char **argv) {
     write_text(dir, "executable.json", EXECUTABLE);
     write_text(dir, "tensor-cache.json", TENSOR_CACHE);
     module_run_mirrors_the_swift(dir);
+    module_named_run_mirrors_the_swift(dir);
     engine_sequence_on_a_plain_executable(dir);
     a_failed_load_explains_itself();
     remove_folder(dir);
