@@ -498,3 +498,13 @@ def test_a_branch_inside_a_loop_body():
                    [_info("M", I64, []), _info("x", F, [2]), _info("one_f", F, [])], [_info("y", F, [2])])
     feeds = {"M": np.array(5, np.int64), "x": np.zeros(2, np.float32), "one_f": np.array(1, np.float32)}
     _close(_interpret(model, feeds), [np.full(2, 0 + 2 + 4 - 2, np.float32)])
+
+
+def test_a_scan_output_of_unknown_shape_is_refused_naming_the_loop():
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c_out"]), helper.make_node("NonZero", ["y"], ["nz"])],
+                             "b", [_info("i", I64, []), _info("c", B, []), _info("y", F, [2])],
+                             [_info("c_out", B, []), _info("y", F, [2]), _info("nz", I64, None)])
+    model = _model([helper.make_node("Loop", ["M", "", "y0"], ["y", "nzs"], body=body)],
+                   [_info("M", I64, []), _info("y0", F, [2])], [_info("y", F, [2]), _info("nzs", I64, None)])
+    with pytest.raises(OnnxImportError, match=r"node #0 \(Loop, opset 17\): scan output 0 .* shape is unknown"):
+        from_onnx(model)

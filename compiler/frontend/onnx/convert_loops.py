@@ -26,7 +26,7 @@ from ... import op as R
 from ...ir import BlockBuilder, Var
 from ...ir.errors import TesseraError
 from ...ir.expr import Call, Constant, GlobalVar, ShapeExpr, Tuple, TupleGetItem
-from ...ir.struct_info import FuncStructInfo, TensorStructInfo, TupleStructInfo, is_base_of
+from ...ir.struct_info import FuncStructInfo, TensorStructInfo, TupleStructInfo, describe, is_base_of
 from .convert_common import axis_of, const
 from .errors import OnnxImportError
 from .loader import ir_dtype
@@ -123,7 +123,7 @@ class _Recursion:
             for k in changed:
                 if state_sinfo[k].shape is None:
                     raise ctx.error(f"loop-carried value {k} changes its rank or dtype from "
-                                    f"{state_sinfo[k]} to {probe.next_sinfo[k]}", "unsupported")
+                                    f"{describe(state_sinfo[k])} to {describe(probe.next_sinfo[k])}", "unsupported")
                 state_sinfo[k] = _rank_only(state_sinfo[k])
         scan_sinfo = [TensorStructInfo(None, s.dtype, s.ndim + 1) for s in probe.scan_sinfo]
         ret = TupleStructInfo(tuple(state_sinfo) + tuple(scan_sinfo))
@@ -199,7 +199,13 @@ class _Recursion:
             env.update(self.body_env(counter, params_state, params_fixed))
             outputs = self.ctx.importer.convert_subgraph(self.graph, env)
             next_state, scans = self.next_state(outputs), self.scans(outputs)
-        return _bound(bb, next_state), _bound(bb, scans)
+        scans = _bound(bb, scans)
+        for k, scan in enumerate(scans):
+            sinfo = scan.struct_info
+            if not isinstance(sinfo, TensorStructInfo) or sinfo.shape is None:
+                raise self.ctx.error(f"scan output {k} of the body is {describe(sinfo)}, whose shape is unknown; "
+                                     "the stacked output needs it")
+        return _bound(bb, next_state), scans
 
     def _next(self, bb, counter, next_state, scans, params_fixed, params_captured):
         """After an iteration's body: the call for the next iteration, or, where there is none
