@@ -141,28 +141,37 @@ def _versions() -> str:
     return f"torch {torch.__version__} transformers {transformers.__version__} onnxscript {onnxscript.__version__}"
 
 
-def exported(case: Case) -> Path:
-    """The case exported with dynamic axes, cached by a hash of its config and the versions."""
-    key = json.dumps([case.name, case.config.to_dict() if hasattr(case.config, "to_dict") else repr(case.config),
-                      case.inputs, case.dims, _versions()], sort_keys=True, default=str)
-    path = CACHE / f"{case.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.onnx"
+def exported(case: Case, exporter: str = "dynamo") -> Path:
+    """The case exported with dynamic axes, cached by a hash of its config and the versions.
+    ``exporter``: "dynamo" (torch.onnx.export's default: torch.export, then onnxscript) or
+    "torchscript" (``dynamo=False``, opset 17: the Shape -> Gather -> Unsqueeze -> Concat -> Reshape
+    chains of the older exporter, still what many published models hold)."""
+    import contextlib
+    import io
+    import warnings
+
+    key = json.dumps([case.name, exporter, case.config.to_dict(), case.inputs, case.dims, _versions()],
+                     sort_keys=True, default=str)
+    path = CACHE / f"{case.name}-{exporter}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.onnx"
     if path.exists():
         return path
     CACHE.mkdir(parents=True, exist_ok=True)
     model = case.make()
-    example = feeds(case, {name: max(2, lo) for name, (lo, _) in case.dims.items()}, torch_tensors=True)
-    dim_objects = {name: torch.export.Dim(name, min=lo, max=hi) for name, (lo, hi) in case.dims.items()}
-    dynamic = {}
-    for name, (_, shape, _) in case.inputs.items():
-        dynamic[name] = {axis: dim_objects[d] for axis, d in enumerate(shape) if isinstance(d, str)}
+    example = tuple(feeds(case, {name: max(2, lo) for name, (lo, _) in case.dims.items()}, torch_tensors=True).values())
     tmp = path.with_suffix(".tmp.onnx")
-    import contextlib
-    import io
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        program = torch.onnx.export(model, tuple(example.values()), dynamic_shapes=(tuple(dynamic.values()),),
-                                    input_names=list(case.inputs), output_names=list(case.outputs), dynamo=True)
-    program.save(str(tmp), external_data=False)
+    names = dict(input_names=list(case.inputs), output_names=list(case.outputs))
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "dynamo":
+            dim_objects = {name: torch.export.Dim(name, min=lo, max=hi) for name, (lo, hi) in case.dims.items()}
+            dynamic = tuple({axis: dim_objects[d] for axis, d in enumerate(shape) if isinstance(d, str)}
+                            for _, shape, _ in case.inputs.values())
+            program = torch.onnx.export(model, example, dynamic_shapes=(dynamic,), dynamo=True, **names)
+            program.save(str(tmp), external_data=False)
+        else:
+            axes = {name: {axis: d for axis, d in enumerate(shape) if isinstance(d, str)}
+                    for name, (_, shape, _) in case.inputs.items()}
+            torch.onnx.export(model, example, str(tmp), dynamic_axes=axes, dynamo=False, opset_version=17, **names)
     os.replace(tmp, path)
     return path
 
@@ -189,13 +198,13 @@ def _max_error(got, want) -> float:
     return float(np.max(np.abs(got - want) / (ATOL + RTOL * np.abs(want)))) if want.size else 0.0
 
 
-def check_case(case: Case, targets=("interpret", "cpu"), report=None):
+def check_case(case: Case, targets=("interpret", "cpu"), report=None, exporter="dynamo"):
     """Import once, build each target once, and compare with onnxruntime at both sizes."""
     import tessera
     from tessera.frontend import from_onnx
     from tessera.ir import interpret
 
-    path = exported(case)
+    path = exported(case, exporter)
     started = time.perf_counter()
     mod = from_onnx(str(path), dims=case.dims)
     timings = {"import": time.perf_counter() - started}
@@ -206,7 +215,7 @@ def check_case(case: Case, targets=("interpret", "cpu"), report=None):
             started = time.perf_counter()
             sessions[target] = tessera.InferenceSession(tessera.build(mod, target), device=target)
             timings[f"build {target}"] = time.perf_counter() - started
-    errors = {}
+    errors, absolute = {}, {}
     for index, sizes in enumerate(case.sizes):
         feed = feeds(case, sizes, seed=index)
         want = reference.run(None, feed)
@@ -222,19 +231,72 @@ def check_case(case: Case, targets=("interpret", "cpu"), report=None):
             for position, (g, w) in enumerate(zip(got, want)):
                 assert np.asarray(g).shape == w.shape, (case.name, target, sizes, position)
                 errors[target, str(sizes), position] = _max_error(g, w)
+                absolute[target, str(sizes), position] = float(np.abs(np.asarray(g, np.float64) - w).max()) \
+                    if w.size else 0.0
                 np.testing.assert_allclose(np.asarray(g), w, rtol=RTOL, atol=ATOL,
                                            err_msg=f"{case.name} on {target} at {sizes}, output {position}")
     if report is not None:
-        report[case.name] = {"timings": timings, "worst (as a multiple of the tolerance)": max(errors.values())}
+        report[case.name] = {"timings": timings, "worst (as a multiple of the tolerance)": max(errors.values()),
+                             "max abs error": max(absolute.values())}
     return errors
 
 
 SMALL = {case.name: case for case in cases(real=False)}
 
 
+def quantized(case: Case) -> Path:
+    """``onnxruntime.quantization.quantize_dynamic`` of the exported case (int8 weights,
+    DynamicQuantizeLinear and MatMulInteger), cached beside it."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    path = exported(case)
+    target = path.with_name(path.stem + f"-int8-ort{ort.__version__}.onnx")
+    if not target.exists():
+        tmp = target.with_suffix(".tmp.onnx")
+        quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8)
+        os.replace(tmp, target)
+    return target
+
+
+def check_int8(case: Case, report=None):
+    """The int8 model against onnxruntime's own int8 outputs: the same quantization (round half to
+    even, saturation), so within one int8 step of the outputs' range; the float model differs more."""
+    import tessera
+    from tessera.frontend import from_onnx
+    from tessera.ir import interpret
+
+    path = quantized(case)
+    mod = from_onnx(str(path), dims=case.dims)
+    reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = tessera.InferenceSession(tessera.build(mod, "cpu"), device="cpu")
+    worst = 0.0
+    for index, sizes in enumerate(case.sizes):
+        feed = feeds(case, sizes, seed=index)
+        want = reference.run(None, feed)
+        for got in (list(interpret(mod, "main", *feed.values())), session.run(None, feed)):
+            for g, w in zip(got, want):
+                step = float(np.abs(w).max()) / 127
+                error = float(np.abs(np.asarray(g) - w).max())
+                worst = max(worst, error / step)
+                assert error <= step, f"{case.name} int8 at {sizes}: {error} > one int8 step {step}"
+    if report is not None:
+        report[case.name + " int8"] = {"worst (in int8 steps of the output range)": worst}
+
+
 @pytest.mark.parametrize("name", list(SMALL))
 def test_small_architecture_matches_onnxruntime(name):
     check_case(SMALL[name])
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_small_architecture_from_the_torchscript_exporter(name):
+    """The older exporter's graphs (shape arithmetic spelled out node by node): imported and run on
+    the interpreter (the compiled path is the dynamo test's: the same IR operators)."""
+    check_case(SMALL[name], targets=("interpret",), exporter="torchscript")
+
+
+def test_int8_bert_matches_onnxruntime():
+    check_int8(SMALL["bert"])
 
 
 @pytest.mark.long
@@ -243,4 +305,7 @@ def test_real_size_architecture_matches_onnxruntime(name):
     real = {case.name: case for case in cases(real=True)}
     report = {}
     check_case(real[name], report=report)
+    check_case(real[name], targets=("interpret",), exporter="torchscript")
+    if name == "bert":
+        check_int8(real[name], report=report)
     print(json.dumps(report, indent=1, default=str))

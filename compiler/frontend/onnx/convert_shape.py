@@ -477,13 +477,15 @@ def _group_norm(ctx: NodeContext):
 
 @converter("Pad", attrs=("mode",))
 def _pad(ctx: NodeContext):
-    """Per axis: a crop for negative pads, then the pad concatenated before and after (static shapes):
-    a constant block, the edge row repeated, the reflection or the wrapped-around rows."""
+    """Per axis: a crop for negative pads, then the pad concatenated before and after: a constant
+    block (symbolic dims allowed), the edge row repeated, the reflection or the wrapped-around rows
+    (these three need the padded axis's size)."""
     mode = ctx.attr("mode", b"constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
     if mode not in ("constant", "reflect", "edge", "wrap"):
         raise ctx.error(f"mode={mode!r} is not supported")
-    dims = list(ctx.static_dims(0, "Pad"))
+    analyzer = ctx.analyzer
+    dims = [analyzer.as_int(d) if analyzer.as_int(d) is not None else d for d in ctx.dims(0)]
     rank = len(dims)
     pads = [int(v) for v in ctx.constant(1, "pads").reshape(-1)]
     axes = list(range(rank))
@@ -497,14 +499,20 @@ def _pad(ctx: NodeContext):
     x = ctx.input(0)
     for i, axis in enumerate(axes):
         before, after = pads[i], pads[i + len(axes)]
+        if before == 0 and after == 0:
+            continue
         if before < 0 or after < 0:  # a negative pad crops
-            start, stop = max(-before, 0), dims[axis] - max(-after, 0)
+            start, stop = max(-before, 0), analyzer.simplify(dims[axis] - max(-after, 0))
+            stop = analyzer.as_int(stop) if analyzer.as_int(stop) is not None else stop
             x = ctx.emit(R.strided_slice(x, axes=(axis,), begin=(start,), end=(stop,)))
-            dims[axis] = stop - start
+            dims[axis] = x.struct_info.shape[axis] if analyzer.as_int(x.struct_info.shape[axis]) is None \
+                else analyzer.as_int(x.struct_info.shape[axis])
             before, after = max(before, 0), max(after, 0)
         if before == 0 and after == 0:
             continue
         size = dims[axis]
+        if mode != "constant" and not isinstance(size, int):
+            raise ctx.error(f"mode={mode!r} pads axis {axis} of symbolic size {size}; fix it with shapes=")
         if mode != "constant" and size == 0:
             raise ctx.error(f"mode={mode!r} pads an empty axis", "invalid")
         if mode == "reflect" and max(before, after) >= size:
@@ -517,7 +525,11 @@ def _pad(ctx: NodeContext):
             block = list(dims)
             block[axis] = count
             if mode == "constant":
-                part = Constant(np.full(block, fill, dtype=ctx.dtype(0)))
+                if all(isinstance(d, int) for d in block):
+                    part = Constant(np.full(block, fill, dtype=ctx.dtype(0)))
+                else:
+                    part = R.full(block, fill_value=fill.item() if hasattr(fill, "item") else fill,
+                                  dtype=ctx.dtype(0))
             elif mode == "edge":
                 edge = (0, 1) if at_start else (size - 1, size)
                 row = R.strided_slice(x, axes=(axis,), begin=(edge[0],), end=(edge[1],))
@@ -534,7 +546,7 @@ def _pad(ctx: NodeContext):
             parts.append(part)
         pieces = [p for p in (parts[0], x, parts[1]) if p is not None]
         x = ctx.emit(R.concat(pieces, axis=axis))
-        dims[axis] = size + before + after
+        dims[axis] = size + before + after if isinstance(size, int) else analyzer.simplify(size + before + after)
     return x
 
 
