@@ -9,6 +9,7 @@ import string
 
 import numpy as np
 
+from ... import arith
 from ... import op as R
 from ...ir.expr import Constant, ShapeExpr
 from .convert_common import _product, axis_of, const
@@ -197,7 +198,7 @@ def _einsum(ctx: NodeContext):
         y = _broadcast(ctx, _permuted(ctx, y, right, batch + contracted + only_right),
                        batch + contracted + only_right, size)
 
-        groups = {name: _product([size[label] for label in group]) for name, group in
+        groups = {name: arith.simplify(_product([size[label] for label in group])) for name, group in
                   (("batch", batch), ("left", only_left), ("contracted", contracted), ("right", only_right))}
         x = R.reshape(x, ShapeExpr((groups["batch"], groups["left"], groups["contracted"])))
         y = R.reshape(y, ShapeExpr((groups["batch"], groups["contracted"], groups["right"])))
