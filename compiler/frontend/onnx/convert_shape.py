@@ -403,22 +403,35 @@ def _tile(ctx: NodeContext):
 
 @converter("CumSum", attrs=("exclusive", "reverse"))
 def _cumsum(ctx: NodeContext):
-    """A product with a triangular matrix of ones along the axis (static size)."""
+    """Prefix sums in log2(n) steps (each adds the running sum shifted by 1, 2, 4, ... with zeros
+    shifted in): no constant grows with the axis, as a triangular matrix would (static size)."""
     rank = ctx.rank(0)
     axis = axis_of(ctx, int(ctx.constant(1, "axis").reshape(-1)[0]), rank)
-    size = ctx.static_dims(0, "CumSum")[axis]
-    exclusive, reverse = ctx.attr("exclusive", 0), ctx.attr("reverse", 0)
-    # out[j] = sum_i x[i] * m[i, j]: m[i, j] = 1 where i <= j (i < j exclusive); reverse mirrors it.
-    i, j = np.indices((size, size))
-    mask = (i > j if exclusive else i >= j) if reverse else (i < j if exclusive else i <= j)
-    matrix = Constant(mask.astype(ctx.dtype(0)))
-    perm = [a for a in range(rank) if a != axis] + [axis]
-    moved = R.permute_dims(ctx.input(0), axes=tuple(perm)) if axis != rank - 1 else ctx.input(0)
-    summed = R.matmul(moved, matrix)
-    if axis == rank - 1:
-        return summed
-    back = tuple(int(v) for v in np.argsort(perm))
-    return R.permute_dims(summed, axes=back)
+    dims = list(ctx.static_dims(0, "CumSum"))
+    size = dims[axis]
+    x = ctx.input(0)
+
+    def flip(value):
+        return R.strided_slice(value, axes=(axis,), begin=(size - 1,), end=(-size - 1,), strides=(-1,))
+
+    def shifted(value, shift):
+        zeros = list(dims)
+        zeros[axis] = shift
+        kept = R.strided_slice(value, axes=(axis,), begin=(0,), end=(size - shift,))
+        return R.concat([Constant(np.zeros(zeros, dtype=ctx.dtype(0))), kept], axis=axis)
+
+    if size == 0:
+        return x
+    reverse = ctx.attr("reverse", 0)
+    if reverse:
+        x = ctx.emit(flip(x))
+    if ctx.attr("exclusive", 0):
+        x = ctx.emit(shifted(x, 1))
+    shift = 1
+    while shift < size:
+        x = ctx.emit(R.add(x, shifted(x, shift)))
+        shift *= 2
+    return flip(x) if reverse else R.add(x, const(0, ctx.dtype(0))) if x is ctx.inputs[0] else x
 
 
 @converter("Hardmax", since=13, attrs=("axis",))
