@@ -396,4 +396,13 @@ def _scan(ctx: NodeContext):
 
     recursion = _Recursion(ctx, graph, state, [length, *sequences], keep, body_env,
                            next_state, scans, out_axes, out_reverse)
-    return recursion.build()
+    results = recursion.build()
+    # A Scan runs exactly its length's iterations: its outputs get that size on their stacked axis.
+    for k, axis in enumerate(out_axes):
+        sinfo = results[state_count + k].struct_info
+        if isinstance(sinfo, TensorStructInfo) and sinfo.shape is not None:
+            dims = list(sinfo.shape)
+            dims[axis] = lengths[0]
+            results[state_count + k] = ctx.builder.match_cast(results[state_count + k],
+                                                              TensorStructInfo(tuple(dims), sinfo.dtype))
+    return results
