@@ -508,3 +508,15 @@ def test_a_scan_output_of_unknown_shape_is_refused_naming_the_loop():
                    [_info("M", I64, []), _info("y0", F, [2])], [_info("y", F, [2]), _info("nzs", I64, None)])
     with pytest.raises(OnnxImportError, match=r"node #0 \(Loop, opset 17\): scan output 0 .* shape is unknown"):
         from_onnx(model)
+
+
+def test_a_constant_trip_count_without_a_condition_gives_the_stacked_size():
+    model = _loop_model(with_cond=False)
+    model.graph.initializer.append(numpy_helper.from_array(np.array(4, np.int64), "M"))
+    del model.graph.input[0]
+    mod = from_onnx(model)
+    assert [int(d.value) for d in mod["main"].ret_struct_info.fields[1].shape] == [4, 2, 3]
+    feeds = _loop_feeds(4, 1e9)
+    del feeds["M"], feeds["cond"]
+    got = [np.asarray(g) for g in interpret(mod, "main", *feeds.values())]
+    _close(got, _loop_numpy(4, True, feeds["y0"], feeds["w"], 1e9))

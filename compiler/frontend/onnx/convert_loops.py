@@ -329,6 +329,12 @@ def _loop(ctx: NodeContext):
     recursion = _Recursion(ctx, graph, [cond, *state], [trip] if trip is not None else [], keep, body_env,
                            next_state, scans, [0] * scan_count, [False] * scan_count)
     results = recursion.build()
+    if isinstance(trip, Constant) and not has_cond:  # a constant count and no condition: exactly M
+        for index in range(1 + len(state), len(results)):
+            sinfo = results[index].struct_info
+            if isinstance(sinfo, TensorStructInfo) and sinfo.shape is not None:
+                dims = (arith.IntImm(max(int(trip.data), 0)), *sinfo.shape[1:])
+                results[index] = ctx.builder.match_cast(results[index], TensorStructInfo(dims, sinfo.dtype))
     return results[1:]  # the final condition is not an output
 
 
