@@ -99,11 +99,21 @@ CASES = {
                                            torch.bmm(a[None], b[None]), x @ a.T, torch.matmul(a[None], b)),
                        lambda: (_x(5, 4), _x(5, 4), _x(4, 5)),
                        dict(fc=torch.nn.Linear(4, 3), nobias=torch.nn.Linear(4, 2, bias=False))),
-    "convolution": (lambda p, x, s: (p["c"](x), p["strided"](x), p["grouped"](x), p["dilated"](x), p["c1"](s)),
+    "convolution": (lambda p, x, s: (p["c"](x), p["strided"](x), p["grouped"](x), p["dilated"](x), p["c1"](s),
+                                     p["up"](x), p["up_grouped"](x), p["up1"](s)),
                     lambda: (_x(2, 4, 9, 9), _x(2, 4, 11)),
                     dict(c=torch.nn.Conv2d(4, 6, 3, padding=1), strided=torch.nn.Conv2d(4, 2, 3, stride=2),
                          grouped=torch.nn.Conv2d(4, 4, 3, groups=2, bias=False),
-                         dilated=torch.nn.Conv2d(4, 2, 3, dilation=2, padding=2), c1=torch.nn.Conv1d(4, 3, 3))),
+                         dilated=torch.nn.Conv2d(4, 2, 3, dilation=2, padding=2), c1=torch.nn.Conv1d(4, 3, 3),
+                         up=torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
+                         up_grouped=torch.nn.ConvTranspose2d(4, 4, 2, stride=2, groups=2, bias=False),
+                         up1=torch.nn.ConvTranspose1d(4, 3, 3, stride=3, dilation=2))),
+    "resampling": (lambda p, x: (F.interpolate(x, scale_factor=2), F.interpolate(x, size=(7, 5)),
+                                 F.interpolate(x, scale_factor=2, mode="bilinear"),
+                                 F.interpolate(x, size=(7, 9), mode="bilinear", align_corners=True),
+                                 F.interpolate(x, size=(3, 4), mode="bilinear"),
+                                 F.interpolate(x, scale_factor=1.5, mode="nearest-exact")),
+                   lambda: (_x(2, 3, 4, 6),)),
     "pooling and norms": (lambda p, x, t: (F.max_pool2d(x, 2), F.max_pool2d(x, 3, 2, 1, ceil_mode=True),
                                            F.avg_pool2d(x, 3, 2, 1), F.avg_pool2d(x, 2, count_include_pad=False),
                                            F.adaptive_avg_pool2d(x, 1), F.adaptive_avg_pool2d(x[..., :8, :8], 2),
@@ -362,6 +372,8 @@ def test_refusals_name_what_is_wrong():
     train = Fn(lambda p, x: p["bn"](x), bn=torch.nn.BatchNorm1d(3)).train()
     with pytest.raises(TorchImportError, match="eval mode"):
         from_exported_program(torch.export.export(train, (_x(4, 3),)))
-    with pytest.raises(TorchImportError, match="transposed convolution"):
-        from_exported_program(torch.export.export(
-            Fn(lambda p, x: p["up"](x), up=torch.nn.ConvTranspose2d(2, 2, 2)).eval(), (_x(1, 2, 4, 4),)))
+    with pytest.raises(TorchImportError, match=r"node 'topk' \(aten.topk.default\): the op is not supported"):
+        from_exported_program(torch.export.export(Fn(lambda p, x: x.topk(2).values), (_x(3, 5),)))
+    with pytest.raises(TorchImportError, match="cumsum along a symbolic dimension"):
+        n = torch.export.Dim("n", min=2, max=9)
+        from_exported_program(torch.export.export(Fn(lambda p, x: x.cumsum(0)), (_x(4),), dynamic_shapes=(({0: n},),)))

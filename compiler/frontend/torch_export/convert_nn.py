@@ -88,9 +88,55 @@ def _convolution(ctx: NodeContext, x, w, bias, stride, padding, dilation, groups
 @converter("aten.convolution.default")
 def _convolution_op(ctx: NodeContext):
     if ctx["transposed"]:
-        raise ctx.error("transposed convolution is not supported")
+        return _transposed_convolution(ctx, ctx.tensor("input"), ctx.tensor("weight"), ctx["bias"],
+                                       ctx.ints("stride"), ctx.ints("padding"), ctx.ints("dilation"),
+                                       ctx.ints("output_padding"), int(ctx["groups"]))
     return _convolution(ctx, ctx.tensor("input"), ctx.tensor("weight"), ctx["bias"], ctx.ints("stride"),
                         ctx.ints("padding"), ctx.ints("dilation"), ctx["groups"])
+
+
+def _transposed_convolution(ctx: NodeContext, x, w, bias, stride, padding, dilation, output_padding, groups: int):
+    """A transposed convolution as a plain one: the input spread out (stride - 1 zeros between
+    neighbours), padded by dilation·(k - 1) - padding (plus output_padding at the end), and
+    convolved with the kernel flipped and its in/out channels swapped per group."""
+    if not isinstance(w, Constant):
+        raise ctx.error("a transposed convolution's weight must be a constant (a parameter)")
+    x, one_d = _as_2d(ctx, x, "transposed convolution")
+    data = w.data[:, :, None] if one_d else w.data
+    widen = (lambda values, fill: (fill, *(values or (fill,)))) if one_d else (lambda values, fill: values)
+    stride, padding = _pair(widen(stride, 1), 1), _pair(widen(padding, 0), 0)
+    dilation, output_padding = _pair(widen(dilation, 1), 1), _pair(widen(output_padding, 0), 0)
+    c_in, c_out_group, kh, kw = data.shape
+    kernel = data.reshape(groups, c_in // groups, c_out_group, kh, kw).transpose(0, 2, 1, 3, 4)
+    kernel = np.ascontiguousarray(kernel.reshape(groups * c_out_group, c_in // groups, kh, kw)[:, :, ::-1, ::-1])
+    spread = _spread(ctx, x, stride)
+    pads = []
+    for k, d, p in zip((kh, kw), dilation, padding):
+        pads.append(d * (k - 1) - p)
+    if min(pads) < 0:
+        raise ctx.error(f"padding {padding} larger than dilation·(kernel - 1) is not supported")
+    y = R.nn.conv2d(spread, Constant(kernel, name=f"{w.name}:transposed" if w.name else ""),
+                    padding=(pads[0], pads[1], pads[0] + output_padding[0], pads[1] + output_padding[1]),
+                    dilation=dilation, groups=groups)
+    if bias is not None:
+        y = R.add(y, R.reshape(bias, [1, -1, 1, 1]))
+    return R.squeeze(y, axis=(2,)) if one_d else y
+
+
+def _spread(ctx: NodeContext, x, stride):
+    """(n, c, h, w) -> (n, c, (h - 1)·sh + 1, (w - 1)·sw + 1) with zeros between the values."""
+    for axis, s in ((2, stride[0]), (3, stride[1])):
+        if s == 1:
+            continue
+        dims = list(ctx.dims(x))
+        column = ctx.emit(R.expand_dims(x, axis=axis + 1))  # (..., size, 1, ...)
+        gap = list(ctx.dims(column))
+        gap[axis + 1] = s - 1
+        widened = ctx.emit(R.concat([column, R.zeros(gap, dtype=ctx.dtype(x))], axis=axis + 1))
+        merged = dims[:axis] + [dims[axis] * s] + dims[axis + 1:]
+        flat = ctx.emit(R.reshape(widened, merged))
+        x = ctx.emit(R.strided_slice(flat, axes=(axis,), begin=(0,), end=(dims[axis] * s - (s - 1),)))
+    return x
 
 
 @converter("aten.conv1d.default", "aten.conv2d.default")

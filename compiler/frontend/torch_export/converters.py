@@ -7,5 +7,6 @@ from . import (  # noqa: F401  (importing registers)
     convert_elementwise,
     convert_nn,
     convert_reduce,
+    convert_resample,
     convert_shape,
 )
