@@ -174,3 +174,25 @@ def test_results_can_stay_on_the_device_between_functions():
     with pytest.raises(RuntimeCheckError, match="overwritten by a later call of scale"):
         vm["shift"](squared)
 
+
+
+@pytest.mark.parametrize("kind", ["webgpu", "wasm"])
+def test_empty_tensors_are_bound_and_read_back(kind):
+    """A sum over an empty axis reads a zero-size tensor, and an empty result is read back: WebGPU
+    refuses empty bindings and mappings (wgpu-native aborts on the former), so the device binds
+    the whole buffer and reads nothing."""
+    x = Var("x", Tensor((0, 3), "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            total = bb.emit_output(op.sum(x, axis=[0]), "total")
+            doubled = bb.emit_output(op.add(x, x), "doubled")
+        bb.emit_func_output((total, doubled))
+    exe = tessera.build(bb.get(), "llvmpipe" if kind == "webgpu" else kind)
+    try:
+        vm = VirtualMachine(exe, kind)
+    except DeviceError as error:
+        pytest.skip(f"no {kind} device here: {error}")
+    total, doubled = vm["main"](np.zeros((0, 3), np.float32))
+    np.testing.assert_array_equal(total, np.zeros(3, np.float32))
+    assert doubled.shape == (0, 3)

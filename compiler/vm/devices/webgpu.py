@@ -88,7 +88,8 @@ class WebGPUDevice(Device):
 
     def allocate(self, nbytes: int, usage=None):
         self.buffers_created += 1
-        return self.gpu.create_buffer(size=max(_align4(nbytes), 4), usage=usage or self.storage_usage)
+        # 16 bytes at least: a shader reading vec4s needs that much bound, even for an empty tensor.
+        return self.gpu.create_buffer(size=max(_align4(nbytes), 16), usage=usage or self.storage_usage)
 
     def allocate_with(self, data: bytes):
         self.buffers_created += 1
@@ -103,6 +104,8 @@ class WebGPUDevice(Device):
         self.gpu.queue.write_buffer(buffer, offset, data)
 
     def read_back(self, view: View) -> bytes:
+        if not view.nbytes:  # an empty tensor: nothing to map (wgpu refuses an empty mapping)
+            return b""
         size = _align4(view.nbytes)
         staging = self._staging
         if staging is None or staging.size < size:
@@ -151,7 +154,10 @@ class WebGPUDevice(Device):
 
     def bind(self, kernel, views: list[View]):
         layout, pipeline, uniform_bytes = kernel
-        entries = [(v.buffer, v.offset, _align4(v.nbytes)) for v in views]
+        # A zero-size tensor (an empty reduction's input) is bound as its whole buffer: WebGPU refuses
+        # an empty binding (wgpu-native aborts on one), and the kernel never reads it.
+        entries = [(v.buffer, v.offset, _align4(v.nbytes)) if v.nbytes else (v.buffer, 0, v.buffer.size)
+                   for v in views]
         uniform = None
         if uniform_bytes:
             usage = self.wgpu.BufferUsage
