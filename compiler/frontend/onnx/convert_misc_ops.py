@@ -163,7 +163,7 @@ def _permuted(ctx: NodeContext, x, labels, order):
     return x if axes == list(range(len(axes))) else ctx.emit(R.permute_dims(x, axes=axes))
 
 
-@converter("Einsum", attrs=("equation",))
+@converter("Einsum", since=12, attrs=("equation",))
 def _einsum(ctx: NodeContext):
     """Each input's diagonals taken and its own labels summed out, then the inputs folded left to
     right: each pair as one batched matmul (batch, kept, contracted labels), reshaped back."""
