@@ -193,9 +193,16 @@ def feeds(case: Case, sizes: dict, torch_tensors: bool = False, seed: int = 0) -
     return out
 
 
+def _atol(want) -> float:
+    """1e-4, or 1e-5 of the output's largest magnitude when that is larger: a deep model's
+    activations reach tens, and float32 sums of hundreds of them differ in the 1e-4s from
+    onnxruntime's order of summation, which rtol alone cannot absorb where an element is near 0."""
+    return max(ATOL, 1e-5 * float(np.abs(want).max())) if want.size else ATOL
+
+
 def _max_error(got, want) -> float:
     got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    return float(np.max(np.abs(got - want) / (ATOL + RTOL * np.abs(want)))) if want.size else 0.0
+    return float(np.max(np.abs(got - want) / (_atol(want) + RTOL * np.abs(want)))) if want.size else 0.0
 
 
 def check_case(case: Case, targets=("interpret", "cpu"), report=None, exporter="dynamo"):
@@ -233,7 +240,7 @@ def check_case(case: Case, targets=("interpret", "cpu"), report=None, exporter="
                 errors[target, str(sizes), position] = _max_error(g, w)
                 absolute[target, str(sizes), position] = float(np.abs(np.asarray(g, np.float64) - w).max()) \
                     if w.size else 0.0
-                np.testing.assert_allclose(np.asarray(g), w, rtol=RTOL, atol=ATOL,
+                np.testing.assert_allclose(np.asarray(g), w, rtol=RTOL, atol=_atol(w),
                                            err_msg=f"{case.name} on {target} at {sizes}, output {position}")
     if report is not None:
         report[case.name] = {"timings": timings, "worst (as a multiple of the tolerance)": max(errors.values()),
@@ -283,9 +290,13 @@ def check_int8(case: Case, report=None):
         report[case.name + " int8"] = {"worst (in int8 steps of the output range)": worst}
 
 
+# wasm builds take a few seconds each: in `make test` a text model and a CNN run there too.
+WASM_TOO = ("bert", "resnet")
+
+
 @pytest.mark.parametrize("name", list(SMALL))
 def test_small_architecture_matches_onnxruntime(name):
-    check_case(SMALL[name])
+    check_case(SMALL[name], targets=("interpret", "cpu", "wasm") if name in WASM_TOO else ("interpret", "cpu"))
 
 
 @pytest.mark.parametrize("name", list(SMALL))
@@ -304,7 +315,7 @@ def test_int8_bert_matches_onnxruntime():
 def test_real_size_architecture_matches_onnxruntime(name):
     real = {case.name: case for case in cases(real=True)}
     report = {}
-    check_case(real[name], report=report)
+    check_case(real[name], targets=("interpret", "cpu", "wasm"), report=report)
     check_case(real[name], targets=("interpret",), exporter="torchscript")
     if name == "bert":
         check_int8(real[name], report=report)
