@@ -332,13 +332,16 @@ def _split(ctx: NodeContext, sizes, num_outputs=None):
     rank = ctx.rank(0)
     axis = axis_of(ctx, ctx.attr("axis", 0), rank)
     count = len([o for o in ctx.node.output])
-    size = ctx.static_dims(0, "Split")[axis]
+    size = ctx.analyzer.as_int(ctx.dims(0)[axis])
     if sizes is None:
+        if size is None:
+            raise ctx.error(f"Split into equal parts needs the static size of axis {axis}, which is "
+                            f"{ctx.dims(0)[axis]}; give the sizes, or fix it with shapes=")
         parts = num_outputs or count
         chunk = -(-size // parts)
         sizes = [min(chunk, size - chunk * i) for i in range(parts)]
     sizes = [int(s) for s in sizes]
-    if sum(sizes) != size:
+    if size is not None and sum(sizes) != size:
         raise ctx.error(f"split sizes {sizes} do not add up to {size}", "invalid")
     cuts = tuple(int(c) for c in np.cumsum(sizes)[:-1])
     pieces = R.split(ctx.input(0), indices_or_sections=cuts, axis=axis)
