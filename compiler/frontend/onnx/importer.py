@@ -209,7 +209,7 @@ class _Importer:
             return
         ctx = NodeContext(node, index, self.opset, inputs, attrs, analyzer, bb.emit)
         ctx.importer, ctx.builder, ctx.env = self, bb, env
-        ctx.block_key = id(bb._require_frame().blocks)
+        ctx.block_key = bb._require_frame().blocks
         try:
             results = entry.fn(ctx)
             results = results if isinstance(results, list) else [results]
@@ -247,7 +247,7 @@ class _Importer:
             raise OnnxImportError(f"graph output '{value.name}' is produced by no node", "invalid")
         result = env[value.name]
         if isinstance(result, SymbolicInts):
-            result = result.materialize(bb.emit, id(bb._require_frame().blocks))
+            result = result.materialize(bb.emit, bb._require_frame().blocks)
         self._check_declared(value, result.struct_info, bb._require_frame().analyzer)
         name = self._unique(identifier(value.name, "out"))
         return bb.emit(result, name) if plain else bb.emit_output(result, name)

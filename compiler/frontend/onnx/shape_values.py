@@ -30,23 +30,25 @@ class SymbolicInts:
     values: tuple
     scalar: bool = False
     dtype: str = "int64"
-    materialized: dict = field(default_factory=dict)  # block frame id -> its tensor in that block
+    materialized: dict = field(default_factory=dict)  # id of a block list -> (that list, its tensor there)
 
     @property
     def struct_info(self) -> TensorStructInfo:
         shape = () if self.scalar else (arith.IntImm(len(self.values)),)
         return TensorStructInfo(shape, self.dtype)
 
-    def materialize(self, emit, frame_key) -> object:
-        """The value as a tensor, emitted once per block."""
-        if frame_key not in self.materialized:
+    def materialize(self, emit, block) -> object:
+        """The value as a tensor, emitted once per block (``block``: the builder's list of blocks
+        being filled, kept here so that its id names it while the entry lives)."""
+        entry = self.materialized.get(id(block))
+        if entry is None or entry[0] is not block:
             value = R.shape_to_tensor(ShapeExpr(tuple(self.values)))
             if self.scalar:
                 value = R.reshape(value, ShapeExpr(()))
             if self.dtype != "int64":
                 value = R.astype(value, dtype=self.dtype)
-            self.materialized[frame_key] = emit(value)
-        return self.materialized[frame_key]
+            entry = self.materialized[id(block)] = (block, emit(value))
+        return entry[1]
 
 
 def elements(value) -> tuple[list, bool, str] | None:
