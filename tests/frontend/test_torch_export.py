@@ -219,6 +219,14 @@ def _weight_names(mod) -> set[str]:
     return names
 
 
+def test_tied_weights_are_one_constant():
+    module = Fn(lambda p, ids: p["head"](p["emb"](ids)), emb=torch.nn.Embedding(10, 4),
+                head=torch.nn.Linear(4, 10, bias=False))
+    module.parts["head"].weight = module.parts["emb"].weight
+    mod = _check(module, (torch.tensor([[1, 2, 3]]),))
+    assert _weight_names(mod) == {"parts.emb.weight"}
+
+
 def test_dims_narrow_the_exported_range_and_nothing_else():
     _, ep = _tagger_program()
     mod = from_exported_program(ep, dims={"batch": (1, 2)})

@@ -89,6 +89,7 @@ class _Importer:
         self.symbols: dict[str, arith.PrimExpr] = {}  # torch's symbol name -> its shape expression
         self.defined: dict[str, arith.Var] = {}  # a derived input dimension (str of torch's expr) -> its variable
         self.ranges: dict[str, tuple[int, int | None]] = {}  # shape variable -> torch's range for it
+        self.weights: dict[tuple, Constant] = {}  # a tensor's storage and view -> its constant
 
     def run(self) -> IRModule:
         from torch.export.graph_signature import InputKind
@@ -219,8 +220,13 @@ class _Importer:
                                    "invalid")
         where = f"weight '{target}'"
         ir_dtype(tensor.dtype, where)
-        array = np.ascontiguousarray(tensor.detach().cpu().numpy())
-        return Constant(array, name=target)
+        # Tied weights (an embedding shared with the output head) are one tensor under two names:
+        # one constant, so that the executable stores it once.
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
+               tuple(tensor.stride()), str(tensor.dtype))
+        if key not in self.weights:
+            self.weights[key] = Constant(np.ascontiguousarray(tensor.detach().cpu().numpy()), name=target)
+        return self.weights[key]
 
     # -- nodes ---------------------------------------------------------------------
 
