@@ -201,8 +201,8 @@ def _expand(ctx: NodeContext):
         elif analyzer.as_int(dim) == 1:
             out.append(want)
         else:
-            raise ctx.error(f"cannot expand a dimension of {dim} to {want} (neither is 1, and they are not "
-                            "provably equal)", "invalid")
+            raise ctx.error(f"cannot expand a dimension of {dim} to {want}: neither is 1, and they are not "
+                            "provably equal (bounds on the shape variables, dims=, may prove them equal)")
     if isinstance(ctx.inputs[0], Constant) and all(analyzer.as_int(d) is not None for d in out):
         return Constant(np.broadcast_to(ctx.inputs[0].data, [analyzer.as_int(d) for d in out]).copy())
     return R.broadcast_to(ctx.input(0), out)
