@@ -176,9 +176,15 @@ def test_shape_subgraphs_become_symbolic_shapes():
     mod = from_onnx(_symbolic_shapes_model(), dims={"batch": (1, 4), "seq": (1, 16)})
     shapes = [tuple(str(d) for d in s.shape) for s in mod["main"].ret_struct_info.fields]
     assert shapes == [("batch", "seq * 4"), ("batch", "seq"), ("batch", "seq"), ("3",)]
+    import tessera
+
+    session = tessera.InferenceSession(tessera.build(mod, "cpu"), device="cpu")
     for batch, seq in ((1, 5), (3, 2)):
         x = np.arange(batch * seq * 4, dtype=np.float32).reshape(batch, seq, 4)
-        flat, grid, ones_plus, shape = interpret(mod, "main", x)
+        results = interpret(mod, "main", x)
+        for got, want in zip(session.run(None, {"x": x}), results):
+            np.testing.assert_array_equal(got, want)
+        flat, grid, ones_plus, shape = results
         np.testing.assert_array_equal(flat, x.reshape(batch, seq * 4))
         np.testing.assert_array_equal(grid, np.broadcast_to(np.arange(seq), (batch, seq)))
         np.testing.assert_array_equal(ones_plus, np.full((batch, seq), 5.0, np.float32))
