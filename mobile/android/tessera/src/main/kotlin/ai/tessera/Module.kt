@@ -61,8 +61,12 @@ class Module private constructor(
      * integer results come back as 0-d INT64 tensors. They are copies.
      */
     @JvmOverloads
-    fun run(inputs: Map<String, Tensor>, function: String = "main", outputNames: List<String>? = null): Map<String, Tensor> {
-        val integers = inputs(function).filter { it.isInteger }.map { it.name }.toSet()
+    fun run(
+        inputs: Map<String, Tensor>,
+        function: String = "main",
+        outputNames: List<String>? = null,
+    ): Map<String, Tensor> {
+        val integers = this.inputs(function).filter { it.isInteger }.map { it.name }.toSet()
         val names = inputs.keys.toList()
         val n = names.size
         val kinds = IntArray(n)
