@@ -16,6 +16,9 @@ calls was built through the operator registry, so by then the table is full.
 
 from __future__ import annotations
 
+import contextvars
+import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -50,6 +53,19 @@ from .struct_info import (
     defining_vars,
 )
 
+MAX_CALL_DEPTH = 10000  # as the Python VM's (tessera.vm.interpreter): deeper is a runaway recursion
+# Each call of the program nests about a dozen Python frames here (call, sequence, binding, If, ...),
+# so Python's default limit of 1,000 frames holds fewer than a hundred calls: an ONNX Loop of a few
+# hundred iterations (one recursive call each) would die in a RecursionError. A call nested
+# DEEP_AFTER calls down therefore continues on a thread of its own, whose stack (DEEP_STACK_BYTES,
+# reserved, touched only as used) holds MAX_CALL_DEPTH calls, with Python's recursion limit raised to
+# FRAMES_PER_CALL frames a call while it runs (Python's limit is per process, so it is restored when
+# the last such thread ends). A program that still exhausts it (a call whose body nests If in If
+# past FRAMES_PER_CALL frames) gets the same clear error as one past MAX_CALL_DEPTH.
+DEEP_AFTER = 32
+DEEP_STACK_BYTES = 256 << 20
+FRAMES_PER_CALL = 64
+
 
 def interpret(mod: IRModule, func_name: str, *args, library: dict | None = None, kernel_runner=None):
     """Run ``mod[func_name]`` on ``args`` (numpy arrays, ints, tuples) and return its result.
@@ -65,6 +81,7 @@ class Interpreter:
         self.mod = mod
         self.library = dict(library or {})
         self.kernel_runner = kernel_runner
+        self.depth = 0  # calls of the program now running, nested
 
     def call(self, func_name: str, args: list) -> Any:
         func = self.mod[func_name]
@@ -75,6 +92,23 @@ class Interpreter:
     def _call_function(self, name: str, func: Function, args: list, captured: _Frame | None = None) -> Any:
         """``captured``: the frame a local function was defined in; it sees that frame's variables,
         and its symbolic variables except those its parameters define (as every signature does)."""
+        if self.depth >= MAX_CALL_DEPTH:
+            raise CallDepthError(f"calls nested deeper than {MAX_CALL_DEPTH} (runaway recursion in {name}?)")
+        if self.depth == DEEP_AFTER:
+            return _on_deep_stack(lambda: self._enter(name, func, args, captured))
+        return self._enter(name, func, args, captured)
+
+    def _enter(self, name: str, func: Function, args: list, captured: _Frame | None) -> Any:
+        self.depth += 1
+        try:
+            return self._run_function(name, func, args, captured)
+        except RecursionError:
+            raise CallDepthError(f"calls nested {self.depth} deep in {name} exhaust the interpreter's Python "
+                                 f"stack ({FRAMES_PER_CALL * MAX_CALL_DEPTH} frames; runaway recursion?)") from None
+        finally:
+            self.depth -= 1
+
+    def _run_function(self, name: str, func: Function, args: list, captured: _Frame | None) -> Any:
         if len(args) != len(func.params):
             raise RuntimeCheckError(f"{name} takes {len(func.params)} arguments "
                                     f"({', '.join(p.name_hint for p in func.params)}), got {len(args)}")
@@ -107,8 +141,12 @@ class Interpreter:
                 value = _LocalFunction(self, f"{frame.name}.{binding.var.name_hint}", binding.value, frame)
             else:
                 value = self._eval(binding.value, frame)
+        except CallDepthError:
+            raise  # naming each of thousands of calling bindings would bury the message
         except RuntimeCheckError as error:
-            raise RuntimeCheckError(f"{error} (in {print_binding(binding)})") from None
+            # A recursion passes the error up through the same bindings many times: each is named once.
+            where, message = f" (in {print_binding(binding)})", str(error)
+            raise RuntimeCheckError(message if where in message else message + where) from None
         except (ValueError, IndexError, FloatingPointError, ZeroDivisionError) as error:
             where = print_binding(binding)
             raise RuntimeCheckError(f"{type(error).__name__}: {error} (in {where})") from None
@@ -204,6 +242,58 @@ class Interpreter:
             return get_library_function(name)
         except KeyError as error:
             raise RuntimeCheckError(str(error.args[0])) from None
+
+
+class CallDepthError(RuntimeCheckError):
+    """Calls nested past MAX_CALL_DEPTH, or past what the interpreter's Python stack holds."""
+
+
+_deep_lock = threading.Lock()
+_deep_runs = [0, 0]  # deep threads running, and the recursion limit before the first of them
+
+
+def _on_deep_stack(work):
+    """``work()`` on a thread with a stack for MAX_CALL_DEPTH calls (see DEEP_AFTER), in a copy of
+    this context (numpy's errstate lives there); its result or its exception, as if run here."""
+    outcome: list = []
+    context = contextvars.copy_context()
+
+    def run():
+        try:
+            outcome.append((True, context.run(work)))
+        except BaseException as error:  # handed to the caller, which raises it
+            outcome.append((False, error))
+
+    with _deep_lock:  # the recursion limit and threading's stack size are the process's
+        if _deep_runs[0] == 0:
+            _deep_runs[1] = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(_deep_runs[1], FRAMES_PER_CALL * MAX_CALL_DEPTH))
+        _deep_runs[0] += 1
+        previous = threading.stack_size(DEEP_STACK_BYTES)
+        try:
+            thread = threading.Thread(target=run, name="tessera-interpret", daemon=True)
+            thread.start()
+        except BaseException:
+            _end_deep_run()
+            raise
+        finally:
+            threading.stack_size(previous)
+    try:
+        thread.join()
+    finally:
+        with _deep_lock:
+            _end_deep_run()
+    ok, value = outcome[0]
+    if ok:
+        return value
+    raise value
+
+
+def _end_deep_run() -> None:
+    """One deep thread fewer (under _deep_lock); after the last, Python's own recursion limit again."""
+    _deep_runs[0] -= 1
+    if _deep_runs[0] == 0:
+        sys.setrecursionlimit(_deep_runs[1])
 
 
 def _alloc_tensor(interp, call, args, frame):
