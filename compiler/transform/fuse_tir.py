@@ -15,7 +15,7 @@ from dataclasses import replace
 from ..ir.expr import Call, Constant, Function, GlobalVar, Var, VarBinding
 from ..ir.module import IRModule
 from ..target import Target
-from ..tir.compute import ComputeDef, TensorRead, placeholder
+from ..tir.compute import ComputeDef, TensorRead, accumulate_type, placeholder
 from ..tir.ir import Cast, Const, TExpr, cast, map_children
 from .device_targets import DeviceTargets
 from .legalize import KernelTable, call_signature, describe_call
@@ -147,7 +147,9 @@ def _compose(name: str, func: Function, target: Target):
         # Matmul rules read their operands from memory: those are parameters of the group.
         a_var, b_var = (read_map[reduction][id(buf)] for buf in (info.a, info.b))
         attrs["matmul"] = replace(info, a=buffer_of[a_var], b=buffer_of[b_var])
-    defn = ComputeDef(name, inputs, out, body, base.reduction, finalize, base.accumulate_dtype, attrs)
+    # The reduction accumulates in its member's type, not the group's output's (a sum cast to int).
+    accumulator = base.accumulate_dtype or accumulate_type(base.output.dtype)
+    defn = ComputeDef(name, inputs, out, body, base.reduction, finalize, accumulator, attrs)
     return defn, params
 
 

@@ -189,3 +189,20 @@ def test_a_gathers_computed_indices_read_a_computed_table():
     args = [np.linspace(-1, 1, 6).astype(np.float32), np.array([[0, 4], [2, 1]], np.int64)]
     np.testing.assert_allclose(interpret(lowered, "main", *args, kernel_runner=default_runner()),
                                interpret(mod, "main", *args), rtol=1e-5)
+
+
+def test_a_matmul_rounded_to_integers_accumulates_in_float():
+    """astype(matmul(a, b), int32) fused: the sum runs in the matmul's float32, and only the result is
+    rounded (QLinearMatMul's last step); an int32 accumulator truncated every product."""
+    a, b = Var("a", Tensor((2, 4), "float32")), Var("b", Tensor((4, 3), "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [a, b]):
+        with bb.dataflow():
+            y = bb.emit_output(op.astype(op.matmul(a, b), dtype="int32"), "y")
+        bb.emit_func_output(y)
+    mod = bb.get()
+    lowered = lower(mod, True)
+    assert launches(lowered) == 1
+    args = [np.full((2, 4), 0.3, np.float32), np.ones((4, 3), np.float32)]
+    np.testing.assert_array_equal(interpret(lowered, "main", *args, kernel_runner=default_runner()),
+                                  np.full((2, 3), 1, np.int32))

@@ -57,7 +57,7 @@ def schedule_gemv(defn: ComputeDef, info: MatmulInfo, target, name: str) -> Prim
     """out[b, n] = sum_k a[b, k] * B[b, k, n]: 64 columns x 4 slices of K per workgroup."""
     cols, slices = 64, 4
     threads = cols * slices
-    acc_dtype = accumulate_type(defn.output.dtype)
+    acc_dtype = _accumulator(defn)
     red = Buffer("partial", acc_dtype, (arith.IntImm(threads),), "workgroup")
     n, k = from_prim(info.n), from_prim(info.k)
     col, part, column, acc, kk = Local("col"), Local("part"), Local("column"), Local("acc", acc_dtype), Local("kk")
@@ -95,7 +95,7 @@ def schedule_gemm(defn: ComputeDef, info: MatmulInfo, target, name: str) -> Prim
     staged through workgroup memory."""
     tile, step, per = 64, 16, 4
     threads = (tile // per) ** 2
-    acc_dtype = accumulate_type(defn.output.dtype)
+    acc_dtype = _accumulator(defn)
     a_tile = Buffer("a_tile", acc_dtype, (arith.IntImm(tile * step),), "workgroup")
     b_tile = Buffer("b_tile", acc_dtype, (arith.IntImm(step * tile),), "workgroup")
     acc = Buffer("acc", acc_dtype, (arith.IntImm(per * per),), "private")
@@ -190,7 +190,7 @@ def _check_grid(grid, target, name) -> None:
 def schedule_gemv_columns(defn: ComputeDef, info: MatmulInfo, target, name: str, columns: int = 16,
                           threads: int = 16) -> PrimFunc:
     """Each invocation sums all of K for ``columns`` consecutive outputs; no barrier."""
-    acc_dtype = accumulate_type(defn.output.dtype)
+    acc_dtype = _accumulator(defn)
     n, k = from_prim(info.n), from_prim(info.k)
     n_last = binary("-", n, Const(1))
     batch_id, a_base, b_base, first, kk, x = (Local("batch"), Local("a_base"), Local("b_base"), Local("first"),
@@ -224,7 +224,7 @@ def schedule_gemv_columns(defn: ComputeDef, info: MatmulInfo, target, name: str,
 def schedule_gemm_registers(defn: ComputeDef, info: MatmulInfo, target, name: str, tile_m: int = 8,
                             tile_n: int = 8, threads: int = 16) -> PrimFunc:
     """Each invocation keeps a tile_m x tile_n block of the output in registers; no barrier."""
-    acc_dtype = accumulate_type(defn.output.dtype)
+    acc_dtype = _accumulator(defn)
     m, n, k = from_prim(info.m), from_prim(info.n), from_prim(info.k)
     batch_id, a_base, b_base, kk = Local("batch"), Local("a_base"), Local("b_base"), Local("kk")
     rows = [Local(f"row{i}") for i in range(tile_m)]
@@ -289,7 +289,7 @@ def schedule_matmul_lanes(defn: ComputeDef, info: MatmulInfo, target, name: str,
     to 16, or 8 past 4 rows, so the accumulators stay in a CPU's vector registers."""
     rows = arith.Analyzer().as_int(info.m)
     lanes = lanes or (16 if rows <= 4 else 8)
-    acc_dtype = accumulate_type(defn.output.dtype)
+    acc_dtype = _accumulator(defn)
     m, n, k = from_prim(info.m), from_prim(info.n), from_prim(info.k)
     batch_id, a_base, b_base, first, kk, lane, b_val = (Local("batch"), Local("a_base"), Local("b_base"),
                                                         Local("first"), Local("kk"), Local("lane"),
@@ -337,3 +337,9 @@ def schedule_matmul_lanes(defn: ComputeDef, info: MatmulInfo, target, name: str,
     _check_grid(grid, target, name)
     return PrimFunc(name, defn.inputs, (defn.output,), scalars_of(*defn.inputs, defn.output), tuple(body),
                     (threads, 1, 1), grid, scratch=(acc,), attrs={"rule": "gemv" if rows == 1 else "matmul-lanes"})
+
+
+def _accumulator(defn: ComputeDef) -> str:
+    """The accumulator's type: the matmul's own (a fused group's output may be of another dtype, an
+    integer that a float product is rounded to only after the sum)."""
+    return defn.accumulate_dtype or accumulate_type(defn.output.dtype)
