@@ -3,6 +3,7 @@ tests/browser/inference-session.test.mjs in Chromium), with inputs and the expec
 
     python tests/js/inference-session-fixtures.py OUT_DIR TARGET [TARGET ...]     (targets: wasm, webgpu)
     python tests/js/inference-session-fixtures.py --onnx PATH      (the ONNX classifier, with labels)
+    python tests/js/inference-session-fixtures.py --mobilenet DIR  (MobileNetV2 for wasm, onnxruntime's outputs)
 
 writes OUT_DIR/<target>/<program>/ (`tessera.build(...).save`, as `tessera compile` writes) and
 OUT_DIR/cases.json: for each program its calls, each with its inputs and the reference outputs (flat
@@ -111,9 +112,76 @@ def cases() -> tuple[dict, dict]:
 
 
 LABELS = ["cat", "dog", "fish", "bird", "frog"]
+MOBILENET_BATCH = 2
+
+
+def mobilenet_onnx(path: str) -> None:
+    """transformers' MobileNetV2 at its real size (224 x 224, 10 classes), random weights at a scale that keeps
+    activations alive through its 52 convolutions, exported by torch.onnx.export with a symbolic batch."""
+    import torch
+    from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
+
+    torch.manual_seed(36)
+    model = MobileNetV2ForImageClassification(MobileNetV2Config(image_size=224, num_labels=10)).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Conv2d):
+                torch.nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+            elif isinstance(module, torch.nn.BatchNorm2d):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.1, 0.1)
+                module.running_mean.uniform_(-0.1, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+            elif isinstance(module, torch.nn.Linear):
+                torch.nn.init.normal_(module.weight, std=0.1)
+    torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), path, input_names=["pixel_values"],
+                      output_names=["logits"], opset_version=17, dynamo=False,
+                      dynamic_axes={"pixel_values": {0: "batch"}, "logits": {0: "batch"}})
+
+
+def mobilenet(out: str) -> None:
+    """OUT/wasm/ (MobileNetV2 compiled for wasm, batch 1..2), OUT/model.onnx, and per batch size the input
+    (input-B.bin, float32) and onnxruntime's logits (logits-B.json). Made once per compiler and fixture
+    script (OUT/stamp): the Node and Chromium tests share it; a concurrent maker's copy is dropped."""
+    import hashlib
+    import shutil
+
+    import onnxruntime
+    from tessera.app.compile import compiler_fingerprint
+    from tessera.frontend import from_onnx
+
+    with open(os.path.abspath(__file__), "rb") as f:
+        stamp = hashlib.sha256(compiler_fingerprint().encode() + f.read()).hexdigest()
+    stamp_path = os.path.join(out, "stamp")
+    if os.path.exists(stamp_path) and open(stamp_path).read() == stamp:
+        return
+    work = f"{out}.tmp-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    model_path = os.path.join(work, "model.onnx")
+    mobilenet_onnx(model_path)
+    tessera.build(from_onnx(model_path, dims={"batch": (1, MOBILENET_BATCH)}), "wasm").save(os.path.join(work, "wasm"))
+    session = onnxruntime.InferenceSession(model_path)
+    rng = np.random.default_rng(36)
+    for batch in range(1, MOBILENET_BATCH + 1):
+        pixels = rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)
+        pixels.tofile(os.path.join(work, f"input-{batch}.bin"))
+        [logits] = session.run(None, {"pixel_values": pixels})
+        with open(os.path.join(work, f"logits-{batch}.json"), "w") as f:
+            json.dump(logits.reshape(-1).tolist(), f)
+    with open(os.path.join(work, "stamp"), "w") as f:
+        f.write(stamp)
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        os.rename(work, out)
+    except OSError:  # another maker was first: its copy is the same
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--mobilenet":
+        mobilenet(argv[1])
+        return 0
     if len(argv) == 2 and argv[0] == "--onnx":  # the classifier alone, with labels, for `tessera bundle`
         import onnx
 

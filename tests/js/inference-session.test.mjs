@@ -159,3 +159,21 @@ test("auto over a WebGPU and a WASM build: Node has no WebGPU, so the WASM build
   await assert.rejects(InferenceSession.create(urlOf("webgpu", "onnx"), { fetchFn: fileFetch, cache: NO_CACHE }),
     /this browser has no WebGPU/);
 });
+
+test("MobileNetV2 (transformers, random weights, torch.onnx.export) gives onnxruntime's logits at batch 1 and 2", { timeout: 600_000 }, async () => {
+  const folder = join(ROOT, "build", "inference-session-mobilenet");
+  tessera([join(ROOT, "tests", "js", "inference-session-fixtures.py"), "--mobilenet", folder], "python");
+  const session = await InferenceSession.create(pathToFileURL(join(folder, "wasm")).href + "/", { fetchFn: fileFetch, cache: NO_CACHE });
+  assert.deepEqual(session.inputMetadata.map((m) => [m.name, m.shape]), [["pixel_values", ["batch", 3, 224, 224]]]);
+  assert.deepEqual(session.symbolBounds, { batch: 2 });
+  for (const batch of [1, 2]) {
+    const pixels = new Float32Array(readFileSync(join(folder, `input-${batch}.bin`)).buffer.slice(0));
+    const outputs = await session.run({ pixel_values: new Tensor("float32", pixels, [batch, 3, 224, 224]) });
+    const expected = JSON.parse(readFileSync(join(folder, `logits-${batch}.json`), "utf8"));
+    const [name] = session.outputNames;
+    assertClose(outputs[name], { type: "float32", dims: [batch, 10], data: expected }, 1e-3, 1e-3, `batch ${batch}`);
+  }
+  await assert.rejects(session.run({ pixel_values: new Tensor("float32", new Float32Array(3 * 3 * 224 * 224), [3, 3, 224, 224]) }),
+    /input 'pixel_values': dimension 0 \(batch\) is 3, above its upper bound 2/);
+  await session.release();
+});
