@@ -326,3 +326,68 @@ def _cumsum(ctx: NodeContext):
         y = ctx.emit(R.add(y, R.concat([zeros, kept], axis=axis)))
         shift *= 2
     return y
+
+
+@converter("aten.sign.default")
+def _sign(ctx: NodeContext):
+    x = ctx.tensor("self")
+    dtype = ctx.dtype(x)
+    zero = const(0, dtype)
+    return R.where(R.greater(x, zero), const(1, dtype), R.where(R.less(x, zero), const(-1, dtype), zero))
+
+
+@converter("aten.remainder.Scalar", "aten.remainder.Tensor", "aten.fmod.Scalar", "aten.fmod.Tensor")
+def _remainder(ctx: NodeContext):
+    """remainder takes the divisor's sign (a - floor(a / b)·b), fmod the dividend's (a - trunc(a / b)·b)."""
+    dtype = ctx.out_dtype
+    a, b = as_tensor(ctx, ctx["self"], dtype), as_tensor(ctx, ctx["other"], dtype)
+    floats = dtype in ("float16", "float32", "float64")
+    if ctx.overload.startswith("aten.remainder"):
+        quotient = R.floor(R.divide(a, b)) if floats else R.floor_divide(a, b)
+    elif floats:
+        q = R.divide(a, b)
+        quotient = R.where(R.less(q, const(0, dtype)), R.ceil(q), R.floor(q))
+    else:  # integers: the floored remainder, moved to the dividend's sign where they differ
+        a, b = ctx.emit(a), ctx.emit(b)
+        floored = ctx.emit(R.subtract(a, R.multiply(R.floor_divide(a, b), b)))
+        zero = const(0, dtype)
+        differ = R.logical_and(R.not_equal(floored, zero), R.not_equal(R.less(floored, zero), R.less(a, zero)))
+        return R.where(differ, R.subtract(floored, b), floored)
+    return R.subtract(a, R.multiply(quotient, b))
+
+
+@converter("aten.isnan.default")
+def _isnan(ctx: NodeContext):
+    x = ctx.tensor("self")
+    return R.not_equal(x, x)
+
+
+@converter("aten.isinf.default")
+def _isinf(ctx: NodeContext):
+    x = ctx.tensor("self")
+    return R.equal(R.abs(x), const(np.inf, ctx.dtype(x)))
+
+
+@converter("aten.log2.default", "aten.exp2.default")
+def _log2_exp2(ctx: NodeContext):
+    x = cast(ctx.tensor("self"), ctx.out_dtype)
+    ln2 = const(np.log(2.0), ctx.out_dtype)
+    return R.divide(R.log(x), ln2) if "log2" in ctx.overload else R.exp(R.multiply(x, ln2))
+
+
+@converter("aten.clamp.Tensor")
+def _clamp_tensor(ctx: NodeContext):
+    dtype = ctx.out_dtype
+    y = cast(ctx.tensor("self"), dtype)
+    if ctx["min"] is not None:
+        y = R.maximum(y, as_tensor(ctx, ctx["min"], dtype))
+    if ctx["max"] is not None:
+        y = R.minimum(y, as_tensor(ctx, ctx["max"], dtype))
+    return y
+
+
+@converter("aten.round.decimals")
+def _round_decimals(ctx: NodeContext):
+    x = ctx.tensor("self")
+    scale = const(10.0 ** int(ctx["decimals"]), ctx.dtype(x))
+    return R.divide(R.round(R.multiply(x, scale)), scale)

@@ -371,8 +371,24 @@ def _repeat_heads(ctx: NodeContext, x, times: int):
 
 
 
-@converter("aten._native_batch_norm_legit_functional.default", "aten._native_batch_norm_legit.default",
-           "aten._native_batch_norm_legit.no_stats")
+@converter("aten._native_batch_norm_legit_functional.default", "aten._native_batch_norm_legit.default")
 def _batch_norm_training(ctx: NodeContext):
     """What batch norm becomes in a module exported in training mode: refused, by name."""
     raise ctx.error("batch norm in training mode is not supported: export the module in eval mode")
+
+
+@converter("aten._native_batch_norm_legit.no_stats")
+def _batch_norm_batch_statistics(ctx: NodeContext):
+    """Normalization by the batch's own statistics with no running ones to update: what
+    instance_norm becomes (its input folded to one sample of N·C channels). Per channel (axis 1):
+    the mean and biased variance over every other axis."""
+    x = ctx.tensor("input")
+    rank, dtype = ctx.rank(x), ctx.dtype(x)
+    axes = tuple(a for a in range(rank) if a != 1)
+    mean = ctx.emit(R.mean(x, axis=axes, keepdims=True))
+    centered = ctx.emit(R.subtract(x, mean))
+    var = R.mean(R.multiply(centered, centered), axis=axes, keepdims=True)
+    y = R.multiply(centered, R.rsqrt(R.add(var, const(float(ctx["eps"]), dtype))))
+    if ctx["weight"] is not None:
+        y = R.multiply(y, _per_channel(ctx["weight"], rank))
+    return [R.add(y, _per_channel(ctx["bias"], rank)) if ctx["bias"] is not None else y]

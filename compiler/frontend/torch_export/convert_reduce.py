@@ -78,3 +78,31 @@ def _var(ctx: NodeContext):
     total = R.sum(R.multiply(centered, centered), axis=axes, keepdims=bool(ctx["keepdim"]))
     divisor = as_tensor(ctx, ctx.analyzer.simplify(count - correction), ctx.dtype(x))
     return R.divide(total, divisor)
+
+
+@converter("aten.var_mean.correction")
+def _var_mean(ctx: NodeContext):
+    x = cast(ctx.tensor("self"), ctx.out_dtype)
+    return [_var(ctx), R.mean(x, axis=_axes(ctx, x), keepdims=bool(ctx["keepdim"]))]
+
+
+@converter("aten.linalg_vector_norm.default")
+def _vector_norm(ctx: NodeContext):
+    """The p-norm over dims: 2 (sqrt of the sum of squares), 1, inf, -inf, 0 (count of non-zeros), or any p."""
+    x = cast(ctx.tensor("self"), ctx.out_dtype)
+    axes, keep = _axes(ctx, x), bool(ctx["keepdim"])
+    dtype = ctx.dtype(x)
+    order = 2.0 if ctx["ord"] is None else float(ctx["ord"])
+    size = R.abs(x)
+    if order == 2:
+        return R.sqrt(R.sum(R.multiply(x, x), axis=axes, keepdims=keep))
+    if order == 1:
+        return R.sum(size, axis=axes, keepdims=keep)
+    if order == float("inf"):
+        return R.max(size, axis=axes, keepdims=keep)
+    if order == float("-inf"):
+        return R.min(size, axis=axes, keepdims=keep)
+    if order == 0:
+        return R.sum(R.astype(R.not_equal(x, const(0, dtype)), dtype=dtype), axis=axes, keepdims=keep)
+    powered = R.sum(R.power(size, const(order, dtype)), axis=axes, keepdims=keep)
+    return R.power(powered, const(1.0 / order, dtype))

@@ -286,3 +286,37 @@ def _constant_pad(ctx: NodeContext):
         if parts[0] is not None or parts[1] is not None:
             x = ctx.emit(R.concat([p for p in (parts[0], x, parts[1]) if p is not None], axis=axis))
     return x
+
+
+@converter("aten.repeat.default")
+def _repeat(ctx: NodeContext):
+    """Each axis tiled ``repeats`` times: a new axis before it broadcast to the count, then merged."""
+    x = ctx.tensor("self")
+    repeats = list(ctx.ints("repeats"))
+    dims = list(ctx.dims(x))
+    if len(repeats) < len(dims):
+        raise ctx.error(f"repeats {repeats} has fewer entries than the rank {len(dims)}", "invalid")
+    lead = len(repeats) - len(dims)
+    if lead:
+        x = ctx.emit(R.reshape(x, [1] * lead + dims))
+        dims = [arith.IntImm(1)] * lead + dims
+    for axis, times in enumerate(repeats):
+        if isinstance(times, int) and times == 1:
+            continue
+        widened = ctx.emit(R.expand_dims(x, axis=axis))
+        shape = list(ctx.dims(widened))
+        shape[axis] = times
+        tiled = ctx.emit(R.broadcast_to(widened, shape))
+        dims[axis] = arith.as_expr(times) * dims[axis]
+        x = ctx.emit(R.reshape(tiled, list(dims)))
+    return x
+
+
+@converter("aten.flip.default")
+def _flip(ctx: NodeContext):
+    x = ctx.tensor("self")
+    rank = ctx.rank(x)
+    dims = ctx.static_dims(x, "flip")
+    for axis in sorted({ctx.axis(d, rank) for d in ctx.ints("dims")}):
+        x = ctx.emit(R.take(x, Constant(np.arange(dims[axis] - 1, -1, -1, dtype=np.int64)), axis=axis))
+    return x

@@ -284,6 +284,9 @@ class _Importer:
             paths = [path for path, _ in pytree.tree_flatten_with_path(tree)[0]]
         except Exception:  # an output structure pytree cannot walk: the outputs stay unnamed
             return []
+        outputs = [spec for spec in self.signature.output_specs if spec.kind.name == "USER_OUTPUT"]
+        if len(paths) != len(outputs):
+            return []
         names = []
         for path in paths:
             keys = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", "")))) for k in path]
