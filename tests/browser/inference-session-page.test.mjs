@@ -1,8 +1,9 @@
 // The page `tessera bundle model.onnx` writes (web/infer), in Chromium: an ONNX classifier with labels in
 // its metadata (tests/js/inference-session-fixtures.py --onnx) is bundled and served by `tessera serve`; a
 // picture drawn in the page is dropped on it; the page shows the five top classes by name and the time
-// taken, and the probabilities it computed on WebGPU (SwiftShader) and on WASM are onnx's reference
-// evaluator's for the very input the page fed. Screenshot: build/artifacts/inference-page.png.
+// taken, and what it computed on WebGPU (SwiftShader) and on WASM is onnxruntime's
+// output for the very input the page fed; so for transformers' MobileNetV2 at its real size on WASM.
+// Screenshots: build/artifacts/inference-page-*.png.
 import assert from "node:assert/strict";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -38,16 +39,31 @@ async function dropPicture() {
   document.getElementById("drop").dispatchEvent(new DragEvent("drop", { dataTransfer: transfer, bubbles: true, cancelable: true }));
 }
 
-/** onnx's reference evaluator's output for ``input`` (flat) of ``dims``. */
-function referenceOutput(input, dims) {
+/** onnxruntime's output of ``model`` for ``input`` (flat) of ``dims``. */
+function referenceOutput(model, input, dims) {
   const file = join(FIXTURES, "inference-page-input.json");
   writeFileSync(file, JSON.stringify({ input, dims }));
   const script = [
-    "import json, sys, numpy as np", "from onnx.reference import ReferenceEvaluator",
+    "import json, sys, numpy as np", "import onnxruntime",
     "d = json.load(open(sys.argv[2]))", "x = np.array(d['input'], np.float32).reshape(d['dims'])",
-    "print(json.dumps(ReferenceEvaluator(sys.argv[1]).run(None, {'pixel_values': x})[0].reshape(-1).tolist()))",
+    "print(json.dumps(onnxruntime.InferenceSession(sys.argv[1]).run(None, {'pixel_values': x})[0].reshape(-1).tolist()))",
   ].join("\n");
-  return JSON.parse(tessera(["-c", script, MODEL, file], "python"));
+  return JSON.parse(tessera(["-c", script, model, file], "python"));
+}
+
+/** Open the page of the site ``url`` asking for ``device``, drop the picture on it, and wait for the result. */
+async function classifyOnPage(url, device) {
+  const page = await browser.newPage({ viewport: { width: 480, height: 720 } });
+  const errors = [];
+  page.on("pageerror", (error) => errors.push(error.message));
+  await page.goto(`${url}?device=${device}`);
+  await page.waitForSelector("body[data-state=ready], body[data-state=error]");
+  assert.equal(await page.getAttribute("body", "data-state"), "ready", await page.textContent("#error-text"));
+  assert.match(await page.textContent("#device"), new RegExp(`\\(${device}\\)`));
+  await page.evaluate(dropPicture);
+  await page.waitForFunction(() => window.lastInference && document.body.dataset.state !== "running", null, { timeout: 240_000 });
+  assert.equal(await page.getAttribute("body", "data-state"), "ready", await page.textContent("#error-text"));
+  return { page, errors, result: await page.evaluate(() => window.lastInference) };
 }
 
 before(async () => {
@@ -65,19 +81,9 @@ after(async () => {
 
 for (const device of ["webgpu", "wasm"]) {
   test(`the page classifies a dropped picture on ${device}`, { timeout: 120_000 }, async () => {
-    const page = await browser.newPage({ viewport: { width: 480, height: 720 } });
-    const errors = [];
-    page.on("pageerror", (error) => errors.push(error.message));
-    await page.goto(`${server.url}?device=${device}`);
-    await page.waitForSelector("body[data-state=ready], body[data-state=error]");
-    assert.equal(await page.getAttribute("body", "data-state"), "ready", await page.textContent("#error-text"));
-    assert.match(await page.textContent("#device"), new RegExp(`\\(${device}\\)`));
-    await page.evaluate(dropPicture);
-    await page.waitForFunction(() => window.lastInference && document.body.dataset.state !== "running");
-    assert.equal(await page.getAttribute("body", "data-state"), "ready", await page.textContent("#error-text"));
-    const result = await page.evaluate(() => window.lastInference);
+    const { page, errors, result } = await classifyOnPage(server.url, device);
     assert.deepEqual(result.dims, [1, 3, 8, 8]);
-    const expected = referenceOutput(result.input, result.dims);
+    const expected = referenceOutput(MODEL, result.input, result.dims);
     result.output.forEach((v, i) => assert.ok(Math.abs(v - expected[i]) <= 1e-5 + 1e-4 * Math.abs(expected[i]), `${i}: ${v} vs ${expected[i]}`));
     const ranked = expected.map((p, i) => [p, i]).sort((a, b) => b[0] - a[0]).map(([, i]) => i);
     const items = await page.$$eval("#top li", (lis) => lis.map((li) => li.textContent));
@@ -90,3 +96,25 @@ for (const device of ["webgpu", "wasm"]) {
     await page.close();
   });
 }
+
+test("MobileNetV2 at its real size on the page (WASM): a 224 x 224 picture, class indices without labels", { timeout: 300_000 }, async () => {
+  const folder = join(ROOT, "build", "inference-session-mobilenet");
+  tessera([join(ROOT, "tests", "js", "inference-session-fixtures.py"), "--mobilenet", folder], "python");
+  const site = join(FIXTURES, "inference-site-mobilenet");
+  tessera(["bundle", join(folder, "model.onnx"), "-o", site, "--targets", "wasm"]);
+  const mobilenet = await serve(site);
+  try {
+    const { page, errors, result } = await classifyOnPage(mobilenet.url, "wasm");
+    assert.deepEqual(result.dims, [1, 3, 224, 224]);
+    const expected = referenceOutput(join(folder, "model.onnx"), result.input, result.dims);
+    result.output.forEach((v, i) => assert.ok(Math.abs(v - expected[i]) <= 1e-3 + 1e-3 * Math.abs(expected[i]), `${i}: ${v} vs ${expected[i]}`));
+    const ranked = expected.map((p, i) => [p, i]).sort((a, b) => b[0] - a[0]).map(([, i]) => i);
+    const items = await page.$$eval("#top li", (lis) => lis.map((li) => li.textContent));
+    items.forEach((text, k) => assert.match(text, new RegExp(`^class ${ranked[k]}: \\d+\\.\\d%$`)));
+    await page.screenshot({ path: join(ARTIFACTS, "inference-page-mobilenet-wasm.png"), fullPage: true });
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    mobilenet.stop();
+  }
+});
