@@ -20,6 +20,10 @@ export async function createWorkerSession(url, { worker, onProgress = () => {}, 
     throw new InferenceSessionError("a session in a Worker fetches, caches and opens its device itself: fetchFn, cache, " +
       "gpuDevice, adapter and libraries are options of a session on the page's thread");
   }
+  if (typeof Worker === "undefined") {
+    throw new InferenceSessionError("this environment has no Web Workers (Node has worker_threads, which this API does not " +
+      "use): create the session without {worker: true}");
+  }
   const thread = worker instanceof Worker ? worker : new Worker(new URL("./inference-worker.js", import.meta.url), { type: "module" });
   /** @type {Map<number, (message: any) => void>} */
   const listeners = new Map();

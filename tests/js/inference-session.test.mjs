@@ -146,6 +146,7 @@ test("create: an unknown function, device or folder is a clear error", async () 
   await assert.rejects(open("pair", { device: "cuda" }), /unknown device "cuda"; the devices are auto, webgpu, wasm/);
   await assert.rejects(open("pair", { device: "webgpu" }), /runs on WASM, not WebGPU \(compile it with --target webgpu\)/);
   await assert.rejects(open("nowhere"), /missing file .*nowhere\/executable.json/);
+  await assert.rejects(InferenceSession.create(urlOf("wasm", "pair"), { worker: true }), /this environment has no Web Workers/);
 });
 
 test("auto over a WebGPU and a WASM build: Node has no WebGPU, so the WASM build runs and says why", async () => {
