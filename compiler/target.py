@@ -68,7 +68,8 @@ class TargetKind:
 
     name: str
     backend: str
-    dtypes: frozenset[str] = frozenset({"float32", "int32", "uint32", "bool", "int64"})
+    dtypes: frozenset[str] = frozenset({"float32", "int32", "uint32", "bool", "int64", "int8", "uint8", "int16",
+                                        "uint16", "uint64"})
     vector_lanes: bool = True
     serial_threads: bool = False
     limits: tuple[tuple[str, int], ...] = ()

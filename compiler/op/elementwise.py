@@ -8,7 +8,7 @@ import numpy as np
 
 from ..ir.errors import DeductionError
 from ..ir.struct_info import TensorStructInfo
-from ..tir.ir import Const, Unary, binary, intrinsic, select
+from ..tir.ir import Const, Unary, binary, cast, intrinsic, select
 from .common import (
     FLOAT_DTYPES,
     broadcast_shapes,
@@ -37,9 +37,12 @@ def _deduce_binary(out_dtype: str | None):
 
 def _true_divide(a, b):
     if np.issubdtype(a.dtype, np.integer):
-        # Integer division truncates toward zero, as in C, WGSL and TVM.
-        quotient = np.abs(a) // np.abs(b)
-        return (quotient * np.sign(a) * np.sign(b)).astype(a.dtype)
+        # Integer division truncates toward zero, as in C, WGSL and TVM; signed operands widened
+        # first, since |-128| is not an int8.
+        wide = np.int64 if np.issubdtype(a.dtype, np.signedinteger) else a.dtype
+        a_wide, b_wide = a.astype(wide), b.astype(wide)
+        quotient = np.abs(a_wide) // np.abs(b_wide)
+        return (quotient * np.sign(a_wide) * np.sign(b_wide)).astype(a.dtype)
     return np.divide(a, b)
 
 
@@ -77,6 +80,30 @@ def _float_or_int(float_fn, int_fn):
     return lambda a, b: float_fn(a, b) if a.dtype in ("f32", "f16") else int_fn(a, b)
 
 
+EXACT_POWERS = 8  # integer exponents up to this are products of the base (what models and tests use)
+
+
+def _integer_power(a, b):
+    """``a ** b`` for integers: for exponents 0..EXACT_POWERS, the product of that many bases (exact,
+    wrapping as numpy's integers do); above, through f32's pow (WGSL has no integer pow, and its pow,
+    exp2(y * log2(x)), is undefined for a negative base and approximate: llvmpipe's 5 ** 2 is 24.9):
+    |a| ** b, negated for a negative base and an odd exponent, rounded."""
+    base, exponent = cast(a, "f32"), cast(b, "f32")
+    if a.dtype == "u32":
+        power = cast(intrinsic("round", intrinsic("pow", base, exponent)), a.dtype)
+    else:
+        magnitude = intrinsic("pow", intrinsic("abs", base), exponent)
+        odd = binary("!=", binary("%", b, Const(2, b.dtype)), Const(0, b.dtype))
+        negative = binary("&&", binary("<", a, Const(0, a.dtype)), odd)
+        power = cast(intrinsic("round", select(negative, Unary("neg", magnitude, "f32"), magnitude)), a.dtype)
+    products = [Const(1, a.dtype)]
+    for _ in range(EXACT_POWERS):
+        products.append(binary("*", products[-1], a))
+    for k in range(EXACT_POWERS, -1, -1):
+        power = select(binary("==", b, Const(k, b.dtype)), products[k], power)
+    return power
+
+
 # How each binary op computes one element in a kernel.
 BINARY_KERNEL = {
     "add": lambda a, b: binary("+", a, b),
@@ -85,7 +112,7 @@ BINARY_KERNEL = {
     "divide": lambda a, b: binary("/", a, b),
     "floor_divide": _float_or_int(lambda a, b: intrinsic("floor", binary("/", a, b)),
                                   lambda a, b: intrinsic("floordiv", a, b)),
-    "power": lambda a, b: intrinsic("pow", a, b),
+    "power": _float_or_int(lambda a, b: intrinsic("pow", a, b), _integer_power),
     "maximum": lambda a, b: binary("max", a, b),
     "minimum": lambda a, b: binary("min", a, b),
     "equal": lambda a, b: binary("==", a, b),

@@ -17,7 +17,7 @@ from typing import Any
 from .. import arith
 from ..ir.errors import TesseraError
 from ..ir.expr import Call
-from ..tir.compute import ComputeDef, Reduction, read
+from ..tir.compute import ComputeDef, Reduction, read, wrap
 from ..tir.ir import Buffer, Const, TExpr, binary, cast, from_prim, maximum, minimum, select
 
 
@@ -54,7 +54,7 @@ class LegalizeContext:
         def body(idx):
             reads = [broadcast_read(buf, idx, out.shape) for buf in inputs]
             if out.dtype != "f16":
-                return fn(*reads)
+                return wrap(fn(*reads), out.storage_dtype)  # int8 ... wrap as numpy's do
             return cast(fn(*[cast(r, "f32") if r.dtype == "f16" else r for r in reads]), "f16")
 
         return ComputeDef(self.kernel_name, tuple(inputs), out, body)

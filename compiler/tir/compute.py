@@ -28,11 +28,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import arith
-from .ir import INDEX, Buffer, Const, Local, TExpr, binary, from_prim
+from .ir import INDEX, Buffer, Const, Local, Select, TExpr, binary, from_prim
 
 # Tensor dtype -> the scalar type kernels compute with.
 VALUE_DTYPE = {"float32": "f32", "float16": "f16", "int32": "i32", "uint32": "u32", "bool": "bool",
-               "int64": "i32"}
+               "int64": "i32", "int8": "i32", "uint8": "u32", "int16": "i32", "uint16": "u32", "uint64": "u32"}
+# Integer dtypes narrower than their 32-bit kernel type: bits per element. A kernel computes them
+# in i32 or u32 and wraps each result it makes to the dtype's range (``wrap``), as numpy's integers
+# wrap, before it is stored or read by a fused consumer.
+NARROW_BITS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16}
+
+
+def wrap(value: TExpr, dtype: str) -> TExpr:
+    """``value`` (of ``dtype``'s kernel type) wrapped into a narrow integer ``dtype``'s range, with
+    the arithmetic every kernel language has (no bit operations in tir): an unsigned value modulo
+    2**bits; a signed one, sign-extended from its low bits. Other dtypes pass unchanged."""
+    bits = NARROW_BITS.get(dtype)
+    if bits is None:
+        return value
+    span = Const(1 << bits, value.dtype)
+    if value.dtype == "u32":
+        return binary("%", value, span)
+    low = binary("%", binary("+", binary("%", value, span), span), span)  # in [0, 2**bits)
+    half = Const(1 << (bits - 1), "i32")
+    return Select(binary(">=", low, half), binary("-", low, span), low, "i32")
 
 
 @dataclass(frozen=True, eq=False)

@@ -333,8 +333,8 @@ def test_what_spirv_cannot_express_is_a_tessera_error_naming_the_kernel():
     for func, message in cases:
         with pytest.raises(SPIRVError, match=message):
             emit_spirv(func)
-    bytes_buffer = Buffer("b", "u32", (n,), "global", "int8")
-    with pytest.raises(TesseraError, match="kernel bytes: b holds int8 tensors"):
+    bytes_buffer = Buffer("b", "u32", (n,), "global", "float64")
+    with pytest.raises(TesseraError, match="kernel bytes: b holds float64 tensors"):
         emit_spirv(PrimFunc("bytes", (bytes_buffer,), (y,), ("n",), (), (64, 1, 1), (arith.IntImm(1),) * 3))
 
 

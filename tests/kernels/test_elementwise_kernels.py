@@ -2,10 +2,11 @@
 1..1000, over signed operands (negatives, zero, half-integers: harness.SIGNED) wherever the
 operator is defined there."""
 
+import numpy as np
 import pytest
 from harness import NONZERO, POSITIVE, SIGNED, check_op, rule_on
 from tessera import op
-from tessera.ir import Tensor
+from tessera.ir import Constant, Tensor
 from tessera.op.elementwise import BINARY, COMPARISON, UNARY
 
 # Every elementwise kernel computes a float16 element in float32 (its loads widen) and rounds it to
@@ -45,6 +46,41 @@ def test_integer_binary(runner, name, dtype):
     """Signed numerators (and zero) over divisors of either sign: division truncates toward zero,
     floor_divide rounds toward negative infinity, as numpy's // does."""
     check_op(runner, getattr(op, name), [Tensor(("n",), dtype), Tensor(("n",), dtype)], domains=_domains(name, 2))
+
+
+NARROW = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
+          "uint64": (0, 30000)}  # uint64 computes in u32, as int64 in i32: results below 2**32
+
+
+@pytest.mark.parametrize("dtype", sorted(NARROW))
+def test_narrow_integers_wrap_as_numpys_do(runner, dtype):
+    """int8 ... uint16 are kept in 32-bit words and computed in i32/u32: every result, stored or read
+    by a fused consumer, wraps to the dtype's range as numpy's does; comparisons, division and casts
+    to and from float32 and int32 see the dtype's values."""
+    low, high = NARROW[dtype]
+
+    def full_range(env, rng):
+        return [rng.integers(low, high + 1, env["n"]).astype(dtype) for _ in range(2)]
+
+    as_f32 = lambda x: op.astype(x, dtype="float32")  # noqa: E731
+    checks = [lambda a, b: op.subtract(op.multiply(op.add(a, b), b), a),  # one fused kernel: each step wraps
+              lambda a, b: op.divide(op.add(a, b), op.maximum(b, Constant(np.array(1, dtype)))),
+              lambda a, b: op.less(op.add(a, b), b),
+              lambda a, b: op.astype(op.add(as_f32(a), as_f32(b)), dtype="int32"),
+              lambda a, b: op.astype(op.add(op.astype(a, dtype="int32"), op.astype(b, dtype="int32")), dtype=dtype)]
+    for make in checks:
+        check_op(runner, make, [Tensor(("n",), dtype)] * 2, inputs=full_range, rtol=0, atol=0, sizes=(1000,))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8"])
+def test_integer_power(runner, dtype):
+    """Integer powers to the 8th are exact (products of the base, wrapping as numpy's do), with the
+    sign of a negative base to an odd power; higher ones go through f32's pow and are approximate."""
+    def bases_and_exponents(env, rng):
+        low = 0 if dtype.startswith("u") else -5
+        return [rng.integers(low, 6, env["n"]).astype(dtype), rng.integers(0, 9, env["n"]).astype(dtype)]
+
+    check_op(runner, op.power, [Tensor(("n",), dtype)] * 2, inputs=bases_and_exponents, rtol=0, atol=0, sizes=(64,))
 
 
 @pytest.mark.parametrize("name", sorted(COMPARISON))

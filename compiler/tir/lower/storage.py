@@ -1,11 +1,15 @@
 """legalize_storage: tensors a language cannot hold become 32-bit words, in tir.
 
-WebGPU storage buffers cannot hold ``bool`` (not host-shareable) or ``int64`` (no 64-bit integers),
+WebGPU storage buffers cannot hold ``bool`` (not host-shareable), ``int64`` (no 64-bit integers) or
+bytes and halfwords (no 8- or 16-bit integers),
 and a thread must be able to write an element alone, so those tensors live in whole words:
 
 - ``bool``: one ``u32`` word per element, 0 or 1;
 - ``int64``: two ``i32`` words per element, the low word first and then the high word, which
   holds the sign (kernels compute int64 tensors in i32, as ``tessera.tir.compute`` says).
+- ``uint64``: two ``u32`` words, the high one zero (computed in u32);
+- ``int8``, ``uint8``, ``int16``, ``uint16``: one ``i32`` or ``u32`` word per element, the value
+  sign- or zero-extended, wrapped to the dtype's range when stored.
 
 This module is the one place that says so. ``legalize_storage`` rewrites the kernel's loads and
 stores of such buffers into word loads and stores plus the compare, select or sign the rule
@@ -23,7 +27,7 @@ from dataclasses import replace
 import numpy as np
 
 from ... import arith
-from ..compute import VALUE_DTYPE
+from ..compute import NARROW_BITS, VALUE_DTYPE, wrap
 from ..ir import (
     Assign,
     Binary,
@@ -93,7 +97,38 @@ class _Int64Words(WordStorage):
         return (value, Select(binary("<", value, Const(0)), Const(-1), Const(0), "i32"))
 
 
-WORD_STORAGE: dict[str, WordStorage] = {"bool": _BoolWords(), "int64": _Int64Words()}
+class _Uint64Words(WordStorage):
+    # Computed in u32, as int64 is in i32: the high word is zero.
+    word, words, host = "uint32", 2, "uint64"
+
+    def read(self, first_word, lanes):
+        return first_word
+
+    def write(self, value, lanes):
+        return (value, Const(0, "u32"))
+
+
+class _NarrowWords(WordStorage):
+    """int8, uint8, int16, uint16: one word per element, holding the value sign- or zero-extended (a
+    thread must be able to write an element alone); stored values are wrapped to the dtype's range."""
+
+    words = 1
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+        self.word = self.host = "uint32" if dtype.startswith("u") else "int32"
+
+    def read(self, first_word, lanes):
+        return first_word
+
+    def write(self, value, lanes):
+        if lanes > 1:
+            raise NotImplementedError(f"vector stores of {self.dtype} tensors")
+        return (wrap(value, self.dtype),)
+
+
+WORD_STORAGE: dict[str, WordStorage] = {"bool": _BoolWords(), "int64": _Int64Words(), "uint64": _Uint64Words(),
+                                        **{dtype: _NarrowWords(dtype) for dtype in NARROW_BITS}}
 
 # Bytes per element of the dtypes that are stored as themselves.
 NATIVE_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1,
