@@ -58,6 +58,7 @@ export class WorkerInferenceSession {
     this.device = description.device;
     this.function = description.function;
     this.url = description.url;
+    this.passedOver = description.passedOver ?? [];
     this.released = false;
     // The same checks as the worker's, from the same metadata: a bad feed fails before it is posted.
     this.checks = Object.assign(Object.create(SessionDescription.prototype), {

@@ -18,7 +18,7 @@ self.onmessage = async (/** @type {MessageEvent} */ event) => {
         ...event.data.options, onProgress: (/** @type {any} */ progress) => post({ type: "progress", id, progress }),
       });
       post({ type: "created", id, description: { inputs: session.inputMetadata, outputs: session.outputMetadata,
-        bounds: session.symbolBounds, device: session.device, function: session.function, url: session.url } });
+        bounds: session.symbolBounds, device: session.device, function: session.function, url: session.url, passedOver: session.passedOver } });
     } else if (type === "run") {
       if (!session) throw new Error("the session has not finished loading");
       /** @type {Record<string, any>} */
