@@ -225,6 +225,19 @@ def _weight_names(mod) -> set[str]:
     return names
 
 
+def test_ops_that_need_static_sizes_take_a_dynamic_batch():
+    """Pooling's ceil mode, adaptive pooling, upsampling, flips and a bias-free layer norm need only
+    the axes they work on to be static: the batch may be a shape variable."""
+    def fn(p, x):
+        pooled = F.adaptive_avg_pool2d(F.max_pool2d(x, 3, 2, 1, ceil_mode=True), 2)
+        upsampled = F.interpolate(pooled, scale_factor=2, mode="bilinear").flip(-1)
+        return p["ln"](upsampled.flatten(1)), F.interpolate(x, size=(5, 3))
+
+    module = Fn(fn, ln=torch.nn.LayerNorm(48, bias=False))
+    batch = torch.export.Dim("batch", min=1, max=6)
+    _check(module, (_x(2, 3, 8, 8),), dynamic_shapes=(({0: batch},),), also=[(_x(5, 3, 8, 8),), (_x(1, 3, 8, 8),)])
+
+
 def test_tied_weights_are_one_constant():
     module = Fn(lambda p, ids: p["head"](p["emb"](ids)), emb=torch.nn.Embedding(10, 4),
                 head=torch.nn.Linear(4, 10, bias=False))

@@ -179,7 +179,7 @@ def _pool(ctx: NodeContext, kind: str):
         include = True if ctx["count_include_pad"] is None else bool(ctx["count_include_pad"])
         y = R.nn.avg_pool2d(x, count_include_pad=include, **attrs)
     if ceil:
-        spatial = ctx.static_dims(x, "ceil_mode=True")[2:]
+        spatial = ctx.static_dims(x, "ceil_mode=True", 2)
         y = _drop_windows_in_padding(ctx, y, spatial, kernel, stride, (ph, pw))
     return R.squeeze(y, axis=(2,)) if one_d else y
 
@@ -202,19 +202,32 @@ def _avg_pool(ctx: NodeContext):
 @converter("aten.adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d.default",
            "aten.adaptive_avg_pool1d.default")
 def _adaptive_avg_pool(ctx: NodeContext):
-    """An output of 1 per axis is a mean; a size the input divides is a plain average pool."""
+    """An output of 1 per axis is a mean; a size the input divides is a plain average pool; other
+    sizes average windows of unequal lengths, as averaging matrices."""
     x, one_d = _as_2d(ctx, ctx.tensor("self"), "adaptive_avg_pool")
     out = tuple(ctx.ints("output_size"))
     out = (1, *out) if one_d else _pair(out, 1)
     if out == (1, 1):
         y = R.mean(x, axis=(2, 3), keepdims=True)
     else:
-        spatial = ctx.static_dims(x, "adaptive_avg_pool with an output other than 1")[2:]
+        spatial = ctx.static_dims(x, "adaptive_avg_pool with an output other than 1", 2)
         if any(size % o for size, o in zip(spatial, out)):
-            raise ctx.error(f"adaptive pooling of {spatial} to {out} (not a divisor) is not supported")
-        kernel = tuple(size // o for size, o in zip(spatial, out))
-        y = R.nn.avg_pool2d(x, pool_size=kernel, strides=kernel)
+            # Windows of unequal sizes: one averaging matrix per axis, (out, in) @ x @ (in, out)ᵀ.
+            rows, columns = (Constant(_adaptive_matrix(size, o, ctx.dtype(x))) for size, o in zip(spatial, out))
+            y = R.matmul(ctx.emit(R.matmul(rows, x)), R.permute_dims(columns, axes=(1, 0)))
+        else:
+            kernel = tuple(size // o for size, o in zip(spatial, out))
+            y = R.nn.avg_pool2d(x, pool_size=kernel, strides=kernel)
     return R.squeeze(y, axis=(2,)) if one_d else y
+
+
+def _adaptive_matrix(size: int, out: int, dtype: str) -> np.ndarray:
+    """(out, size): row i averages torch's adaptive window [floor(i·size/out), ceil((i+1)·size/out))."""
+    matrix = np.zeros((out, size), dtype=np.float64)
+    for i in range(out):
+        start, end = (i * size) // out, -(-((i + 1) * size) // out)
+        matrix[i, start:end] = 1.0 / (end - start)
+    return matrix.astype(dtype)
 
 
 # -- normalization --------------------------------------------------------------------------------
@@ -256,7 +269,7 @@ def _layer_norm(ctx: NodeContext):
     x = ctx.tensor("input")
     count = len(ctx.ints("normalized_shape"))
     rank, dtype = ctx.rank(x), ctx.dtype(x)
-    shape = ctx.static_dims(x, "layer_norm")[rank - count:] if ctx["weight"] is None or ctx["bias"] is None \
+    shape = ctx.static_dims(x, "layer_norm", rank - count) if ctx["weight"] is None or ctx["bias"] is None \
         else None
     weight = ctx["weight"] if ctx["weight"] is not None else Constant(np.ones(shape, dtype=dtype))
     bias = ctx["bias"] if ctx["bias"] is not None else Constant(np.zeros(shape, dtype=dtype))

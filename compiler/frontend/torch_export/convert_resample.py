@@ -14,7 +14,7 @@ def _geometry(ctx: NodeContext, x):
     """(input sizes, output sizes, torch's scale per axis: output position · scale = input position)."""
     if ctx.rank(x) != 4:
         raise ctx.error(f"upsampling over rank {ctx.rank(x)} is not supported (2-D, rank 4, only)")
-    spatial = ctx.static_dims(x, "upsampling")[2:]
+    spatial = ctx.static_dims(x, "upsampling", 2)
     val = ctx.node.meta.get("val")
     out = tuple(int(d) for d in val.shape[2:]) if val is not None and all(
         isinstance(d, int) for d in val.shape[2:]) else None

@@ -18,7 +18,7 @@ BIG = 2**62  # torch writes an open slice end as INT64_MAX
 def _reshape(ctx: NodeContext):
     x = ctx.tensor("self")
     shape = ctx.ints("size") or ctx.ints("shape")
-    if tuple(shape) == ctx.dims(x):
+    if tuple(arith.as_expr(d) for d in shape) == ctx.dims(x):
         return x
     return R.reshape(x, list(shape))
 
@@ -316,7 +316,9 @@ def _repeat(ctx: NodeContext):
 def _flip(ctx: NodeContext):
     x = ctx.tensor("self")
     rank = ctx.rank(x)
-    dims = ctx.static_dims(x, "flip")
     for axis in sorted({ctx.axis(d, rank) for d in ctx.ints("dims")}):
-        x = ctx.emit(R.take(x, Constant(np.arange(dims[axis] - 1, -1, -1, dtype=np.int64)), axis=axis))
+        size = ctx.analyzer.as_int(ctx.dims(x)[axis])
+        if size is None:
+            raise ctx.error(f"flip along symbolic axis {axis} is not supported")
+        x = ctx.emit(R.take(x, Constant(np.arange(size - 1, -1, -1, dtype=np.int64)), axis=axis))
     return x

@@ -89,11 +89,12 @@ class NodeContext:
     def rank(self, value: Expr) -> int:
         return len(self.dims(value))
 
-    def static_dims(self, value: Expr, what: str) -> tuple[int, ...]:
-        dims = self.dims(value)
+    def static_dims(self, value: Expr, what: str, start: int = 0) -> tuple[int, ...]:
+        """The sizes of axes ``start`` on, which must be static (the axes before may be symbolic)."""
+        dims = self.dims(value)[start:]
         ints = tuple(self.analyzer.as_int(d) for d in dims)
         if None in ints:
-            raise self.error(f"{what} needs a static shape, got {dims}")
+            raise self.error(f"{what} needs static sizes on axes {start} on, got {dims}")
         return ints
 
     def dtype(self, value: Expr) -> str:
