@@ -52,11 +52,11 @@ function referenceOutput(model, input, dims) {
 }
 
 /** Open the page of the site ``url`` asking for ``device``, drop the picture on it, and wait for the result. */
-async function classifyOnPage(url, device) {
+async function classifyOnPage(url, device, query = "") {
   const page = await browser.newPage({ viewport: { width: 480, height: 720 } });
   const errors = [];
   page.on("pageerror", (error) => errors.push(error.message));
-  await page.goto(`${url}?device=${device}`);
+  await page.goto(`${url}?device=${device}${query}`);
   await page.waitForSelector("body[data-state=ready], body[data-state=error]");
   assert.equal(await page.getAttribute("body", "data-state"), "ready", await page.textContent("#error-text"));
   assert.match(await page.textContent("#device"), new RegExp(`\\(${device}\\)`));
@@ -79,9 +79,9 @@ after(async () => {
   server?.stop();
 });
 
-for (const device of ["webgpu", "wasm"]) {
-  test(`the page classifies a dropped picture on ${device}`, { timeout: 120_000 }, async () => {
-    const { page, errors, result } = await classifyOnPage(server.url, device);
+for (const [device, query] of [["webgpu", ""], ["wasm", ""], ["wasm", "&worker=0"]]) {
+  test(`the page classifies a dropped picture on ${device}${query ? " on the page's thread" : " in a Worker"}`, { timeout: 120_000 }, async () => {
+    const { page, errors, result } = await classifyOnPage(server.url, device, query);
     assert.deepEqual(result.dims, [1, 3, 8, 8]);
     const expected = referenceOutput(MODEL, result.input, result.dims);
     result.output.forEach((v, i) => assert.ok(Math.abs(v - expected[i]) <= 1e-5 + 1e-4 * Math.abs(expected[i]), `${i}: ${v} vs ${expected[i]}`));
@@ -91,7 +91,7 @@ for (const device of ["webgpu", "wasm"]) {
     items.forEach((text, k) => assert.match(text, new RegExp(`^${LABELS[ranked[k]]}: \\d+\\.\\d%$`)));
     assert.match(await page.textContent("#time"), /^\d+\.\d ms on /);
     mkdirSync(ARTIFACTS, { recursive: true });
-    await page.screenshot({ path: join(ARTIFACTS, `inference-page-${device}.png`), fullPage: true });
+    await page.screenshot({ path: join(ARTIFACTS, `inference-page-${device}${query ? "-main-thread" : ""}.png`), fullPage: true });
     assert.deepEqual(errors, []);
     await page.close();
   });

@@ -95,8 +95,11 @@ async function start() {
   try {
     model = await (await fetch("model/model.json")).json();
     $("title").textContent = `Classify a picture with ${model.name}`;
-    const device = new URLSearchParams(location.search).get("device") ?? "auto";
-    session = await InferenceSession.create(model.builds.map((b) => `model/${b}`), { device });
+    const query = new URLSearchParams(location.search);
+    const device = query.get("device") ?? "auto";
+    // In a Web Worker, so that the page stays responsive while the model runs; ?worker=0 runs it here.
+    const worker = query.get("worker") !== "0";
+    session = await InferenceSession.create(model.builds.map((b) => new URL(`model/${b}`, location.href).href), { device, worker });
     $("device").textContent = `Running on ${session.device.name} (${session.device.kind})` +
       (session.passedOver.length ? `: ${session.passedOver.join("; ")}` : "");
     $("file").disabled = false;
