@@ -110,10 +110,32 @@ def as_array(value) -> np.ndarray | None:
     return None
 
 
-def run_case(case, op: str) -> Result:
+def run_case(case, op: str, target: str | None = None) -> Result:
+    """``case`` imported and run by the reference interpreter, or, with ``target`` (a key of
+    TARGETS), compiled for that target and run on the Python VM (compiled.py)."""
+    from tessera.ir import interpret
+
+    imported = import_case(case, op)
+    if isinstance(imported, Result):
+        return imported
+    mod, inputs, expected, frozen = imported
+    if target is not None:
+        from onnx_node_compiled import run_compiled  # (tests/frontend is on the path)
+
+        return run_compiled(case, op, target, mod, inputs, expected, frozen)
+    try:
+        with np.errstate(all="ignore"):
+            got = interpret(mod, "main", *inputs)
+    except Exception as error:  # noqa: BLE001
+        return Result(case.name, op, "failed", f"running raised {type(error).__name__}: {_first_line(error)}")
+    return compare(case, op, got, expected, frozen)
+
+
+def import_case(case, op: str):
+    """(module, inputs, expected outputs, frozen input names), or the Result of a case that is not
+    attempted or that the importer refuses."""
     from tessera.frontend import from_onnx
     from tessera.frontend.onnx import OnnxImportError
-    from tessera.ir import interpret
 
     skip = not_attempted(case)
     if skip:
@@ -123,8 +145,7 @@ def run_case(case, op: str) -> Result:
     model, frozen = case.model, ()
     while True:
         try:
-            mod = from_onnx(model)
-            break
+            return from_onnx(model), inputs, expected, frozen
         except OnnxImportError as error:
             names = [value.name for value in model.graph.input]
             if error.constant_input in names and error.constant_input not in frozen:
@@ -136,11 +157,10 @@ def run_case(case, op: str) -> Result:
         except Exception as error:  # noqa: BLE001  (a failure of the importer, reported by name)
             return Result(case.name, op, "failed", f"import raised {type(error).__name__}: {_first_line(error)}",
                           frozen)
-    try:
-        with np.errstate(all="ignore"):
-            got = interpret(mod, "main", *inputs)
-    except Exception as error:  # noqa: BLE001
-        return Result(case.name, op, "failed", f"running raised {type(error).__name__}: {_first_line(error)}")
+
+
+def compare(case, op: str, got, expected: list, frozen: tuple = ()) -> Result:
+    """As ONNX's backend runner compares: as many outputs, each of the same dtype and shape, close."""
     got = list(got) if isinstance(got, tuple | list) else [got]
     if len(got) != len(expected):
         return Result(case.name, op, "failed", f"{len(got)} outputs, expected {len(expected)}")
@@ -245,7 +265,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write-table", type=Path, help="rewrite the results table in this Markdown file")
     parser.add_argument("--op", help="run only the cases of this op and print each result")
+    parser.add_argument("--target", action="append", choices=("wasm", "webgpu", "cpu"),
+                        help="compile the cases for this target and run them on the VM (repeatable; "
+                             "see onnx_node_compiled.py)")
+    parser.add_argument("--jobs", type=int, default=1, help="processes compiling cases at once (with --target)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the results build/onnx-node-compiled/ holds; run only the other cases")
+    parser.add_argument("--write-compiled-table", type=Path,
+                        help="rewrite the compiled results section in this Markdown file (with --target)")
+    parser.add_argument("--write-compiled-sample", action="store_true",
+                        help="rewrite the sample of passing cases make test compiles (with one --target)")
     args = parser.parse_args(argv)
+    if args.target:
+        return compiled_main(args)
     results = run_all() if not args.op else [r for r in run_all() if r.op == args.op]
     if args.op:
         for r in results:
@@ -258,6 +290,30 @@ def main(argv=None) -> int:
     counts = Counter(r.status for r in results)
     print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
     return 1 if failed else 0
+
+
+def compiled_main(args) -> int:
+    """--target: the cases compiled for each target (onnx_node_compiled.py); 1 if any failed."""
+    sys.modules.setdefault("onnx_node_cases", sys.modules[__name__])  # one copy of Result when run as a script
+    import onnx_node_compiled as compiled
+
+    names = None
+    if args.op:
+        ops = case_ops(collect())
+        names = {name for name, op in ops.items() if op == args.op}
+    results = {t: compiled.run_target(t, args.jobs, args.resume, names) for t in args.target}
+    for target, group in results.items():
+        for r in group:
+            if args.op:
+                print(f"{target:7} {r.status:14} {r.name}: {r.reason}")
+            elif r.status == "failed":
+                print(f"FAILED {target} {r.name} ({r.op}): {r.reason}", file=sys.stderr)
+    if args.write_compiled_table:
+        compiled.write_section(args.write_compiled_table, compiled.render(run_all(), results))
+    if args.write_compiled_sample:
+        [(target, group)] = results.items()
+        compiled.write_sample(group, target)
+    return 1 if any(r.status == "failed" for group in results.values() for r in group) else 0
 
 
 if __name__ == "__main__":
