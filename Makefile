@@ -17,7 +17,7 @@ APT_PACKAGES := mesa-vulkan-drivers libvulkan1 chromium clang lld wasi-libc libc
 # the AArch64 musl build (zig cc from PyPI's ziglang), whose programs' loader is musl:arm64's.
 # The Android library's host build: its JNI bridge and Kotlin (kotlinc from npm) on OpenJDK 17, tested with JUnit 4.
 
-.PHONY: setup system-deps python-deps node-deps facts native test lint test-native test-native-builds test-python test-conformance-js test-js test-browser demo bench wheel clean
+.PHONY: setup system-deps python-deps node-deps facts native test lint test-native test-native-builds test-python test-onnx-compiled test-conformance-js test-js test-browser demo bench wheel clean
 
 setup: system-deps python-deps node-deps
 
@@ -125,6 +125,13 @@ test-python: native node-deps
 	 echo "== $(KERNEL_TESTS) (ran beside the rest)"; cat build/test-kernels.log; \
 	 echo "== tests/js (ran beside the rest)"; tail -n 9 build/test-js.log; \
 	 [ $$status -eq 0 ] && [ "$$(cat build/test-kernels.status)" = 0 ] && [ "$$(cat build/test-js.status)" = 0 ]
+
+# ONNX's node tests compiled for wasm and for webgpu (llvmpipe) and run on the Python VM: every attempted
+# case (about 5 minutes for wasm, half an hour for webgpu on 2 cores), not part of `make test` (which
+# compiles a sample: tests/frontend/test_onnx_node_compiled.py). It rewrites docs/onnx.md's compiled table.
+test-onnx-compiled: python-deps
+	$(PY) tests/frontend/onnx_node_cases.py --target wasm --target webgpu --jobs $(PYTEST_WORKERS) \
+	  --write-compiled-table docs/onnx.md
 
 # runtime-js against the conformance cases: its WASM VM in Node, its WebGPU VM in Chromium (SwiftShader).
 # The cases are test-python's; generate.py only checks their digests here, so an edit to the compiler
