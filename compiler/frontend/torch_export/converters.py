@@ -8,5 +8,6 @@ from . import (  # noqa: F401  (importing registers)
     convert_nn,
     convert_reduce,
     convert_resample,
+    convert_select,
     convert_shape,
 )
