@@ -266,8 +266,11 @@ def quantized(case: Case) -> Path:
 
 
 def check_int8(case: Case, report=None):
-    """The int8 model against onnxruntime's own int8 outputs: the same quantization (round half to
-    even, saturation), so within one int8 step of the outputs' range; the float model differs more."""
+    """The int8 model against onnxruntime's int8 outputs, within onnxruntime's own int8 tolerance:
+    half the distance between its int8 and float32 outputs at most, and as close to float32 on
+    average as onnxruntime's int8 is. (The two round alike, but a float difference of 1e-6 before a
+    DynamicQuantizeLinear moves a value across a rounding boundary now and then; in a deep model at a
+    larger batch such flips spread.)"""
     import tessera
     from tessera.frontend import from_onnx
     from tessera.ir import interpret
@@ -275,19 +278,23 @@ def check_int8(case: Case, report=None):
     path = quantized(case)
     mod = from_onnx(str(path), dims=case.dims)
     reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    float32 = ort.InferenceSession(str(exported(case)), providers=["CPUExecutionProvider"])
     session = tessera.InferenceSession(tessera.build(mod, "cpu"), device="cpu")
     worst = 0.0
     for index, sizes in enumerate(case.sizes):
         feed = feeds(case, sizes, seed=index)
-        want = reference.run(None, feed)
+        want, exact = reference.run(None, feed), float32.run(None, feed)
         for got in (list(interpret(mod, "main", *feed.values())), session.run(None, feed)):
-            for g, w in zip(got, want):
-                step = float(np.abs(w).max()) / 127
-                error = float(np.abs(np.asarray(g) - w).max())
-                worst = max(worst, error / step)
-                assert error <= step, f"{case.name} int8 at {sizes}: {error} > one int8 step {step}"
+            for g, w, f in zip(got, want, exact):
+                g = np.asarray(g, np.float64)
+                noise = float(np.abs(w - f).max())
+                error = float(np.abs(g - w).max())
+                worst = max(worst, error / noise)
+                where = f"{case.name} int8 at {sizes}"
+                assert error <= 0.5 * noise, f"{where}: {error} from onnxruntime's int8, whose own error is {noise}"
+                assert np.abs(g - f).mean() <= 1.1 * np.abs(w - f).mean() + 1e-6, where
     if report is not None:
-        report[case.name + " int8"] = {"worst (in int8 steps of the output range)": worst}
+        report[case.name + " int8"] = {"worst (as a fraction of onnxruntime's int8 error)": worst}
 
 
 # wasm builds take a few seconds each: in `make test` a text model and a CNN run there too.
