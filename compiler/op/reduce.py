@@ -10,7 +10,7 @@ from .. import arith
 from ..tir.compute import RowDef, accumulate_type, highest, lowest
 from ..tir.ir import binary, cast, from_prim
 from .common import normalize_axes, normalize_axis, require_float, result_tensor, tensor_input
-from .lowering import reduce_def
+from .lowering import as_value, reduce_def
 from .registry import register_op
 
 
@@ -53,6 +53,13 @@ def _legalize_reduce(call, ctx):
     name = call.op.name
     acc = accumulate_type(x.dtype)
     combiner = {"sum": "sum", "mean": "sum", "prod": "prod", "max": "max", "min": "min"}[name]
+    if x.dtype == "bool" and combiner in ("max", "min"):  # any / all: over 0 and 1 in u32 (no bool max)
+        defn = reduce_def(ctx, x, axes, call.attr("keepdims"), combiner, 0 if combiner == "max" else 1,
+                          lambda total, idx: as_value(total, "bool"))
+        read_bool = defn.body
+        defn.body = lambda idx, ridx: as_value(read_bool(idx, ridx), "u32")
+        defn.accumulate_dtype = "u32"
+        return defn
     init = {"sum": 0, "prod": 1, "max": lowest(acc), "min": highest(acc)}[combiner]
     finalize = None
     if name == "mean":

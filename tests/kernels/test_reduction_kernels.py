@@ -41,6 +41,14 @@ def test_prod(runner, dtype, tolerance):
     check_op(runner, lambda x: op.prod(x, axis=[1]), [Tensor(("n", 5), dtype)], **{**tolerance, "domains": NONZERO})
 
 
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_any_and_all_of_bools(runner, name):
+    """max and min of bools (ONNX's ReduceMax/ReduceMin on bool inputs) reduce 0s and 1s in u32."""
+    make = getattr(op, name)
+    check_op(runner, lambda x: make(x, axis=[1]), [Tensor(("n", 5), "bool")], sizes=(1, 64))
+    check_op(runner, lambda x: make(x, axis=[0], keepdims=True), [Tensor(("n", 3), "bool")], sizes=(7,))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("name", ["argmax", "argmin"])
 def test_arg_reductions(runner, name, dtype):
