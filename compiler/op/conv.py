@@ -195,8 +195,6 @@ def _legalize_pool(kind):
 
             return ComputeDef(ctx.kernel_name, (x,), out, body, Reduction((kh, kw), "max", lowest(acc)),
                               accumulate_dtype=acc)
-        if dh != 1 or dw != 1:
-            raise ctx.fail("avg_pool2d kernels support dilation 1")
         include_pad = call.attr("count_include_pad")
 
         def body(idx, ridx):
@@ -207,7 +205,7 @@ def _legalize_pool(kind):
             if include_pad:
                 return binary("/", total, Const(float(kh * kw), acc))
             _, _, y, xx = idx
-            count = binary("*", _covered(y, sh, top, kh, x.shape[2]), _covered(xx, sw, left, kw, x.shape[3]))
+            count = binary("*", _covered(y, sh, top, kh, x.shape[2], dh), _covered(xx, sw, left, kw, x.shape[3], dw))
             return binary("/", total, cast(count, acc))
 
         return ComputeDef(ctx.kernel_name, (x,), out, body, Reduction((kh, kw), "sum", 0.0), finalize,
@@ -216,11 +214,18 @@ def _legalize_pool(kind):
     return legalize
 
 
-def _covered(position, stride, pad, size, extent):
+def _covered(position, stride, pad, size, extent, dilation=1):
     """How many of the window's ``size`` taps along one axis fall inside [0, extent)."""
     start = binary("-", binary("*", position, Const(stride)), Const(pad))
-    end = minimum(binary("+", start, Const(size)), from_prim(extent))
-    return binary("-", end, maximum(start, Const(0)))
+    if dilation == 1:
+        end = minimum(binary("+", start, Const(size)), from_prim(extent))
+        return binary("-", end, maximum(start, Const(0)))
+    # Taps i in [first, last]: start + i * dilation >= 0 from the first, <= extent - 1 to the last.
+    d = Const(dilation)
+    first = binary("/", binary("+", maximum(binary("-", Const(0), start), Const(0)), Const(dilation - 1)), d)
+    room = binary("-", binary("-", from_prim(extent), Const(1)), start)
+    last = select(binary(">=", room, Const(0)), minimum(binary("/", room, d), Const(size - 1)), Const(-1))
+    return maximum(binary("+", binary("-", last, first), Const(1)), Const(0))
 
 
 _POOL_ATTRS = {"pool_size": (1, 1), "strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1),

@@ -139,6 +139,9 @@ def test_pooling(runner, dtype, tolerance):
              [Tensor((1, 2, "n", 7), dtype)], **tolerance)
     check_op(runner, lambda x: op.nn.avg_pool2d(x, pool_size=2, strides=2, padding=1, count_include_pad=True),
              [Tensor((1, 2, 6, 6), dtype)], **tolerance)
+    # Dilated windows over padding: each output averages only its taps inside the image.
+    check_op(runner, lambda x: op.nn.avg_pool2d(x, pool_size=3, strides=1, padding=(2, 1, 0, 2), dilation=(2, 3)),
+             [Tensor((1, 2, "n", 9), dtype)], **tolerance, sizes=(4, 7))
 
 
 def test_unique_becomes_a_runtime_call(runner):
