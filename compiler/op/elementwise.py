@@ -111,7 +111,8 @@ BINARY_KERNEL = {
     "multiply": lambda a, b: binary("*", a, b),
     "divide": lambda a, b: binary("/", a, b),
     "floor_divide": _float_or_int(lambda a, b: intrinsic("floor", binary("/", a, b)),
-                                  lambda a, b: intrinsic("floordiv", a, b)),
+                                  lambda a, b: binary("/", a, b) if a.dtype == "u32"  # (already floor)
+                                  else intrinsic("floordiv", a, b)),
     "power": _float_or_int(lambda a, b: intrinsic("pow", a, b), _integer_power),
     "maximum": lambda a, b: binary("max", a, b),
     "minimum": lambda a, b: binary("min", a, b),

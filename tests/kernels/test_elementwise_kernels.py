@@ -40,7 +40,7 @@ def test_binary_with_broadcasting(runner, name, dtype, tolerance):
              domains=_domains(name, 2), **tolerance)
 
 
-@pytest.mark.parametrize("dtype", ["int32", "int64"])
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint32"])
 @pytest.mark.parametrize("name", ["add", "subtract", "multiply", "divide", "floor_divide", "maximum"])
 def test_integer_binary(runner, name, dtype):
     """Signed numerators (and zero) over divisors of either sign: division truncates toward zero,
