@@ -271,6 +271,8 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="processes compiling cases at once (with --target)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the results build/onnx-node-compiled/ holds; run only the other cases")
+    parser.add_argument("--rerun-failed", action="store_true",
+                        help="with --resume: run the cases that failed again too")
     parser.add_argument("--write-compiled-table", type=Path,
                         help="rewrite the compiled results section in this Markdown file (with --target)")
     parser.add_argument("--write-compiled-sample", action="store_true",
@@ -301,7 +303,8 @@ def compiled_main(args) -> int:
     if args.op:
         ops = case_ops(collect())
         names = {name for name, op in ops.items() if op == args.op}
-    results = {t: compiled.run_target(t, args.jobs, args.resume, names) for t in args.target}
+    results = {t: compiled.run_target(t, args.jobs, args.resume, names, rerun_failed=args.rerun_failed)
+               for t in args.target}
     for target, group in results.items():
         for r in group:
             if args.op:

@@ -140,13 +140,18 @@ def run_shard(target: str, shard: int, shards: int, names: set | None) -> None:
     started.unlink(missing_ok=True)
 
 
-def run_target(target: str, jobs: int, resume: bool, names: set | None = None, quiet: bool = False) -> list:
-    """Every case's Result for ``target``, run in ``jobs`` shard processes (restarted past a crash)."""
+def run_target(target: str, jobs: int, resume: bool, names: set | None = None, quiet: bool = False,
+               rerun_failed: bool = False) -> list:
+    """Every case's Result for ``target``, run in ``jobs`` shard processes (restarted past a crash).
+    ``resume``: keep the results cached; ``rerun_failed`` too, but for the failed ones (after a fix)."""
     import onnx_node_cases as cases
 
     CACHE.mkdir(parents=True, exist_ok=True)
     if not resume:
         cache_path(target).unlink(missing_ok=True)
+    elif rerun_failed and cache_path(target).exists():
+        kept = [json.dumps(asdict(r)) + "\n" for r in read_cache(target).values() if r.status != "failed"]
+        cache_path(target).write_text("".join(kept), encoding="utf-8")
     start = time.monotonic()
     pending = {shard: None for shard in range(jobs)}
     while pending:
