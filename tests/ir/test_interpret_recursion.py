@@ -74,3 +74,31 @@ def test_an_error_deep_in_the_recursion_reaches_the_caller_with_numpys_errstate(
     with np.errstate(over="raise"), pytest.raises(TesseraError, match="FloatingPointError") as caught:
         interpret(from_source(text), "down", np.zeros(2, np.float32))
     assert str(caught.value).count("cls.down(y)") == 1  # the calling binding named once, not 3,400 times
+
+
+THROUGH_A_VARIABLE = '''
+@I.ir_module
+class Module:
+    @R.function
+    def down(x: R.Tensor((2,), dtype="float32"), n: R.Tensor((), dtype="int64")) -> R.Tensor((2,), dtype="float32"):
+        done: R.Tensor((), dtype="bool") = R.equal(n, R.const(0, "int64"))
+        if done:
+            r: R.Tensor((2,), dtype="float32") = x
+        else:
+            f: R.Callable((R.Tensor((2,), dtype="float32"), R.Tensor((), dtype="int64")),
+                          R.Tensor((2,), dtype="float32")) = cls.down
+            y: R.Tensor((2,), dtype="float32") = R.add(x, R.const(1.0, "float32"))
+            m: R.Tensor((), dtype="int64") = R.subtract(n, R.const(1, "int64"))
+            r: R.Tensor((2,), dtype="float32") = f(y, m)
+        return r
+'''
+
+
+def test_recursion_through_a_function_value_runs_to_the_limit():
+    """A call through a variable goes through the C stack as well as Python's: 9,990 nested calls
+    still run, and 10,001 are the clear error, not a crash."""
+    mod = from_source(THROUGH_A_VARIABLE)
+    np.testing.assert_array_equal(interpret(mod, "down", np.zeros(2, np.float32), np.array(9990, np.int64)),
+                                  [9990.0, 9990.0])
+    with pytest.raises(TesseraError, match=f"deeper than {MAX_CALL_DEPTH}"):
+        interpret(mod, "down", np.zeros(2, np.float32), np.array(MAX_CALL_DEPTH + 1, np.int64))
