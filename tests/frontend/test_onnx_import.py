@@ -212,3 +212,23 @@ def test_a_declared_output_that_contradicts_the_graph_is_invalid(declared, messa
     with pytest.raises(OnnxImportError, match=f"graph output 'y' .*{message}") as error:
         from_onnx(model)
     assert error.value.kind == "invalid"
+
+
+def test_resize_with_a_dynamic_batch_and_sizes_from_shape():
+    """Only the resized axes need static sizes; sizes computed from Shape (an exporter's upsample)."""
+    def ints(name, values):
+        return numpy_helper.from_array(np.asarray(values, dtype=np.int64), name)
+
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], start=0, end=2),
+             helper.make_node("Concat", ["shape", "hw"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="nearest"),
+             helper.make_node("Resize", ["x", "", "scales"], ["z"], mode="linear")]
+    scales = numpy_helper.from_array(np.asarray([1, 1, 2, 2], dtype=np.float32), "scales")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, 3, 3])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 2, 6, 6]) for n in ("y", "z")]
+    mod = from_onnx(_model(nodes, [x], outs, [ints("hw", [6, 6]), scales], opset=18), dims={"batch": (1, 4)})
+    for batch in (1, 3):
+        data = np.arange(batch * 18, dtype=np.float32).reshape(batch, 2, 3, 3)
+        y, z = interpret(mod, "main", data)
+        np.testing.assert_array_equal(y, data.repeat(2, axis=2).repeat(2, axis=3))
+        assert z.shape == (batch, 2, 6, 6)

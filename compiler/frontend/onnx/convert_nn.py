@@ -615,27 +615,47 @@ def _resize(ctx: NodeContext):
     policy = _text_attr(ctx, "keep_aspect_ratio_policy", "stretch")
     if policy not in ("stretch", "not_larger", "not_smaller"):
         raise ctx.error(f"keep_aspect_ratio_policy={policy!r} is not supported", "invalid")
-    dims = ctx.static_dims(0, "Resize")
-    rank = len(dims)
+    full = ctx.dims(0)  # only the resized axes need static sizes (a dynamic batch passes through)
+    rank = len(full)
     axes = [axis_of(ctx, a, rank) for a in ctx.ints("axes", tuple(range(rank)))]
     scales = sizes = None
     if ctx.has_input(3):
-        sizes = [int(v) for v in ctx.constant(3, "sizes").reshape(-1)]
+        sizes = ctx.shape_value(3, "sizes")
     elif ctx.has_input(2) and ctx.constant(2, "scales").size:
         scales = [float(v) for v in ctx.constant(2, "scales").reshape(-1)]
     else:
         raise ctx.error("neither scales nor sizes is given", "invalid")
+    if sizes is not None:
+        kept = [ctx.analyzer.prove_equal(size, full[axis]) for size, axis in zip(sizes, axes)]
+    else:
+        kept = [scale == 1.0 for scale in scales]
+
+    def static(axis, value, what):
+        known = ctx.analyzer.as_int(value)
+        if known is None:
+            raise ctx.error(f"Resize needs the static {what} of axis {axis}, which is {value}; fix it with shapes=")
+        return known
+
+    dims = [None if keep and policy == "stretch" else static(axis, full[axis], "size")
+            for keep, axis in zip(kept, axes)]
+    dims = {axis: d for axis, d in zip(axes, dims)}
+    if sizes is not None:
+        sizes = [None if keep and policy == "stretch" else static(axis, size, "output size")
+                 for keep, size, axis in zip(kept, sizes, axes)]
     if sizes is not None and policy != "stretch":  # one scale for every axis, the sizes a bound
         ratios = [size / dims[axis] for size, axis in zip(sizes, axes)]
         common = min(ratios) if policy == "not_larger" else max(ratios)
         fixed_sizes = [int(np.floor(dims[axis] * common + 0.5)) for axis in axes]
         scales, sizes = [common] * len(axes), None
+        kept = [False] * len(axes)
     else:
         fixed_sizes = None
     x = ctx.input(0)
     if kind != "nearest":
         require_float(ctx)
     for position, axis in enumerate(axes):
+        if kept[position]:
+            continue
         size_in = dims[axis]
         if sizes is not None:
             size_out, scale = sizes[position], sizes[position] / size_in
