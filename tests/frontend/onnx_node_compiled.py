@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -239,7 +240,13 @@ def render(reference: list, compiled: dict[str, list]) -> str:
                        f"{refused} refused by the target, {failed} failed)")
     lines += ["Compiled cases passed, of the " + str(len(attempted)) + " attempted: " + "; ".join(summary) + ".",
               "The others were refused by the importer (see the table above), refused by the target, or failed.",
-              "", "| op | reference | " + " | ".join(targets) + " | why compiled cases did not pass |",
+              ""]
+    for t in targets:
+        causes = Counter(f"{'FAILED: ' if g.status == 'failed' else 'refused: '}{_short(g.reason)}"
+                         for g in by_target[t].values() if g.status in ("failed", "refused"))
+        lines.append(f"- {t}, cases the importer takes that do not pass: " + (
+            "; ".join(f"{reason} ({n})" for reason, n in causes.most_common()) or "none") + ".")
+    lines += ["", "| op | reference | " + " | ".join(targets) + " | why compiled cases did not pass |",
               "|---|---|" + "---|" * len(targets) + "---|"]
     groups = defaultdict(list)
     for r in attempted:
@@ -255,13 +262,20 @@ def render(reference: list, compiled: dict[str, list]) -> str:
                 if g is None:
                     reasons[f"{t}: not run"] += 1
                 elif g.status == "refused":
-                    reasons[f"{t}: refused by the target: {g.reason}"] += 1
+                    reasons[f"{t}: refused by the target: {_short(g.reason)}"] += 1
                 elif g.status == "failed":
-                    reasons[f"{t}: FAILED: {g.reason}"] += 1
+                    reasons[f"{t}: FAILED: {_short(g.reason)}"] += 1
         why = "; ".join(f"{reason} ({n})" for reason, n in sorted(reasons.items()))
         lines.append(f"| {op} | " + " | ".join(cells) + f" | {why.replace('|', '/')} |")
     lines += ["", END]
     return "\n".join(lines) + "\n"
+
+
+def _short(reason: str) -> str:
+    """A reason without the binding it names and the operator's prefix, so that cases group by it:
+    "dtype float64 is not supported by target wasm"."""
+    reason = re.sub(r" \(in [^)]*.*$", "", reason)
+    return re.sub(r"^(build raised \w+: )?R\.[\w.]+: ", r"\1", reason)
 
 
 def write_section(path: Path, section: str) -> None:
