@@ -82,15 +82,16 @@ export const WORD_BYTES = 4;
 
 /**
  * Bytes per element of each dtype of the format: on the host and in a shard (numpy's itemsize), and in device
- * storage, where bool is one u32 word (WGSL has no byte-sized storage) and int64 two i32 words.
+ * storage, where bool is one u32 word (WGSL has no byte-sized storage), int8, uint8, int16 and uint16 one i32 or
+ * u32 word holding the value sign- or zero-extended, and int64 and uint64 two words.
  * @type {Readonly<Record<string, Readonly<Record<string, number>>>>}
  */
 export const DTYPE_BYTES = Object.freeze({
   bool: Object.freeze({ host: 1, device: 4 }),
-  int8: Object.freeze({ host: 1, device: 1 }),
-  uint8: Object.freeze({ host: 1, device: 1 }),
-  int16: Object.freeze({ host: 2, device: 2 }),
-  uint16: Object.freeze({ host: 2, device: 2 }),
+  int8: Object.freeze({ host: 1, device: 4 }),
+  uint8: Object.freeze({ host: 1, device: 4 }),
+  int16: Object.freeze({ host: 2, device: 4 }),
+  uint16: Object.freeze({ host: 2, device: 4 }),
   float16: Object.freeze({ host: 2, device: 2 }),
   int32: Object.freeze({ host: 4, device: 4 }),
   uint32: Object.freeze({ host: 4, device: 4 }),

@@ -62,17 +62,18 @@
 #define TSR_WORD_BYTES 4
 
 /* Bytes per element of each dtype of the format: on the host and in a shard (numpy's itemsize), and in device
- * storage, where bool is one u32 word (WGSL has no byte-sized storage) and int64 two i32 words. */
+ * storage, where bool is one u32 word (WGSL has no byte-sized storage), int8, uint8, int16 and uint16 one i32 or
+ * u32 word holding the value sign- or zero-extended, and int64 and uint64 two words. */
 #define TSR_DTYPE_BYTES_BOOL_HOST 1
 #define TSR_DTYPE_BYTES_BOOL_DEVICE 4
 #define TSR_DTYPE_BYTES_INT8_HOST 1
-#define TSR_DTYPE_BYTES_INT8_DEVICE 1
+#define TSR_DTYPE_BYTES_INT8_DEVICE 4
 #define TSR_DTYPE_BYTES_UINT8_HOST 1
-#define TSR_DTYPE_BYTES_UINT8_DEVICE 1
+#define TSR_DTYPE_BYTES_UINT8_DEVICE 4
 #define TSR_DTYPE_BYTES_INT16_HOST 2
-#define TSR_DTYPE_BYTES_INT16_DEVICE 2
+#define TSR_DTYPE_BYTES_INT16_DEVICE 4
 #define TSR_DTYPE_BYTES_UINT16_HOST 2
-#define TSR_DTYPE_BYTES_UINT16_DEVICE 2
+#define TSR_DTYPE_BYTES_UINT16_DEVICE 4
 #define TSR_DTYPE_BYTES_FLOAT16_HOST 2
 #define TSR_DTYPE_BYTES_FLOAT16_DEVICE 2
 #define TSR_DTYPE_BYTES_INT32_HOST 4
