@@ -148,10 +148,12 @@ def run_target(target: str, jobs: int, resume: bool, names: set | None = None, q
     import onnx_node_cases as cases
 
     CACHE.mkdir(parents=True, exist_ok=True)
-    if not resume:
+    if not resume and names is None:
         cache_path(target).unlink(missing_ok=True)
-    elif rerun_failed and cache_path(target).exists():
-        kept = [json.dumps(asdict(r)) + "\n" for r in read_cache(target).values() if r.status != "failed"]
+    elif cache_path(target).exists():  # keep the other cases' results (a run of one op keeps the rest)
+        stale = (lambda r: r.name in names) if not resume else (lambda r: rerun_failed and r.status == "failed"
+                                                                and (names is None or r.name in names))
+        kept = [json.dumps(asdict(r)) + "\n" for r in read_cache(target).values() if not stale(r)]
         cache_path(target).write_text("".join(kept), encoding="utf-8")
     start = time.monotonic()
     pending = {shard: None for shard in range(jobs)}
@@ -180,7 +182,7 @@ def run_target(target: str, jobs: int, resume: bool, names: set | None = None, q
             pending[shard] = None
     done = read_cache(target)
     all_cases = cases.collect()
-    results = [done[c.name] for c in all_cases if c.name in done]
+    results = [done[c.name] for c in all_cases if c.name in done and (names is None or c.name in names)]
     if not quiet:
         counts = Counter(r.status for r in results)
         print(f"{target}: {', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))} "
