@@ -33,6 +33,20 @@ static int fail(const char *where, const char *why) {
     return tsr_error(TESSERA_ERROR_FORMAT, "executable.json: %s: %s", where, why);
 }
 
+/* A dtype the format has (facts.h's TSR_DTYPE_BYTES_*) but the C API has no tensors of is refused at load,
+ * named, rather than run with a layout this runtime cannot give its host; any other name is no dtype. */
+static int unknown_dtype(const char *where, const char *what, const char *dtype) {
+    static const char *const format_only[] = {"int16", "uint16", "uint64", "float64"};
+    char q[80];
+    tsr_quote(dtype, q, sizeof q);
+    for (size_t i = 0; i < TSR_ARRAY_LEN(format_only); i++)
+        if (strcmp(dtype, format_only[i]) == 0)
+            return tsr_error(TESSERA_ERROR_UNSUPPORTED, "executable.json: %s: %s has dtype %s, which this runtime "
+                             "does not support (its tensors are float32, float16, int32, uint32, int64, bool, int8 "
+                             "and uint8)", where, what, q);
+    return tsr_error(TESSERA_ERROR_FORMAT, "executable.json: %s: %s has unknown dtype %s", where, what, q);
+}
+
 static const char *dup_string(parser *p, const char *s) { return tsr_bump_strdup(p->exe->mem, s); }
 
 /* An object's optional `device` (version 4: an index into `devices`; a version-3 file may state only 0).
@@ -116,7 +130,7 @@ static int parse_sinfo(parser *p, const cJSON *doc, tsr_symbols *symbols, const 
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(doc, "dtype");
     if (cJSON_IsString(dtype) && dtype->valuestring[0]) {
         if (tsr_dtype_from_name(dtype->valuestring, &s->dtype) != 0)
-            return fail(where, "unknown dtype in struct info");
+            return unknown_dtype(where, "a struct info", dtype->valuestring);
         s->has_dtype = true;
     }
     const cJSON *ndim = cJSON_GetObjectItemCaseSensitive(doc, "ndim");
@@ -312,7 +326,7 @@ static int parse_instr(function_scope *fs, const cJSON *op, int32_t pc, tsr_inst
         if ((rc = reg_field(fs, op, "dst", false, &in->dst))) return rc;
         const char *dtype;
         if ((rc = tsr_json_string(op, "dtype", where, &dtype))) return rc;
-        if (tsr_dtype_from_name(dtype, &in->dtype)) return fail(where, "unknown dtype");
+        if (tsr_dtype_from_name(dtype, &in->dtype)) return unknown_dtype(where, "alloc_tensor", dtype);
         if ((rc = expr_list(fs, op, "shape", in))) return rc;
         if (in->n_exprs > TESSERA_MAX_NDIM) return fail(where, "more than 8 dimensions");
         return 0;
@@ -426,7 +440,11 @@ static int parse_register_infos(parser *p, const cJSON *doc, tsr_function *f, co
         const char *dtype;
         const cJSON *shape;
         if ((rc = tsr_json_string(item, "dtype", where, &dtype))) return rc;
-        if (tsr_dtype_from_name(dtype, &info->dtype)) return fail(where, "unknown dtype in 'tensors'");
+        if (tsr_dtype_from_name(dtype, &info->dtype)) {
+            char what[64];
+            snprintf(what, sizeof what, "register %lld in 'tensors'", (long long)r);
+            return unknown_dtype(where, what, dtype);
+        }
         if ((rc = tsr_json_array(item, "shape", where, &shape))) return rc;
         int n = cJSON_GetArraySize(shape);
         if (n > TESSERA_MAX_NDIM) return fail(where, "a tensor of more than 8 dimensions");

@@ -311,6 +311,9 @@ static void malformed(void) {
         "more dimensions than the runtime supports");
     bad("\"dtype\": \"float32\", \"ndim\": 1, \"shape\": [\"n\"]}}],", "\"dtype\": \"float128\", \"ndim\": 1, \"shape\": [\"n\"]}}],",
         TESSERA_ERROR_FORMAT, "unknown dtype");
+    /* a dtype of the format that the C API has no tensors of: refused, named (not run with a wrong layout) */
+    bad("\"dtype\": \"float32\", \"ndim\": 1, \"shape\": [\"n\"]}}],", "\"dtype\": \"int16\", \"ndim\": 1, \"shape\": [\"n\"]}}],",
+        TESSERA_ERROR_UNSUPPORTED, "has dtype 'int16', which this runtime does not support");
     bad("\"sinfo\": {\"kind\": \"tensor\", \"dtype\": \"float32\", \"ndim\": 1, \"shape\": [\"n\"]}}],",
         "\"sinfo\": {\"kind\": \"blob\"}}],", TESSERA_ERROR_FORMAT, "unknown struct info kind");
 

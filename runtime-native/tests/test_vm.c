@@ -659,6 +659,35 @@ static void oversized(void) {
     tsr_executable_free(&bad);
 }
 
+/* bool, int8 and uint8 cross between host bytes and device words as the Python VM's to_device and
+ * from_device do (numpy's astype to and from int32/uint32): widened, then narrowed to the low byte. */
+static void narrow_words(void) {
+    CHECK(tsr_dtype_widened(TESSERA_BOOL) && tsr_dtype_widened(TESSERA_INT8) && tsr_dtype_widened(TESSERA_UINT8));
+    CHECK(!tsr_dtype_widened(TESSERA_INT64) && !tsr_dtype_widened(TESSERA_FLOAT16) && !tsr_dtype_widened(TESSERA_INT32));
+    int8_t s[5] = {-128, -1, 0, 1, 127};
+    uint32_t words[5];
+    tsr_widen_to_words(TESSERA_INT8, s, words, 5);
+    int32_t signed_words[5];
+    memcpy(signed_words, words, sizeof words);
+    CHECK(signed_words[0] == -128 && signed_words[1] == -1 && signed_words[2] == 0 && signed_words[4] == 127);
+    uint8_t u[4] = {0, 127, 128, 255}, back[5];
+    tsr_widen_to_words(TESSERA_UINT8, u, words, 4);
+    CHECK(words[0] == 0 && words[1] == 127 && words[2] == 128 && words[3] == 255);
+    uint8_t b[3] = {0, 1, 7};
+    tsr_widen_to_words(TESSERA_BOOL, b, words, 3);
+    CHECK(words[0] == 0 && words[1] == 1 && words[2] == 1);
+    /* narrowing keeps the low byte (a kernel stores wrapped values; 300 is what astype(uint8) makes 44) */
+    uint32_t out[5] = {0xFFFFFF80u, 0xFFFFFFFFu, 0, 300, 0x7F};
+    tsr_narrow_from_words(TESSERA_INT8, out, back, 5);
+    int8_t sb[5];
+    memcpy(sb, back, sizeof sb);
+    CHECK(sb[0] == -128 && sb[1] == -1 && sb[2] == 0 && sb[3] == 44 && sb[4] == 127);
+    tsr_narrow_from_words(TESSERA_UINT8, out, back, 5);
+    CHECK(back[0] == 128 && back[1] == 255 && back[3] == 44);
+    tsr_narrow_from_words(TESSERA_BOOL, out, back, 5);
+    CHECK(back[0] == 1 && back[2] == 0 && back[3] == 1);
+}
+
 int main(void) {
     tessera_allocator counting = tsr_test_counting_allocator(&counts);
     tsr_alloc_init(&a, &counting);
@@ -691,6 +720,7 @@ int main(void) {
     cache.n_weights = 1;
     cache.by_name = by_name;
 
+    narrow_words();
     init_errors();
     tessera_library libs[2] = {{"tessera.test.triple", triple, (void *)&triple}, {"tessera.test.fail", failing, NULL}};
     rc = tsr_vm_init(&vm, &a, &exe, &device.base, &cache, libs, 2);

@@ -379,31 +379,33 @@ static void *host_view(tsr_vm *vm, const tsr_vtensor *t, int64_t count, bool *co
     tsr_device *device = vm->devices[t->device];
     void *device_bytes = device->ops->host_pointer(device, t->base, t->offset);
     *copied = false;
-    if (t->dtype != TESSERA_BOOL && device_bytes) return device_bytes;
+    bool widened = tsr_dtype_widened(t->dtype);
+    if (!widened && device_bytes) return device_bytes;
     size_t host_bytes = (size_t)count * tsr_dtype_host_bytes(t->dtype);
     unsigned char *copy = tsr_bump_alloc(vm->scratch, host_bytes ? host_bytes : 1);
     if (!copy) return NULL;
     *copied = true;
-    if (t->dtype == TESSERA_BOOL) {
-        uint32_t *words = tsr_bump_array(vm->scratch, (size_t)(count ? count : 1), 4);
-        if (!words) return NULL;
-        if (device->ops->read_back(device, t->base, t->offset, words, (size_t)count * 4)) return NULL;
-        for (int64_t i = 0; i < count; i++) copy[i] = words[i] != 0;
+    if (widened) {
+        uint32_t *words = device_bytes;
+        if (!words) {
+            words = tsr_bump_array(vm->scratch, (size_t)(count ? count : 1), 4);
+            if (!words || device->ops->read_back(device, t->base, t->offset, words, (size_t)count * 4)) return NULL;
+        }
+        tsr_narrow_from_words(t->dtype, words, copy, count);
     } else if (device->ops->read_back(device, t->base, t->offset, copy, host_bytes)) {
         return NULL;
     }
     return copy;
 }
 
-/* A bool tensor is one uint32 word per element on devices (widened here, in the scratch bump). */
+/* bool, int8 and uint8 tensors are one 32-bit word per element on devices (widened here, in the scratch bump). */
 static int write_host(tsr_vm *vm, const tsr_vtensor *t, const void *host, int64_t count) {
     tsr_device *device = vm->devices[t->device];
-    if (t->dtype != TESSERA_BOOL)
+    if (!tsr_dtype_widened(t->dtype))
         return device->ops->upload(device, t->base, t->offset, host, (size_t)count * tsr_dtype_host_bytes(t->dtype));
     uint32_t *words = tsr_bump_array(vm->scratch, (size_t)(count ? count : 1), 4);
     if (!words) return TESSERA_ERROR_OUT_OF_MEMORY;
-    const uint8_t *bytes = host;
-    for (int64_t i = 0; i < count; i++) words[i] = bytes[i] != 0;
+    tsr_widen_to_words(t->dtype, host, words, count);
     return device->ops->upload(device, t->base, t->offset, words, (size_t)count * 4);
 }
 
@@ -733,19 +735,20 @@ static int flatten(tsr_vm *vm, const tsr_val *v) {
         int64_t count = element_count(t->shape, t->ndim);
         tsr_device *device = vm->devices[t->device];
         void *host = device->ops->host_pointer(device, t->base, t->offset);
-        if (t->dtype == TESSERA_BOOL || !host) {
+        bool widened = tsr_dtype_widened(t->dtype);
+        if (widened || !host) {
             size_t bytes = (size_t)count * tsr_dtype_host_bytes(t->dtype);
             unsigned char *copy = tsr_bump_alloc(vm->output_scratch, bytes ? bytes : 1);
             if (!copy) return TESSERA_ERROR_OUT_OF_MEMORY;
             int rc = 0;
-            if (t->dtype == TESSERA_BOOL) {
+            if (widened) {
                 uint32_t *words = host;
                 if (!words) {
                     words = tsr_bump_array(vm->output_scratch, (size_t)(count ? count : 1), 4);
                     if (!words) return TESSERA_ERROR_OUT_OF_MEMORY;
                     rc = device->ops->read_back(device, t->base, t->offset, words, (size_t)count * 4);
                 }
-                for (int64_t i = 0; !rc && i < count; i++) copy[i] = words[i] != 0;
+                if (!rc) tsr_narrow_from_words(t->dtype, words, copy, count);
             } else {
                 rc = device->ops->read_back(device, t->base, t->offset, copy, bytes);
             }

@@ -16,6 +16,31 @@ size_t tsr_storage_bytes(tessera_dtype dtype, int64_t count) {
     return bytes < 4 ? 4 : bytes;
 }
 
+bool tsr_dtype_widened(tessera_dtype dtype) { return tsr_dtype_host_bytes(dtype) < tsr_dtype_storage_bytes(dtype); }
+
+void tsr_widen_to_words(tessera_dtype dtype, const void *host, uint32_t *words, int64_t count) {
+    const uint8_t *bytes = host;
+    switch (dtype) {
+    case TESSERA_BOOL:
+        for (int64_t i = 0; i < count; i++) words[i] = bytes[i] != 0;
+        break;
+    case TESSERA_INT8: /* sign-extended: the i32 word the kernels compute in holds -128..127 */
+        for (int64_t i = 0; i < count; i++) words[i] = bytes[i] & 0x80u ? 0xFFFFFF00u | bytes[i] : bytes[i];
+        break;
+    default: /* uint8: zero-extended */
+        for (int64_t i = 0; i < count; i++) words[i] = bytes[i];
+        break;
+    }
+}
+
+void tsr_narrow_from_words(tessera_dtype dtype, const uint32_t *words, void *host, int64_t count) {
+    uint8_t *bytes = host;
+    if (dtype == TESSERA_BOOL)
+        for (int64_t i = 0; i < count; i++) bytes[i] = words[i] != 0;
+    else /* int8, uint8: the low byte (kernels store values wrapped to the range already) */
+        for (int64_t i = 0; i < count; i++) bytes[i] = (uint8_t)(words[i] & 0xFFu);
+}
+
 /* A state parameter's bytes at the function's upper bounds. */
 static int state_bytes(const tsr_function *f, const tsr_param *param, int64_t *out) {
     const tsr_register_info *info = &f->regs[param->reg];
@@ -153,7 +178,7 @@ static int init_arena(tsr_vm *vm) {
 }
 
 /* Weight w as device d holds it: the mapped shard itself where the layouts agree (a GPU makes its copy
- * in adopt_host), else a copy widened (bool: one uint32 word each) or padded to whole words. */
+ * in adopt_host), else a copy widened (bool, int8, uint8: one 32-bit word each) or padded to whole words. */
 static int place_constant(tsr_vm *vm, const tsr_weight *w, int32_t c, int32_t d) {
     tsr_device *device = vm->devices[d];
     size_t slot = (size_t)c * (size_t)vm->n_devices + (size_t)d;
@@ -168,11 +193,10 @@ static int place_constant(tsr_vm *vm, const tsr_weight *w, int32_t c, int32_t d)
     if (!copy) return TESSERA_ERROR_OUT_OF_MEMORY;
     vm->owned_constants[slot] = copy;
     vm->constants[slot] = copy;
-    if (w->dtype != TESSERA_BOOL) return device->ops->upload(device, copy, 0, w->data, w->nbytes);
+    if (!tsr_dtype_widened(w->dtype)) return device->ops->upload(device, copy, 0, w->data, w->nbytes);
     uint32_t *words = tsr_calloc(vm->alloc, (size_t)(count ? count : 1), 4);
     if (!words) return TESSERA_ERROR_OUT_OF_MEMORY;
-    const uint8_t *bytes_in = w->data;
-    for (int64_t i = 0; i < count; i++) words[i] = bytes_in[i] != 0;
+    tsr_widen_to_words(w->dtype, w->data, words, count);
     int rc = device->ops->upload(device, copy, 0, words, (size_t)count * 4);
     tsr_free(vm->alloc, words);
     return rc;

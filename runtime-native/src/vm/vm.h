@@ -141,6 +141,12 @@ int tsr_vm_call(tsr_vm *vm, const char *name, const tessera_value *args, size_t 
 tsr_block *tsr_pool_take(tsr_vm *vm, size_t nbytes, int32_t device);
 void tsr_pool_give(tsr_vm *vm, tsr_block *block);
 size_t tsr_storage_bytes(tessera_dtype dtype, int64_t count);
+/* bool, int8 and uint8 take a 32-bit word per element on devices (facts.h's TSR_DTYPE_BYTES_*): a value
+ * crosses between host (numpy's layout) and device widened (bool 0 or 1, int8 sign- and uint8
+ * zero-extended) or narrowed (bool: nonzero; int8, uint8: the low byte, as numpy's astype wraps). */
+bool tsr_dtype_widened(tessera_dtype dtype);
+void tsr_widen_to_words(tessera_dtype dtype, const void *host, uint32_t *words, int64_t count);
+void tsr_narrow_from_words(tessera_dtype dtype, const uint32_t *words, void *host, int64_t count);
 int tsr_state_index(const tsr_vm *vm, const char *name);
 
 /* match: bind plain symbolic dims not yet bound, then check (messages as tessera.ir.check words them). */
