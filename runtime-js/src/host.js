@@ -1,17 +1,30 @@
 // Tensors on the host, and how their elements are laid out on a device (docs/kernels.md storage):
-// bool is one u32 word per element there and one byte here (numpy's bool), int64 is two i32 words
-// there and a BigInt64Array here, float16 is two bytes either way. Every device buffer is a whole
+// bool is one u32 word per element there and one byte here (numpy's bool); int8, uint8, int16 and
+// uint16 are one i32 or u32 word there, sign- or zero-extended, and numpy's bytes here; int64 and
+// uint64 are two words there (low, then high) and a BigInt64Array or BigUint64Array here, the same
+// bytes; float16 is two bytes either way. Every device buffer is a whole
 // number of words. Both VMs convert through these functions, so a dtype is spelled in one place.
 
 import { DTYPE_BYTES } from "./facts.js";
 
-/** @typedef {Float32Array|Int32Array|Uint32Array|BigInt64Array|Uint8Array|Uint16Array} HostArray */
+/** @typedef {Float32Array|Int32Array|Uint32Array|BigInt64Array|BigUint64Array|Uint8Array|Int8Array|Int16Array|Uint16Array} HostArray */
 
 /** The typed array that holds each dtype on the host. */
 export const HOST_ARRAYS = {
   float32: Float32Array, int32: Int32Array, uint32: Uint32Array, int64: BigInt64Array, bool: Uint8Array,
   float16: Uint16Array,  // raw IEEE half bits: JS has no half-precision numbers to convert to
+  int8: Int8Array, uint8: Uint8Array, int16: Int16Array, uint16: Uint16Array, uint64: BigUint64Array,
 };
+
+/** The word array a dtype kept in one 32-bit word per element (widened) is computed in on a device: signed
+ * values sign-extended into an Int32Array, unsigned zero-extended into a Uint32Array (bool: 0 or 1). */
+const WORD_ARRAYS = /** @type {Record<string, Int32ArrayConstructor|Uint32ArrayConstructor>} */ ({
+  bool: Uint32Array, int8: Int32Array, uint8: Uint32Array, int16: Int32Array, uint16: Uint32Array,
+});
+
+/** Whether a dtype takes a wider word on a device than on the host (bool, int8, uint8, int16, uint16).
+ * @param {string} dtype */
+export const isWidened = (dtype) => Object.hasOwn(WORD_ARRAYS, dtype);
 
 /** @param {HostArray} data */
 function dtypeOf(data) {
@@ -19,8 +32,12 @@ function dtypeOf(data) {
   if (data instanceof Int32Array) return "int32";
   if (data instanceof Uint32Array) return "uint32";
   if (data instanceof BigInt64Array) return "int64";
-  if (data instanceof Uint8Array) return "bool";
-  throw new TypeError(`HostTensor takes a Float32Array, Int32Array, Uint32Array, BigInt64Array (int64) or Uint8Array (bool); ` +
+  if (data instanceof BigUint64Array) return "uint64";
+  if (data instanceof Uint8Array) return "bool";  // uint8 is asked for by name, as float16 and uint16 are
+  if (data instanceof Int8Array) return "int8";
+  if (data instanceof Int16Array) return "int16";
+  throw new TypeError(`HostTensor takes a Float32Array, Int32Array, Uint32Array, BigInt64Array (int64), BigUint64Array ` +
+    `(uint64), Int8Array, Int16Array or Uint8Array (bool; uint8, uint16 and float16 name their dtype); ` +
     `got ${Object.prototype.toString.call(data)}`);
 }
 
@@ -54,6 +71,8 @@ export function toDeviceBytes(data, dtype) {
   const out = new Uint8Array(deviceBytes(data.length, dtype));
   if (dtype === "bool") {
     new Uint32Array(out.buffer).set(/** @type {Uint8Array} */ (data).map((v) => (v ? 1 : 0)));
+  } else if (isWidened(dtype)) {
+    new WORD_ARRAYS[dtype](out.buffer, 0, data.length).set(/** @type {ArrayLike<number>} */ (data));  // sign- or zero-extends
   } else {
     out.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
   }
@@ -71,8 +90,23 @@ export function fromDeviceBytes(raw, shape, dtype) {
     const words = new Uint32Array(bytes.slice(0, count * 4).buffer);
     return new HostTensor(Uint8Array.from(words, (w) => (w ? 1 : 0)), shape);
   }
+  if (isWidened(dtype)) {  // the low 8 or 16 bits of each word, as numpy's astype keeps (kernels store wrapped values)
+    return new HostTensor(/** @type {any} */ (Typed).from(new Uint32Array(bytes.slice(0, count * 4).buffer)), shape, dtype);
+  }
   const copy = bytes.slice(0, count * Typed.BYTES_PER_ELEMENT);  // a copy: the source may be reused or detached
   return new HostTensor(new Typed(copy.buffer), shape, dtype);
+}
+
+/** The device bytes of a weight: its bytes in a shard (numpy's layout) as a ``dtype`` tensor takes them on
+ * a device, widened where that dtype is (the shard's own bytes otherwise, not copied).
+ * @param {Uint8Array} bytes @param {string} dtype */
+export function weightDeviceBytes(bytes, dtype) {
+  if (!isWidened(dtype)) return bytes;
+  const Typed = /** @type {any} */ (HOST_ARRAYS)[dtype];
+  const size = Typed.BYTES_PER_ELEMENT;
+  // a copy first where the shard's offset is not a multiple of the element (the format checks it is)
+  const aligned = bytes.byteOffset % size ? bytes.slice() : bytes;
+  return toDeviceBytes(new Typed(aligned.buffer, aligned.byteOffset, aligned.byteLength / size), dtype);
 }
 
 /** A host array as a builtin or user library receives it: the typed array itself, carrying its shape

@@ -239,7 +239,8 @@ export async function loadBuild(buildUrl, { onProgress = () => {}, fetchFn = fet
       await store.put(key, data);
     }
     for (const record of shard.records) {
-      weights.set(record.name, new Uint8Array(data, record.byteOffset, record.nbytes));
+      // its dtype travels with it: the VM widens bool, int8, uint8, int16 and uint16 to a device's words
+      weights.set(record.name, Object.assign(new Uint8Array(data, record.byteOffset, record.nbytes), { dtype: record.dtype }));
     }
   }
   report(fromCache === tensorCache.records.length ? "Weights loaded from the cache" : "Weights loaded");

@@ -4,7 +4,7 @@
 // once; a call writes its arguments, launches and copies in program order with this call's sizes, and
 // reads the results back or leaves them on the device. It creates nothing.
 
-import { fromDeviceBytes, toDeviceBytes } from "./host.js";
+import { fromDeviceBytes, isWidened, toDeviceBytes } from "./host.js";
 import { checkCopy, DeviceTensor } from "./machine.js";
 import { assembleResult, bindArguments, isStraightLine, launchSizes, resultRegisters, upperBounds } from "./program.js";
 import { evalShape } from "./shape.js";
@@ -14,11 +14,11 @@ const align4 = (/** @type {number} */ n) => Math.ceil(n / 4) * 4;
 /** The device of a tensor or parameter record of a split build (0 for one device). @param {any} record */
 export const partOf = (record) => record?.device ?? 0;
 
-/** The device bytes of a host argument: most dtypes are laid out on a device as on the host, written as they are.
- * @param {import("./host.js").HostTensor} value */
+/** The device bytes of a host argument: most dtypes are laid out on a device as on the host, written as they
+ * are; bool, int8, uint8, int16 and uint16 are widened to a word each. @param {import("./host.js").HostTensor} value */
 function hostBytes(value) {
   const { data, dtype } = value;
-  return dtype !== "bool" && data.byteLength % 4 === 0 ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
+  return !isWidened(dtype) && data.byteLength % 4 === 0 ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
     : toDeviceBytes(data, dtype);
 }
 

@@ -14,7 +14,7 @@
 import { libraryRegistry } from "./builtins.js";
 import { DeviceError } from "./device.js";
 import { deviceName } from "./devices/index.js";
-import { fromDeviceBytes, HostTensor } from "./host.js";
+import { fromDeviceBytes, HostTensor, weightDeviceBytes } from "./host.js";
 import { InterpretedFunction, Interpreter } from "./interpreter.js";
 import { DeviceMachine, DeviceTensor } from "./machine.js";
 import { isPlanned, partOf, PlannedFunction } from "./planned-function.js";
@@ -28,7 +28,8 @@ export class VirtualMachine {
   /**
    * @param {any} device the device to run on (devices/index.js: openDevice, or new WebGPUDevice(gpuDevice), new WasmDevice())
    * @param {any} exe the parsed executable.json
-   * @param {Map<string, ArrayBufferView>} weights the constants by name (tensor-cache records)
+   * @param {Map<string, ArrayBufferView>} weights the constants by name (tensor-cache records: numpy's bytes,
+   *   each with the record's ``dtype`` as a property where the loader knows it, else the dtype the executable's tensors give it)
    * @param {Map<string, ArrayBuffer>} modules the kernel module files by path
    * @param {{libraries?: Record<string, Function>}} [options] host functions `call_builtin` may call, by name
    */
@@ -62,12 +63,20 @@ export class VirtualMachine {
     for (const name of exe.constants) {
       if (!weights.get(name)) throw new Error(`the weights have no tensor '${name}' that the executable uses`);
     }
+    // Each weight as a device holds it: bool, int8, uint8, int16 and uint16 widened to a word per element.
+    const dtypes = constantDtypes(exe);
+    /** @type {Map<string, Uint8Array>} */
+    const placed = new Map();
+    for (const name of exe.constants) {
+      const data = /** @type {ArrayBufferView & {dtype?: string}} */ (weights.get(name));
+      const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+      placed.set(name, weightDeviceBytes(bytes, data.dtype ?? dtypes.get(name) ?? ""));
+    }
     // Room for everything placed now, asked for at once (a WebAssembly memory grows once, not per weight).
-    for (const [part, nbytes] of staticBytes(exe, weights)) device.reserve(nbytes, part);
+    for (const [part, nbytes] of staticBytes(exe, placed)) device.reserve(nbytes, part);
     this.kernels = await device.loadKernels(exe.kernels, modules);
     for (const name of exe.constants) {
-      const data = /** @type {ArrayBufferView} */ (weights.get(name));
-      const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+      const bytes = /** @type {Uint8Array} */ (placed.get(name));
       const places = [];
       for (const part of placements[name] ?? [0]) places[part] = device.allocateWith(bytes, part);
       this.constants.set(name, places);
@@ -163,6 +172,20 @@ function checkRunsOn(device, exe) {
   if (device.kind === "split") throw new DeviceError("this executable runs on one device, not on a split device");
   const other = exe.kernels.find((/** @type {any} */ k) => k.backend !== device.backend);
   if (other) throw new DeviceError(`kernel ${other.name} is for the ${other.backend} backend; the ${device.kind} device runs ${device.backend}`);
+}
+
+/** The dtype of each weight, as the executable's tensors that are constants say (for weights given without one).
+ * @param {any} exe @returns {Map<string, string>} */
+function constantDtypes(exe) {
+  /** @type {Map<string, string>} */
+  const dtypes = new Map();
+  for (const record of Object.values(exe.functions)) {
+    for (const [reg, loc] of Object.entries(record.locations ?? {})) {
+      const dtype = record.tensors?.[reg]?.dtype;
+      if (/** @type {any} */ (loc)?.kind === "constant" && typeof dtype === "string") dtypes.set(/** @type {any} */ (loc).name, dtype);
+    }
+  }
+  return dtypes;
 }
 
 /** Bytes placed at load on each device, with room for alignment: weights, state, arenas, planned parameters.
