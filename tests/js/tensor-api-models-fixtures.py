@@ -99,8 +99,13 @@ def make(out: str, real: bool = False) -> dict:
             work = f"{out}.tmp-{os.getpid()}"
             shutil.rmtree(work, ignore_errors=True)
             os.makedirs(work)
+            try:
+                described = _write(work, real, paths, chosen)
+            except BaseException:
+                shutil.rmtree(work, ignore_errors=True)  # a real-size copy is a gigabyte
+                raise
             with open(os.path.join(work, "cases.json"), "w") as f:
-                json.dump(_write(work, real, paths, chosen), f, indent=1)
+                json.dump(described, f, indent=1)
             with open(os.path.join(work, "stamp"), "w") as f:
                 f.write(stamp)
             shutil.rmtree(out, ignore_errors=True)
