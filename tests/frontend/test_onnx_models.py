@@ -1,7 +1,8 @@
 """Real architectures through the ONNX importer: transformers' model classes built from config objects
 with random weights (no download), exported by ``torch.onnx.export`` (its default dynamo path) with a
 dynamic batch (and sequence, for text) axis, imported with ``from_onnx(dims=...)``, and run on the
-reference interpreter and compiled for cpu, compared with onnxruntime at two sizes from one build.
+reference interpreter and compiled for cpu, wasm and the GPU targets (vulkan on lavapipe, opencl on
+PoCL, webgpu on llvmpipe through wgpu-py), compared with onnxruntime at two sizes from one build.
 
 `make test` runs small configs of each architecture (the same code paths: the exporter writes the
 same graph shape for any width or depth); ``-m long`` runs the real sizes. Exported files are cached
@@ -227,6 +228,40 @@ def _max_error(got, want) -> float:
     return float(np.max(np.abs(got - want) / (_atol(want) + RTOL * np.abs(want)))) if want.size else 0.0
 
 
+# The build target of each device kind tested here: webgpu's kernels are built for the "llvmpipe"
+# preset (Mesa's software adapter, the one wgpu-py finds on this machine).
+BUILD_TARGET = {"webgpu": "llvmpipe"}
+GPU_TARGETS = ("vulkan", "opencl", "webgpu")
+
+
+def require_device(kind: str):
+    """Skip unless this machine has ``kind``: wgpu-py's adapter for webgpu, a Vulkan or OpenCL device
+    (lavapipe, PoCL) found by a one-op session for the others."""
+    import tessera
+    from tessera import op
+    from tessera.ir import Tensor
+    from tessera.vm import DeviceError, device_kinds
+
+    if kind not in device_kinds():
+        pytest.skip(f"no {kind} device kind registered")
+    if kind == "webgpu":
+        try:
+            from tessera.vm import webgpu_adapter_infos
+
+            if not webgpu_adapter_infos():
+                pytest.skip("no WebGPU adapter here")
+        except Exception as error:  # wgpu-py missing or no adapter
+            pytest.skip(f"no WebGPU here: {error}")
+    elif kind in ("vulkan", "opencl"):
+        from conformance.cases import one_function
+
+        probe = one_function(lambda x: op.add(x, x), [Tensor((2,), "float32")], {})
+        try:
+            tessera.InferenceSession(tessera.build(probe, kind), device=kind)
+        except DeviceError as error:
+            pytest.skip(f"no {kind} device here: {error}")
+
+
 def check_case(case: Case, targets=("interpret", "cpu"), report=None, exporter="dynamo"):
     """Import once, build each target once, and compare with onnxruntime at both sizes."""
     import tessera
@@ -242,7 +277,8 @@ def check_case(case: Case, targets=("interpret", "cpu"), report=None, exporter="
     for target in targets:
         if target != "interpret":
             started = time.perf_counter()
-            sessions[target] = tessera.InferenceSession(tessera.build(mod, target), device=target)
+            executable = tessera.build(mod, BUILD_TARGET.get(target, target))
+            sessions[target] = tessera.InferenceSession(executable, device=target)
             timings[f"build {target}"] = time.perf_counter() - started
     errors, absolute = {}, {}
     for index, sizes in enumerate(case.sizes):
@@ -338,6 +374,19 @@ def test_small_architecture_from_the_torchscript_exporter(name):
     check_case(SMALL[name], targets=targets, exporter="torchscript")
 
 
+# On the GPU targets `make test` runs a text model (attention, layer norm, gelu, embeddings) and a CNN
+# (convolutions, batch norm folded, pooling): about 50 s here for the six builds, most of it
+# lavapipe's and PoCL's first compile of each kernel. The others run under -m long.
+GPU_TOO = ("bert", "resnet")
+
+
+@pytest.mark.parametrize("target", GPU_TARGETS)
+@pytest.mark.parametrize("name", GPU_TOO)
+def test_small_architecture_on_the_gpu_targets(name, target):
+    require_device(target)
+    check_case(SMALL[name], targets=(target,))
+
+
 def test_int8_bert_matches_onnxruntime():
     check_int8(SMALL["bert"])
 
@@ -351,4 +400,16 @@ def test_real_size_architecture_matches_onnxruntime(name):
     check_case(real[name], targets=("interpret",), exporter="torchscript")
     if name == "bert":
         check_int8(real[name], report=report)
+    print(json.dumps(report, indent=1, default=str))
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("target", GPU_TARGETS)
+@pytest.mark.parametrize("name", [case.name for case in cases(real=False)])
+def test_real_size_architecture_on_the_gpu_targets(name, target):
+    """Every architecture at its real size on lavapipe, PoCL and llvmpipe: software devices, so a
+    run takes minutes (the times go to the printed report)."""
+    require_device(target)
+    report = {}
+    check_case({case.name: case for case in cases(real=True)}[name], targets=(target,), report=report)
     print(json.dumps(report, indent=1, default=str))
