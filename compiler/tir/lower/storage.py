@@ -16,7 +16,9 @@ stores of such buffers into word loads and stores plus the compare, select or si
 needs; after it, every global buffer holds a dtype the language can hold, so renderers have no
 storage special cases. The byte sizes that memory planning and the runtimes use
 (``element_bytes``) and the host layout of a tensor (``host_dtype``) are derived from the same
-rules. (runtime-js states the layout again, in JavaScript.)
+rules. The two other runtimes state the host side again in their own language: runtime-js in
+``runtime-js/src/host.js``, runtime-native in ``src/vm/storage.c`` (both widen on upload and keep the
+low bits on read-back, as here).
 """
 
 from __future__ import annotations
