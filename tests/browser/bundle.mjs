@@ -10,6 +10,17 @@ export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..")
 const VENV_BIN = join(ROOT, ".venv", "bin");
 export const FIXTURES = join(ROOT, "build", "browser-fixtures");
 export const ARTIFACTS = join(ROOT, "build", "artifacts");
+/** No shard cache: a Node test loads every file afresh. */
+export const NO_CACHE = { kind: "none", get: async () => undefined, put: async () => undefined };
+
+/** fetch() over file: URLs, for runtime-js's loader in Node; a missing file is a 404. */
+export async function fileFetch(url) {
+  try {
+    return new Response(await readFile(new URL(url)));
+  } catch {
+    return new Response("not found", { status: 404 });
+  }
+}
 
 /** Run a Tessera command line (or the venv's python) and return its stdout. */
 export function tessera(args, program = "tessera") {

@@ -5,26 +5,16 @@
 // ONNX Runtime Web describes them; and every feed that does not fit is an error naming the input, as in
 // Python (tests/test_inference_session.py).
 import assert from "node:assert/strict";
-import { readFile } from "node:fs/promises";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { before, test } from "node:test";
 import { pathToFileURL } from "node:url";
 
 import { InferenceSession, InferenceSessionError, Tensor } from "../../runtime-js/src/tessera.js";
-import { ROOT, tessera } from "../browser/bundle.mjs";
+import { fileFetch, NO_CACHE, ROOT, tessera } from "../browser/bundle.mjs";
 
 const FOLDER = join(ROOT, "build", "inference-session-js");
-const NO_CACHE = { kind: "none", get: async () => undefined, put: async () => undefined };
 let cases;
-
-async function fileFetch(url) {
-  try {
-    return new Response(await readFile(new URL(url)));
-  } catch {
-    return new Response("not found", { status: 404 });
-  }
-}
 
 const urlOf = (target, program) => pathToFileURL(join(FOLDER, target, program)).href + "/";
 const open = (program, options = {}) => InferenceSession.create(urlOf("wasm", program), { fetchFn: fileFetch, cache: NO_CACHE, ...options });

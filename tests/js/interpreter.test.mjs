@@ -2,25 +2,15 @@
 // (kernels compiled by Tessera, functions written in the version-3 instruction set) passes its
 // check in program-checks.mjs; a missing library fails the load, naming it.
 import assert from "node:assert/strict";
-import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { before, test } from "node:test";
 import { pathToFileURL } from "node:url";
 
 import { loadBuild, VirtualMachine, WasmDevice } from "../../runtime-js/src/tessera.js";
-import { ROOT, tessera } from "../browser/bundle.mjs";
+import { fileFetch, NO_CACHE, ROOT, tessera } from "../browser/bundle.mjs";
 import { CHECKS, TEST_LIBRARIES } from "./program-checks.mjs";
 
 const FOLDER = join(ROOT, "build", "js-programs");
-const NO_CACHE = { kind: "none", get: async () => undefined, put: async () => undefined };
-
-async function fileFetch(url) {
-  try {
-    return new Response(await readFile(new URL(url)));
-  } catch {
-    return new Response("not found", { status: 404 });
-  }
-}
 
 /** @param {string} program @param {Record<string, Function>} [libraries] */
 async function open(program, libraries = TEST_LIBRARIES) {

@@ -5,7 +5,6 @@
 // upload and results narrowed on read-back (the low byte, as numpy's astype keeps), through both the
 // InferenceSession and the VirtualMachine of loadBuild, planned and interpreted alike.
 import assert from "node:assert/strict";
-import { readFile } from "node:fs/promises";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { before, test } from "node:test";
@@ -14,19 +13,10 @@ import { pathToFileURL } from "node:url";
 import { fromDeviceBytes, HostTensor, toDeviceBytes } from "../../runtime-js/src/host.js";
 import { InterpretedFunction } from "../../runtime-js/src/interpreter.js";
 import { InferenceSession, loadBuild, openDevice, Tensor, VirtualMachine } from "../../runtime-js/src/tessera.js";
-import { ROOT, tessera } from "../browser/bundle.mjs";
+import { fileFetch, NO_CACHE, ROOT, tessera } from "../browser/bundle.mjs";
 
 const FOLDER = join(ROOT, "build", "narrow-ints-js");
-const NO_CACHE = { kind: "none", get: async () => undefined, put: async () => undefined };
 let cases;
-
-async function fileFetch(url) {
-  try {
-    return new Response(await readFile(new URL(url)));
-  } catch {
-    return new Response("not found", { status: 404 });
-  }
-}
 
 const urlOf = (target, program = "narrow") => pathToFileURL(join(FOLDER, target, program)).href + "/";
 const tensorOf = ({ type, data, dims }) => new Tensor(type, data, dims);

@@ -3,28 +3,18 @@
 // torch.onnx.export, one build per target) give onnxruntime's outputs through InferenceSession at two sizes.
 // Small configs by default; TESSERA_TENSOR_API_MODELS=long runs ResNet-50 and BERT-base (pytest -m long does).
 import assert from "node:assert/strict";
-import { readFile } from "node:fs/promises";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { before, test } from "node:test";
 import { pathToFileURL } from "node:url";
 
 import { InferenceSession, Tensor } from "../../runtime-js/src/tessera.js";
-import { ROOT, tessera } from "../browser/bundle.mjs";
+import { fileFetch, NO_CACHE, ROOT, tessera } from "../browser/bundle.mjs";
 
 const LONG = process.env.TESSERA_TENSOR_API_MODELS === "long";
 const FOLDER = join(ROOT, "build", "tensor-api-models", LONG ? "long" : "small");
-const NO_CACHE = { kind: "none", get: async () => undefined, put: async () => undefined };
 const ARRAYS = { float32: Float32Array, int64: BigInt64Array };
 let cases;
-
-async function fileFetch(url) {
-  try {
-    return new Response(await readFile(new URL(url)));
-  } catch {
-    return new Response("not found", { status: 404 });
-  }
-}
 
 /** A .bin of the fixtures as a Tensor of its type and dims. */
 function tensorOf({ type, dims, file }) {
