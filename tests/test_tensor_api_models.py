@@ -19,11 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("onnxruntime")
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("onnxscript")
-
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "build" / "tensor-api-models"
 _spec = importlib.util.spec_from_file_location("tensor_api_models_fixtures",

@@ -114,21 +114,14 @@ def test_bad_files_and_options_are_one_clear_line(model, tmp_path, capsys):
 
 
 def test_a_torch_export_program(tmp_path, capsys):
-    """A .pt2 compiles through tessera.frontend.torch_export where that importer is present, with --dim bounding
-    its dynamic batch; where it cannot be imported, that is one clear line."""
-    torch = pytest.importorskip("torch")
+    """A .pt2 compiles through tessera.frontend.torch_export, with --dim bounding its dynamic batch."""
+    import torch
     linear = torch.nn.Linear(4, 3)
     batch = torch.export.Dim("batch", min=1, max=16)
     program = torch.export.export(torch.nn.Sequential(linear, torch.nn.ReLU()), (torch.randn(2, 4),),
                                   dynamic_shapes=({0: batch},))
     path = tmp_path / "linear.pt2"
     torch.export.save(program, str(path))
-    try:
-        from tessera.frontend.torch_export import from_exported_program  # noqa: F401
-    except ImportError:
-        code, _, err = _tessera(capsys, "compile", path, "--target", "cpu", "-o", tmp_path / "out", "-q")
-        assert code == 1 and "cannot import torch.export programs" in err
-        return
     code, _, err = _tessera(capsys, "compile", path, "--target", "cpu", "-o", tmp_path / "out", "-q",
                             "--input", "x=1,4")
     assert code == 1 and "--input applies to ONNX models" in err

@@ -18,12 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("onnxscript")  # test_onnx_models, whose cases these are, needs it at import
-
-from test_onnx_models import RECIPE, RTOL, Case, _atol, _max_error, cases, feeds, require_device  # noqa: E402
+import torch  # dev dependencies: a missing one fails make test
+import transformers
+from test_onnx_models import RECIPE, RTOL, Case, _atol, _max_error, cases, feeds, require_device
 
 CACHE = Path(__file__).resolve().parents[2] / "build" / "torch-export-models"
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # torch's own pytree deprecation, on export
