@@ -5,12 +5,15 @@ converter names; where an opset changed an op (Softmax's axis at 13, attributes 
 there is one converter per version. They live in modules by kind."""
 
 from . import (  # noqa: F401  (importing registers)
+    convert_attention,
     convert_control,
     convert_elementwise,
+    convert_integer,
     convert_loops,
     convert_misc_ops,
     convert_nn,
     convert_reduce,
     convert_rnn,
+    convert_scatter,
     convert_shape,
 )
