@@ -50,6 +50,12 @@ def limit_key(name: str) -> str:
     return "".join("-" + c.lower() if c.isupper() else c for c in name)
 
 
+# The tensor dtypes every kind's kernels hold (float16 needs the shader-f16 feature besides). float64 is
+# not among them: WGSL has no f64 and the other GPU languages only optionally; C kinds add it.
+COMMON_DTYPES = frozenset({"float32", "int32", "uint32", "bool", "int64", "int8", "uint8", "int16", "uint16",
+                           "uint64"})
+
+
 @dataclass(frozen=True)
 class TargetKind:
     """A kind of device that runs kernels, as a backend registers it.
@@ -68,8 +74,7 @@ class TargetKind:
 
     name: str
     backend: str
-    dtypes: frozenset[str] = frozenset({"float32", "int32", "uint32", "bool", "int64", "int8", "uint8", "int16",
-                                        "uint16", "uint64"})
+    dtypes: frozenset[str] = COMMON_DTYPES
     vector_lanes: bool = True
     serial_threads: bool = False
     limits: tuple[tuple[str, int], ...] = ()
