@@ -1,5 +1,6 @@
-"""Attention (opset 23): scaled dot-product attention with grouped heads, past keys and values,
-masks, causal bias and softcap, as ONNX's reference computes it."""
+"""Attention (opsets 23-25): scaled dot-product attention with grouped heads, past keys and values,
+an external cache (nonpad_kv_seqlen), masks, causal and sliding-window bias, softcap and a softmax
+precision, as ONNX's reference computes it."""
 
 from __future__ import annotations
 
@@ -7,18 +8,28 @@ import numpy as np
 
 from ... import op as R
 from ...ir.expr import Constant
-from .convert_common import const, require_float
-from .loader import ir_dtype
+from .convert_common import FLOATS, const, require_float
+from .loader import DTYPES
 from .registry import NodeContext, converter
 
 # -- attention (opset 23) -------------------------------------------------------------------------
 
 
-def _attention_bias(ctx: NodeContext, q_len: int, kv_len: int, past: int):
-    """The additive bias (a constant or an expression, (…, q, kv)) from attn_mask and is_causal;
-    None when there is neither. A mask shorter than the keys is padded with False / -inf."""
+def _allowed_bias(allowed, dtype: str):
+    """0 where ``allowed`` (a bool constant or expression), -inf elsewhere."""
+    if isinstance(allowed, np.ndarray):
+        return Constant(np.where(allowed, 0.0, -np.inf).astype(dtype))
+    return R.where(allowed, const(0.0, dtype), const(-np.inf, dtype))
+
+
+def _attention_bias(ctx: NodeContext, q_len: int, kv_len: int, offset, nonpad):
+    """The additive bias (a constant or an expression, (…, q, kv)) from attn_mask, is_causal, the
+    sliding window and nonpad_kv_seqlen; None when there is none of them. A mask shorter than the
+    keys is padded with False / -inf. ``offset`` is where the queries start among the keys: an int
+    (the past length), or with nonpad_kv_seqlen a (batch, 1, 1, 1) int64 expression
+    nonpad_kv_seqlen - q_len, so that causal and window masks align per batch row."""
     dtype = ctx.dtype(0)
-    bias = None
+    terms = []
     if ctx.has_input(3):
         mask = ctx.input(3)
         mask_dims = ctx.static_dims(3, "Attention's mask")
@@ -28,11 +39,34 @@ def _attention_bias(ctx: NodeContext, q_len: int, kv_len: int, past: int):
         if missing > 0:
             block = Constant(np.full((*mask_dims[:-1], missing), -np.inf, dtype=dtype))
             mask = R.concat([mask, block], axis=len(mask_dims) - 1)
-        bias = mask
+        terms.append(mask)
+    i = np.arange(q_len).reshape(q_len, 1)
+    j = np.arange(kv_len).reshape(1, kv_len)
+    # The query's position among the keys, minus the key's: (q, kv), or (batch, 1, q, kv).
+    if isinstance(offset, int):
+        diff = i + offset - j
+    else:
+        diff = R.subtract(R.add(const(i, "int64"), offset), const(j, "int64"))
+    limits = []
     if ctx.attr("is_causal", 0):
-        i, j = np.indices((q_len, kv_len))
-        causal = Constant(np.where(j <= i + past, 0.0, -np.inf).astype(dtype))
-        bias = causal if bias is None else R.add(bias, causal)
+        limits.append(("ge", 0))
+    left, right = ctx.attr("left_window_size", -1), ctx.attr("right_window_size", -1)
+    if left >= 0:
+        limits.append(("le", left))
+    if right >= 0:
+        limits.append(("ge", -right))
+    for kind, bound in limits:
+        if isinstance(diff, np.ndarray):
+            allowed = diff >= bound if kind == "ge" else diff <= bound
+        else:
+            compare = R.greater_equal if kind == "ge" else R.less_equal
+            allowed = compare(diff, const(bound, "int64"))
+        terms.append(_allowed_bias(allowed, dtype))
+    if nonpad is not None:  # keys at or past each row's nonpad_kv_seqlen are padding
+        terms.append(_allowed_bias(R.less(const(j, "int64"), nonpad), dtype))
+    bias = None
+    for term in terms:
+        bias = term if bias is None else R.add(bias, term)
     return bias
 
 
@@ -46,13 +80,16 @@ def _attention(ctx: NodeContext):
     require_float(ctx)
     dtype = ctx.dtype(0)
     for name in ("left_window_size", "right_window_size"):
-        if ctx.attr(name, -1) != -1:
-            raise ctx.error(f"{name}={ctx.attr(name)} (sliding windows) is not supported")
-    if ctx.has_input(6):
-        raise ctx.error("nonpad_kv_seqlen is not supported")
-    precision = ctx.attr("softmax_precision")
-    if precision is not None and ir_dtype(int(precision), "softmax_precision") != dtype:
-        raise ctx.error("a softmax_precision other than the input's dtype is not supported")
+        if ctx.attr(name, -1) < -1:
+            raise ctx.error(f"{name}={ctx.attr(name)}: a window size is -1 or at least 0", "invalid")
+    softmax_dtype = dtype
+    if ctx.attr("softmax_precision") is not None:
+        code = int(ctx.attr("softmax_precision"))
+        softmax_dtype = DTYPES.get(code)
+        if softmax_dtype not in FLOATS:
+            raise ctx.error(f"softmax_precision {code} is not supported (float16, float32 or float64)")
+    if ctx.has_input(6) and ctx.has_input(4):
+        raise ctx.error("nonpad_kv_seqlen cannot be combined with past_key and past_value", "invalid")
     if ctx.has_input(4) != ctx.has_input(5):
         raise ctx.error("past_key and past_value must be given together", "invalid")
     rank = ctx.rank(0)
@@ -97,18 +134,26 @@ def _attention(ctx: NodeContext):
     if softcap is not None and softcap > 0:
         cap = const(softcap, dtype)
         scores = ctx.emit(R.multiply(R.tanh(R.divide(scores, cap)), cap))
-    bias = _attention_bias(ctx, q_len, kv_len, past)
+    offset, nonpad = past, None
+    if ctx.has_input(6):  # an external cache: row b holds nonpad_kv_seqlen[b] keys, queries last among them
+        nonpad = R.reshape(R.astype(ctx.input(6), dtype="int64"), (batch, 1, 1, 1))
+        offset = R.subtract(nonpad, const(q_len, "int64"))
+    bias = _attention_bias(ctx, q_len, kv_len, offset, nonpad)
     biased = ctx.emit(R.add(scores, bias)) if bias is not None else scores
-    # A softmax safe on rows masked entirely (all -inf): those rows become 0.
-    peak = R.max(biased, axis=(3,), keepdims=True)
-    peak = R.where(R.equal(peak, const(-np.inf, dtype)), const(0.0, dtype), peak)
-    weights = R.exp(R.subtract(biased, peak))
+    # A softmax safe on rows masked entirely (all -inf): those rows become 0. It runs in
+    # softmax_precision where that differs from the inputs' dtype, as ONNX's reference casts.
+    logits = biased if softmax_dtype == dtype else R.astype(biased, dtype=softmax_dtype)
+    peak = R.max(logits, axis=(3,), keepdims=True)
+    peak = R.where(R.equal(peak, const(-np.inf, softmax_dtype)), const(0.0, softmax_dtype), peak)
+    weights = R.exp(R.subtract(logits, peak))
     total = R.sum(weights, axis=(3,), keepdims=True)
-    total = R.where(R.equal(total, const(0.0, dtype)), const(1.0, dtype), total)
+    total = R.where(R.equal(total, const(0.0, softmax_dtype)), const(1.0, softmax_dtype), total)
     probs = ctx.emit(R.divide(weights, total))
     if bias is not None:
         bias_peak = R.max(R.add(bias, Constant(np.zeros((q_len, kv_len), dtype=dtype))), axis=(-1,), keepdims=True)
-        probs = ctx.emit(R.where(R.equal(bias_peak, const(-np.inf, dtype)), const(0.0, dtype), probs))
+        probs = ctx.emit(R.where(R.equal(bias_peak, const(-np.inf, dtype)), const(0.0, softmax_dtype), probs))
+    if softmax_dtype != dtype:
+        probs = ctx.emit(R.astype(probs, dtype=dtype))
     y = R.matmul(probs, v)
     if rank == 3:
         y = R.reshape(R.permute_dims(y, axes=(0, 2, 1, 3)), (batch, q_len, -1))
