@@ -102,7 +102,7 @@ class NodeContext:
                              "fix the dimensions with shapes=")
         error = self.error(f"{what} (input {index}) must be a constant (an initializer or a Constant node): "
                            "the IR takes it at compile time")
-        error.constant_input = self.node.input[index] if index < len(self.node.input) else ""
+        error.constant_input = self.source_input(index)
         raise error
 
     def shape_value(self, index: int, what: str) -> list:
@@ -120,8 +120,30 @@ class NodeContext:
             raise self.error(f"{what} (input {index}) must hold integers, not {value.data.dtype}", "invalid")
         error = self.error(f"{what} (input {index}) depends on the data at run time; the IR takes it at "
                            "compile time (a constant, or computed from the inputs' shapes)")
-        error.constant_input = self.node.input[index] if index < len(self.node.input) else ""
+        error.constant_input = self.source_input(index)
         raise error
+
+    def source_input(self, index: int) -> str:
+        """The one graph input that input ``index`` is computed from (through any nodes but Shape
+        and Size, which read only dimensions), so that a caller able to fix an input (the node-test
+        runner) knows which; else the input's own name."""
+        name = self.node.input[index] if index < len(self.node.input) else ""
+        graph = getattr(getattr(self, "importer", None), "graph", None)
+        if graph is None or not name:
+            return name
+        producers = {out: node for node in graph.node for out in node.output}
+        inputs = {value.name for value in graph.input} - {tensor.name for tensor in graph.initializer}
+        found, seen, todo = set(), set(), [name]
+        while todo:
+            current = todo.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            if current in inputs:
+                found.add(current)
+            elif current in producers and producers[current].op_type not in ("Shape", "Size"):
+                todo.extend(i for i in producers[current].input if i)
+        return found.pop() if len(found) == 1 else name
 
     def tensor(self, index: int) -> TensorStructInfo:
         value = self.inputs[index] if index < len(self.inputs) else None
