@@ -106,24 +106,13 @@ def _conv(ctx: NodeContext):
 
 def _pool(kind: str):
     def convert(ctx: NodeContext):
-        one_d = _require_2d(ctx)
         if len([o for o in ctx.node.output if o]) > 1:
-            raise ctx.error("the Indices output is not supported")
+            if kind != "max":
+                raise ctx.error("the Indices output is not supported")
+            return max_pool_with_indices(ctx)
         if ctx.attr("storage_order", 0):
             raise ctx.error("storage_order=1 is not supported")
-        kernel = ctx.ints("kernel_shape")
-        spatial = ctx.static_dims(0, "auto_pad")[2:] if ctx.attr("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") \
-            else (0, 0)
-        strides, dilations, pads = _window(ctx, kernel, spatial)
-        attrs = dict(pool_size=kernel, strides=strides, padding=pads, dilation=dilations,
-                     ceil_mode=bool(ctx.attr("ceil_mode", 0)))
-        if kind == "max":
-            y = R.nn.max_pool2d(ctx.input(0), **attrs)
-        else:
-            y = R.nn.avg_pool2d(ctx.input(0), count_include_pad=bool(ctx.attr("count_include_pad", 0)), **attrs)
-        if attrs["ceil_mode"]:
-            y = _drop_windows_in_padding(ctx, y, kernel, strides, dilations, pads)
-        return R.squeeze(y, axis=(2,)) if one_d else y
+        return pool(ctx, kind, ctx.input(0), count_include_pad=bool(ctx.attr("count_include_pad", 0)))
 
     return convert
 
@@ -136,10 +125,73 @@ converter("AveragePool", since=19, attrs=("auto_pad", "ceil_mode", "count_includ
                                           "kernel_shape", "pads", "strides"))(_pool("avg"))
 
 
-def _drop_windows_in_padding(ctx: NodeContext, y, kernel, strides, dilations, pads):
+def pool(ctx: NodeContext, kind: str, x, count_include_pad: bool):
+    """A 1-D, 2-D or 3-D max, average or sum pool of ``x`` (input 0's shape) by the node's window
+    attributes. 1-D runs as 2-D of height 1. 3-D is separable, as a box window is: a 2-D pool over
+    (H, W) with the depth folded into the channels, then a pool of width 1 over the depth. For an
+    average the divisor is then the product of the per-axis counts, which is the count of the box
+    (with or without the padding), so the result is exact up to float rounding."""
+    rank = ctx.rank(0)
+    if rank not in (3, 4, 5):
+        raise ctx.error(f"only 1-D, 2-D and 3-D (rank 3 to 5) inputs are supported, input 0 has rank {rank}")
+    kernel = tuple(ctx.ints("kernel_shape"))
+    if len(kernel) != rank - 2:
+        raise ctx.error(f"kernel_shape {kernel} does not fit an input of rank {rank}", "invalid")
+    ceil = bool(ctx.attr("ceil_mode", 0))
+    needs_static = ceil or rank == 5 or ctx.attr("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
+    dims = ctx.static_dims(0, ctx.node.op_type) if needs_static else None
+    spatial = dims[2:] if dims else (0,) * len(kernel)
+    strides, dilations, pads = _window(ctx, kernel, spatial)
+    half = len(kernel)
+    begins, ends = list(pads[:half]), list(pads[half:])
+    if rank == 3:
+        y = _pool2d(ctx, kind, R.expand_dims(x, axis=2), (1, *spatial), (1, *kernel), (1, *strides),
+                    (1, *dilations), (0, begins[0], 0, ends[0]), ceil, count_include_pad)
+        return R.squeeze(y, axis=(2,))
+    if rank == 4:
+        return _pool2d(ctx, kind, x, spatial, kernel, strides, dilations, (*begins, *ends), ceil, count_include_pad)
+    n, c, depth, height, width = dims
+    planes = ctx.emit(_pool2d(ctx, kind, R.reshape(x, (n, c * depth, height, width)), (height, width), kernel[1:],
+                              strides[1:], dilations[1:], (begins[1], begins[2], ends[1], ends[2]), ceil,
+                              count_include_pad))
+    out_h, out_w = (int(d.value) for d in planes.struct_info.shape[2:])
+    columns = R.reshape(planes, (n, c, depth, out_h * out_w))
+    y = ctx.emit(_pool2d(ctx, kind, columns, (depth, 1), (kernel[0], 1), (strides[0], 1), (dilations[0], 1),
+                         (begins[0], 0, ends[0], 0), ceil, count_include_pad))
+    return R.reshape(y, (n, c, int(y.struct_info.shape[2].value), out_h, out_w))
+
+
+def _pool2d(ctx: NodeContext, kind, x, spatial, kernel, strides, dilations, pads, ceil, count_include_pad):
+    attrs = dict(pool_size=tuple(kernel), strides=tuple(strides), padding=tuple(pads), dilation=tuple(dilations),
+                 ceil_mode=ceil)
+    if kind == "max":
+        y = R.nn.max_pool2d(x, **attrs)
+    elif ceil and count_include_pad:
+        # ONNX counts the padding but not a ceil-mode window's overhang past it: pad with zeros
+        # here and count only what is inside the padded input.
+        x = ctx.emit(x)
+        dims = [int(d.value) for d in x.struct_info.shape]
+        for axis in (2, 3):
+            before, after = pads[axis - 2], pads[axis]
+            parts = []
+            for count in (before, after):
+                block = list(dims)
+                block[axis] = count
+                parts.append(Constant(np.zeros(block, dtype=ctx.dtype(0))) if count else None)
+            x = R.concat([p for p in (parts[0], x, parts[1]) if p is not None], axis=axis)
+            dims[axis] += before + after
+        y = R.nn.avg_pool2d(x, count_include_pad=False, **{**attrs, "padding": (0, 0, 0, 0)})
+    elif kind == "sum":  # the IR's average counting the padding divides by the window's size, always
+        y = R.multiply(R.nn.avg_pool2d(x, count_include_pad=True, **attrs),
+                       scalar_like(ctx, float(np.prod(kernel))))
+    else:
+        y = R.nn.avg_pool2d(x, count_include_pad=count_include_pad, **attrs)
+    return drop_windows_in_padding(y, spatial, kernel, strides, dilations, pads) if ceil else y
+
+
+def drop_windows_in_padding(y, spatial, kernel, strides, dilations, pads):
     """ONNX's ceil mode drops a last window that would start in the end padding; the IR's keeps
     it, so the extra row or column is sliced off (static shapes only)."""
-    spatial = ctx.static_dims(0, "ceil_mode=1")[2:]
     axes, ends = [], []
     for axis, (size, k, s, d) in enumerate(zip(spatial, kernel, strides, dilations)):
         begin, end = pads[axis], pads[axis + len(kernel)]
@@ -600,3 +652,7 @@ def _lrn(ctx: NodeContext):
     alpha, beta, bias = ctx.attr("alpha", 1e-4), ctx.attr("beta", 0.75), ctx.attr("bias", 1.0)
     scale = R.add(scalar_like(ctx, bias), R.multiply(scalar_like(ctx, alpha / size), summed))
     return R.divide(x, R.power(scale, scalar_like(ctx, beta)))
+
+
+def max_pool_with_indices(ctx: NodeContext):
+    raise ctx.error("the Indices output is not supported")

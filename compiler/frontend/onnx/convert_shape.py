@@ -19,7 +19,8 @@ from .convert_common import (
     require_float,
     scalar_like,
 )
-from .convert_nn import _drop_windows_in_padding, _require_2d, _window
+from .convert_nn import _require_2d, pool
+from .convert_vision import static_ints
 from .loader import ir_dtype
 from .registry import NodeContext, converter
 
@@ -503,7 +504,7 @@ def _pad(ctx: NodeContext):
     analyzer = ctx.analyzer
     dims = [analyzer.as_int(d) if analyzer.as_int(d) is not None else d for d in ctx.dims(0)]
     rank = len(dims)
-    pads = [int(v) for v in ctx.constant(1, "pads").reshape(-1)]
+    pads = [int(v) for v in static_ints(ctx, 1, "pads")]  # a constant, or computed from known shapes
     axes = list(range(rank))
     if ctx.has_input(3):
         axes = [axis_of(ctx, int(a), rank) for a in ctx.constant(3, "axes").reshape(-1)]
@@ -602,23 +603,11 @@ def _non_zero(ctx: NodeContext):
 @converter("LpPool", since=18, attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "p", "pads",
                                      "strides"))
 def _lp_pool(ctx: NodeContext):
-    """(sum over the window of |x|^p)^(1/p): an average pool counting the padding, times the
-    window's size."""
+    """(sum over the window of |x|^p)^(1/p)."""
     require_float(ctx)
-    one_d = _require_2d(ctx)
-    kernel = ctx.ints("kernel_shape")
-    spatial = ctx.static_dims(0, "auto_pad")[2:] if ctx.attr("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") \
-        else (0, 0)
-    strides, dilations, pads = _window(ctx, kernel, spatial)
     p = float(ctx.attr("p", 2))
-    powered = R.power(R.abs(ctx.input(0)), scalar_like(ctx, p))
-    ceil = bool(ctx.attr("ceil_mode", 0))
-    pooled = R.nn.avg_pool2d(powered, pool_size=kernel, strides=strides, padding=pads, dilation=dilations,
-                             ceil_mode=ceil, count_include_pad=True)
-    if ceil:
-        pooled = _drop_windows_in_padding(ctx, pooled, kernel, strides, dilations, pads)
-    y = R.power(R.multiply(pooled, scalar_like(ctx, float(np.prod(kernel)))), scalar_like(ctx, 1.0 / p))
-    return R.squeeze(y, axis=(2,)) if one_d else y
+    powered = ctx.emit(R.power(R.abs(ctx.input(0)), scalar_like(ctx, p)))
+    return R.power(pool(ctx, "sum", powered, count_include_pad=True), scalar_like(ctx, 1.0 / p))
 
 
 @converter("Compress", attrs=("axis",))

@@ -16,4 +16,5 @@ from . import (  # noqa: F401  (importing registers)
     convert_rnn,
     convert_scatter,
     convert_shape,
+    convert_vision,
 )
