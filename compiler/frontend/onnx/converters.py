@@ -16,5 +16,6 @@ from . import (  # noqa: F401  (importing registers)
     convert_rnn,
     convert_scatter,
     convert_shape,
+    convert_transformer,
     convert_vision,
 )
