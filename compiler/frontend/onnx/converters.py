@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (importing registers)
     convert_nn,
     convert_reduce,
     convert_rnn,
+    convert_sampling,
     convert_scatter,
     convert_shape,
     convert_transformer,
