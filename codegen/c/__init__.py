@@ -40,10 +40,10 @@ from tessera.tir.ir import (
 from tessera.tir.lower import LoweringNeeds
 
 from .. import CodegenError, entry_name, static_size
-from ..cstyle import FLOORDIV, CStyleRenderer, helper_text
+from ..cstyle import FLOORDIV, CStyleRenderer, float_text, helper_text
 
-# One CPU thread runs a workgroup: split at barriers; C holds 32-bit words (no f16 arithmetic here).
-LOWERING = LoweringNeeds(storage_types={"float32", "int32", "uint32"}, unroll=True, split_workgroups=True)
+# One CPU thread runs a workgroup: split at barriers; C holds 32-bit words and doubles (no f16 arithmetic here).
+LOWERING = LoweringNeeds(storage_types={"float32", "float64", "int32", "uint32"}, unroll=True, split_workgroups=True)
 NOT_SPLIT = "C renders kernels split into thread loops: lower them with tessera.tir.lower.lower_kernel(func, LOWERING)"
 
 PRELUDE = """\
@@ -56,10 +56,11 @@ static inline int32_t tsr_min_i32(int32_t a, int32_t b) { return a < b ? a : b; 
 static inline int32_t tsr_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
 static inline uint32_t tsr_min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 static inline uint32_t tsr_max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
-#define min(a, b) _Generic((a), float: fminf, int32_t: tsr_min_i32, uint32_t: tsr_min_u32)((a), (b))
-#define max(a, b) _Generic((a), float: fmaxf, int32_t: tsr_max_i32, uint32_t: tsr_max_u32)((a), (b))
-#define tsr_abs(x) _Generic((x), float: fabsf, int32_t: abs)(x)
+#define min(a, b) _Generic((a), float: fminf, double: fmin, int32_t: tsr_min_i32, uint32_t: tsr_min_u32)((a), (b))
+#define max(a, b) _Generic((a), float: fmaxf, double: fmax, int32_t: tsr_max_i32, uint32_t: tsr_max_u32)((a), (b))
+#define tsr_abs(x) _Generic((x), float: fabsf, double: fabs, int32_t: abs)(x)
 static inline float tsr_clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+static inline double tsr_clamp_f64(double x, double lo, double hi) { return fmin(fmax(x, lo), hi); }
 """ + helper_text(FLOORDIV, INT32="int32_t") + """
 static inline uint32_t tsr_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float tsr_half_to_float(uint32_t h) {
@@ -85,7 +86,7 @@ while min max wg_x wg_y wg_z nwg_x nwg_y nwg_z
 class CRenderer(CStyleRenderer):
     language = "C"
     reserved = C_RESERVED
-    types = {"f32": "float", "i32": "int32_t", "u32": "uint32_t", "bool": "bool"}
+    types = {"f32": "float", "f64": "double", "i32": "int32_t", "u32": "uint32_t", "bool": "bool"}
     intrinsics = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "sin": "sinf", "cos": "cosf", "floor": "floorf",
                   "ceil": "ceilf", "round": "rintf", "pow": "powf", "fma": "fmaf", "erf": "erff", "tanh": "tanhf",
                   "clamp": "tsr_clamp", "floordiv": "tsr_floordiv", "bitcast_u32": "tsr_bits",
@@ -160,12 +161,36 @@ class CRenderer(CStyleRenderer):
                              f"{', '.join(sorted(EXTERNS))}")
         return f"{name}({', '.join(args)})"
 
+    def float_literal(self, value: float, dtype: str) -> str:
+        text = float_text(value)
+        if dtype != "f64" or text is None:  # NAN and INFINITY are floats, which widen to double exactly
+            return super().float_literal(value, dtype)
+        return text if not text.startswith("-") else f"({text})"  # a double literal has no suffix
+
     def call_intrinsic(self, name: str, args: list[str], dtype: str) -> str:
+        if lanes_of(dtype)[0] == "f64":
+            return self.double_intrinsic(name, args)
         if name == "rsqrt":
             return f"(1.0f / sqrtf({args[0]}))"
         if name == "sign_extend8":
             return f"((int32_t)(int8_t)({args[0]}))"
         return super().call_intrinsic(name, args, dtype)
+
+    def double_intrinsic(self, name: str, args: list[str]) -> str:
+        """An intrinsic of f64 operands: libm's double function (``expf`` without its ``f``); libm
+        is linked on every C target, wasi-libc's for WebAssembly."""
+        if name == "rsqrt":
+            return f"(1.0 / sqrt({args[0]}))"
+        function = DOUBLE_HELPERS.get(name) or self.intrinsics.get(name, "")
+        if function.endswith("f") and not function.startswith("tsr_"):
+            function = function[:-1]
+        elif name not in DOUBLE_HELPERS:
+            raise self.error(f"{self.language} has no float64 intrinsic {name!r}")
+        return f"{function}({', '.join(args)})"
+
+
+# Intrinsics whose f32 function is a prelude helper, with the helper (or libm function) for doubles.
+DOUBLE_HELPERS = {"clamp": "tsr_clamp_f64", "abs": "tsr_abs"}
 
 
 def emit_c(func: PrimFunc, renderer: type[CRenderer] = CRenderer) -> str:

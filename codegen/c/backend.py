@@ -7,7 +7,7 @@ kind and preset.
 
 from __future__ import annotations
 
-from tessera.target import TargetKind, register_kind, register_preset
+from tessera.target import COMMON_DTYPES, TargetKind, register_kind, register_preset
 from tessera.tir.lower import lower_kernel
 
 from .. import Backend, CompiledKernel, CompiledKernels, entry_name, kernel_abi, kernel_limits, register_backend
@@ -47,5 +47,6 @@ register_backend(CWasmBackend())
 # products (as on the cpu kind).
 register_kind(TargetKind("wasm", backend="c-wasm", vector_lanes=False, serial_threads=True, limits=(
     ("maxBufferSize", 1 << 31), ("maxComputeWorkgroupStorageSize", 65536), ("maxStorageBufferBindingSize", 1 << 31),
-    ("maxStorageBuffersPerShaderStage", 64)), externs=EXTERNS, quantized_activations="q8"))
+    ("maxStorageBuffersPerShaderStage", 64)), externs=EXTERNS, quantized_activations="q8",
+    dtypes=COMMON_DTYPES | {"float64"}))
 register_preset("wasm", "wasm", cpu_adapter=True, description="C kernels compiled to WebAssembly (any CPU)")

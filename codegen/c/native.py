@@ -33,7 +33,7 @@ import shutil
 import subprocess
 import tempfile
 
-from tessera.target import SHADER_F16, TargetKind, register_kind, register_preset
+from tessera.target import COMMON_DTYPES, SHADER_F16, TargetKind, register_kind, register_preset
 from tessera.tir.ir import Buffer
 from tessera.tir.lower import LoweringNeeds, lower_kernel
 
@@ -293,7 +293,8 @@ register_backend(CNativeBackend())
 # integer SIMD micro-kernels.
 register_kind(TargetKind("cpu", backend="c-native", vector_lanes=False, serial_threads=True, limits=(
     ("maxBufferSize", 1 << 31), ("maxComputeWorkgroupStorageSize", 65536), ("maxStorageBufferBindingSize", 1 << 31),
-    ("maxStorageBuffersPerShaderStage", 64)), externs=EXTERNS, quantized_activations="q8"))
+    ("maxStorageBuffersPerShaderStage", 64)), externs=EXTERNS, quantized_activations="q8",
+    dtypes=COMMON_DTYPES | {"float64"}))
 register_preset("cpu", "cpu", {SHADER_F16}, cpu_adapter=True, cpu=NATIVE,
                 description="C kernels in a shared object for this machine's CPU (-march=native)")
 for _isa, _machine in ISAS.items():

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..ir.errors import DeductionError
 from ..ir.struct_info import TensorStructInfo
-from ..tir.ir import Const, Unary, binary, cast, intrinsic, select
+from ..tir.ir import Const, Unary, binary, cast, intrinsic, is_float, select
 from .common import (
     FLOAT_DTYPES,
     broadcast_shapes,
@@ -77,7 +77,7 @@ def _binary_reference(fn):
 
 
 def _float_or_int(float_fn, int_fn):
-    return lambda a, b: float_fn(a, b) if a.dtype in ("f32", "f16") else int_fn(a, b)
+    return lambda a, b: float_fn(a, b) if is_float(a.dtype) else int_fn(a, b)
 
 
 EXACT_POWERS = 8  # integer exponents up to this are products of the base (what models and tests use)
@@ -213,7 +213,7 @@ def _gelu_tanh_kernel(x):
 
 
 def _zero(x):
-    return Const(0.0, x.dtype) if x.dtype in ("f32", "f16") else Const(0, x.dtype)
+    return Const(0.0, x.dtype) if is_float(x.dtype) else Const(0, x.dtype)
 
 
 UNARY_KERNEL = {
@@ -269,7 +269,7 @@ def _legalize_clip(call, ctx):
     low, high = _bounds(call.attr("min"), call.attr("max"), call.args[0].struct_info.dtype)
 
     def clip(x):
-        as_type = float if x.dtype in ("f32", "f16") else int
+        as_type = float if is_float(x.dtype) else int
         # An infinite bound is left out: WGSL has no infinity literal, and it would compare to nothing.
         if low is not None and low != -math.inf:
             x = binary("max", x, Const(as_type(low), x.dtype))

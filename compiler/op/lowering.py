@@ -18,7 +18,7 @@ from .. import arith
 from ..ir.errors import TesseraError
 from ..ir.expr import Call
 from ..tir.compute import ComputeDef, Reduction, read, wrap
-from ..tir.ir import Buffer, Const, TExpr, binary, cast, from_prim, maximum, minimum, select
+from ..tir.ir import Buffer, Const, TExpr, binary, cast, from_prim, is_float, maximum, minimum, select
 
 
 class LegalizeError(TesseraError):
@@ -103,11 +103,11 @@ def as_value(expr: TExpr, dtype: str) -> TExpr:
     if expr.dtype == dtype:
         return expr
     if dtype == "bool":
-        zero = Const(0.0, expr.dtype) if expr.dtype in ("f32", "f16") else Const(0, expr.dtype)
+        zero = Const(0.0, expr.dtype) if is_float(expr.dtype) else Const(0, expr.dtype)
         return binary("!=", expr, zero)
     if expr.dtype == "bool":
-        one = Const(1.0, dtype) if dtype in ("f32", "f16") else Const(1, dtype)
-        zero = Const(0.0, dtype) if dtype in ("f32", "f16") else Const(0, dtype)
+        one = Const(1.0, dtype) if is_float(dtype) else Const(1, dtype)
+        zero = Const(0.0, dtype) if is_float(dtype) else Const(0, dtype)
         return select(expr, one, zero)
     return cast(expr, dtype)
 

@@ -448,7 +448,7 @@ class _KernelParser:
     def _dtype(self, node: ast.AST) -> str:
         dtype = self._string(node)
         if not is_dtype(dtype):
-            raise self.fail(node, f"unknown dtype '{dtype}'; kernel dtypes are f32, f16, i32, u32, bool "
+            raise self.fail(node, f"unknown dtype '{dtype}'; kernel dtypes are f32, f16, f64, i32, u32, bool "
                             "and vectors such as f32x4")
         return dtype
 

@@ -28,10 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import arith
-from .ir import INDEX, Buffer, Const, Local, Select, TExpr, binary, from_prim
+from .ir import FLOAT_DTYPES, INDEX, Buffer, Const, Local, Select, TExpr, binary, from_prim
 
 # Tensor dtype -> the scalar type kernels compute with.
-VALUE_DTYPE = {"float32": "f32", "float16": "f16", "int32": "i32", "uint32": "u32", "bool": "bool",
+VALUE_DTYPE = {"float32": "f32", "float16": "f16", "float64": "f64", "int32": "i32", "uint32": "u32", "bool": "bool",
                "int64": "i32", "int8": "i32", "uint8": "u32", "int16": "i32", "uint16": "u32", "uint64": "u32"}
 # Integer dtypes narrower than their 32-bit kernel type: bits per element. A kernel computes them
 # in i32 or u32 and wraps each result it makes to the dtype's range (``wrap``), as numpy's integers
@@ -159,7 +159,7 @@ def accumulate_type(dtype: str) -> str:
 
 def const(value, dtype):
     """``value`` as a constant of kernel type ``dtype``."""
-    if dtype in ("f32", "f16"):
+    if dtype in FLOAT_DTYPES:
         return Const(float(value), dtype)
     if dtype == "bool":
         return Const(bool(value), "bool")
@@ -168,12 +168,12 @@ def const(value, dtype):
 
 def lowest(dtype: str):
     """The identity of max for ``dtype``."""
-    return {"f32": float("-inf"), "f16": float("-inf"), "i32": -(2**31), "u32": 0}[dtype]
+    return {"f32": float("-inf"), "f16": float("-inf"), "f64": float("-inf"), "i32": -(2**31), "u32": 0}[dtype]
 
 
 def highest(dtype: str):
     """The identity of min for ``dtype``."""
-    return {"f32": float("inf"), "f16": float("inf"), "i32": 2**31 - 1, "u32": 2**32 - 1}[dtype]
+    return {"f32": float("inf"), "f16": float("inf"), "f64": float("inf"), "i32": 2**31 - 1, "u32": 2**32 - 1}[dtype]
 
 
 @dataclass(eq=False)

@@ -21,7 +21,15 @@ from typing import Any
 from .. import arith
 
 INDEX = "i32"
-SCALAR_DTYPES = ("f32", "f16", "i32", "u32", "bool")
+SCALAR_DTYPES = ("f32", "f16", "f64", "i32", "u32", "bool")
+# Float kernel types. f64 exists only where a language has doubles (C); GPU targets refuse float64
+# tensors before any kernel is written (Target.supports_dtype).
+FLOAT_DTYPES = ("f32", "f16", "f64")
+
+
+def is_float(dtype: str) -> bool:
+    """Whether the kernel type ``dtype`` (or a vector of it) is a float."""
+    return lanes_of(dtype)[0] in FLOAT_DTYPES
 
 
 def vector_of(dtype: str, lanes: int) -> str:
@@ -259,7 +267,7 @@ def logical_and(a, b) -> TExpr:
 def cast(x: TExpr, dtype: str) -> TExpr:
     if x.dtype == dtype:
         return x
-    if isinstance(x, Const) and dtype in ("f32", "f16"):
+    if isinstance(x, Const) and dtype in FLOAT_DTYPES:
         return Const(float(x.value), dtype)
     return Cast(x, dtype)
 

@@ -70,7 +70,8 @@ SYMBOLS = {"+": "+", "-": "-", "*": "*", "/": "/", "%": "%", "&": "&", "|": "|",
 THREAD_BUILTINS = ("local_id", "workgroup_id", "num_workgroups")
 SUBGROUP_BUILTINS = ("subgroup_size", "subgroup_invocation_id")
 # The tensor dtype a parameter of each kernel dtype holds unless it says otherwise.
-DEFAULT_STORAGE = {"f32": "float32", "f16": "float16", "i32": "int32", "u32": "uint32", "bool": "bool"}
+DEFAULT_STORAGE = {"f32": "float32", "f16": "float16", "f64": "float64", "i32": "int32", "u32": "uint32",
+                   "bool": "bool"}
 # Names the format gives a meaning under T.; an intrinsic with one of them is written T.unary / T.call.
 RESERVED = {"prim_func", "Input", "Output", "launch", "func_attr", "alloc_buffer", "serial", "unroll", "threads",
             "barrier", "assign", "declare", "var", "const", "builtin", "unary", "binary", "call", "cast",

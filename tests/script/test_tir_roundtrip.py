@@ -332,7 +332,7 @@ def kernel_text(*body: str) -> str:
     (["y[0] = 1.0"], r"^line 6, column 9: unknown buffer 'y' in `y\[0\] = 1.0`"),
     (["x[0] = acc"], r"^line 6, column 16: 'acc' is not declared in `x\[0\] = acc`"),
     (["acc = 1.0"], r"^line 6, column 9: 'acc' is not declared; declare it with `acc: T.i32 = ...`"),
-    (["a: T.f64 = 0.0"], r"^line 6, column 12: a local's annotation is its dtype"),
+    (["a: T.f128 = 0.0"], r"^line 6, column 12: a local's annotation is its dtype"),
     (["x[0] = T.cast(1, \"float32\")"], r"^line 6, column 26: unknown dtype 'float32'; kernel dtypes are f32"),
     (["if 0 < n < 4:", "    pass"], r"^line 6, column 12: compare two values at a time"),
     (["x[0] = n"], r"^line 6, column 16: 'n' is not declared"),  # the scalar is sym_n in the body

@@ -313,7 +313,8 @@ def test_split_kernel_computes_like_numpy(webgpu, wasm, rows):
 def test_each_language_declares_what_it_needs():
     assert wgsl.LOWERING == LoweringNeeds({"float32", "float16", "int32", "uint32"}, unroll=True,
                                           split_workgroups=False)
-    assert c.LOWERING == LoweringNeeds({"float32", "int32", "uint32"}, unroll=True, split_workgroups=True)
+    assert c.LOWERING == LoweringNeeds({"float32", "float64", "int32", "uint32"}, unroll=True,
+                                       split_workgroups=True)
 
 
 def test_renderers_only_spell_lowered_kernels():
