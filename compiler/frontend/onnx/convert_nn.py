@@ -215,35 +215,6 @@ def _global_max_pool(ctx: NodeContext):
     return R.max(ctx.input(0), axis=tuple(range(2, ctx.rank(0))), keepdims=True)
 
 
-@converter("BatchNormalization", attrs=("epsilon", "momentum"))
-def _batch_norm_11(ctx: NodeContext):
-    return _batch_norm(ctx)
-
-
-@converter("BatchNormalization", since=14, attrs=("epsilon", "momentum", "training_mode"))
-def _batch_norm_14(ctx: NodeContext):
-    if ctx.attr("training_mode", 0):
-        raise ctx.error("training_mode=1 is not supported (inference only)")
-    return _batch_norm(ctx)
-
-
-def _batch_norm(ctx: NodeContext):
-    """Inference: (x - mean) / sqrt(var + epsilon) * scale + bias, per channel (axis 1)."""
-    require_float(ctx)
-    if len([o for o in ctx.node.output if o]) > 1:
-        raise ctx.error("the running statistics outputs are not supported (inference only)")
-    rank = ctx.rank(0)
-    shape = (1, -1) + (1,) * (rank - 2)
-
-    def channel(index):
-        return R.reshape(ctx.input(index), shape) if rank != 2 else ctx.input(index)
-
-    scale, bias, mean, var = (channel(i) for i in range(1, 5))
-    epsilon = scalar_like(ctx, ctx.attr("epsilon", 1e-5), 4)
-    normed = R.divide(R.subtract(ctx.input(0), mean), R.sqrt(R.add(var, epsilon)))
-    return R.add(R.multiply(normed, scale), bias)
-
-
 # -- normalization over an axis -------------------------------------------------------------------
 
 
@@ -355,12 +326,14 @@ def _space_depth(to_depth: bool):
         n, c, h, w = ctx.static_dims(0, ctx.node.op_type)
         b = int(ctx.attr("blocksize"))
         x = ctx.input(0)
-        if to_depth:
-            y = R.reshape(x, (n, c, h // b, b, w // b, b))
-            y = R.permute_dims(y, axes=(0, 3, 5, 1, 2, 4))
-            return R.reshape(y, (n, c * b * b, h // b, w // b))
         mode = ctx.attr("mode", b"DCR")
         mode = mode.decode() if isinstance(mode, bytes) else mode
+        if mode not in ("DCR", "CRD"):
+            raise ctx.error(f"mode={mode!r} is not supported (DCR or CRD)", "invalid")
+        if to_depth:  # DCR: the block offsets before the channel; CRD: after it
+            y = R.reshape(x, (n, c, h // b, b, w // b, b))
+            y = R.permute_dims(y, axes=(0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4))
+            return R.reshape(y, (n, c * b * b, h // b, w // b))
         if mode == "DCR":
             y = R.permute_dims(R.reshape(x, (n, b, b, c // (b * b), h, w)), axes=(0, 3, 4, 1, 5, 2))
         else:
@@ -371,6 +344,7 @@ def _space_depth(to_depth: bool):
 
 
 converter("SpaceToDepth", attrs=("blocksize",))(_space_depth(True))
+converter("SpaceToDepth", since=28, attrs=("blocksize", "mode"))(_space_depth(True))
 converter("DepthToSpace", attrs=("blocksize", "mode"))(_space_depth(False))
 
 
@@ -453,10 +427,11 @@ def _softmax_cross_entropy(ctx: NodeContext):
 
 # -- Resize: one interpolation matrix per axis ----------------------------------------------------
 
-_RESIZE_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "half_pixel_symmetric")
+_RESIZE_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "half_pixel_symmetric",
+                 "tf_crop_and_resize")
 
 
-def _source_position(mode: str, x: int, scale: float, size_in: int, size_out: int) -> float:
+def _source_position(mode: str, x: int, scale: float, size_in: int, size_out: int, roi=(0.0, 1.0)) -> float:
     """Where output index ``x`` samples the input, by coordinate_transformation_mode."""
     width = scale * size_in  # the output's length before rounding
     if mode == "align_corners":
@@ -468,43 +443,68 @@ def _source_position(mode: str, x: int, scale: float, size_in: int, size_out: in
     if mode == "half_pixel_symmetric":
         offset = size_in / 2 * (1 - size_out / width)
         return offset + (x + 0.5) / scale - 0.5
+    if mode == "tf_crop_and_resize":
+        start, end = roi
+        span = (end - start) * (size_in - 1)
+        return (span / 2 if width == 1 else x * span / (width - 1)) + start * (size_in - 1)
     return (x + 0.5) / scale - 0.5
 
 
-def _taps(kind: str, ratio: float, nearest_mode: str, a: float) -> np.ndarray:
+def _keys(a: float, distance: np.ndarray) -> np.ndarray:
+    """The cubic convolution kernel (Keys) at ``distance`` from the sample."""
+    d = np.abs(distance)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+def _taps(kind: str, ratio: float, nearest_mode: str, a: float, scale: float = 1.0,
+          antialias: bool = False) -> np.ndarray:
+    """Weights of the taps from floor(position) + first, for ``first`` = 1 - len(taps) / 2. With
+    antialias a downscale widens the kernel by 1 / scale (stretched, then normalized to sum to 1)."""
     if kind == "nearest":
         if ratio == 1.0:
             return np.array([0.0, 1.0])
         prefer = {"round_prefer_floor": ratio <= 0.5, "round_prefer_ceil": ratio < 0.5,
                   "floor": True, "ceil": False}[nearest_mode]
         return np.array([1.0, 0.0]) if prefer else np.array([0.0, 1.0])
+    if antialias:
+        stretch = min(scale, 1.0)
+        reach = 1 if kind == "linear" else 2
+        first = int(np.floor(-reach / stretch) + 1)
+        distance = (np.arange(first, 2 - first) - ratio) * stretch
+        taps = np.clip(1 - np.abs(distance), 0, 1) if kind == "linear" else _keys(a, distance)
+        return taps / taps.sum()
     if kind == "linear":
         return np.array([1.0 - ratio, ratio])
-    r = ratio  # cubic convolution (Keys), taps at -1, 0, 1, 2 from the floor
-    return np.array([((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
-                     ((a + 2) * r - (a + 3)) * r * r + 1,
-                     ((a + 2) * (1 - r) - (a + 3)) * (1 - r) * (1 - r) + 1,
-                     ((a * (2 - r) - 5 * a) * (2 - r) + 8 * a) * (2 - r) - 4 * a])
+    return _keys(a, np.arange(-1, 3) - ratio)  # cubic: taps at -1, 0, 1, 2 from the floor
 
 
 def resize_matrix(kind: str, mode: str, size_in: int, size_out: int, scale: float, nearest_mode: str = "",
-                  a: float = -0.75, exclude_outside: bool = False) -> np.ndarray:
-    """(size_out, size_in) weights: output x = sum_i M[x, i] * input i along one axis. The taps
-    before the first and after the last input repeat the edge, as ONNX's edge padding does."""
+                  a: float = -0.75, exclude_outside: bool = False, antialias: bool = False,
+                  roi=(0.0, 1.0)) -> tuple[np.ndarray, np.ndarray]:
+    """(size_out, size_in) weights: output x = sum_i M[x, i] * input i along one axis, and which
+    outputs tf_crop_and_resize places outside the input (their rows are zero: they take the
+    extrapolation value). The taps before the first and after the last input repeat the edge, as
+    ONNX's edge padding does."""
     matrix = np.zeros((size_out, size_in))
+    outside = np.zeros(size_out, dtype=bool)
     for x in range(size_out):
-        position = _source_position(mode, x, scale, size_in, size_out)
+        position = _source_position(mode, x, scale, size_in, size_out, roi)
+        if mode == "tf_crop_and_resize" and not 0 <= position <= size_in - 1:
+            outside[x] = True
+            continue
         left = int(np.ceil(position)) - 1  # the tap at or left of the position; an exact hit weighs 1 right of it
         ratio = position - left
-        taps = _taps(kind, ratio, nearest_mode, a)
+        taps = _taps(kind, ratio, nearest_mode, a, scale, antialias)
         first = left - len(taps) // 2 + 1
         indices = np.arange(first, first + len(taps))
         if exclude_outside:
             taps = np.where((indices >= 0) & (indices < size_in), taps, 0.0)
-            taps = taps / taps.sum()
+            taps = taps / (taps.sum() or 1.0)
         for index, weight in zip(np.clip(indices, 0, size_in - 1), taps):
             matrix[x, index] += weight
-    return matrix
+    return matrix, outside
 
 
 @converter("Resize", since=13, attrs=("coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
@@ -535,8 +535,9 @@ def _resize(ctx: NodeContext):
         raise ctx.error(f"mode={kind!r} is not supported", "invalid")
     if mode not in _RESIZE_MODES:
         raise ctx.error(f"coordinate_transformation_mode={mode!r} is not supported")
-    if ctx.attr("antialias", 0):
-        raise ctx.error("antialias=1 is not supported")
+    antialias = bool(ctx.attr("antialias", 0))
+    if antialias and kind == "nearest":
+        raise ctx.error("antialias=1 needs mode linear or cubic", "invalid")
     policy = _text_attr(ctx, "keep_aspect_ratio_policy", "stretch")
     if policy not in ("stretch", "not_larger", "not_smaller"):
         raise ctx.error(f"keep_aspect_ratio_policy={policy!r} is not supported", "invalid")
@@ -554,6 +555,13 @@ def _resize(ctx: NodeContext):
         kept = [ctx.analyzer.prove_equal(size, full[axis]) for size, axis in zip(sizes, axes)]
     else:
         kept = [scale == 1.0 for scale in scales]
+    rois = [(0.0, 1.0)] * len(axes)
+    if mode == "tf_crop_and_resize":  # the region of interest per resized axis: starts, then ends
+        roi = [float(v) for v in ctx.constant(1, "roi").reshape(-1)] if ctx.has_input(1) else []
+        if len(roi) != 2 * len(axes):
+            raise ctx.error(f"roi has {len(roi)} values for {len(axes)} axes", "invalid")
+        rois = list(zip(roi[:len(axes)], roi[len(axes):]))
+        kept = [keep and np.isclose(r[0], 0.0) and np.isclose(r[1], 1.0) for keep, r in zip(kept, rois)]
 
     def static(axis, value, what):
         known = ctx.analyzer.as_int(value)
@@ -587,17 +595,26 @@ def _resize(ctx: NodeContext):
         else:
             scale = scales[position]
             size_out = fixed_sizes[position] if fixed_sizes else int(np.floor(size_in * scale))
-        if size_out == size_in and scale == 1.0:
+        if size_out == size_in and scale == 1.0 and rois[position] == (0.0, 1.0):
             continue
-        matrix = resize_matrix(kind, mode, size_in, size_out, scale, nearest_mode,
-                               float(ctx.attr("cubic_coeff_a", -0.75)), bool(ctx.attr("exclude_outside", 0)))
+        matrix, outside = resize_matrix(kind, mode, size_in, size_out, scale, nearest_mode,
+                                        float(ctx.attr("cubic_coeff_a", -0.75)), bool(ctx.attr("exclude_outside", 0)),
+                                        antialias, rois[position])
+        # tf_crop_and_resize's outputs outside the input take the extrapolation value (their rows are zero)
+        fill = outside.astype(ctx.dtype(0)) * np.asarray(ctx.attr("extrapolation_value", 0.0), dtype=ctx.dtype(0))
+        along = [size_out if a == axis else 1 for a in range(rank)]
         if kind == "nearest":
             x = R.take(x, const(np.argmax(matrix, axis=1), "int64"), axis=axis)
+            if outside.any():
+                x = R.where(Constant(outside.reshape(along)), Constant(fill.reshape(along)), x)
+            x = ctx.emit(x)
             continue
         perm = [a for a in range(rank) if a != axis] + [axis]
         moved = R.permute_dims(x, axes=tuple(perm)) if axis != rank - 1 else x
         y = R.matmul(moved, Constant(matrix.T.astype(ctx.dtype(0))))
         x = R.permute_dims(y, axes=tuple(int(v) for v in np.argsort(perm))) if axis != rank - 1 else y
+        if outside.any():
+            x = R.add(x, Constant(fill.reshape(along)))
         x = ctx.emit(x)
     return x
 

@@ -7,7 +7,8 @@ import numpy as np
 
 from ... import op as R
 from ...ir.expr import Constant
-from .convert_common import axis_of
+from .convert_common import axis_of, const, positions
+from .convert_nn import gather_elements
 from .registry import NodeContext, converter
 
 
@@ -55,3 +56,115 @@ def _center_crop_pad(ctx: NodeContext):
             x = ctx.emit(zero_pad(ctx, x, dims, axis, before, size - dim - before))
         dims[axis] = size
     return x
+
+
+def spread(ctx: NodeContext, x, dims: list[int], axis: int, stride: int):
+    """``x`` with ``stride - 1`` zeros after each element along ``axis`` (none after the last)."""
+    size = dims[axis]
+    if stride == 1 or size <= 1:
+        return x
+    zero_dims = list(dims)
+    zero_dims.insert(axis + 1, stride - 1)
+    zeros = Constant(np.zeros(zero_dims, dtype=ctx.dtype(0)))
+    interleaved = R.concat([R.expand_dims(x, axis=axis + 1), zeros], axis=axis + 1)
+    wide = list(dims)
+    wide[axis] = size * stride
+    return R.strided_slice(R.reshape(interleaved, wide), axes=(axis,), begin=(0,), end=((size - 1) * stride + 1,))
+
+
+@converter("Col2Im", since=18, attrs=("dilations", "pads", "strides"))
+def _col2im(ctx: NodeContext):
+    """Each block offset's column row, spread out by the strides and shifted to the offset in the
+    padded image, summed over the offsets; then the padding cropped off."""
+    n, channels_blocks, length = ctx.static_dims(0, "Col2Im")
+    image = static_ints(ctx, 1, "image_shape")
+    block = static_ints(ctx, 2, "block_shape")
+    nd = len(image)
+    if len(block) != nd:
+        raise ctx.error(f"image_shape {image} and block_shape {block} differ in length", "invalid")
+    dilations = ctx.ints("dilations", (1,) * nd)
+    pads = ctx.ints("pads", (0,) * (2 * nd))
+    strides = ctx.ints("strides", (1,) * nd)
+    taps = int(np.prod(block))
+    padded = [image[i] + pads[i] + pads[i + nd] for i in range(nd)]
+    counts = [(padded[i] - ((block[i] - 1) * dilations[i] + 1)) // strides[i] + 1 for i in range(nd)]
+    if taps == 0 or channels_blocks % taps or int(np.prod(counts)) != length or min(counts) < 1:
+        raise ctx.error(f"an input of {channels_blocks} x {length} columns does not fit image {image}, "
+                        f"block {block}", "invalid")
+    channels = channels_blocks // taps
+    x = ctx.emit(R.reshape(ctx.input(0), (n, channels, taps, *counts)))
+    total = None
+    for tap, offset in enumerate(np.ndindex(*block)):
+        dims = [n, channels, *counts]
+        part = R.reshape(R.strided_slice(x, axes=(2,), begin=(tap,), end=(tap + 1,)), dims)
+        for i in range(nd):
+            axis = 2 + i
+            part = spread(ctx, part, dims, axis, strides[i])
+            dims[axis] = (counts[i] - 1) * strides[i] + 1
+            before = offset[i] * dilations[i]
+            part = zero_pad(ctx, part, dims, axis, before, padded[i] - before - dims[axis])
+            dims[axis] = padded[i]
+        part = ctx.emit(part)
+        total = part if total is None else ctx.emit(R.add(total, part))
+    if any(pads):
+        total = R.strided_slice(total, axes=tuple(range(2, 2 + nd)), begin=tuple(pads[:nd]),
+                                end=tuple(pads[i] + image[i] for i in range(nd)))
+    return total
+
+
+@converter("ReverseSequence", attrs=("batch_axis", "time_axis"))
+def _reverse_sequence(ctx: NodeContext):
+    """A gather along the time axis: step t of batch b reads step len[b] - 1 - t where t < len[b],
+    and step t otherwise (the lengths may be data)."""
+    dims = ctx.dims(0)
+    rank = len(dims)
+    batch_axis = axis_of(ctx, int(ctx.attr("batch_axis", 1)), rank)
+    time_axis = axis_of(ctx, int(ctx.attr("time_axis", 0)), rank)
+    if rank < 2 or batch_axis == time_axis:
+        raise ctx.error(f"batch_axis {batch_axis} and time_axis {time_axis} must be two axes of the input",
+                        "invalid")
+    steps = positions(ctx, dims[time_axis], time_axis, rank)
+    along_batch = [1] * rank
+    along_batch[batch_axis] = -1
+    lengths = R.reshape(R.astype(ctx.input(1), dtype="int64"), along_batch)
+    reversed_step = R.subtract(R.subtract(lengths, const(1, "int64")), steps)
+    source = R.where(R.less(steps, lengths), reversed_step, steps)
+    return gather_elements(ctx, ctx.input(0), dims, source, dims, time_axis)
+
+
+_UNPOOL_LIMIT = 1 << 24  # elements of the (outputs x inputs) comparison MaxUnpool builds
+
+
+@converter("MaxUnpool", since=11, attrs=("kernel_shape", "pads", "strides"))
+def _max_unpool(ctx: NodeContext):
+    """Y.flat[I.flat[i]] = X.flat[i] (the last write wins), zeros elsewhere. The indices are data,
+    and the IR has no scatter: each output position takes the last input whose index names it,
+    found by comparing every index with every position (hence the size limit)."""
+    dims = list(ctx.static_dims(0, "MaxUnpool"))
+    nd = len(dims) - 2
+    kernel = ctx.ints("kernel_shape")
+    strides = ctx.ints("strides", (1,) * nd)
+    pads = ctx.ints("pads", (0,) * (2 * nd))
+    if nd < 1 or len(kernel) != nd:
+        raise ctx.error(f"kernel_shape {kernel} does not fit an input of rank {len(dims)}", "invalid")
+    inferred = dims[:2] + [(dims[i + 2] - 1) * strides[i] - (pads[i] + pads[i + nd]) + kernel[i] for i in range(nd)]
+    count_in, count_out = int(np.prod(dims)), int(np.prod(inferred))
+    if count_in * count_out > _UNPOOL_LIMIT:
+        raise ctx.error(f"{count_in} inputs into {count_out} outputs is over the {_UNPOOL_LIMIT} comparisons "
+                        "this importer builds for a data-dependent scatter")
+    indices = R.reshape(R.astype(ctx.input(1), dtype="int64"), (1, count_in))
+    indices = R.where(R.less(indices, const(0, "int64")), R.add(indices, const(count_out, "int64")), indices)
+    hits = R.equal(indices, const(np.arange(count_out).reshape(-1, 1), "int64"))
+    order = const(np.arange(count_in).reshape(1, -1), "int64")
+    source = ctx.emit(R.max(R.where(hits, order, const(-1, "int64")), axis=(1,)))
+    written = R.greater_equal(source, const(0, "int64"))
+    picked = R.take(R.reshape(ctx.input(0), (-1,)), R.where(written, source, const(0, "int64")), axis=0)
+    y = ctx.emit(R.reshape(R.where(written, picked, const(0, ctx.dtype(0))), inferred))
+    if ctx.has_input(2):
+        wanted = static_ints(ctx, 2, "output_shape")
+        if len(wanted) != len(dims) or wanted[:2] != inferred[:2] or any(w < i for w, i in zip(wanted, inferred)):
+            raise ctx.error(f"output_shape {wanted} is smaller than the unpooled {inferred}", "invalid")
+        for axis in range(2, len(dims)):
+            y = zero_pad(ctx, y, inferred, axis, 0, wanted[axis] - inferred[axis])
+            inferred[axis] = wanted[axis]
+    return y
