@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ... import op as R
+from ...ir.expr import ShapeExpr
 from .convert_common import axis_of, const, require_float, scalar_like
 from .convert_shape import _axes_13
 from .registry import NodeContext, converter
@@ -22,7 +25,7 @@ def _reduce(kind: str, axes_from_input: bool):
         axes = tuple(sorted({axis_of(ctx, a, rank) for a in axes}))
         x = ctx.input(0)
         if kind in ("max", "min", "log_sum_exp") and any(ctx.analyzer.as_int(ctx.dims(0)[a]) == 0 for a in axes):
-            raise ctx.error("a max, min or log-sum-exp over an empty axis (ONNX's -inf/+inf) is not supported")
+            return _empty_extreme(ctx, kind, axes, keepdims)
         if kind in ("mean", "log_sum", "log_sum_exp", "l2"):
             require_float(ctx)
         if kind in ("sum", "mean", "max", "min", "prod"):
@@ -41,6 +44,27 @@ def _reduce(kind: str, axes_from_input: bool):
         return R.add(total, peak if keepdims else R.squeeze(peak, axis=axes))
 
     return convert
+
+
+def _empty_extreme(ctx: NodeContext, kind: str, axes: tuple, keepdims: bool):
+    """A max, min or log-sum-exp over an empty axis is the identity of the reduction, as ONNX
+    defines it: -inf for max and log-sum-exp, +inf for min (a dtype's lowest or highest value for
+    integers, False or True for bool), in the reduced shape."""
+    dtype = ctx.dtype(0)
+    if kind == "log_sum_exp":
+        require_float(ctx)
+    if dtype == "bool":
+        value = kind == "min"
+    elif np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        value = info.max if kind == "min" else info.min
+    else:
+        value = np.inf if kind == "min" else -np.inf
+    dims = [1 if a in axes else d for a, d in enumerate(ctx.dims(0)) if keepdims or a not in axes]
+    known = [ctx.analyzer.as_int(d) for d in dims]
+    if all(k is not None for k in known):
+        return const(np.full(known, value), dtype)
+    return R.full(ShapeExpr(tuple(dims)), fill_value=value, dtype=dtype)
 
 
 _REDUCE = {"ReduceSum": ("sum", 13), "ReduceMean": ("mean", 18), "ReduceMax": ("max", 18),
