@@ -3,8 +3,6 @@ and functions composed of exp and log."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from ... import op as R
 from ...ir.expr import Constant
 from .convert_common import const, require_float, scalar_like
@@ -206,18 +204,6 @@ def _cast_like(ctx: NodeContext):
 
 @converter("Identity")
 def _identity(ctx: NodeContext):
-    return ctx.input(0)
-
-
-@converter("Dropout", since=12, attrs=("seed",))
-def _dropout(ctx: NodeContext):
-    """Inference: the input unchanged, unless training_mode is a true constant."""
-    if ctx.has_input(2):
-        training = ctx.constant(2, "training_mode")
-        if bool(np.asarray(training)):
-            raise ctx.error("training_mode=True is not supported (inference only)")
-    if len([o for o in ctx.node.output if o]) > 1:
-        raise ctx.error("the mask output is not supported")
     return ctx.input(0)
 
 

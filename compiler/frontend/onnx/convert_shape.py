@@ -15,7 +15,6 @@ from .convert_common import (
     axis_of,
     const,
     int_value,
-    int_vector,
     require_float,
     scalar_like,
 )
@@ -707,24 +706,3 @@ def _conv_transpose(ctx: NodeContext):
     if ctx.has_input(2):
         y = R.add(y, R.reshape(ctx.input(2), (1, -1, 1, 1)))
     return R.squeeze(y, axis=(2,)) if one_d else y
-
-
-@converter("GatherND", attrs=("batch_dims",))
-def _gather_nd(ctx: NodeContext):
-    """A take from the flattened data at offsets computed from the index tuples (dims may be
-    symbolic; the index tuples' length must be known)."""
-    if ctx.attr("batch_dims", 0):
-        raise ctx.error("batch_dims other than 0 is not supported")
-    data_dims = ctx.dims(0)
-    index_dims = ctx.dims(1)
-    depth = ctx.analyzer.as_int(index_dims[-1])
-    if depth is None:
-        raise ctx.error(f"the length of the index tuples ({index_dims[-1]}) must be known")
-    inner = data_dims[depth:]
-    strides = [ctx.analyzer.simplify(_product(data_dims[a + 1:depth])) for a in range(depth)]
-    indices = R.astype(ctx.input(1), dtype="int64")
-    sizes = int_vector(ctx, data_dims[:depth])
-    indices = R.where(R.less(indices, const(0, "int64")), R.add(indices, sizes), indices)
-    rows = R.sum(R.multiply(indices, int_vector(ctx, strides)), axis=(len(index_dims) - 1,))
-    table = R.reshape(ctx.input(0), (ctx.analyzer.simplify(_product(data_dims[:depth])), *inner))
-    return R.take(table, rows, axis=0)

@@ -8,6 +8,7 @@ from . import (  # noqa: F401  (importing registers)
     convert_attention,
     convert_control,
     convert_elementwise,
+    convert_extra,
     convert_integer,
     convert_loops,
     convert_misc_ops,
