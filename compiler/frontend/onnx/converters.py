@@ -18,6 +18,7 @@ from . import (  # noqa: F401  (importing registers)
     convert_sampling,
     convert_scatter,
     convert_shape,
+    convert_signal,
     convert_transformer,
     convert_vision,
 )
