@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ... import op as R
 from ...ir.expr import Constant, ShapeExpr, Tuple, TupleGetItem
-from .convert_common import axis_of, require_float, scalar_like
+from .convert_common import axis_of, const, require_float, scalar_like
 from .loader import ir_dtype
 from .registry import NodeContext, converter
 
@@ -47,9 +49,12 @@ _INT_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "in
 
 
 def _per_axis(ctx: NodeContext, value, value_index: int, rank: int):
-    """A per-tensor (scalar or one-element) or per-axis (1-D, along the ``axis`` attribute) scale or
-    zero point, shaped to broadcast against a tensor of ``rank``."""
+    """A per-tensor (scalar or one-element), per-axis (1-D, along the ``axis`` attribute) or blocked
+    (``block_size``) scale or zero point, shaped to broadcast against a tensor of ``rank``."""
     value_rank = ctx.rank(value_index)
+    block = int(ctx.attr("block_size", 0) or 0)
+    if block:
+        return _blocked(ctx, value, value_index, rank, block)
     if value_rank == 0:
         return value
     if value_rank != 1:
@@ -60,10 +65,30 @@ def _per_axis(ctx: NodeContext, value, value_index: int, rank: int):
     return R.reshape(value, [-1 if a == axis else 1 for a in range(rank)])
 
 
+def _blocked(ctx: NodeContext, value, value_index: int, rank: int, block: int):
+    """Blocked quantization: the scale (or zero point) has the input's rank, and along ``axis`` one
+    entry per ``block`` consecutive elements (the last block may be short); each element takes its
+    block's entry."""
+    if block < 0:
+        raise ctx.error(f"block_size={block} is negative", "invalid")
+    if ctx.rank(value_index) != rank:
+        raise ctx.error(f"with block_size, input {value_index} must have the input's rank {rank}, not "
+                        f"{ctx.rank(value_index)}", "invalid")
+    axis = axis_of(ctx, ctx.attr("axis", 1), rank)
+    size = ctx.dims(0)[axis]
+    known, blocks = ctx.analyzer.as_int(size), ctx.analyzer.as_int(ctx.dims(value_index)[axis])
+    if known is not None and blocks is not None and blocks != -(-known // block):
+        raise ctx.error(f"input {value_index} has {blocks} blocks along axis {axis}, but {known} elements in "
+                        f"blocks of {block} make {-(-known // block)}", "invalid")
+    if known is not None:
+        which = const(np.arange(known) // block, "int64")
+    else:
+        which = R.floor_divide(R.arange(end=size, dtype="int64"), const(block, "int64"))
+    return R.take(value, which, axis=axis)
+
+
 @converter("DequantizeLinear", attrs=("axis", "block_size", "output_dtype"))
 def _dequantize(ctx: NodeContext):
-    if ctx.attr("block_size", 0):
-        raise ctx.error("block_size (blocked quantization) is not supported")
     rank = ctx.rank(0)
     scale_dtype = ctx.dtype(1)
     x = R.astype(ctx.input(0), dtype=scale_dtype)
@@ -88,8 +113,6 @@ def quantize(ctx: NodeContext, x, scale, zero, dtype: str):
 
 @converter("QuantizeLinear", attrs=("axis", "block_size", "output_dtype", "precision", "saturate"))
 def _quantize(ctx: NodeContext):
-    if ctx.attr("block_size", 0):
-        raise ctx.error("block_size (blocked quantization) is not supported")
     require_float(ctx)
     rank = ctx.rank(0)
     if ctx.has_input(2):
