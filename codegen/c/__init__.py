@@ -89,6 +89,7 @@ class CRenderer(CStyleRenderer):
     types = {"f32": "float", "f64": "double", "i32": "int32_t", "u32": "uint32_t", "bool": "bool"}
     intrinsics = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "sin": "sinf", "cos": "cosf", "floor": "floorf",
                   "ceil": "ceilf", "round": "rintf", "pow": "powf", "fma": "fmaf", "erf": "erff", "tanh": "tanhf",
+                  "atan": "atanf", "atan2": "atan2f",
                   "clamp": "tsr_clamp", "floordiv": "tsr_floordiv", "bitcast_u32": "tsr_bits",
                   "f16_bits_to_f32": "tsr_half_to_float", "abs": "tsr_abs"}
     # local_id is gone after split_workgroups: thread loops have their own variable.
@@ -174,6 +175,8 @@ class CRenderer(CStyleRenderer):
             return f"(1.0f / sqrtf({args[0]}))"
         if name == "sign_extend8":
             return f"((int32_t)(int8_t)({args[0]}))"
+        if name == "bitcast_f32":  # a u32's bits as an f32: a union, which C11 defines (no helper needed)
+            return f"((union {{ uint32_t u; float f; }}){{ .u = ({args[0]}) }}).f"
         return super().call_intrinsic(name, args, dtype)
 
     def double_intrinsic(self, name: str, args: list[str]) -> str:

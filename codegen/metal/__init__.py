@@ -52,7 +52,7 @@ lid wid nwg params sg_lane sg_size
     | frozenset(f"packed_{s}{n}" for s in _VECTOR_SCALARS for n in (2, 3, 4))
 
 # Metal's math functions for f32; f16 calls the plain overloads (see the module docstring).
-_PRECISE_F32 = frozenset({"exp", "log", "sqrt", "rsqrt", "sin", "cos", "pow", "tanh"})
+_PRECISE_F32 = frozenset({"exp", "log", "sqrt", "rsqrt", "sin", "cos", "pow", "tanh", "atan", "atan2"})
 
 # erf (cstyle.ERF_CONSTANTS): MSL has none. Computed in f32.
 _ERF = """static inline TYPE NAME(TYPE x) {
@@ -78,7 +78,7 @@ class MetalRenderer(CStyleRenderer):
     intrinsics = {
         "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos",
         "floor": "floor", "ceil": "ceil", "abs": "abs", "pow": "pow", "clamp": "clamp", "fma": "fma",
-        "tanh": "tanh",
+        "tanh": "tanh", "atan": "atan", "atan2": "atan2",
         # rint rounds halves to even, as numpy and WGSL's round do; MSL's round goes away from zero.
         "round": "rint",
         "subgroup_add": "simd_sum", "subgroup_max": "simd_max", "subgroup_min": "simd_min",
@@ -143,8 +143,8 @@ class MetalRenderer(CStyleRenderer):
             return self.f32_helper_call("erf", _ERF, args[0], dtype)
         if name == "f16_bits_to_f32":  # the low 16 bits of a u32, as an IEEE half
             return f"float(as_type<half>(ushort({args[0]})))"
-        if name == "bitcast_u32":  # an f32's IEEE bits
-            return f"as_type<uint>({args[0]})"
+        if name in ("bitcast_u32", "bitcast_f32"):  # an f32's IEEE bits, and back (lane for lane)
+            return f"as_type<{self.type_name(dtype)}>({args[0]})"
         if name == "sign_extend8":  # the low byte of a u32, as a signed i32
             return f"(as_type<int>({args[0]} << 24u) >> 24)"
         if name in _PRECISE_F32 and scalar == "f32":

@@ -64,7 +64,7 @@ class OpenCLRenderer(CStyleRenderer):
     intrinsics = {
         "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin", "cos": "cos",
         "floor": "floor", "ceil": "ceil", "round": "rint", "pow": "pow", "clamp": "clamp", "fma": "fma",
-        "erf": "erf", "tanh": "tanh", "bitcast_u32": "as_uint",
+        "erf": "erf", "tanh": "tanh", "atan": "atan", "atan2": "atan2",
     }
     builtins = {"local_id": "((int)get_local_id({axis}))", "workgroup_id": "((int)get_group_id({axis}))",
                 "num_workgroups": "((int)get_num_groups({axis}))"}
@@ -203,6 +203,8 @@ class OpenCLRenderer(CStyleRenderer):
             return f"tsr_half_bits({args[0]})"
         if name == "sign_extend8":  # the low byte of a word, as a signed int
             return f"((int)(char)({args[0]}))"
+        if name in ("bitcast_u32", "bitcast_f32"):  # an f32's IEEE bits, and back (as_uint4 for 4 lanes)
+            return f"as_{self.type_name(dtype)}({args[0]})"
         return super().call_intrinsic(name, args, dtype)
 
 

@@ -65,10 +65,11 @@ GLSL_BINARY = {
     "min": {"f": GLSL.FMin, "i": GLSL.SMin, "u": GLSL.UMin},
     "max": {"f": GLSL.FMax, "i": GLSL.SMax, "u": GLSL.UMax},
     "pow": {"f": GLSL.Pow},
+    "atan2": {"f": GLSL.Atan2},
 }
 GLSL_UNARY = {
     "exp": GLSL.Exp, "log": GLSL.Log, "sqrt": GLSL.Sqrt, "rsqrt": GLSL.InverseSqrt, "sin": GLSL.Sin,
-    "cos": GLSL.Cos, "floor": GLSL.Floor, "ceil": GLSL.Ceil,
+    "cos": GLSL.Cos, "floor": GLSL.Floor, "ceil": GLSL.Ceil, "atan": GLSL.Atan,
     "round": GLSL.RoundEven,  # halfway cases to even, as WGSL's round and C's rint
 }
 SUBGROUP_OPS = {
@@ -164,7 +165,7 @@ class ExpressionEmitter:
             return self.glsl(GLSL_UNARY[name], dtype, x)
         if name in ("erf", "tanh"):
             return self.in_f32(x, dtype, self.erf if name == "erf" else self.tanh)
-        if name == "bitcast_u32":  # an f32's IEEE bits
+        if name in ("bitcast_u32", "bitcast_f32"):  # an f32's IEEE bits, and back
             return self.op(Op.Bitcast, dtype, x)
         if name == "sign_extend8":  # the low byte of a u32 as a signed i32: up to the top, back arithmetically
             shift = self.types.constant(24, vector_of("u32", lanes_of(source)[1]))

@@ -180,7 +180,9 @@ class GLSL:
     Ceil = 9
     Sin = 13
     Cos = 14
+    Atan = 18
     Tanh = 21
+    Atan2 = 25
     Pow = 26
     Exp = 27
     Log = 28

@@ -78,7 +78,7 @@ class WGSLRenderer(CStyleRenderer):
     intrinsics = {
         "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "inverseSqrt", "sin": "sin", "cos": "cos",
         "floor": "floor", "ceil": "ceil", "round": "round", "abs": "abs", "pow": "pow",
-        "clamp": "clamp", "fma": "fma",
+        "clamp": "clamp", "fma": "fma", "atan": "atan", "atan2": "atan2",
         "subgroup_add": "subgroupAdd", "subgroup_max": "subgroupMax", "subgroup_min": "subgroupMin",
     }
     builtins = {"local_id": "i32(lid.{xyz})", "workgroup_id": "i32(wid.{xyz})", "num_workgroups": "i32(nwg.{xyz})"} | {
@@ -174,7 +174,7 @@ class WGSLRenderer(CStyleRenderer):
 
     def shift_count(self, e, text: str) -> str:
         # WGSL shifts take a u32 count, whatever the type shifted.
-        if e.dtype == "u32":
+        if lanes_of(e.dtype)[0] == "u32":
             return text
         if isinstance(e, Const):
             return f"{int(e.value)}u"
@@ -189,8 +189,8 @@ class WGSLRenderer(CStyleRenderer):
             return self.f32_helper_call(name, helpers[name], args[0], dtype)
         if name == "f16_bits_to_f32":  # the low 16 bits of a u32, as an IEEE half
             return f"unpack2x16float({args[0]}).x"
-        if name == "bitcast_u32":  # an f32's IEEE bits
-            return f"bitcast<u32>({args[0]})"
+        if name in ("bitcast_u32", "bitcast_f32"):  # an f32's IEEE bits, and back (lane for lane)
+            return f"bitcast<{self.type_name(dtype)}>({args[0]})"
         if name == "sign_extend8":  # the low byte of a u32, as a signed i32
             return f"(bitcast<i32>({args[0]} << 24u) >> 24u)"
         return super().call_intrinsic(name, args, dtype)

@@ -8,6 +8,7 @@ from functools import partial
 
 from . import (
     attention,
+    bitwise,
     conv,
     create,
     cross_level,

@@ -170,6 +170,9 @@ UNARY = {
     "erf": (_erf, True),
     "sin": (np.sin, True),
     "cos": (np.cos, True),
+    "asin": (np.arcsin, True),
+    "acos": (np.arccos, True),
+    "atan": (np.arctan, True),
     "floor": (np.floor, True),
     "ceil": (np.ceil, True),
     "round": (np.round, True),
@@ -212,6 +215,14 @@ def _gelu_tanh_kernel(x):
     return binary("*", binary("*", half, x), binary("+", one, intrinsic("tanh", inner)))
 
 
+def _arcsine_parts(x):
+    """(x, sqrt(1 - x^2)) with 1 - x^2 as (1 - x)(1 + x), exact where it cancels (|x| near 1).
+    asin and acos are atan2 of these: GPU drivers' own asin/acos are approximations (Mesa's within
+    about 3e-4), their atan2 is as good as their atan."""
+    one = Const(1.0, x.dtype)
+    return x, intrinsic("sqrt", binary("*", binary("-", one, x), binary("+", one, x)))
+
+
 def _zero(x):
     return Const(0.0, x.dtype) if is_float(x.dtype) else Const(0, x.dtype)
 
@@ -224,6 +235,8 @@ UNARY_KERNEL = {
     "nn.silu": lambda x: binary("*", x, _sigmoid_kernel(x)),
     "nn.gelu": _gelu_kernel,
     "nn.gelu_tanh": _gelu_tanh_kernel,
+    "asin": lambda x: intrinsic("atan2", *_arcsine_parts(x)),
+    "acos": lambda x: intrinsic("atan2", *reversed(_arcsine_parts(x))),
 }
 
 

@@ -4,7 +4,7 @@ operator is defined there."""
 
 import numpy as np
 import pytest
-from harness import NONZERO, POSITIVE, SIGNED, check_op, rule_on
+from harness import NONZERO, POSITIVE, SIGNED, Domain, check_op, rule_on
 from tessera import op
 from tessera.ir import Constant, Tensor
 from tessera.op.elementwise import BINARY, COMPARISON, UNARY
@@ -14,8 +14,10 @@ from tessera.op.elementwise import BINARY, COMPARISON, UNARY
 FLOATS = [("float32", {"rtol": 1e-5, "atol": 1e-5}), ("float16", {"ulps": 1, "atol": 0.0})]
 
 # Where an operand leaves SIGNED: logarithms and roots of positives, a power of a positive base
-# (a negative one to a fractional power is NaN), divisors either sign but away from zero.
-DOMAINS = {"log": [POSITIVE], "sqrt": [POSITIVE], "rsqrt": [POSITIVE], "power": [POSITIVE, SIGNED],
+# (a negative one to a fractional power is NaN), divisors either sign but away from zero, arcsine
+# and arccosine inside (-1, 1).
+UNIT = Domain(-0.99, 0.99, (0, 0))
+DOMAINS = {"asin": [UNIT], "acos": [UNIT], "log": [POSITIVE], "sqrt": [POSITIVE], "rsqrt": [POSITIVE], "power": [POSITIVE, SIGNED],
            "divide": [SIGNED, NONZERO], "floor_divide": [SIGNED, NONZERO]}
 
 
@@ -113,7 +115,7 @@ def test_where(runner, dtype):
     check_op(runner, op.where, [Tensor(("n", 1), "bool"), Tensor((1, 5), dtype), Tensor(("n", 5), dtype)])
 
 
-SCALAR_ONLY = {"power"}  # a two-operand intrinsic keeps one element per thread
+SCALAR_ONLY = {"power", "asin", "acos"}  # a two-operand intrinsic (pow, atan2) keeps one element per thread
 
 
 def _vector_rule(runner) -> str:

@@ -114,6 +114,25 @@ def test_astype_and_where():
         deduced(op.where, T((4,), F32), T((4,), F32), T((4,), F32))
 
 
+@covers("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "left_shift", "right_shift", "bitcast")
+def test_bit_operators():
+    for make in (op.bitwise_and, op.bitwise_or, op.bitwise_xor, op.left_shift, op.right_shift):
+        assert deduced(make, T(("n", 1), "int8"), T((4,), "int8")) == tensor_text(["n", "4"], "int8")
+        run_single_call(make, T((3, 4), "uint16"), T((4,), "uint16"))
+    assert deduced(op.bitwise_not, T(dtype="int64", ndim=2)) == coarse_text(2, "int64")
+    with pytest.raises(DeductionError, match="bitwise_and needs an integer tensor, x0 is float32"):
+        deduced(op.bitwise_and, T((4,), F32), T((4,), F32))
+    # Shifts count as numpy's do at the dtype's width: a negative or too large count shifts out every bit.
+    x, counts = np.array([-8, 5, -1, 64], np.int8), np.array([1, 9, -1, 7], np.int8)
+    np.testing.assert_array_equal(op.get_op("right_shift").reference(x, counts), [-4, 0, -1, 0])
+    np.testing.assert_array_equal(op.get_op("left_shift").reference(x, counts), [-16, 0, 0, 0])
+    assert deduced(lambda x: op.bitcast(x, dtype="int32"), T(("n",), F32)) == tensor_text(["n"], "int32")
+    result, (x,) = run_single_call(lambda x: op.bitcast(x, dtype="uint32"), T((3,), F32))
+    np.testing.assert_array_equal(result, x.view(np.uint32))
+    with pytest.raises(DeductionError, match="bitcast keeps the element size: x0 is float32 \\(4 bytes\\), int8 has 1"):
+        deduced(lambda x: op.bitcast(x, dtype="int8"), T((4,), F32))
+
+
 # -- matmul --------------------------------------------------------------------------
 
 @covers("matmul")

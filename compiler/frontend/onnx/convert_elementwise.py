@@ -37,8 +37,9 @@ def _pow(ctx: NodeContext):
 
 _UNARY = {"Abs": "abs", "Neg": "negative", "Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Relu": "nn.relu",
           "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sin": "sin", "Cos": "cos", "Floor": "floor",
-          "Ceil": "ceil", "Round": "round"}
-_FLOAT_ONLY = {"sqrt", "exp", "log", "sigmoid", "tanh", "erf", "sin", "cos", "floor", "ceil", "round"}
+          "Ceil": "ceil", "Round": "round", "Asin": "asin", "Acos": "acos", "Atan": "atan"}
+_FLOAT_ONLY = {"sqrt", "exp", "log", "sigmoid", "tanh", "erf", "sin", "cos", "floor", "ceil", "round", "asin", "acos",
+               "atan"}
 
 
 def _unary(name):

@@ -1,27 +1,50 @@
-"""Integer converters: shifts (and, as they come, the bitwise ops and bit casts)."""
+"""Integer converters: bitwise ops, shifts and bit casts (tessera.op.bitwise says what kernels compute)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ... import op as R
-from .convert_common import scalar_like
+from ...ir.expr import Constant
+from .loader import ir_dtype
 from .registry import NodeContext, converter
+
+_BITWISE = {"BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}
+
+
+def _bitwise(name):
+    def convert(ctx: NodeContext):
+        return R.make_call(name, ctx.input(0), ctx.input(1))
+
+    return convert
+
+
+for _onnx, _ir in _BITWISE.items():
+    converter(_onnx, since=18)(_bitwise(_ir))
+
+
+@converter("BitwiseNot", since=18)
+def _bitwise_not(ctx: NodeContext):
+    return R.bitwise_not(ctx.input(0))
 
 
 @converter("BitShift", attrs=("direction",))
 def _bit_shift(ctx: NodeContext):
-    """Unsigned shifts as products and floor divisions by powers of two (bits shifted out are lost,
-    as in the unsigned arithmetic of the same width)."""
-    dtype = ctx.dtype(0)
-    if not dtype.startswith("uint"):
-        raise ctx.error(f"input 0 is {dtype}: only unsigned shifts are supported (signed ones wrap and "
-                        "shift in sign bits, which products and divisions do not)")
+    """Opset 11 shifts unsigned integers; opset 28 signed ones too (arithmetic right shifts), and says
+    that a count past the width (or negative) shifts every bit out, as tessera.op's shifts do."""
     direction = ctx.attr("direction", b"")
     direction = direction.decode() if isinstance(direction, bytes) else direction
     if direction not in ("LEFT", "RIGHT"):
         raise ctx.error(f"direction={direction!r} must be LEFT or RIGHT", "invalid")
-    factor = R.power(scalar_like(ctx, 2), ctx.input(1))
-    if direction == "LEFT":
-        return R.multiply(ctx.input(0), factor)
-    return R.floor_divide(ctx.input(0), factor)
+    return (R.left_shift if direction == "LEFT" else R.right_shift)(ctx.input(0), ctx.input(1))
 
 
+@converter("BitCast", since=26, attrs=("to",))
+def _bit_cast(ctx: NodeContext):
+    dtype = ir_dtype(int(ctx.attr("to")), "BitCast 'to'")
+    source = ctx.dtype(0)
+    if np.dtype(source).itemsize != np.dtype(dtype).itemsize:
+        raise ctx.error(f"input 0 is {source}, 'to' is {dtype}: BitCast needs types of one size", "invalid")
+    if isinstance(ctx.inputs[0], Constant):
+        return Constant(np.array(ctx.inputs[0].data, order="C").view(dtype))
+    return R.bitcast(ctx.input(0), dtype=dtype)
