@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from harness import NONZERO, POSITIVE, SIGNED, Domain, build, check_op
 from tessera import op
-from tessera.ir import Constant, Tensor
+from tessera.ir import Constant, Tensor, assert_structural_equal
 from tessera.op.elementwise import BINARY, UNARY
 from tessera.op.lowering import LegalizeError
+from tessera.script import from_source
 from tessera.target import Target
 from tessera.transform import legalize_ops
 from tessera.vm.cpu_runner import CPUKernelRunner
@@ -98,3 +99,15 @@ def test_gpu_targets_refuse_float64(preset):
 
 def test_c_targets_hold_float64():
     assert Target.preset("wasm").supports_dtype(F64) and Target.preset("cpu").supports_dtype(F64)
+
+
+def test_f64_kernels_round_trip_through_script():
+    """f64 kernels print as tir script (``"f64"`` buffers and locals, double constants to every digit)
+    and parse back to the same module."""
+    mod = legalize_ops(build(lambda x: op.nn.softmax(op.multiply(x, Constant(np.array(np.float64(1.0) / 3.0)))),
+                             [Tensor((4, "n"), F64)]), Target.preset("wasm"))
+    text = mod.script()
+    assert '"f64"' in text and repr(1.0 / 3.0) in text
+    parsed = from_source(text)
+    assert_structural_equal(parsed, mod)
+    assert parsed.script() == text
