@@ -262,7 +262,7 @@ def test_gpu_layers_splits_the_model_and_it_replies_as_the_whole_model(compiled_
                               "--runtime", "python").stdout)["reply"] for folder in (webgpu, split)]
     assert replies[0] and replies[1] == replies[0]
     text = run("inspect", split).stdout
-    assert "device 0: webgpu:0, webgpu (webgpu, wgsl)" in text and "device 1: wasm:0, wasm (wasm, c-wasm)" in text
+    assert "device 0: webgpu:0, webgpu (webgpu, wgsl)" in text and "device 1: wasm:0, wasm (wasm, c-wasm; features shader-f16)" in text
     assert re.search(r"function decode: .*\n.*\n.*\n    on webgpu:0: .*\n    on wasm:0: .*\n"
                      r"  copies between devices: 1 per call", text)
     native = run("chat", split, "--prompt", "Hi", "--max-tokens", "2", "--runtime", "native")

@@ -25,13 +25,20 @@ import os
 import subprocess
 import tempfile
 
+import numpy as np
 from tessera.tir.ir import (
     Barrier,
+    Binary,
     Builtin,
+    Call,
+    Cast,
+    Const,
     Extern,
     PrimFunc,
     Stmt,
+    Store,
     ThreadLoop,
+    Unary,
     lanes_of,
     walk_dtypes,
     walk_expr,
@@ -42,8 +49,10 @@ from tessera.tir.lower import LoweringNeeds
 from .. import CodegenError, entry_name, static_size
 from ..cstyle import FLOORDIV, CStyleRenderer, float_text, helper_text
 
-# One CPU thread runs a workgroup: split at barriers; C holds 32-bit words and doubles (no f16 arithmetic here).
-LOWERING = LoweringNeeds(storage_types={"float32", "float64", "int32", "uint32"}, unroll=True, split_workgroups=True)
+# One CPU thread runs a workgroup: split at barriers; C holds 32-bit words, doubles and halves (f16
+# tensors: their values compute as floats, see CRenderer).
+LOWERING = LoweringNeeds(storage_types={"float32", "float64", "float16", "int32", "uint32"}, unroll=True,
+                         split_workgroups=True)
 NOT_SPLIT = "C renders kernels split into thread loops: lower them with tessera.tir.lower.lower_kernel(func, LOWERING)"
 
 PRELUDE = """\
@@ -73,6 +82,33 @@ static inline float tsr_half_to_float(uint32_t h) {
                         : (sign | ((exponent + 112) << 23) | (mantissa << 13));
   float f; memcpy(&f, &bits, 4); return f;
 }
+/* A float's nearest half (ties to even), as bits: f16 tensors on WebAssembly are uint16_t halves
+   (clang has no _Float16 for wasm32, and __fp16's conversions would need compiler-rt). */
+static inline uint16_t tsr_float_to_half(float x) {
+  uint32_t bits = tsr_bits(x), sign = (bits >> 16) & 0x8000u, magnitude = bits & 0x7fffffffu;
+  if (magnitude >= 0x7f800000u)  /* infinity, or NaN (kept quiet, with its payload's high bits) */
+    return (uint16_t)(sign | 0x7c00u | (magnitude > 0x7f800000u ? 0x200u | ((magnitude >> 13) & 0x3ffu) : 0u));
+  if (magnitude >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  /* 65520 and up round to infinity */
+  if (magnitude < 0x38800000u)  /* below 2^-14: a subnormal half; 2^24 x is exact and rintf rounds to even */
+    return (uint16_t)(sign | (uint32_t)rintf(fabsf(x) * 16777216.0f));
+  uint32_t half = (magnitude - 0x38000000u) >> 13, rest = magnitude & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) half++;  /* a carry moves into the exponent */
+  return (uint16_t)(sign | half);
+}
+/* A float rounded to half precision and back: the value an f16 operation of a GPU gives. */
+static inline float tsr_round_half(float x) { return tsr_half_to_float(tsr_float_to_half(x)); }
+/* A double's nearest half: rounded to a float toward zero with an inexact result's last bit set
+   (round to odd, which keeps the one rounding to half exact), then to the half. */
+static inline float tsr_round_half_f64(double x) {
+  float f = (float)x;
+  if (x == x && (double)f != x && fabsf(f) != INFINITY) {
+    uint32_t bits = tsr_bits(f);
+    if (fabs((double)f) > fabs(x)) bits--;
+    bits |= 1u;
+    memcpy(&f, &bits, 4);
+  }
+  return tsr_round_half(f);
+}
 """
 
 
@@ -86,7 +122,9 @@ while min max wg_x wg_y wg_z nwg_x nwg_y nwg_z
 class CRenderer(CStyleRenderer):
     language = "C"
     reserved = C_RESERVED
-    types = {"f32": "float", "f64": "double", "i32": "int32_t", "u32": "uint32_t", "bool": "bool"}
+    # f16 values compute as float, rounded to half precision after every operation (as a GPU's f16
+    # arithmetic rounds); a global f16 buffer holds halves (``half_storage``).
+    types = {"f32": "float", "f64": "double", "f16": "float", "i32": "int32_t", "u32": "uint32_t", "bool": "bool"}
     intrinsics = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "sin": "sinf", "cos": "cosf", "floor": "floorf",
                   "ceil": "ceilf", "round": "rintf", "pow": "powf", "fma": "fmaf", "erf": "erff", "tanh": "tanhf",
                   "atan": "atanf", "atan2": "atan2f",
@@ -96,6 +134,7 @@ class CRenderer(CStyleRenderer):
     builtins = {"workgroup_id": "wg_{xyz}", "num_workgroups": "nwg_{xyz}"}
     lowering = LOWERING
     scratch_storage = "static "  # how workgroup memory is declared: one array for the whole grid
+    half_storage = "uint16_t"  # the C type of a global f16 buffer's elements: a half's bits
 
     def __init__(self, func: PrimFunc):
         super().__init__(func)
@@ -128,7 +167,38 @@ class CRenderer(CStyleRenderer):
 
     def element_type(self, buf) -> str:
         """The C type of a global buffer's elements."""
-        return self.type_name(buf.dtype)
+        return self.half_storage if buf.dtype == "f16" else self.type_name(buf.dtype)
+
+    # -- f16: halves in memory, floats in flight -------------------------------------------
+
+    def widen_half(self, stored: str) -> str:
+        """The float value of a global f16 element."""
+        return f"tsr_half_to_float({stored})"
+
+    def narrow_half(self, value: str) -> str:
+        """A float value (already a half's) as a global f16 element."""
+        return f"tsr_float_to_half({value})"
+
+    def round_half(self, value: str, source: str = "f32") -> str:
+        """A float (or a ``source`` double) rounded to the nearest half, as a float."""
+        return f"tsr_round_half_f64({value})" if source == "f64" else f"tsr_round_half({value})"
+
+    def load(self, buffer, index: str, lanes: int = 1) -> str:
+        text = super().load(buffer, index, lanes)
+        return self.widen_half(text) if buffer.dtype == "f16" and buffer.scope == "global" else text
+
+    def store(self, buffer, index: str, value: str, lanes: int = 1) -> str:
+        if buffer.dtype == "f16" and buffer.scope == "global":
+            value = self.narrow_half(value)
+        return super().store(buffer, index, value, lanes)
+
+    def expr(self, e) -> str:
+        if isinstance(e, Const) and e.dtype == "f16":  # the literal's nearest half, as an f16 constant is
+            return self.literal(float(np.float16(e.value)), "f32")
+        text = super().expr(e)
+        if e.dtype == "f16" and isinstance(e, (Binary, Unary, Call)) and not _exact_on_halves(e):
+            return self.round_half(text)
+        return text
 
     def workgroup_loop(self) -> list[str]:
         """The loop over workgroups, opened (the body follows at depth 2): ``wg_x``, ``wg_y``, ``wg_z``."""
@@ -145,6 +215,11 @@ class CRenderer(CStyleRenderer):
             self.emit(depth, "}")
         elif isinstance(s, Barrier):
             raise ValueError(f"kernel {self.func.name}: a barrier: {NOT_SPLIT}")
+        elif (isinstance(s, Store) and s.buffer.dtype == "f16" and s.buffer.scope == "global"
+              and isinstance(s.value, Cast) and s.value.x.dtype == "f32"):
+            # A float computed in f32 and stored as f16 rounds once, at the store (not twice).
+            value = self.narrow_half(self.expr(s.value.x))
+            self.emit(depth, CStyleRenderer.store(self, s.buffer, self.expr(s.index), value, s.lanes))
         else:
             super().stmt(s, depth)
 
@@ -154,6 +229,10 @@ class CRenderer(CStyleRenderer):
         return super().builtin(e)
 
     def cast(self, x: str, dtype: str, source_dtype: str) -> str:
+        if dtype == "f16":
+            if source_dtype in ("f16", "f64"):
+                return x if source_dtype == "f16" else self.round_half(x, "f64")
+            return self.round_half(f"(float)({x})")
         return f"(({self.type_name(dtype)})({x}))"
 
     def extern_call(self, name: str, args: list[str]) -> str:
@@ -194,6 +273,11 @@ class CRenderer(CStyleRenderer):
 
 # Intrinsics whose f32 function is a prelude helper, with the helper (or libm function) for doubles.
 DOUBLE_HELPERS = {"clamp": "tsr_clamp_f64", "abs": "tsr_abs"}
+
+
+def _exact_on_halves(e) -> bool:
+    """Whether an f16 operation of halves gives a half without rounding (min, max, negation, abs)."""
+    return (isinstance(e, Binary) and e.op in ("min", "max")) or (isinstance(e, Unary) and e.op in ("neg", "abs"))
 
 
 def emit_c(func: PrimFunc, renderer: type[CRenderer] = CRenderer) -> str:

@@ -7,10 +7,19 @@ kind and preset.
 
 from __future__ import annotations
 
-from tessera.target import COMMON_DTYPES, TargetKind, register_kind, register_preset
+from tessera.target import COMMON_DTYPES, SHADER_F16, TargetKind, register_kind, register_preset
 from tessera.tir.lower import lower_kernel
 
-from .. import Backend, CompiledKernel, CompiledKernels, entry_name, kernel_abi, kernel_limits, register_backend
+from .. import (
+    Backend,
+    CompiledKernel,
+    CompiledKernels,
+    entry_name,
+    kernel_abi,
+    kernel_limits,
+    register_backend,
+    uses_dtype,
+)
 from . import EXTERNS, LOWERING, compile_wasm, emit_c_module
 
 MODULE = "kernels.wasm"
@@ -32,9 +41,10 @@ class CWasmBackend(Backend):
             first = len(func.params)
             scalars = [{"name": s, "passed": "argument", "position": first + i} for i, s in enumerate(func.scalars)]
             abi = kernel_abi(func, scalars) | {"grid": "arguments"}
+            features = [SHADER_F16] if uses_dtype(func, "f16") else []
             out.kernels.append(CompiledKernel(func.name, self.name, MODULE, entry_name(func),
                                               tuple(func.workgroup_size), abi,
-                                              {"features": [], "limits": kernel_limits(func)}))
+                                              {"features": features, "limits": kernel_limits(func)}))
         if progress is not None:
             progress("clang", 0, 1)
         out.modules[MODULE] = compile_wasm(emit_c_module(lowered))
@@ -49,4 +59,7 @@ register_kind(TargetKind("wasm", backend="c-wasm", vector_lanes=False, serial_th
     ("maxBufferSize", 1 << 31), ("maxComputeWorkgroupStorageSize", 65536), ("maxStorageBufferBindingSize", 1 << 31),
     ("maxStorageBuffersPerShaderStage", 64)), externs=EXTERNS, quantized_activations="q8",
     dtypes=COMMON_DTYPES | {"float64"}))
-register_preset("wasm", "wasm", cpu_adapter=True, description="C kernels compiled to WebAssembly (any CPU)")
+# f16 tensors are halves in memory computed as floats (codegen/c), so every WebAssembly engine has
+# shader-f16 in this sense: kernels that hold f16 name it, as on the cpu kind.
+register_preset("wasm", "wasm", {SHADER_F16}, cpu_adapter=True,
+                description="C kernels compiled to WebAssembly (any CPU)")

@@ -34,7 +34,6 @@ import subprocess
 import tempfile
 
 from tessera.target import COMMON_DTYPES, SHADER_F16, TargetKind, register_kind, register_preset
-from tessera.tir.ir import Buffer
 from tessera.tir.lower import LoweringNeeds, lower_kernel
 
 from .. import (
@@ -107,32 +106,23 @@ class NativeCRenderer(CRenderer):
     workgroup memory per call (on the stack: each thread has its own).
 
     float16 tensors are ``_Float16`` arrays whose values compute as ``float`` (as OpenCL without
-    cl_khr_fp16 does): a load widens, a store and a cast to f16 round to half precision."""
+    cl_khr_fp16 does), each operation's result rounded to half precision through ``_Float16``."""
 
     language = "C (native)"
-    types = {**CRenderer.types, "f16": "float"}
     intrinsics = {**CRenderer.intrinsics, "f16_bits_to_f32": "tsr_half_bits_to_float"}
     lowering = NATIVE_LOWERING
     reserved = C_RESERVED | {"tsr_buffers", "tsr_scalars", "tsr_wg", "wg_begin", "wg_end"}
     scratch_storage = ""
+    half_storage = HALF
 
-    def element_type(self, buf: Buffer) -> str:
-        return HALF if buf.dtype == "f16" else self.type_name(buf.dtype)
+    def widen_half(self, stored: str) -> str:
+        return f"((float){stored})"
 
+    def narrow_half(self, value: str) -> str:
+        return f"(({HALF})({value}))"
 
-    def load(self, buffer: Buffer, index: str, lanes: int = 1) -> str:
-        text = super().load(buffer, index, lanes)
-        return f"((float){text})" if buffer.dtype == "f16" and buffer.scope == "global" else text
-
-    def store(self, buffer: Buffer, index: str, value: str, lanes: int = 1) -> str:
-        if buffer.dtype == "f16" and buffer.scope == "global":
-            value = f"(({HALF})({value}))"
-        return super().store(buffer, index, value, lanes)
-
-    def cast(self, x: str, dtype: str, source_dtype: str) -> str:
-        if dtype == "f16":  # rounded to half precision, as a GPU's f16 value would be
-            return f"((float)({HALF})({x}))"
-        return super().cast(x, dtype, source_dtype)
+    def round_half(self, value: str, source: str = "f32") -> str:
+        return f"((float)({HALF})({value}))"  # from a double too: one rounding, as a GPU's would be
 
     def signature(self, entry: str) -> list[str]:
         func = self.func

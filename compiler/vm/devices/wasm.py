@@ -8,6 +8,7 @@ export takes the buffers' addresses, the scalars and the grid (codegen/c).
 
 from __future__ import annotations
 
+from ...target import SHADER_F16
 from . import Device, DeviceError, View
 
 PAGE = 65536
@@ -26,6 +27,7 @@ class WasmDevice(Device):
     kind = "wasm"
     backends = ("c-wasm",)
     name = "WebAssembly (wasmtime)"
+    features = frozenset({SHADER_F16})  # f16 tensors are halves computed as floats (codegen/c)
 
     def __init__(self, engine=None, compiled: dict | None = None):
         """``engine`` and ``compiled`` (module bytes -> wasmtime.Module) may be shared by devices."""
