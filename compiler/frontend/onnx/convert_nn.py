@@ -267,12 +267,30 @@ def _rms_norm(ctx: NodeContext):
     return R.multiply(R.divide(x, scale), ctx.input(1))
 
 
+# float32's bits of +inf, -inf (as int32) and of its largest exponent: IsInf and IsNaN read bits, because
+# WGSL has no infinity constant and GPU compilers may fold x != x to false.
+F32_INF_BITS, F32_NEG_INF_BITS, F32_MAGNITUDE = 0x7F800000, -0x00800000, 0x7FFFFFFF
+
+
+def _float32_bits(ctx: NodeContext):
+    """Input 0's float32 bits as int32 (float16 widened first, which keeps infinities and NaN), or None
+    for float64, whose values float32 cannot all hold."""
+    if ctx.dtype(0) == "float64":
+        return None
+    x = ctx.input(0) if ctx.dtype(0) == "float32" else R.astype(ctx.input(0), dtype="float32")
+    return R.bitcast(x, dtype="int32")
+
+
 @converter("IsInf", attrs=("detect_negative", "detect_positive"))
 def _is_inf(ctx: NodeContext):
     require_float(ctx)
-    x = ctx.input(0)
-    positive = R.equal(x, scalar_like(ctx, np.inf))
-    negative = R.equal(x, scalar_like(ctx, -np.inf))
+    x, bits = ctx.input(0), _float32_bits(ctx)
+    if bits is None:
+        positive = R.equal(x, scalar_like(ctx, np.inf))
+        negative = R.equal(x, scalar_like(ctx, -np.inf))
+    else:
+        positive = R.equal(bits, const(F32_INF_BITS, "int32"))
+        negative = R.equal(bits, const(F32_NEG_INF_BITS, "int32"))
     want_positive, want_negative = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
     if want_positive and want_negative:
         return R.logical_or(positive, negative)
@@ -286,7 +304,11 @@ def _is_inf(ctx: NodeContext):
 @converter("IsNaN")
 def _is_nan(ctx: NodeContext):
     require_float(ctx)
-    return R.not_equal(ctx.input(0), ctx.input(0))
+    bits = _float32_bits(ctx)
+    if bits is None:
+        return R.not_equal(ctx.input(0), ctx.input(0))
+    magnitude = R.bitwise_and(bits, const(F32_MAGNITUDE, "int32"))
+    return R.greater(magnitude, const(F32_INF_BITS, "int32"))  # an all-ones exponent and a mantissa
 
 
 @converter("ThresholdedRelu", attrs=("alpha",))
