@@ -114,10 +114,10 @@ def where_positive(
 def test_what_the_target_holds_is_left_alone_and_what_it_cannot_is_an_error():
     before = where_positive()
     assert legalize_storage(before, WORDS | {"bool", "int64"}) is before
-    half = Buffer("h", "f16", (ONE,), "global", "float16")
-    kernel = PrimFunc("copy", (half,), (half,), (), (), (1, 1, 1), (ONE, ONE, ONE))
-    with pytest.raises(NotImplementedError, match="h holds float16 tensors, which the target cannot store"):
-        legalize_storage(kernel, c.LOWERING.storage_types)
+    double = Buffer("h", "f64", (ONE,), "global", "float64")
+    kernel = PrimFunc("copy", (double,), (double,), (), (), (1, 1, 1), (ONE, ONE, ONE))
+    with pytest.raises(NotImplementedError, match="h holds float64 tensors, which the target cannot store"):
+        legalize_storage(kernel, wgsl.LOWERING.storage_types)
 
 
 def test_vector_access_to_bool_words():
@@ -313,7 +313,7 @@ def test_split_kernel_computes_like_numpy(webgpu, wasm, rows):
 def test_each_language_declares_what_it_needs():
     assert wgsl.LOWERING == LoweringNeeds({"float32", "float16", "int32", "uint32"}, unroll=True,
                                           split_workgroups=False)
-    assert c.LOWERING == LoweringNeeds({"float32", "float64", "int32", "uint32"}, unroll=True,
+    assert c.LOWERING == LoweringNeeds({"float32", "float64", "float16", "int32", "uint32"}, unroll=True,
                                        split_workgroups=True)
 
 
