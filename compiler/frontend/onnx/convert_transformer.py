@@ -78,23 +78,21 @@ def _rotary_embedding(ctx: NodeContext):
         raise ctx.error("without position_ids the caches must be (batch, sequence, rotary_dim / 2)", "invalid")
     if ctx.static_dims(1, "RotaryEmbedding")[-1] != half or ctx.static_dims(2, "RotaryEmbedding")[-1] != half:
         raise ctx.error(f"the caches' last dimension must be rotary_embedding_dim / 2 = {half}", "invalid")
-    cos, sin = ctx.emit(R.expand_dims(cos, axis=head_axis)), ctx.emit(R.expand_dims(sin, axis=head_axis))
+    # Each rotated feature f is cos * x[f] + sign * sin * x[partner(f)], the partner being the
+    # other half of its pair: the same products and sums as (cos x1 - sin x2, sin x1 + cos x2)
+    # (a - b is a + (-b); the sums commute), as one gather of x and elementwise ops.
+    features = np.arange(rotary)
+    if ctx.attr("interleaved", 0):
+        angle, partner, sign = features // 2, features ^ 1, np.where(features % 2, 1.0, -1.0)
+    else:
+        angle, partner, sign = features % half, (features + half) % rotary, np.where(features < half, -1.0, 1.0)
+    dtype = ctx.dtype(0)
+    cos = ctx.emit(R.expand_dims(R.take(cos, const(angle, "int64"), axis=-1), axis=head_axis))
+    sin = R.expand_dims(R.take(sin, const(angle, "int64"), axis=-1), axis=head_axis)
+    sin = ctx.emit(R.multiply(sin, const(sign, dtype)))
     rotate = x if rotary == head else R.strided_slice(x, axes=(3,), begin=(0,), end=(rotary,))
-    if ctx.attr("interleaved", 0):
-        pairs = ctx.emit(R.reshape(rotate, (*dims[:3], half, 2)))
-        x1 = R.reshape(R.strided_slice(pairs, axes=(4,), begin=(0,), end=(1,)), (*dims[:3], half))
-        x2 = R.reshape(R.strided_slice(pairs, axes=(4,), begin=(1,), end=(2,)), (*dims[:3], half))
-    else:
-        x1 = R.strided_slice(rotate, axes=(3,), begin=(0,), end=(half,))
-        x2 = R.strided_slice(rotate, axes=(3,), begin=(half,), end=(rotary,))
-    x1, x2 = ctx.emit(x1), ctx.emit(x2)
-    real = R.subtract(R.multiply(cos, x1), R.multiply(sin, x2))
-    imag = R.add(R.multiply(sin, x1), R.multiply(cos, x2))
-    if ctx.attr("interleaved", 0):
-        rotated = R.reshape(R.concat([R.expand_dims(real, axis=4), R.expand_dims(imag, axis=4)], axis=4),
-                            (*dims[:3], rotary))
-    else:
-        rotated = R.concat([real, imag], axis=3)
+    rotate = ctx.emit(rotate)
+    rotated = R.add(R.multiply(cos, rotate), R.multiply(sin, R.take(rotate, const(partner, "int64"), axis=3)))
     if rotary < head:
         rotated = R.concat([rotated, R.strided_slice(x, axes=(3,), begin=(rotary,), end=(head,))], axis=3)
     return R.reshape(rotated, (batch, seq, -1)) if rank == 3 else rotated
