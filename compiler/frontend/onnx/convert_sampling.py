@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from ... import op as R
 from .convert_common import FLOATS, _product, const, int_value, positions
 from .registry import NodeContext, converter
@@ -180,3 +182,196 @@ def _grid_sample_16(ctx: NodeContext):
 def _grid_sample_20(ctx: NodeContext):
     mode, padding, align = _attributes(ctx, {"linear": "linear", "nearest": "nearest", "cubic": "cubic"}, "linear")
     return _grid_sample(ctx, mode, padding, align, max_spatial=None)
+
+
+# -- RoiAlign ----------------------------------------------------------------------------------------
+
+
+def _roi_axis(ctx: NodeContext, start, end, size, pooled: int, grid: int, half_pixel: bool, sample_axis: int):
+    """One axis of RoiAlign's sampling points: ([low index, high index] as int64, [their weights],
+    inside-mask), each shaped (R, 1, pooled, grid) (y) or (R, 1, 1, 1, pooled, grid) (x) by
+    ``sample_axis``, the position of the pooled axis in the six-axis (R, C, PH, GH, PW, GW) layout."""
+    extent = R.subtract(end, start)
+    if not half_pixel:
+        extent = R.maximum(extent, _f(1.0))
+    shape = [1] * 6
+    shape[0] = -1
+    start, extent = R.reshape(start, shape), R.reshape(extent, shape)
+    bin_size = R.divide(extent, _f(float(pooled)))
+    layout = (1,) * sample_axis + (pooled, grid) + (1,) * (4 - sample_axis)
+    # bin p, then the sample's place in it: start + p * bin + (g + 0.5) * bin / grid
+    steps = np.broadcast_to(np.arange(pooled, dtype=np.float32)[:, None], (pooled, grid)).reshape(layout)
+    fraction = np.broadcast_to(((np.arange(grid) + 0.5) / grid)[None, :], (pooled, grid)).reshape(layout)
+    coord = R.add(R.add(start, R.multiply(const(steps, COORD), bin_size)), R.multiply(const(fraction, COORD), bin_size))
+    coord = ctx.emit(coord)
+    size_f = int_value(ctx, size, COORD)
+    last = R.subtract(size_f, _f(1.0))
+    inside = R.logical_and(R.greater_equal(coord, _f(-1.0)), R.less_equal(coord, size_f))
+    coord = R.maximum(coord, _f(0.0))
+    low = R.floor(coord)
+    at_end = R.greater_equal(low, last)  # the last row is its own neighbour, at weight 0 past it
+    low = ctx.emit(R.where(at_end, last, low))
+    coord = R.where(at_end, last, coord)
+    high = R.where(at_end, last, R.add(low, _f(1.0)))
+    frac = ctx.emit(R.subtract(coord, low))
+    weights = [R.subtract(_f(1.0), frac), frac]
+    indices = [ctx.emit(R.astype(R.round(v), dtype="int64")) for v in (low, high)]
+    return indices, weights, inside
+
+
+def _roi_align(ctx: NodeContext, half_pixel: bool):
+    x_dims = ctx.dims(0)
+    if len(x_dims) != 4:
+        raise ctx.error(f"X has rank {len(x_dims)}; RoiAlign takes (N, C, H, W)", "invalid")
+    dtype = ctx.dtype(0)
+    if dtype not in FLOATS or ctx.dtype(1) not in FLOATS:
+        raise ctx.error("X and rois must be float tensors", "invalid")
+    mode = _text(ctx.attr("mode", b"avg"))
+    if mode not in ("avg", "max"):
+        raise ctx.error(f"mode={mode!r} is not one of avg, max", "invalid")
+    pooled_h, pooled_w = int(ctx.attr("output_height", 1)), int(ctx.attr("output_width", 1))
+    ratio = int(ctx.attr("sampling_ratio", 0))
+    if ratio <= 0:
+        raise ctx.error("sampling_ratio=0 (as many samples as the box spans, which depends on the boxes at run "
+                        "time) is not supported; give a positive sampling_ratio")
+    if pooled_h < 1 or pooled_w < 1:
+        raise ctx.error("output_height and output_width must be positive", "invalid")
+    scale = float(ctx.attr("spatial_scale", 1.0))
+    rois = ctx.input(1) if ctx.dtype(1) == COORD else R.astype(ctx.input(1), dtype=COORD)
+    corners = R.multiply(rois, _f(scale))
+    if half_pixel:
+        corners = R.subtract(corners, _f(0.5))
+    corners = ctx.emit(corners)
+
+    def column(i):
+        return R.reshape(R.take(corners, const([i], "int64"), axis=1), (-1,))
+
+    ys, wys, inside_y = _roi_axis(ctx, column(1), column(3), x_dims[2], pooled_h, ratio, half_pixel, 2)
+    xs, wxs, inside_x = _roi_axis(ctx, column(0), column(2), x_dims[3], pooled_w, ratio, half_pixel, 4)
+    inside = R.astype(R.logical_and(inside_y, inside_x), dtype=COORD)
+    height, width = x_dims[2], x_dims[3]
+    plane = ctx.analyzer.simplify(height * width)
+    batch = R.reshape(R.astype(ctx.input(2), dtype="int64"), (-1, 1, 1, 1, 1, 1))
+    base = R.multiply(R.add(R.multiply(batch, int_value(ctx, x_dims[1])), positions(ctx, x_dims[1], 1, 6)),
+                      int_value(ctx, plane))
+    base = ctx.emit(base)
+    flat = ctx.emit(R.reshape(ctx.input(0), (-1,)))
+    terms = []
+    for y, wy in zip(ys, wys):
+        for x, wx in zip(xs, wxs):
+            offset = R.add(base, R.add(R.multiply(y, int_value(ctx, width)), x))
+            weight = R.multiply(R.multiply(wy, wx), inside)
+            if dtype != COORD:
+                weight = R.astype(weight, dtype=dtype)
+            terms.append(R.multiply(weight, R.take(flat, offset, axis=0)))
+    if mode == "avg":
+        total = terms[0]
+        for term in terms[1:]:
+            total = R.add(total, term)
+        pooled = R.divide(R.sum(total, axis=(3, 5)), const(float(ratio * ratio), dtype))
+    else:  # ONNX's max takes the largest weighted corner of any sample
+        best = terms[0]
+        for term in terms[1:]:
+            best = R.maximum(best, term)
+        pooled = R.max(best, axis=(3, 5))
+    return pooled
+
+
+@converter("RoiAlign", since=11, attrs=("mode", "output_height", "output_width", "sampling_ratio", "spatial_scale"))
+def _roi_align_10(ctx: NodeContext):
+    return _roi_align(ctx, half_pixel=False)  # before opset 16, the boxes' corners are not shifted
+
+
+@converter("RoiAlign", since=16, attrs=("coordinate_transformation_mode", "mode", "output_height", "output_width",
+                                        "sampling_ratio", "spatial_scale"))
+def _roi_align_16(ctx: NodeContext):
+    transform = _text(ctx.attr("coordinate_transformation_mode", b"half_pixel"))
+    if transform not in ("half_pixel", "output_half_pixel"):
+        raise ctx.error(f"coordinate_transformation_mode={transform!r} is not one of half_pixel, output_half_pixel",
+                        "invalid")
+    return _roi_align(ctx, half_pixel=transform == "half_pixel")
+
+
+# -- DeformConv --------------------------------------------------------------------------------------
+
+
+def _deform_taps(coord, size: int):
+    """Bilinear taps of pixel coordinates ``coord`` on an axis of ``size``: [(int64 index, weight
+    that is 0 where the tap falls outside the axis)], as GridSample's zeros padding reads them."""
+    low = R.floor(coord)
+    frac = R.subtract(coord, low)
+    taps = []
+    for index, weight in ((low, R.subtract(_f(1.0), frac)), (R.add(low, _f(1.0)), frac)):
+        inside = R.logical_and(R.greater_equal(index, _f(0.0)), R.less_equal(index, _f(float(size - 1))))
+        weight = R.where(inside, weight, _f(0.0))
+        clamped = R.minimum(R.maximum(index, _f(0.0)), _f(float(size - 1)))
+        taps.append((R.astype(R.round(clamped), dtype="int64"), weight))
+    return taps
+
+
+@converter("DeformConv", since=19, attrs=("dilations", "group", "kernel_shape", "offset_group", "pads", "strides"))
+def _deform_conv(ctx: NodeContext):
+    """Each kernel tap reads the input bilinearly at its place moved by the offsets (zero outside),
+    scaled by the mask; the samples, laid out as im2col columns, are multiplied by the weights."""
+    x_dims, w_dims, off_dims = (ctx.static_dims(i, "DeformConv") for i in range(3))
+    if len(x_dims) != 4:
+        raise ctx.error(f"X has rank {len(x_dims)}; only 2-D DeformConv (rank 4) is supported")
+    dtype = ctx.dtype(0)
+    if dtype not in FLOATS:
+        raise ctx.error(f"X is {dtype}; DeformConv takes floats", "invalid")
+    n, channels, height, width = x_dims
+    out_channels = w_dims[0]
+    kernel = ctx.ints("kernel_shape", tuple(w_dims[2:]))
+    strides, dilations = ctx.ints("strides", (1, 1)), ctx.ints("dilations", (1, 1))
+    pads = ctx.ints("pads", (0, 0, 0, 0))
+    group, offset_group = int(ctx.attr("group", 1)), int(ctx.attr("offset_group", 1))
+    kh, kw = kernel
+    out_h, out_w = off_dims[2], off_dims[3]
+    if (channels != w_dims[1] * group or out_channels % group or channels % offset_group
+            or off_dims[:2] != (n, offset_group * 2 * kh * kw) or tuple(w_dims[2:]) != tuple(kernel)):
+        raise ctx.error(f"the shapes of X {x_dims}, W {w_dims} and offset {off_dims} disagree with "
+                        f"group={group}, offset_group={offset_group}, kernel_shape={kernel}", "invalid")
+    extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    expected = tuple((size + pads[a] + pads[a + 2] - extents[a]) // strides[a] + 1
+                     for a, size in enumerate((height, width)))
+    if expected != (out_h, out_w):
+        raise ctx.error(f"the offsets are {out_h}x{out_w} but the convolution's output is "
+                        f"{expected[0]}x{expected[1]}", "invalid")
+    if height < 2 or width < 2:
+        raise ctx.error("an input of height or width 1 is not supported (ONNX maps positions through "
+                        "size - 1)")
+    per_offset_group = channels // offset_group
+    layout = (n, offset_group, 1, kh, kw, out_h, out_w)  # sampling in (N, G, C/G, kh, kw, OH, OW)
+    offset = ctx.input(2) if ctx.dtype(2) == COORD else R.astype(ctx.input(2), dtype=COORD)
+    offset = ctx.emit(R.reshape(offset, (n, offset_group, kh, kw, 2, out_h, out_w)))
+    per_axis = []
+    for axis, (taps, outs, size) in enumerate(((kh, out_h, height), (kw, out_w, width))):
+        stride, dilation, pad = strides[axis], dilations[axis], pads[axis]
+        place = np.arange(taps)[:, None] * dilation + np.arange(outs)[None, :] * stride - pad
+        place = place.reshape((1, 1, 1, taps, 1, outs, 1) if axis == 0 else (1, 1, 1, 1, taps, 1, outs))
+        moved = R.reshape(R.take(offset, const([axis], "int64"), axis=4), layout)
+        per_axis.append(_deform_taps(ctx.emit(R.add(moved, const(place.astype(np.float32), COORD))), size))
+    channel = (np.arange(offset_group)[:, None] * per_offset_group + np.arange(per_offset_group)[None, :])
+    batch = np.arange(n).reshape(-1, 1, 1) * channels
+    base = ((batch + channel[None]) * (height * width)).reshape(n, offset_group, per_offset_group, 1, 1, 1, 1)
+    base = const(base, "int64")
+    flat = ctx.emit(R.reshape(ctx.input(0), (-1,)))
+    sampled = None
+    for y, wy in per_axis[0]:
+        for x, wx in per_axis[1]:
+            index = R.add(base, R.add(R.multiply(y, const(width, "int64")), x))
+            weight = R.multiply(wy, wx)
+            if dtype != COORD:
+                weight = R.astype(weight, dtype=dtype)
+            term = R.multiply(weight, R.take(flat, index, axis=0))
+            sampled = term if sampled is None else R.add(sampled, term)
+    if ctx.has_input(4):
+        mask = ctx.input(4) if ctx.dtype(4) == dtype else R.astype(ctx.input(4), dtype=dtype)
+        sampled = R.multiply(sampled, R.reshape(mask, layout))
+    per_group = channels // group
+    columns = R.reshape(sampled, (n, group, per_group * kh * kw, out_h * out_w))
+    weights = R.reshape(ctx.input(1), (1, group, out_channels // group, per_group * kh * kw))
+    out = R.reshape(R.matmul(weights, columns), (n, out_channels, out_h, out_w))
+    if ctx.has_input(3):
+        out = R.add(out, R.reshape(ctx.input(3), (1, out_channels, 1, 1)))
+    return out
