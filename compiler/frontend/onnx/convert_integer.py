@@ -48,3 +48,41 @@ def _bit_cast(ctx: NodeContext):
     if isinstance(ctx.inputs[0], Constant):
         return Constant(np.array(ctx.inputs[0].data, order="C").view(dtype))
     return R.bitcast(ctx.input(0), dtype=dtype)
+
+
+# -- float bits: what IsInf, IsNaN and Mod test instead of comparing with infinity ----------------------
+# WGSL has no infinity constant (kernels use the largest finite value) and GPU compilers may fold
+# x != x to false, so a float32's class is read from its bits.
+F32_INF_BITS, F32_NEG_INF_BITS, F32_MAGNITUDE = 0x7F800000, -0x00800000, 0x7FFFFFFF
+
+
+def float32_bits(x, dtype: str):
+    """``x``'s float32 bits as int32 (float16 widened first, which keeps infinities and NaN), or None
+    for float64, whose values float32 cannot all hold."""
+    if dtype == "float64":
+        return None
+    return R.bitcast(x if dtype == "float32" else R.astype(x, dtype="float32"), dtype="int32")
+
+
+def _int32(value: int) -> Constant:
+    return Constant(np.array(value, np.int32))
+
+
+def is_infinite(x, dtype: str, sign: int = 0):
+    """Where ``x`` is infinite (of that sign when ``sign`` is 1 or -1)."""
+    bits = float32_bits(x, dtype)
+    if bits is None:
+        if sign:
+            return R.equal(x, Constant(np.array(sign * np.inf, dtype)))
+        return R.equal(R.abs(x), Constant(np.array(np.inf, dtype)))
+    if sign:
+        return R.equal(bits, _int32(F32_INF_BITS if sign > 0 else F32_NEG_INF_BITS))
+    return R.equal(R.bitwise_and(bits, _int32(F32_MAGNITUDE)), _int32(F32_INF_BITS))
+
+
+def is_nan(x, dtype: str):
+    bits = float32_bits(x, dtype)
+    if bits is None:
+        return R.not_equal(x, x)
+    # An exponent of all ones and a mantissa that is not zero.
+    return R.greater(R.bitwise_and(bits, _int32(F32_MAGNITUDE)), _int32(F32_INF_BITS))

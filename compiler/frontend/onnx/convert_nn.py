@@ -8,6 +8,7 @@ import numpy as np
 from ... import op as R
 from ...ir.expr import Constant
 from .convert_common import _product, axis_of, const, int_value, positions, require_float, scalar_like
+from .convert_integer import is_infinite, is_nan
 from .registry import NodeContext, converter
 
 # -- linear algebra -------------------------------------------------------------------------------
@@ -267,30 +268,12 @@ def _rms_norm(ctx: NodeContext):
     return R.multiply(R.divide(x, scale), ctx.input(1))
 
 
-# float32's bits of +inf, -inf (as int32) and of its largest exponent: IsInf and IsNaN read bits, because
-# WGSL has no infinity constant and GPU compilers may fold x != x to false.
-F32_INF_BITS, F32_NEG_INF_BITS, F32_MAGNITUDE = 0x7F800000, -0x00800000, 0x7FFFFFFF
-
-
-def _float32_bits(ctx: NodeContext):
-    """Input 0's float32 bits as int32 (float16 widened first, which keeps infinities and NaN), or None
-    for float64, whose values float32 cannot all hold."""
-    if ctx.dtype(0) == "float64":
-        return None
-    x = ctx.input(0) if ctx.dtype(0) == "float32" else R.astype(ctx.input(0), dtype="float32")
-    return R.bitcast(x, dtype="int32")
-
-
 @converter("IsInf", attrs=("detect_negative", "detect_positive"))
 def _is_inf(ctx: NodeContext):
+    """From the bits (convert_integer.is_infinite): WGSL has no infinity constant."""
     require_float(ctx)
-    x, bits = ctx.input(0), _float32_bits(ctx)
-    if bits is None:
-        positive = R.equal(x, scalar_like(ctx, np.inf))
-        negative = R.equal(x, scalar_like(ctx, -np.inf))
-    else:
-        positive = R.equal(bits, const(F32_INF_BITS, "int32"))
-        negative = R.equal(bits, const(F32_NEG_INF_BITS, "int32"))
+    positive = is_infinite(ctx.input(0), ctx.dtype(0), 1)
+    negative = is_infinite(ctx.input(0), ctx.dtype(0), -1)
     want_positive, want_negative = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
     if want_positive and want_negative:
         return R.logical_or(positive, negative)
@@ -303,12 +286,9 @@ def _is_inf(ctx: NodeContext):
 
 @converter("IsNaN")
 def _is_nan(ctx: NodeContext):
+    """From the bits (convert_integer.is_nan): llvmpipe folds x != x to false."""
     require_float(ctx)
-    bits = _float32_bits(ctx)
-    if bits is None:
-        return R.not_equal(ctx.input(0), ctx.input(0))
-    magnitude = R.bitwise_and(bits, const(F32_MAGNITUDE, "int32"))
-    return R.greater(magnitude, const(F32_INF_BITS, "int32"))  # an all-ones exponent and a mantissa
+    return is_nan(ctx.input(0), ctx.dtype(0))
 
 
 @converter("ThresholdedRelu", attrs=("alpha",))

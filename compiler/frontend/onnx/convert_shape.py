@@ -18,6 +18,7 @@ from .convert_common import (
     require_float,
     scalar_like,
 )
+from .convert_integer import is_infinite
 from .convert_nn import _require_2d, pool
 from .convert_vision import static_ints
 from .loader import ir_dtype
@@ -260,7 +261,7 @@ def _mod(ctx: NodeContext):
     # An infinite divisor leaves a (same sign, or zero) or gives the divisor, where the formula gives nan.
     zero = scalar_like(ctx, 0.0)
     signs_differ = R.logical_and(R.not_equal(R.less(a, zero), R.less(b, zero)), R.not_equal(a, zero))
-    infinite = R.equal(R.abs(b), scalar_like(ctx, np.inf))
+    infinite = is_infinite(b, ctx.dtype(1))  # (from its bits: WGSL has no infinity constant)
     return R.where(infinite, R.where(signs_differ, b, a), rest)
 
 
