@@ -69,10 +69,10 @@ def _require_2d(ctx: NodeContext) -> bool:
     """True for a 1-D op (rank 3), which is made 2-D here: a height of 1 on the data and weight,
     and the window attributes given a leading 1 (or 0 for pads). The caller squeezes it back."""
     rank = ctx.rank(0)
-    if rank == 4:
+    if rank in (4, 5):
         return False
     if rank != 3:
-        raise ctx.error(f"only 1-D and 2-D (rank-3 and rank-4) inputs are supported, input 0 has rank {rank}")
+        raise ctx.error(f"only 1-D, 2-D and 3-D (rank 3 to 5) inputs are supported, input 0 has rank {rank}")
     ctx.inputs = list(ctx.inputs)
     ctx.inputs[0] = ctx.emit(R.expand_dims(ctx.input(0), axis=2))
     if ctx.node.op_type in ("Conv", "ConvTranspose"):
@@ -98,11 +98,50 @@ def _conv(ctx: NodeContext):
     spatial = ctx.static_dims(0, "Conv")[2:] if ctx.attr("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") \
         else (0, 0)
     strides, dilations, pads = _window(ctx, kernel, spatial)
-    y = R.nn.conv2d(ctx.input(0), ctx.input(1), strides=strides, padding=pads, dilation=dilations,
-                    groups=int(ctx.attr("group", 1)))
+    groups = int(ctx.attr("group", 1))
+    if len(kernel) == 3:
+        y = conv3d(ctx, ctx.input(0), ctx.static_dims(0, "Conv"), ctx.input(1), ctx.static_dims(1, "Conv"),
+                   strides, pads, dilations, groups)
+    else:
+        y = R.nn.conv2d(ctx.input(0), ctx.input(1), strides=strides, padding=pads, dilation=dilations, groups=groups)
     if ctx.has_input(2):
-        y = R.add(y, R.reshape(ctx.input(2), (1, -1, 1, 1)))
+        y = R.add(y, R.reshape(ctx.input(2), (1, -1) + (1,) * len(kernel)))
     return R.squeeze(y, axis=(2,)) if one_d else y
+
+
+def conv3d(ctx: NodeContext, x, x_dims, weight, w_dims, strides, pads, dilations, groups: int):
+    """A 3-D convolution as the sum over the kernel's depth taps of 2-D ones: tap k convolves the
+    depth slices k * dilation + s * stride (the depth folded into the batch) with the kernel's
+    plane k."""
+    n, c, depth, height, width = x_dims
+    out_channels, _, taps = w_dims[:3]
+    begin, end = pads[0], pads[3]
+    padded = ctx.emit(zero_pad(ctx, x, list(x_dims), 2, begin, end))
+    out_d = (depth + begin + end - ((taps - 1) * dilations[0] + 1)) // strides[0] + 1
+    total = None
+    for k in range(taps):
+        start = k * dilations[0]
+        slab = R.strided_slice(padded, axes=(2,), begin=(start,), end=(start + (out_d - 1) * strides[0] + 1,),
+                               strides=(strides[0],))
+        slab = R.reshape(R.permute_dims(slab, axes=(0, 2, 1, 3, 4)), (n * out_d, c, height, width))
+        plane = R.reshape(R.strided_slice(weight, axes=(2,), begin=(k,), end=(k + 1,)),
+                          (out_channels, w_dims[1], *w_dims[3:]))
+        y = ctx.emit(R.nn.conv2d(slab, plane, strides=strides[1:], padding=(pads[1], pads[2], pads[4], pads[5]),
+                                 dilation=dilations[1:], groups=groups))
+        total = y if total is None else ctx.emit(R.add(total, y))
+    out_h, out_w = (int(d.value) for d in total.struct_info.shape[2:])
+    return R.permute_dims(R.reshape(total, (n, out_d, out_channels, out_h, out_w)), axes=(0, 2, 1, 3, 4))
+
+
+def zero_pad(ctx: NodeContext, x, dims: list[int], axis: int, before: int, after: int):
+    """``x`` (static ``dims``) with ``before`` and ``after`` zeros along ``axis``."""
+    parts = []
+    for count in (before, after):
+        block = list(dims)
+        block[axis] = count
+        parts.append(Constant(np.zeros(block, dtype=ctx.dtype(0))) if count > 0 else None)
+    pieces = [p for p in (parts[0], x, parts[1]) if p is not None]
+    return R.concat(pieces, axis=axis) if len(pieces) > 1 else x
 
 
 def _pool(kind: str):
@@ -111,8 +150,6 @@ def _pool(kind: str):
             if kind != "max":
                 raise ctx.error("the Indices output is not supported")
             return max_pool_with_indices(ctx)
-        if ctx.attr("storage_order", 0):
-            raise ctx.error("storage_order=1 is not supported")
         return pool(ctx, kind, ctx.input(0), count_include_pad=bool(ctx.attr("count_include_pad", 0)))
 
     return convert
@@ -674,4 +711,34 @@ def _lrn(ctx: NodeContext):
 
 
 def max_pool_with_indices(ctx: NodeContext):
-    raise ctx.error("the Indices output is not supported")
+    """2-D MaxPool's values and Indices: each window's first position (in row-major scan order,
+    the smallest index) that holds the maximum, flattened over the whole input (storage_order 1:
+    column-major within the plane), as ONNX's reference scans. Each tap reads its positions with a
+    take; positions outside the input never match."""
+    if ctx.rank(0) != 4:
+        raise ctx.error(f"the Indices output is supported for 2-D (rank-4) inputs, input 0 has rank {ctx.rank(0)}")
+    n, c, height, width = ctx.static_dims(0, "MaxPool's Indices")
+    kernel = tuple(ctx.ints("kernel_shape"))
+    strides, dilations, pads = _window(ctx, kernel, (height, width))
+    x = ctx.input(0)
+    values = ctx.emit(pool(ctx, "max", x, count_include_pad=False))
+    out_h, out_w = (int(d.value) for d in values.struct_info.shape[2:])
+    planes = ctx.emit(R.reshape(x, (n, c, height * width)))
+    rows = np.arange(out_h)[:, None] * strides[0] - pads[0]
+    cols = np.arange(out_w)[None, :] * strides[1] - pads[1]
+    column_major = bool(ctx.attr("storage_order", 0))
+    best = None
+    none = height * width  # beyond any position: a window of only padding keeps it (never happens)
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            row, col = rows + i * dilations[0], cols + j * dilations[1]
+            inside = (row >= 0) & (row < height) & (col >= 0) & (col < width)
+            row, col = np.broadcast_arrays(np.clip(row, 0, height - 1), np.clip(col, 0, width - 1))
+            read = (row * width + col).reshape(-1)
+            stored = np.where(inside, row + col * height if column_major else row * width + col, none)
+            tap = R.reshape(R.take(planes, const(read, "int64"), axis=2), (n, c, out_h, out_w))
+            hit = R.logical_and(Constant(inside), R.equal(tap, values))
+            candidate = R.where(hit, const(stored, "int64"), const(none, "int64"))
+            best = ctx.emit(candidate if best is None else R.minimum(best, candidate))
+    plane = R.add(R.multiply(positions(ctx, n, 0, 4), const(c, "int64")), positions(ctx, c, 1, 4))
+    return [values, R.add(best, R.multiply(plane, const(height * width, "int64")))]

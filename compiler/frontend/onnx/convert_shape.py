@@ -19,8 +19,8 @@ from .convert_common import (
     scalar_like,
 )
 from .convert_integer import is_infinite
-from .convert_nn import _require_2d, pool
-from .convert_vision import static_ints
+from .convert_nn import _require_2d, conv3d, pool
+from .convert_vision import spread, static_ints
 from .loader import ir_dtype
 from .registry import NodeContext, converter
 
@@ -647,14 +647,16 @@ def _conv_transpose(ctx: NodeContext):
     """A stride-1 convolution over the input spread out by the strides (zeros between the rows and
     columns), padded by (kernel extent - 1 - pad), with the kernel flipped and its in/out swapped."""
     one_d = _require_2d(ctx)
-    n, c_in, height, width = ctx.static_dims(0, "ConvTranspose")
+    x_dims = list(ctx.static_dims(0, "ConvTranspose"))
     w_dims = ctx.static_dims(1, "ConvTranspose")
+    c_in = x_dims[1]
     groups = int(ctx.attr("group", 1))
     kernel = tuple(w_dims[2:])
-    strides = ctx.ints("strides", (1, 1))
-    dilations = ctx.ints("dilations", (1, 1))
-    extra = ctx.ints("output_padding", (0, 0))
-    spatial = (height, width)
+    nd = len(kernel)
+    strides = ctx.ints("strides", (1,) * nd)
+    dilations = ctx.ints("dilations", (1,) * nd)
+    extra = ctx.ints("output_padding", (0,) * nd)
+    spatial = tuple(x_dims[2:])
     extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
     full = [s * (size - 1) + e + o for s, size, e, o in zip(strides, spatial, extents, extra)]
     auto_pad = ctx.attr("auto_pad", b"NOTSET")
@@ -663,47 +665,40 @@ def _conv_transpose(ctx: NodeContext):
     if wanted is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         wanted = tuple(size * s for size, s in zip(spatial, strides))
     if wanted is not None:
-        wanted = tuple(wanted[-2:])
+        wanted = tuple(wanted[-nd:])
         totals = [f - w for f, w in zip(full, wanted)]
         if auto_pad == "SAME_UPPER":
             pads = tuple(t // 2 for t in totals) + tuple(t - t // 2 for t in totals)
         else:
             pads = tuple(t - t // 2 for t in totals) + tuple(t // 2 for t in totals)
     elif auto_pad in ("NOTSET", "", "VALID"):
-        pads = ctx.ints("pads", (0, 0, 0, 0)) if auto_pad != "VALID" else (0, 0, 0, 0)
+        pads = ctx.ints("pads", (0,) * (2 * nd)) if auto_pad != "VALID" else (0,) * (2 * nd)
     else:
         raise ctx.error(f"auto_pad={auto_pad!r} is not supported")
     x = ctx.input(0)
-    for axis, (size, stride) in ((2, (height, strides[0])), (3, (width, strides[1]))):
-        if stride > 1 and size > 1:  # spread: each row followed by stride - 1 rows of zeros
-            dims = [n, c_in, height, width]
-            dims[axis] = size
-            expanded = R.expand_dims(x, axis=axis + 1)
-            zero_dims = list(dims)
-            zero_dims.insert(axis + 1, stride - 1)
-            zeros = Constant(np.zeros(zero_dims, dtype=ctx.dtype(0)))
-            spread_dims = list(dims)
-            spread_dims[axis] = size * stride
-            spread = R.reshape(R.concat([expanded, zeros], axis=axis + 1), spread_dims)
-            x = ctx.emit(R.strided_slice(spread, axes=(axis,), begin=(0,), end=((size - 1) * stride + 1,)))
-            if axis == 2:
-                height = (size - 1) * stride + 1
-            else:
-                width = (size - 1) * stride + 1
+    for i, stride in enumerate(strides):  # spread: each row followed by stride - 1 rows of zeros
+        x = spread(ctx, x, x_dims, 2 + i, stride)
+        x_dims[2 + i] = (x_dims[2 + i] - 1) * stride + 1 if x_dims[2 + i] > 1 else x_dims[2 + i]
+        x = ctx.emit(x)
     weight = R.reshape(ctx.input(1), (groups, c_in // groups, w_dims[1], *kernel))
-    weight = R.permute_dims(weight, axes=(0, 2, 1, 3, 4))
+    weight = R.permute_dims(weight, axes=(0, 2, 1, *range(3, 3 + nd)))
     weight = R.reshape(weight, (groups * w_dims[1], c_in // groups, *kernel))
-    weight = R.strided_slice(weight, axes=(2, 3), begin=(kernel[0] - 1, kernel[1] - 1),
-                             end=(-kernel[0] - 1, -kernel[1] - 1), strides=(-1, -1))
-    begin = [e - 1 - p for e, p in zip(extents, pads[:2])]
-    end = [e - 1 - p + o for e, p, o in zip(extents, pads[2:], extra)]
-    y = R.nn.conv2d(x, weight, padding=(max(begin[0], 0), max(begin[1], 0), max(end[0], 0), max(end[1], 0)),
-                    dilation=dilations, groups=groups)
+    spatial_axes = tuple(range(2, 2 + nd))
+    weight = ctx.emit(R.strided_slice(weight, axes=spatial_axes, begin=tuple(k - 1 for k in kernel),
+                                      end=tuple(-k - 1 for k in kernel), strides=(-1,) * nd))
+    begin = [e - 1 - p for e, p in zip(extents, pads[:nd])]
+    end = [e - 1 - p + o for e, p, o in zip(extents, pads[nd:], extra)]
+    padding = tuple(max(b, 0) for b in begin) + tuple(max(e, 0) for e in end)
+    if nd == 3:
+        y = conv3d(ctx, x, x_dims, weight, (groups * w_dims[1], c_in // groups, *kernel), (1, 1, 1), padding,
+                   dilations, groups)
+    else:
+        y = R.nn.conv2d(x, weight, padding=padding, dilation=dilations, groups=groups)
     y = ctx.emit(y)
-    out_h, out_w = (int(d.value) for d in y.struct_info.shape[2:])
-    crops = [(max(-begin[0], 0), out_h - max(-end[0], 0)), (max(-begin[1], 0), out_w - max(-end[1], 0))]
-    if crops != [(0, out_h), (0, out_w)]:
-        y = R.strided_slice(y, axes=(2, 3), begin=(crops[0][0], crops[1][0]), end=(crops[0][1], crops[1][1]))
+    out = [int(d.value) for d in y.struct_info.shape[2:]]
+    crops = [(max(-b, 0), size - max(-e, 0)) for b, e, size in zip(begin, end, out)]
+    if crops != [(0, size) for size in out]:
+        y = R.strided_slice(y, axes=spatial_axes, begin=tuple(c[0] for c in crops), end=tuple(c[1] for c in crops))
     if ctx.has_input(2):
-        y = R.add(y, R.reshape(ctx.input(2), (1, -1, 1, 1)))
+        y = R.add(y, R.reshape(ctx.input(2), (1, -1) + (1,) * nd))
     return R.squeeze(y, axis=(2,)) if one_d else y

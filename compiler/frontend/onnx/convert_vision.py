@@ -8,7 +8,7 @@ import numpy as np
 from ... import op as R
 from ...ir.expr import Constant
 from .convert_common import axis_of, const, positions
-from .convert_nn import gather_elements
+from .convert_nn import conv3d, gather_elements, zero_pad
 from .registry import NodeContext, converter
 
 
@@ -20,17 +20,6 @@ def static_ints(ctx: NodeContext, index: int, what: str) -> list[int]:
         raise ctx.error(f"{what} (input {index}) is {', '.join(str(v) for v in values)}, which must be known "
                         "when compiling; fix the dimensions with shapes=")
     return known
-
-
-def zero_pad(ctx: NodeContext, x, dims: list[int], axis: int, before: int, after: int):
-    """``x`` (static ``dims``) with ``before`` and ``after`` zeros along ``axis``."""
-    parts = []
-    for count in (before, after):
-        block = list(dims)
-        block[axis] = count
-        parts.append(Constant(np.zeros(block, dtype=ctx.dtype(0))) if count > 0 else None)
-    pieces = [p for p in (parts[0], x, parts[1]) if p is not None]
-    return R.concat(pieces, axis=axis) if len(pieces) > 1 else x
 
 
 @converter("CenterCropPad", since=18, attrs=("axes",))
@@ -74,14 +63,16 @@ def spread(ctx: NodeContext, x, dims: list[int], axis: int, stride: int):
 
 @converter("Col2Im", since=18, attrs=("dilations", "pads", "strides"))
 def _col2im(ctx: NodeContext):
-    """Each block offset's column row, spread out by the strides and shifted to the offset in the
-    padded image, summed over the offsets; then the padding cropped off."""
+    """A transposed convolution with one-hot kernels: the columns spread out by the strides, then a
+    grouped convolution (one group per channel) whose kernel for block offset k is 1 at the
+    flipped offset, so that each output pixel sums the column values that land on it. The padding
+    is cropped off at the end."""
     n, channels_blocks, length = ctx.static_dims(0, "Col2Im")
     image = static_ints(ctx, 1, "image_shape")
     block = static_ints(ctx, 2, "block_shape")
     nd = len(image)
-    if len(block) != nd:
-        raise ctx.error(f"image_shape {image} and block_shape {block} differ in length", "invalid")
+    if len(block) != nd or nd not in (1, 2, 3):
+        raise ctx.error(f"image_shape {image} and block_shape {block} must give 1 to 3 spatial axes", "invalid")
     dilations = ctx.ints("dilations", (1,) * nd)
     pads = ctx.ints("pads", (0,) * (2 * nd))
     strides = ctx.ints("strides", (1,) * nd)
@@ -92,24 +83,34 @@ def _col2im(ctx: NodeContext):
         raise ctx.error(f"an input of {channels_blocks} x {length} columns does not fit image {image}, "
                         f"block {block}", "invalid")
     channels = channels_blocks // taps
-    x = ctx.emit(R.reshape(ctx.input(0), (n, channels, taps, *counts)))
-    total = None
+    one_d = nd == 1
+    if one_d:  # as 2-D of height 1
+        image, block, counts, padded = [1, *image], [1, *block], [1, *counts], [1, *padded]
+        dilations, strides, pads = (1, *dilations), (1, *strides), (0, pads[0], 0, pads[1])
+        nd = 2
+    dims = [n, channels_blocks, *counts]
+    x = ctx.emit(R.reshape(ctx.input(0), dims))
+    for i in range(nd):
+        x = ctx.emit(spread(ctx, x, dims, 2 + i, strides[i]))
+        dims[2 + i] = (counts[i] - 1) * strides[i] + 1
+    weight = np.zeros((channels, taps, *block), dtype=ctx.dtype(0))
     for tap, offset in enumerate(np.ndindex(*block)):
-        dims = [n, channels, *counts]
-        part = R.reshape(R.strided_slice(x, axes=(2,), begin=(tap,), end=(tap + 1,)), dims)
-        for i in range(nd):
-            axis = 2 + i
-            part = spread(ctx, part, dims, axis, strides[i])
-            dims[axis] = (counts[i] - 1) * strides[i] + 1
-            before = offset[i] * dilations[i]
-            part = zero_pad(ctx, part, dims, axis, before, padded[i] - before - dims[axis])
-            dims[axis] = padded[i]
-        part = ctx.emit(part)
-        total = part if total is None else ctx.emit(R.add(total, part))
+        weight[(slice(None), tap, *(b - 1 - o for b, o in zip(block, offset)))] = 1
+    reach = [(b - 1) * d for b, d in zip(block, dilations)]
+    if nd == 3:
+        y = conv3d(ctx, x, dims, Constant(weight), weight.shape, (1, 1, 1), (*reach, *reach), dilations, channels)
+    else:
+        y = R.nn.conv2d(x, Constant(weight), padding=(*reach, *reach), dilation=dilations, groups=channels)
+    y = ctx.emit(y)
+    full = [int(d.value) for d in y.struct_info.shape[2:]]  # the padded image, less rows no block reaches
+    for i in range(nd):
+        if full[i] < padded[i]:
+            y = ctx.emit(zero_pad(ctx, y, [n, channels, *full], 2 + i, 0, padded[i] - full[i]))
+            full[i] = padded[i]
     if any(pads):
-        total = R.strided_slice(total, axes=tuple(range(2, 2 + nd)), begin=tuple(pads[:nd]),
-                                end=tuple(pads[i] + image[i] for i in range(nd)))
-    return total
+        y = R.strided_slice(y, axes=tuple(range(2, 2 + nd)), begin=tuple(pads[:nd]),
+                            end=tuple(pads[i] + image[i] for i in range(nd)))
+    return R.squeeze(y, axis=(2,)) if one_d else y
 
 
 @converter("ReverseSequence", attrs=("batch_axis", "time_axis"))
