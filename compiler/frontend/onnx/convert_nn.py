@@ -712,8 +712,9 @@ def _lrn(ctx: NodeContext):
 
 def max_pool_with_indices(ctx: NodeContext):
     """2-D MaxPool's values and Indices: each window's first position (in row-major scan order,
-    the smallest index) that holds the maximum, flattened over the whole input (storage_order 1:
-    column-major within the plane), as ONNX's reference scans. Each tap reads its positions with a
+    the smallest row-major index) that holds the maximum, flattened over the whole input
+    (storage_order 1: that position's index column-major within the plane), as ONNX's reference
+    scans. Each tap reads its positions with a
     take; positions outside the input never match."""
     if ctx.rank(0) != 4:
         raise ctx.error(f"the Indices output is supported for 2-D (rank-4) inputs, input 0 has rank {ctx.rank(0)}")
@@ -735,10 +736,14 @@ def max_pool_with_indices(ctx: NodeContext):
             inside = (row >= 0) & (row < height) & (col >= 0) & (col < width)
             row, col = np.broadcast_arrays(np.clip(row, 0, height - 1), np.clip(col, 0, width - 1))
             read = (row * width + col).reshape(-1)
-            stored = np.where(inside, row + col * height if column_major else row * width + col, none)
+            stored = np.where(inside, row * width + col, none)
             tap = R.reshape(R.take(planes, const(read, "int64"), axis=2), (n, c, out_h, out_w))
             hit = R.logical_and(Constant(inside), R.equal(tap, values))
             candidate = R.where(hit, const(stored, "int64"), const(none, "int64"))
             best = ctx.emit(candidate if best is None else R.minimum(best, candidate))
+    if column_major:  # the same first maximum (ONNX scans row-major), its index stored column-major
+        row, col = R.floor_divide(best, const(width, "int64")), R.subtract(best, R.multiply(
+            R.floor_divide(best, const(width, "int64")), const(width, "int64")))
+        best = R.add(row, R.multiply(col, const(height, "int64")))
     plane = R.add(R.multiply(positions(ctx, n, 0, 4), const(c, "int64")), positions(ctx, c, 1, 4))
     return [values, R.add(best, R.multiply(plane, const(height * width, "int64")))]
