@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import op as R
+from ...ir.expr import TupleGetItem
 from .convert_common import const, require_float
 from .registry import NodeContext, converter
 
@@ -233,9 +234,16 @@ def _linear_attention(ctx: NodeContext):
         x = R.permute_dims(x, axes=(0, 2, 1, 3))
         return ctx.emit(R.astype(x, dtype="float32") if ctx.dtype(index) != "float32" else x)
 
+    pieces = {}
+
     def step(x, t):
-        """Step t of a (B, H, T, W) tensor as (B, H, 1, W)."""
-        return ctx.emit(R.strided_slice(x, axes=(2,), begin=(t,), end=(t + 1,)))
+        """Step t of a (B, H, T, W) tensor as (B, H, 1, W): one split of the whole sequence, so
+        that every step's kernels are alike and compiled once."""
+        if steps == 1:
+            return x
+        if x not in pieces:
+            pieces[x] = ctx.emit(R.split(x, indices_or_sections=tuple(range(1, steps)), axis=2))
+        return ctx.emit(TupleGetItem(pieces[x], t))
 
     q = per_step(0, kv_heads, group * d_k)  # (B, H_kv, T, group * d_k): a group's query heads together
     k, v = per_step(1, kv_heads, d_k), per_step(2, kv_heads, d_v)
