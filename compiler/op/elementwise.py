@@ -104,6 +104,24 @@ def _integer_power(a, b):
     return power
 
 
+def _float_power(a, b):
+    """``a ** b`` for floats: an integer exponent 0..EXACT_POWERS is that many products of the base
+    (exact; WGSL's pow is exp2(y * log2(x)), undefined for a negative base and approximate); other
+    whole exponents of a negative base are |a| ** b with the sign of an odd power; the rest is pow."""
+    zero, half, one = Const(0.0, a.dtype), Const(0.5, a.dtype), Const(1.0, a.dtype)
+    magnitude = intrinsic("pow", intrinsic("abs", a), b)
+    odd = binary("==", binary("-", b, binary("*", Const(2.0, b.dtype), intrinsic("floor", binary("*", b, half)))), one)
+    whole = binary("==", intrinsic("floor", b), b)
+    power = select(binary("&&", binary("<", a, zero), whole), select(odd, Unary("neg", magnitude, a.dtype), magnitude),
+                   intrinsic("pow", a, b))
+    products = [one]
+    for _ in range(EXACT_POWERS):
+        products.append(binary("*", products[-1], a))
+    for k in range(EXACT_POWERS, -1, -1):
+        power = select(binary("==", b, Const(float(k), b.dtype)), products[k], power)
+    return power
+
+
 # How each binary op computes one element in a kernel.
 BINARY_KERNEL = {
     "add": lambda a, b: binary("+", a, b),
@@ -113,7 +131,7 @@ BINARY_KERNEL = {
     "floor_divide": _float_or_int(lambda a, b: intrinsic("floor", binary("/", a, b)),
                                   lambda a, b: binary("/", a, b) if a.dtype == "u32"  # (already floor)
                                   else intrinsic("floordiv", a, b)),
-    "power": _float_or_int(lambda a, b: intrinsic("pow", a, b), _integer_power),
+    "power": _float_or_int(_float_power, _integer_power),
     "maximum": lambda a, b: binary("max", a, b),
     "minimum": lambda a, b: binary("min", a, b),
     "equal": lambda a, b: binary("==", a, b),

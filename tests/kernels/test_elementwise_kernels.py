@@ -85,6 +85,16 @@ def test_integer_power(runner, dtype):
     check_op(runner, op.power, [Tensor(("n",), dtype)] * 2, inputs=bases_and_exponents, rtol=0, atol=0, sizes=(64,))
 
 
+def test_float_power_of_a_negative_base(runner):
+    """Whole exponents of any base: 0..8 are products (exact), others |x| ** y with an odd power's sign
+    (WGSL's pow, exp2(y * log2(x)), is undefined for a negative base: tanh-GELU's x ** 3 was -0)."""
+    def bases_and_exponents(env, rng):
+        n = env["n"]
+        return [rng.uniform(-2.0, 2.0, n).astype("float32"), rng.integers(-3, 12, n).astype("float32")]
+
+    check_op(runner, op.power, [Tensor(("n",), "float32")] * 2, inputs=bases_and_exponents, sizes=(64,))
+
+
 @pytest.mark.parametrize("name", sorted(COMPARISON))
 def test_comparisons(runner, name):
     dtype = "bool" if name.startswith("logical") else "float32"
