@@ -11,8 +11,6 @@ image (reflection)."""
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from ... import op as R
@@ -42,23 +40,13 @@ def _reflect(x, low: float, span):
     return R.subtract(R.add(_f(low), span), R.abs(R.subtract(u, span)))
 
 
-def _linear_weights(t):
-    return [R.subtract(_f(1.0), t), t]
-
-
-def _cubic_weights(t):
-    """Keys' weights of the taps at -1, 0, 1, 2 for a position t in [0, 1) past tap 0."""
+def _cubic_weight(s):
+    """Keys' cubic convolution weight at distance s in [0, 2] from the position."""
     a = CUBIC_ALPHA
-
-    def outer(s):  # |s| in [1, 2]
-        return R.add(R.multiply(R.add(R.multiply(R.subtract(R.multiply(_f(a), s), _f(5 * a)), s), _f(8 * a)), s),
-                     _f(-4 * a))
-
-    def inner(s):  # |s| in [0, 1]
-        return R.add(R.multiply(R.multiply(R.subtract(R.multiply(_f(a + 2), s), _f(a + 3)), s), s), _f(1.0))
-
-    one_minus = R.subtract(_f(1.0), t)
-    return [outer(R.add(t, _f(1.0))), inner(t), inner(one_minus), outer(R.add(one_minus, _f(1.0)))]
+    inner = R.add(R.multiply(R.multiply(R.subtract(R.multiply(_f(a + 2), s), _f(a + 3)), s), s), _f(1.0))
+    outer = R.add(R.multiply(R.add(R.multiply(R.subtract(R.multiply(_f(a), s), _f(5 * a)), s), _f(8 * a)), s),
+                  _f(-4 * a))
+    return R.where(R.less_equal(s, _f(1.0)), inner, outer)
 
 
 class _Axis:
@@ -78,8 +66,11 @@ class _Axis:
         return R.minimum(R.maximum(x, _f(0.0)), self.last)
 
 
-def _taps(mode: str, padding: str, axis: _Axis, coord, align_corners: bool):
-    """[(pixel index as an integral float, weight or None, inside-mask or None)] of one axis."""
+def _taps(mode: str, padding: str, axis: _Axis, coord, align_corners: bool, tap_axis: int, rank: int):
+    """One axis's taps stacked along ``tap_axis`` (1, 2 or 4 of them): (pixel index, int64 and
+    inside the axis; weight, or None for nearest; inside-mask, or None but for zeros padding).
+    Stacked, not one tensor per tap, so that the fused kernel sums over the taps with one copy of
+    each axis's expressions (a fused kernel inlines every read of a value)."""
     if align_corners:
         x = R.multiply(R.multiply(R.add(coord, _f(1.0)), _f(0.5)), axis.last)
     else:
@@ -92,22 +83,20 @@ def _taps(mode: str, padding: str, axis: _Axis, coord, align_corners: bool):
     elif padding == "reflection":
         x = _reflect(x, axis.low, axis.span)
     if mode == "nearest":
-        starts, weights = [x], [None]
+        tap, weight = x, None
     else:
-        base = R.floor(x)
-        t = R.subtract(x, base)
-        weights = _linear_weights(t) if mode == "linear" else _cubic_weights(t)
-        first = 0 if mode == "linear" else -1
-        starts = [base if first + k == 0 else R.add(base, _f(float(first + k))) for k in range(len(weights))]
-    taps = []
-    for index, weight in zip(starts, weights):
-        inside = None
-        if padding == "zeros":
-            inside = R.logical_and(R.greater_equal(index, _f(0.0)), R.less_equal(index, axis.last))
-        elif padding == "reflection":
-            index = _reflect(index, axis.low, axis.span)
-        taps.append((axis.clamp(index), weight, inside))
-    return taps
+        first, count = (0, 2) if mode == "linear" else (-1, 4)
+        shape = [1] * rank
+        shape[tap_axis] = count
+        tap = R.add(R.floor(x), const(np.arange(first, first + count, dtype=np.float32).reshape(shape), COORD))
+        distance = R.abs(R.subtract(x, tap))
+        weight = R.subtract(_f(1.0), distance) if mode == "linear" else _cubic_weight(distance)
+    inside = None
+    if padding == "zeros":
+        inside = R.logical_and(R.greater_equal(tap, _f(0.0)), R.less_equal(tap, axis.last))
+    elif padding == "reflection":
+        tap = _reflect(tap, axis.low, axis.span)
+    return R.astype(R.round(axis.clamp(tap)), dtype="int64"), weight, inside
 
 
 def _grid_sample(ctx: NodeContext, mode: str, padding: str, align_corners: bool, max_spatial: int | None):
@@ -123,42 +112,34 @@ def _grid_sample(ctx: NodeContext, mode: str, padding: str, align_corners: bool,
     dtype = ctx.dtype(0)
     if mode != "nearest" and dtype not in FLOATS:
         raise ctx.error(f"{mode} interpolation of {dtype} data is not supported (floats only)")
-    rank = len(x_dims)
+    # Sampling layout (N, C, P, tap per spatial axis...): P the output's places flattened.
+    rank = 3 + spatial
+    places = ctx.analyzer.simplify(_product(grid_dims[1:-1]))
     grid = ctx.input(1) if ctx.dtype(1) == COORD else R.astype(ctx.input(1), dtype=COORD)
-    # (N, H..., k) -> (N, k, H...): axis 1 then picks one coordinate as (N, 1, H...).
-    grid = ctx.emit(R.permute_dims(grid, axes=(0, rank - 1, *range(1, rank - 1))))
-    strides = [ctx.analyzer.simplify(_product(x_dims[a + 1:])) for a in range(rank)]
-    per_axis = []
+    grid = ctx.emit(R.permute_dims(R.reshape(grid, (grid_dims[0], places, spatial)), axes=(0, 2, 1)))  # (N, k, P)
+    strides = [ctx.analyzer.simplify(_product(x_dims[a + 1:])) for a in range(len(x_dims))]
+    offset = weight = inside = None
     for a in range(spatial):  # the grid lists coordinates innermost axis first (x, y, z)
-        coord = R.take(grid, const([spatial - 1 - a], "int64"), axis=1)
-        axis = _Axis(ctx, x_dims[2 + a], align_corners)
-        per_axis.append([(ctx.emit(R.astype(R.round(index), dtype="int64")), weight, inside)
-                         for index, weight, inside in _taps(mode, padding, axis, ctx.emit(coord), align_corners)])
-    base = None  # the offset of the (n, c) plane, broadcast to (N, C, 1...)
-    for a in (0, 1):
+        coord = R.take(grid, const([spatial - 1 - a], "int64"), axis=1)  # (N, 1, P)
+        coord = ctx.emit(R.reshape(coord, (grid_dims[0], 1, places) + (1,) * spatial))
+        index, w, mask = _taps(mode, padding, _Axis(ctx, x_dims[2 + a], align_corners), coord, align_corners,
+                               3 + a, rank)
+        term = index if a == spatial - 1 else R.multiply(index, int_value(ctx, strides[2 + a]))
+        offset = term if offset is None else R.add(offset, term)
+        if w is not None:
+            weight = w if weight is None else R.multiply(weight, w)
+        if mask is not None:
+            inside = mask if inside is None else R.logical_and(inside, mask)
+    for a in (0, 1):  # the offset of the (n, c) plane
         if ctx.analyzer.as_int(x_dims[a]) != 1:
-            term = R.multiply(positions(ctx, x_dims[a], a, rank), int_value(ctx, strides[a]))
-            base = term if base is None else R.add(base, term)
-    flat = ctx.emit(R.reshape(ctx.input(0), (-1,)))
-    zero = const(0, dtype)
-    total = None
-    for combo in itertools.product(*per_axis):
-        offset = base
-        weight = inside = None
-        for a, (index, w, mask) in enumerate(combo):
-            term = index if a == spatial - 1 else R.multiply(index, int_value(ctx, strides[2 + a]))
-            offset = term if offset is None else R.add(offset, term)
-            if w is not None:
-                weight = w if weight is None else R.multiply(weight, w)
-            if mask is not None:
-                inside = mask if inside is None else R.logical_and(inside, mask)
-        value = R.take(flat, offset, axis=0)
-        if inside is not None:
-            value = R.where(inside, value, zero)
-        if weight is not None:
-            value = R.multiply(value, weight if dtype == COORD else R.astype(weight, dtype=dtype))
-        total = value if total is None else R.add(total, value)
-    return total  # (N, C, H...): the indices are (N, 1, H...), the plane offsets (N, C, 1...)
+            offset = R.add(offset, R.multiply(positions(ctx, x_dims[a], a, rank), int_value(ctx, strides[a])))
+    value = R.take(ctx.emit(R.reshape(ctx.input(0), (-1,))), offset, axis=0)
+    if inside is not None:
+        value = R.where(inside, value, const(0, dtype))
+    if weight is not None:
+        value = R.multiply(value, weight if dtype == COORD else R.astype(weight, dtype=dtype))
+        value = R.sum(value, axis=tuple(range(3, rank)))
+    return R.reshape(value, (*x_dims[:2], *grid_dims[1:-1]))
 
 
 def _attributes(ctx: NodeContext, modes: dict, default_mode: str):
@@ -295,18 +276,18 @@ def _roi_align_16(ctx: NodeContext):
 # -- DeformConv --------------------------------------------------------------------------------------
 
 
-def _deform_taps(coord, size: int):
-    """Bilinear taps of pixel coordinates ``coord`` on an axis of ``size``: [(int64 index, weight
-    that is 0 where the tap falls outside the axis)], as GridSample's zeros padding reads them."""
-    low = R.floor(coord)
-    frac = R.subtract(coord, low)
-    taps = []
-    for index, weight in ((low, R.subtract(_f(1.0), frac)), (R.add(low, _f(1.0)), frac)):
-        inside = R.logical_and(R.greater_equal(index, _f(0.0)), R.less_equal(index, _f(float(size - 1))))
-        weight = R.where(inside, weight, _f(0.0))
-        clamped = R.minimum(R.maximum(index, _f(0.0)), _f(float(size - 1)))
-        taps.append((R.astype(R.round(clamped), dtype="int64"), weight))
-    return taps
+def _bilinear_taps(coord, size: int, tap_axis: int, rank: int):
+    """The two bilinear taps of pixel coordinates ``coord`` on an axis of ``size``, stacked along
+    ``tap_axis`` (of size 1 in ``coord``): (int64 index clamped inside, weight 1 - |coord - tap|,
+    0 where the tap falls outside the axis, as GridSample's zeros padding reads it). Stacked, not
+    one tensor per tap, so that a fused kernel sums over the taps with one copy of each expression."""
+    shape = [1] * rank
+    shape[tap_axis] = 2
+    tap = R.add(R.floor(coord), const(np.arange(2, dtype=np.float32).reshape(shape), COORD))
+    inside = R.logical_and(R.greater_equal(tap, _f(0.0)), R.less_equal(tap, _f(float(size - 1))))
+    weight = R.where(inside, R.subtract(_f(1.0), R.abs(R.subtract(coord, tap))), _f(0.0))
+    clamped = R.minimum(R.maximum(tap, _f(0.0)), _f(float(size - 1)))
+    return R.astype(R.round(clamped), dtype="int64"), weight
 
 
 @converter("DeformConv", since=19, attrs=("dilations", "group", "kernel_shape", "offset_group", "pads", "strides"))
@@ -340,37 +321,35 @@ def _deform_conv(ctx: NodeContext):
     if height < 2 or width < 2:
         raise ctx.error("an input of height or width 1 is not supported (ONNX maps positions through "
                         "size - 1)")
-    per_offset_group = channels // offset_group
-    layout = (n, offset_group, 1, kh, kw, out_h, out_w)  # sampling in (N, G, C/G, kh, kw, OH, OW)
+    per_offset_group, taps, places = channels // offset_group, kh * kw, out_h * out_w
+    # Sampling layout (N, G, C/G, kernel taps, output places, y tap, x tap); the last two are summed.
     offset = ctx.input(2) if ctx.dtype(2) == COORD else R.astype(ctx.input(2), dtype=COORD)
-    offset = ctx.emit(R.reshape(offset, (n, offset_group, kh, kw, 2, out_h, out_w)))
+    offset = ctx.emit(R.reshape(offset, (n, offset_group, taps, 2, places)))
+    kernel_y, kernel_x = np.divmod(np.arange(taps), kw)
+    out_y, out_x = np.divmod(np.arange(places), out_w)
     per_axis = []
-    for axis, (taps, outs, size) in enumerate(((kh, out_h, height), (kw, out_w, width))):
-        stride, dilation, pad = strides[axis], dilations[axis], pads[axis]
-        place = np.arange(taps)[:, None] * dilation + np.arange(outs)[None, :] * stride - pad
-        place = place.reshape((1, 1, 1, taps, 1, outs, 1) if axis == 0 else (1, 1, 1, 1, taps, 1, outs))
-        moved = R.reshape(R.take(offset, const([axis], "int64"), axis=4), layout)
-        per_axis.append(_deform_taps(ctx.emit(R.add(moved, const(place.astype(np.float32), COORD))), size))
-    channel = (np.arange(offset_group)[:, None] * per_offset_group + np.arange(per_offset_group)[None, :])
-    batch = np.arange(n).reshape(-1, 1, 1) * channels
-    base = ((batch + channel[None]) * (height * width)).reshape(n, offset_group, per_offset_group, 1, 1, 1, 1)
-    base = const(base, "int64")
+    for axis, (k, o, size) in enumerate(((kernel_y, out_y, height), (kernel_x, out_x, width))):
+        place = k[:, None] * dilations[axis] + o[None, :] * strides[axis] - pads[axis]  # (taps, places)
+        shape = (1, 1, 1, taps, places, 1, 1)
+        moved = R.reshape(R.take(offset, const([axis], "int64"), axis=3), (n, offset_group, 1, taps, places, 1, 1))
+        coord = ctx.emit(R.add(moved, const(place.reshape(shape).astype(np.float32), COORD)))
+        per_axis.append(_bilinear_taps(coord, size, 5 + axis, 7))
+    (y, wy), (x, wx) = per_axis
+    channel = np.arange(n)[:, None, None] * channels + (
+        np.arange(offset_group)[:, None] * per_offset_group + np.arange(per_offset_group)[None, :])[None]
+    base = const((channel * (height * width)).reshape(n, offset_group, per_offset_group, 1, 1, 1, 1), "int64")
+    index = R.add(base, R.add(R.multiply(y, const(width, "int64")), x))
+    weight = R.multiply(wy, wx)
+    if dtype != COORD:
+        weight = R.astype(weight, dtype=dtype)
     flat = ctx.emit(R.reshape(ctx.input(0), (-1,)))
-    sampled = None
-    for y, wy in per_axis[0]:
-        for x, wx in per_axis[1]:
-            index = R.add(base, R.add(R.multiply(y, const(width, "int64")), x))
-            weight = R.multiply(wy, wx)
-            if dtype != COORD:
-                weight = R.astype(weight, dtype=dtype)
-            term = R.multiply(weight, R.take(flat, index, axis=0))
-            sampled = term if sampled is None else R.add(sampled, term)
+    sampled = R.sum(R.multiply(weight, R.take(flat, index, axis=0)), axis=(5, 6))  # (N, G, C/G, taps, places)
     if ctx.has_input(4):
         mask = ctx.input(4) if ctx.dtype(4) == dtype else R.astype(ctx.input(4), dtype=dtype)
-        sampled = R.multiply(sampled, R.reshape(mask, layout))
+        sampled = R.multiply(sampled, R.reshape(mask, (n, offset_group, 1, taps, places)))
     per_group = channels // group
-    columns = R.reshape(sampled, (n, group, per_group * kh * kw, out_h * out_w))
-    weights = R.reshape(ctx.input(1), (1, group, out_channels // group, per_group * kh * kw))
+    columns = R.reshape(sampled, (n, group, per_group * taps, places))
+    weights = R.reshape(ctx.input(1), (1, group, out_channels // group, per_group * taps))
     out = R.reshape(R.matmul(weights, columns), (n, out_channels, out_h, out_w))
     if ctx.has_input(3):
         out = R.add(out, R.reshape(ctx.input(3), (1, out_channels, 1, 1)))
