@@ -48,17 +48,17 @@ def _center_crop_pad(ctx: NodeContext):
 
 
 def spread(ctx: NodeContext, x, dims: list[int], axis: int, stride: int):
-    """``x`` with ``stride - 1`` zeros after each element along ``axis`` (none after the last)."""
+    """``x`` with ``stride - 1`` zeros after each element along ``axis`` (none after the last): a
+    take of each position's source and a constant mask (a concat with zeros and reshapes, fused,
+    gave index expressions that grow with every spread axis, slow for a shader compiler)."""
     size = dims[axis]
     if stride == 1 or size <= 1:
         return x
-    zero_dims = list(dims)
-    zero_dims.insert(axis + 1, stride - 1)
-    zeros = Constant(np.zeros(zero_dims, dtype=ctx.dtype(0)))
-    interleaved = R.concat([R.expand_dims(x, axis=axis + 1), zeros], axis=axis + 1)
-    wide = list(dims)
-    wide[axis] = size * stride
-    return R.strided_slice(R.reshape(interleaved, wide), axes=(axis,), begin=(0,), end=((size - 1) * stride + 1,))
+    places = np.arange((size - 1) * stride + 1)
+    along = [1] * len(dims)
+    along[axis] = places.size
+    taken = R.take(x, const(places // stride, "int64"), axis=axis)
+    return R.where(Constant((places % stride == 0).reshape(along)), taken, const(0, ctx.dtype(0)))
 
 
 @converter("Col2Im", since=18, attrs=("dilations", "pads", "strides"))
