@@ -169,17 +169,17 @@ def _grid_sample_20(ctx: NodeContext):
 
 
 def _roi_axis(ctx: NodeContext, start, end, size, pooled: int, grid: int, half_pixel: bool, sample_axis: int):
-    """One axis of RoiAlign's sampling points: ([low index, high index] as int64, [their weights],
-    inside-mask), each shaped (R, 1, pooled, grid) (y) or (R, 1, 1, 1, pooled, grid) (x) by
-    ``sample_axis``, the position of the pooled axis in the six-axis (R, C, PH, GH, PW, GW) layout."""
+    """One axis of RoiAlign's sampling points: (index as int64, weight, inside-mask) of its two
+    bilinear taps stacked on axis 6 (y) or 7 (x) of the layout (R, C, PH, GH, PW, GW, y tap, x tap);
+    ``sample_axis`` is the position of the pooled axis in it (2 or 4)."""
     extent = R.subtract(end, start)
     if not half_pixel:
         extent = R.maximum(extent, _f(1.0))
-    shape = [1] * 6
+    shape = [1] * 8
     shape[0] = -1
     start, extent = R.reshape(start, shape), R.reshape(extent, shape)
     bin_size = R.divide(extent, _f(float(pooled)))
-    layout = (1,) * sample_axis + (pooled, grid) + (1,) * (4 - sample_axis)
+    layout = (1,) * sample_axis + (pooled, grid) + (1,) * (6 - sample_axis)
     # bin p, then the sample's place in it: start + p * bin + (g + 0.5) * bin / grid
     steps = np.broadcast_to(np.arange(pooled, dtype=np.float32)[:, None], (pooled, grid)).reshape(layout)
     fraction = np.broadcast_to(((np.arange(grid) + 0.5) / grid)[None, :], (pooled, grid)).reshape(layout)
@@ -192,12 +192,13 @@ def _roi_axis(ctx: NodeContext, start, end, size, pooled: int, grid: int, half_p
     low = R.floor(coord)
     at_end = R.greater_equal(low, last)  # the last row is its own neighbour, at weight 0 past it
     low = ctx.emit(R.where(at_end, last, low))
-    coord = R.where(at_end, last, coord)
-    high = R.where(at_end, last, R.add(low, _f(1.0)))
-    frac = ctx.emit(R.subtract(coord, low))
-    weights = [R.subtract(_f(1.0), frac), frac]
-    indices = [ctx.emit(R.astype(R.round(v), dtype="int64")) for v in (low, high)]
-    return indices, weights, inside
+    frac = R.subtract(R.where(at_end, last, coord), low)
+    tap_shape = [1] * 8
+    tap_shape[6 if sample_axis == 2 else 7] = 2
+    k = const(np.arange(2, dtype=np.float32).reshape(tap_shape), COORD)
+    weight = R.subtract(_f(1.0), R.abs(R.subtract(frac, k)))  # 1 - frac, then frac
+    index = R.minimum(R.add(low, k), last)  # the last row is its own neighbour (at weight 0)
+    return R.astype(R.round(index), dtype="int64"), weight, inside
 
 
 def _roi_align(ctx: NodeContext, half_pixel: bool):
@@ -227,35 +228,24 @@ def _roi_align(ctx: NodeContext, half_pixel: bool):
     def column(i):
         return R.reshape(R.take(corners, const([i], "int64"), axis=1), (-1,))
 
-    ys, wys, inside_y = _roi_axis(ctx, column(1), column(3), x_dims[2], pooled_h, ratio, half_pixel, 2)
-    xs, wxs, inside_x = _roi_axis(ctx, column(0), column(2), x_dims[3], pooled_w, ratio, half_pixel, 4)
+    y, wy, inside_y = _roi_axis(ctx, column(1), column(3), x_dims[2], pooled_h, ratio, half_pixel, 2)
+    x, wx, inside_x = _roi_axis(ctx, column(0), column(2), x_dims[3], pooled_w, ratio, half_pixel, 4)
     inside = R.astype(R.logical_and(inside_y, inside_x), dtype=COORD)
     height, width = x_dims[2], x_dims[3]
     plane = ctx.analyzer.simplify(height * width)
-    batch = R.reshape(R.astype(ctx.input(2), dtype="int64"), (-1, 1, 1, 1, 1, 1))
-    base = R.multiply(R.add(R.multiply(batch, int_value(ctx, x_dims[1])), positions(ctx, x_dims[1], 1, 6)),
+    batch = R.reshape(R.astype(ctx.input(2), dtype="int64"), (-1, 1, 1, 1, 1, 1, 1, 1))
+    base = R.multiply(R.add(R.multiply(batch, int_value(ctx, x_dims[1])), positions(ctx, x_dims[1], 1, 8)),
                       int_value(ctx, plane))
     base = ctx.emit(base)
     flat = ctx.emit(R.reshape(ctx.input(0), (-1,)))
-    terms = []
-    for y, wy in zip(ys, wys):
-        for x, wx in zip(xs, wxs):
-            offset = R.add(base, R.add(R.multiply(y, int_value(ctx, width)), x))
-            weight = R.multiply(R.multiply(wy, wx), inside)
-            if dtype != COORD:
-                weight = R.astype(weight, dtype=dtype)
-            terms.append(R.multiply(weight, R.take(flat, offset, axis=0)))
+    offset = R.add(base, R.add(R.multiply(y, int_value(ctx, width)), x))
+    weight = R.multiply(R.multiply(wy, wx), inside)
+    if dtype != COORD:
+        weight = R.astype(weight, dtype=dtype)
+    terms = R.multiply(weight, R.take(flat, offset, axis=0))  # (R, C, PH, GH, PW, GW, 2, 2)
     if mode == "avg":
-        total = terms[0]
-        for term in terms[1:]:
-            total = R.add(total, term)
-        pooled = R.divide(R.sum(total, axis=(3, 5)), const(float(ratio * ratio), dtype))
-    else:  # ONNX's max takes the largest weighted corner of any sample
-        best = terms[0]
-        for term in terms[1:]:
-            best = R.maximum(best, term)
-        pooled = R.max(best, axis=(3, 5))
-    return pooled
+        return R.divide(R.sum(terms, axis=(3, 5, 6, 7)), const(float(ratio * ratio), dtype))
+    return R.max(terms, axis=(3, 5, 6, 7))  # ONNX's max takes the largest weighted corner of any sample
 
 
 @converter("RoiAlign", since=11, attrs=("mode", "output_height", "output_width", "sampling_ratio", "spatial_scale"))
