@@ -714,8 +714,9 @@ def max_pool_with_indices(ctx: NodeContext):
     """2-D MaxPool's values and Indices: each window's first position (in row-major scan order,
     the smallest row-major index) that holds the maximum, flattened over the whole input
     (storage_order 1: that position's index column-major within the plane), as ONNX's reference
-    scans. Each tap reads its positions with a
-    take; positions outside the input never match."""
+    scans. One take reads every window's taps onto a last axis and a min over it finds the first
+    match (one chain of minimums per tap fused into an expression that doubled with each tap);
+    positions outside the input never match."""
     if ctx.rank(0) != 4:
         raise ctx.error(f"the Indices output is supported for 2-D (rank-4) inputs, input 0 has rank {ctx.rank(0)}")
     n, c, height, width = ctx.static_dims(0, "MaxPool's Indices")
@@ -725,22 +726,19 @@ def max_pool_with_indices(ctx: NodeContext):
     values = ctx.emit(pool(ctx, "max", x, count_include_pad=False))
     out_h, out_w = (int(d.value) for d in values.struct_info.shape[2:])
     planes = ctx.emit(R.reshape(x, (n, c, height * width)))
-    rows = np.arange(out_h)[:, None] * strides[0] - pads[0]
-    cols = np.arange(out_w)[None, :] * strides[1] - pads[1]
+    # every window's taps at once, the tap on a last axis: (out_h, out_w, taps) positions
+    tap_rows = (np.arange(out_h)[:, None] * strides[0] - pads[0]) + np.arange(kernel[0])[None, :] * dilations[0]
+    tap_cols = (np.arange(out_w)[:, None] * strides[1] - pads[1]) + np.arange(kernel[1])[None, :] * dilations[1]
+    row = np.broadcast_to(tap_rows[:, None, :, None], (out_h, out_w, kernel[0], kernel[1])).reshape(out_h, out_w, -1)
+    col = np.broadcast_to(tap_cols[None, :, None, :], (out_h, out_w, kernel[0], kernel[1])).reshape(out_h, out_w, -1)
+    inside = (row >= 0) & (row < height) & (col >= 0) & (col < width)
+    read = np.clip(row, 0, height - 1) * width + np.clip(col, 0, width - 1)
+    none = height * width  # beyond any position: padding never wins
+    stored = np.where(inside, row * width + col, none)
+    taps = R.reshape(R.take(planes, const(read.reshape(-1), "int64"), axis=2), (n, c, out_h, out_w, row.shape[2]))
+    hit = R.logical_and(Constant(inside), R.equal(taps, R.expand_dims(values, axis=4)))
+    best = ctx.emit(R.min(R.where(hit, const(stored, "int64"), const(none, "int64")), axis=(4,)))
     column_major = bool(ctx.attr("storage_order", 0))
-    best = None
-    none = height * width  # beyond any position: a window of only padding keeps it (never happens)
-    for i in range(kernel[0]):
-        for j in range(kernel[1]):
-            row, col = rows + i * dilations[0], cols + j * dilations[1]
-            inside = (row >= 0) & (row < height) & (col >= 0) & (col < width)
-            row, col = np.broadcast_arrays(np.clip(row, 0, height - 1), np.clip(col, 0, width - 1))
-            read = (row * width + col).reshape(-1)
-            stored = np.where(inside, row * width + col, none)
-            tap = R.reshape(R.take(planes, const(read, "int64"), axis=2), (n, c, out_h, out_w))
-            hit = R.logical_and(Constant(inside), R.equal(tap, values))
-            candidate = R.where(hit, const(stored, "int64"), const(none, "int64"))
-            best = ctx.emit(candidate if best is None else R.minimum(best, candidate))
     if column_major:  # the same first maximum (ONNX scans row-major), its index stored column-major
         row, col = R.floor_divide(best, const(width, "int64")), R.subtract(best, R.multiply(
             R.floor_divide(best, const(width, "int64")), const(width, "int64")))
