@@ -360,7 +360,7 @@ def test_enumerants_are_the_ones_spirv_as_assembles():
         return [(k, v) for k, v in vars(cls).items() if not k.startswith("_") and isinstance(v, int)]
 
     operands = {"ArrayStride": " 4", "BuiltIn": " WorkgroupId", "Binding": " 0", "DescriptorSet": " 0", "Offset": " 0"}
-    arity = {"Pow": 2, "FMin": 2, "UMin": 2, "SMin": 2, "FMax": 2, "UMax": 2, "SMax": 2, "FClamp": 3, "UClamp": 3,
+    arity = {"Pow": 2, "Atan2": 2, "FMin": 2, "UMin": 2, "SMin": 2, "FMax": 2, "UMax": 2, "SMax": 2, "FClamp": 3, "UClamp": 3,
              "SClamp": 3, "Fma": 3}
     lines, expected = [], []  # expected: (the instruction's index in the module, its word index, value)
     for name, value in members(Capability):
