@@ -344,3 +344,33 @@ def _deform_conv(ctx: NodeContext):
     if ctx.has_input(3):
         out = R.add(out, R.reshape(ctx.input(3), (1, out_channels, 1, 1)))
     return out
+
+
+def _affine_axis(length: int, align_corners: bool) -> np.ndarray:
+    """The normalized coordinates of ``length`` pixel centres (align_corners=0) or of the pixels
+    from the first to the last edge (align_corners=1), in float64 as ONNX's reference builds them."""
+    if align_corners:
+        return np.array([-1.0]) if length == 1 else -1.0 + np.arange(length) * (2.0 / (length - 1))
+    return -1.0 + (2.0 * np.arange(length) + 1.0) / length
+
+
+@converter("AffineGrid", since=20, attrs=("align_corners",))
+def _affine_grid(ctx: NodeContext):
+    """The sampling grid of a batch of affine maps: each output position's homogeneous coordinates
+    (x fastest, then y, then z, then 1) times theta transposed. The base grid is a constant built
+    from ``size`` (a constant: the IR fixes output shapes at compile time)."""
+    if ctx.dtype(0) not in FLOATS:
+        raise ctx.error(f"theta is {ctx.dtype(0)}: a float tensor is needed", "invalid")
+    size = [int(v) for v in np.asarray(ctx.constant(1, "size")).reshape(-1)]
+    spatial = size[2:]
+    if len(spatial) not in (2, 3) or min(spatial, default=0) < 1:
+        raise ctx.error(f"size={size} must be (N, C, H, W) or (N, C, D, H, W) with positive sizes", "invalid")
+    mesh = np.meshgrid(*(_affine_axis(n, bool(ctx.attr("align_corners", 0))) for n in spatial), indexing="ij")
+    base = np.stack([m.reshape(-1) for m in reversed(mesh)] + [np.ones(mesh[0].size)], axis=1)
+    theta = ctx.input(0)
+    rank = len(spatial)
+    theta_dims = ctx.static_dims(0, "AffineGrid's theta")
+    if tuple(theta_dims) != (size[0], rank, rank + 1):
+        raise ctx.error(f"theta has shape {theta_dims}; size={size} needs ({size[0]}, {rank}, {rank + 1})", "invalid")
+    grid = R.matmul(const(base, ctx.dtype(0)), R.permute_dims(theta, axes=(0, 2, 1)))
+    return R.reshape(grid, (size[0], *spatial, rank))
