@@ -253,7 +253,7 @@ MISH_LINEAR_FROM = 20.0
 def _mish(x, c):
     """x * tanh(log(1 + e^x)), as x * n / (n + 2) with n = e^x (e^x + 2), which it equals: no
     log(1 + tiny) losing the digits of large negative x, only exp's own error."""
-    e = R.exp(x)
+    e = R.exp(R.minimum(x, c(MISH_LINEAR_FROM)))  # (the branch not taken overflows no more)
     n = R.multiply(e, R.add(e, c(2.0)))
     return R.where(R.greater(x, c(MISH_LINEAR_FROM)), x, R.multiply(x, R.divide(n, R.add(n, c(2.0)))))
 for _onnx, _build in _COMPOSED.items():
