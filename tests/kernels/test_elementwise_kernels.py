@@ -85,6 +85,15 @@ def test_integer_power(runner, dtype):
     check_op(runner, op.power, [Tensor(("n",), dtype)] * 2, inputs=bases_and_exponents, rtol=0, atol=0, sizes=(64,))
 
 
+def test_tanh_keeps_its_digits_near_zero(runner):
+    """tanh of small |x| (Mish's tanh of e^x for x near -10): an exp-based tanh, (e^2x - 1) / (e^2x + 1),
+    keeps only about 6e-8 / |x| of relative precision there; the kernels' series keeps them all."""
+    def small(env, rng):
+        return [(rng.uniform(-0.1, 0.1, env["n"]) * 10.0 ** -rng.integers(0, 5, env["n"])).astype("float32")]
+
+    check_op(runner, op.tanh, [Tensor(("n",), "float32")], inputs=small, rtol=2e-6, atol=0, sizes=(1000,))
+
+
 def test_float_power_of_a_negative_base(runner):
     """Whole exponents of any base: 0..8 are products (exact), others |x| ** y with an odd power's sign
     (WGSL's pow, exp2(y * log2(x)), is undefined for a negative base: tanh-GELU's x ** 3 was -0)."""
