@@ -11,6 +11,7 @@ import pytest
 import tessera
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
+from onnx_graphs import as_outputs, graph_model, interpret_and_compare  # (tests/frontend is on the path)
 from tessera.frontend import OnnxImportError, from_onnx
 from tessera.ir import interpret
 from tessera.ir.expr import Call, Constant, Tuple
@@ -18,24 +19,11 @@ from tessera.ir.expr import Call, Constant, Tuple
 F, I64, U8, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.UINT8, TensorProto.BOOL
 
 
-def _model(nodes, inputs, outputs, opset, initializers=()):
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(*i) for i in inputs],
-                              [helper.make_tensor_value_info(*o) for o in outputs], initializer=list(initializers))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _outputs(got):
-    return [np.asarray(g) for g in (got if isinstance(got, tuple | list) else [got])]
+_model = graph_model
 
 
 def _run_both(model, feeds, rtol=1e-5, atol=1e-6):
-    got = _outputs(interpret(from_onnx(model), "main", *feeds.values()))
-    want = ReferenceEvaluator(model).run(None, feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-    return got
+    return interpret_and_compare(model, feeds, rtol, atol)
 
 
 def _constant_sizes(mod) -> list[int]:
@@ -110,7 +98,7 @@ def test_det_pivots_and_gives_zero_for_singular_matrices():
     x[1, 2, 3] = x[1, 2, 1] * 2  # dependent rows: singular up to rounding
     x[1, 1] = np.triu(x[1, 1])  # upper triangular: no swap
     model = _model([helper.make_node("Det", ["x"], ["y"])], [("x", F, [2, 3, 5, 5])], [("y", F, [2, 3])], opset=22)
-    got = _outputs(interpret(from_onnx(model), "main", x))[0]
+    got = as_outputs(interpret(from_onnx(model), "main", x))[0]
     np.testing.assert_allclose(got, np.linalg.det(x.astype(np.float64)), rtol=1e-4, atol=1e-5)
     assert got[0, 1] == 0.0
 
@@ -156,7 +144,7 @@ def test_dropout_keeps_everything_and_its_mask_over_a_symbolic_shape():
                    [("x", F, ["n", 3])], [("y", F, ["n", 3]), ("mask", B, ["n", 3])], opset=13,
                    initializers=[ratio, training])
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
-    y, mask = _outputs(interpret(from_onnx(model), "main", x))
+    y, mask = as_outputs(interpret(from_onnx(model), "main", x))
     np.testing.assert_array_equal(y, x)
     assert mask.dtype == np.bool_ and mask.shape == (4, 3) and mask.all()
 

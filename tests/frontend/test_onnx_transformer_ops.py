@@ -10,30 +10,20 @@ import pytest
 import tessera
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
+from onnx_graphs import graph_model, interpret_and_compare  # (tests/frontend is on the path)
 from tessera.frontend import OnnxImportError, from_onnx
-from tessera.ir import interpret
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
-def _model(nodes, inputs, outputs, opset):
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(*i) for i in inputs],
-                              [helper.make_tensor_value_info(*o) for o in outputs])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+BATCH, Q_HEADS, KV_HEADS, HEAD, CACHE, NEW = 2, 4, 2, 16, 12, 3
+
+
+_model = graph_model
 
 
 def _run_both(model, feeds):
-    got = interpret(from_onnx(model), "main", *feeds.values())
-    got = [np.asarray(g) for g in (got if isinstance(got, tuple | list) else [got])]
-    want = ReferenceEvaluator(model).run(None, feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
-    return got
-
-
-BATCH, Q_HEADS, KV_HEADS, HEAD, CACHE, NEW = 2, 4, 2, 16, 12, 3
+    return interpret_and_compare(model, feeds, 1e-4, 1e-5)
 
 
 def _decode_step_model():

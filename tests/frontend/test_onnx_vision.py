@@ -9,27 +9,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
+from onnx_graphs import graph_model, interpret_and_compare  # (tests/frontend is on the path)
 from tessera.frontend import OnnxImportError, from_onnx
-from tessera.ir import interpret
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
 
-def _model(nodes, inputs, outputs, opset, initializers=()):
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(*i) for i in inputs],
-                              [helper.make_tensor_value_info(*o) for o in outputs], initializer=list(initializers))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+_model = graph_model
 
 
 def _run_both(model, feeds, rtol=1e-5, atol=1e-5):
-    got = interpret(from_onnx(model), "main", *feeds.values())
-    got = [np.asarray(g) for g in (got if isinstance(got, tuple | list) else [got])]
-    want = ReferenceEvaluator(model).run(None, feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return interpret_and_compare(model, feeds, rtol, atol)
 
 
 def _const(name, values):
