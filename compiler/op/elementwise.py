@@ -106,10 +106,26 @@ def _integer_power(a, b):
 
 def _float_power(a, b):
     """``a ** b`` for floats: an integer exponent 0..EXACT_POWERS is that many products of the base
-    (exact; WGSL's pow is exp2(y * log2(x)), undefined for a negative base and approximate); other
-    whole exponents of a negative base are |a| ** b with the sign of an odd power; the rest is pow."""
+    (rounded per product, not once; WGSL's pow is exp2(y * log2(x)), undefined for a negative base
+    and approximate: llvmpipe's is 0.4% off); other whole exponents of a negative base are |a| ** b
+    with the sign of an odd power; the rest is pow (whose value for a negative base and a fractional
+    exponent is the target's: NaN in C and on Mesa, undefined in WGSL and SPIR-V)."""
     zero, half, one = Const(0.0, a.dtype), Const(0.5, a.dtype), Const(1.0, a.dtype)
     magnitude = intrinsic("pow", intrinsic("abs", a), b)
+    if isinstance(b, Const):
+        # The usual case (x ** 2, x ** 3): choose here, reading the base only as often as the form
+        # needs. A fused kernel inlines every read of a value, so the run-time choice below (the base
+        # read 36 times) would multiply through a chain of powers.
+        k = float(b.value)
+        if k.is_integer() and 0 <= k <= EXACT_POWERS:
+            power = one
+            for index in range(int(k)):
+                power = a if index == 0 else binary("*", power, a)
+            return power
+        if k.is_integer():
+            signed = Unary("neg", magnitude, a.dtype) if int(k) % 2 else magnitude
+            return select(binary("<", a, zero), signed, magnitude)
+        return intrinsic("pow", a, b)
     odd = binary("==", binary("-", b, binary("*", Const(2.0, b.dtype), intrinsic("floor", binary("*", b, half)))), one)
     whole = binary("==", intrinsic("floor", b), b)
     power = select(binary("&&", binary("<", a, zero), whole), select(odd, Unary("neg", magnitude, a.dtype), magnitude),

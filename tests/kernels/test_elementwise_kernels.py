@@ -95,7 +95,7 @@ def test_tanh_keeps_its_digits_near_zero(runner):
 
 
 def test_float_power_of_a_negative_base(runner):
-    """Whole exponents of any base: 0..8 are products (exact), others |x| ** y with an odd power's sign
+    """Whole exponents of any base: 0..8 are products, others |x| ** y with an odd power's sign
     (WGSL's pow, exp2(y * log2(x)), is undefined for a negative base: tanh-GELU's x ** 3 was -0)."""
     def bases_and_exponents(env, rng):
         n = env["n"]
