@@ -150,6 +150,8 @@ def _legalize_bitcast(call, ctx):
         return ctx.elementwise(lambda x: as_value(x, out))
     if source in _WHOLE_WORD and target in _WHOLE_WORD:
         def fn(x):
+            if x.dtype == out:  # the same type: the same bits (a cast through u32 would convert them)
+                return x
             if x.dtype == "f32":
                 return _from_bits(Unary("bitcast_u32", x, "u32"), out)
             if out == "f32":

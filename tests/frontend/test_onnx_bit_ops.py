@@ -15,7 +15,7 @@ from tessera.ir import interpret
 
 DTYPES = {"int8": TensorProto.INT8, "uint16": TensorProto.UINT16, "int32": TensorProto.INT32,
           "int64": TensorProto.INT64, "float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE,
-          "uint64": TensorProto.UINT64}
+          "uint64": TensorProto.UINT64, "float16": TensorProto.FLOAT16}
 
 
 def _model(op_type, dtypes, out_dtype, opset, **attrs):
@@ -84,6 +84,39 @@ def test_softplus_and_mish_keep_their_digits_at_large_magnitudes(tmp_path):
         tessera.build(from_onnx(model), "cpu").save(str(tmp_path / op_type))
         got = tessera.InferenceSession(tmp_path / op_type, device="cpu").run(None, {"x0": x})[0]
         np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-5, atol=1e-38)
+
+
+def test_float16_mish_past_where_its_intermediate_overflows_and_float64_softplus(tmp_path):
+    """Mish's n = e^x (e^x + 2) passes float16's largest value from x = 5.5 (n / (n + 2) would be
+    NaN): float16 is computed in float32 and rounded once. Softplus in float64 keeps float64's digits
+    where its log1p series stands in."""
+    x = np.array([-20.0, -3.0, 1.0, 5.0, 6.0, 8.0, 12.0, 19.0, 30.0], np.float16)
+    wide = x.astype(np.float64)
+    want = (wide * np.tanh(np.logaddexp(0.0, wide))).astype(np.float16)
+    model = _model("Mish", ["float16"], TensorProto.FLOAT16, 18)
+    np.testing.assert_allclose(_run(model, x), want, rtol=2 ** -10, atol=1e-7)
+    tessera.build(from_onnx(model), "cpu").save(str(tmp_path / "mish"))
+    got = tessera.InferenceSession(tmp_path / "mish", device="cpu").run(None, {"x0": x})[0]
+    np.testing.assert_allclose(got, want, rtol=2 ** -10, atol=1e-7)
+    x64 = np.array([-30.0, -5.0, -4.7, -1e-3, 0.25, 3.0], np.float64)
+    np.testing.assert_allclose(_run(_model("Softplus", ["float64"], TensorProto.DOUBLE, 18), x64),
+                               np.logaddexp(0.0, x64), rtol=1e-14, atol=0)
+
+
+def test_bit_cast_to_its_own_type_keeps_the_value(tmp_path):
+    x = np.array([1.5, -2.0, 3.0e38, -0.0], np.float32)
+    model = _model("BitCast", ["float32"], TensorProto.FLOAT, 26, to=TensorProto.FLOAT)
+    want = ReferenceEvaluator(model).run(None, {"x0": x})[0]
+    np.testing.assert_array_equal(_run(model, x), want)
+    # the op itself too, as the torch importer or hand-written IR may use it
+    from conformance.cases import one_function
+    from tessera import op
+    from tessera.ir import Tensor
+
+    mod = one_function(lambda v: op.bitcast(v, dtype="float32"), [Tensor(("n",), "float32")], {"n": 16})
+    tessera.build(mod, "cpu").save(str(tmp_path / "bitcast"))
+    got = tessera.InferenceSession(tmp_path / "bitcast", device="cpu").run(None, {"x0": x})[0]
+    np.testing.assert_array_equal(got.view(np.uint32), x.view(np.uint32))
 
 
 def test_refusals_are_clear():

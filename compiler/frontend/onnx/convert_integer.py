@@ -47,6 +47,8 @@ def _bit_cast(ctx: NodeContext):
         raise ctx.error(f"input 0 is {source}, 'to' is {dtype}: BitCast needs types of one size", "invalid")
     if isinstance(ctx.inputs[0], Constant):
         return Constant(np.array(ctx.inputs[0].data, order="C").view(dtype))
+    if source == dtype:  # ONNX allows it: the same bits
+        return ctx.input(0)
     return R.bitcast(ctx.input(0), dtype=dtype)
 
 
