@@ -1,8 +1,8 @@
 """Real architectures through the torch.export importer: the same transformers models (random weights,
 built from configs, no download) as test_onnx_models.py, exported by ``torch.export.export`` with a
 dynamic batch (and sequence, for text) as bounded ``Dim``s, imported by ``from_exported_program``,
-compiled for cpu and for a GPU target (vulkan on lavapipe), and compared with torch itself at two
-sizes from one build.
+compiled for cpu and for a GPU target (vulkan on lavapipe; ``-m long`` also wasm, webgpu and opencl),
+and compared with torch itself at two sizes from one build.
 
 `make test` runs small configs of BERT and ResNet (the exported graph has the same ops at any width
 or depth); ``-m long`` runs the other five small ones and all seven at their real sizes. Exported programs are cached under build/torch-export-models/ as
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch  # dev dependencies: a missing one fails make test
 import transformers
-from test_onnx_models import RECIPE, RTOL, Case, _atol, _max_error, cases, feeds, require_device
+from test_onnx_models import BUILD_TARGET, RECIPE, RTOL, Case, _atol, _max_error, cases, feeds, require_device
 
 CACHE = Path(__file__).resolve().parents[2] / "build" / "torch-export-models"
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # torch's own pytree deprecation, on export
@@ -59,7 +59,7 @@ def check_case(case: Case, targets=("cpu", "vulkan"), report=None):
     sessions = {}
     for target in targets:
         started = time.perf_counter()
-        sessions[target] = tessera.InferenceSession(tessera.build(mod, target), device=target)
+        sessions[target] = tessera.InferenceSession(tessera.build(mod, BUILD_TARGET.get(target, target)), device=target)
         timings[f"build {target}"] = time.perf_counter() - started
     errors = {}
     for index, sizes in enumerate(case.sizes):
@@ -104,3 +104,15 @@ def test_real_size_architecture_matches_torch(name):
     report = {}
     check_case({case.name: case for case in cases(real=True)}[name], report=report)
     print(json.dumps(report, indent=1, default=str))
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("target", ("wasm", "webgpu", "opencl"))
+@pytest.mark.parametrize("name", list(SMALL))
+def test_small_architecture_on_the_other_targets(name, target):
+    """The other three targets the ONNX path is checked on (wasm on wasmtime, webgpu on llvmpipe,
+    opencl on PoCL), from the same exported programs: the importers share the IR's operators, so
+    small configs show the torch.export graphs lower on each."""
+    if target != "wasm":
+        require_device(target)
+    check_case(SMALL[name], targets=(target,))
