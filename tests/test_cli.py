@@ -156,12 +156,14 @@ def test_a_plan_that_does_not_fit_names_the_tensor_the_limit_and_the_option(tiny
     from dataclasses import replace
 
     from tessera import cli
-    from tessera.app import compile as compile_module
     from tessera.target import Target
 
     webgpu = Target.preset("webgpu")
     small = replace(webgpu, limits=tuple((k, 4096 if k == "maxBufferSize" else v) for k, v in webgpu.limits))
-    monkeypatch.setattr(compile_module, "resolve_target", lambda target, cpu=None: small)
+    # Patched on the class, not on a module's `resolve_target`: a module that imports that name while the patch
+    # is on (compile_graph, first imported by this test's worker) would keep the small target after the test.
+    preset = Target.preset
+    monkeypatch.setattr(Target, "preset", staticmethod(lambda name: small if name == "webgpu" else preset(name)))
     assert cli.main(["compile", tiny_gguf, "-o", str(tmp_path / "big"), "--context", "64", "-q"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("\n") == 1, err
