@@ -10,7 +10,7 @@ Two spellings of the kernel function share everything else (``CRenderer`` is the
 
 - ``c-wasm`` (backend.py): ``k_<name>(buffers..., scalars..., nwg_x, nwg_y, nwg_z)`` runs the whole
   grid; workgroup memory is a static array, so kernels are not re-entrant, which a single-threaded
-  WASM module never needs. ``compile_wasm`` builds the file with Debian's clang for wasm32 with
+  WASM module never needs. ``compile_wasm`` (wasm_build.py) builds the file with Debian's clang for wasm32 with
   SIMD128 (clang vectorizes the thread loops), linking only libm from wasi-libc: the module imports
   its memory and nothing else.
 - ``c-native`` (native.py): one uniform signature over arrays of buffers and scalars and a range
@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
-import tempfile
 
 import numpy as np
 from tessera.tir.ir import (
@@ -291,16 +289,42 @@ def emit_c_module(kernels: list[PrimFunc], renderer: type[CRenderer] = CRenderer
     return PRELUDE + "\n" + library + "\n".join(emit_c(k, renderer) for k in kernels)
 
 
-MICROKERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "microkernels.c")
-# What microkernels.c defines: the micro-kernels tir kernels for C targets may call (tir Extern).
-EXTERNS = frozenset({"tsr_quantize_q8", "tsr_dot_q4_0_q8", "tsr_dot_q4_1_q8", "tsr_dot_q8_0_q8",
-                     "tsr_dot_q4_0_q8_rows", "tsr_dot_q4_1_q8_rows", "tsr_dot_q8_0_q8_rows"})
+HERE = os.path.dirname(os.path.abspath(__file__))
+MICROKERNELS = os.path.join(HERE, "microkernels.c")
+# The micro-kernel sources, in the order they are put before the kernels: microkernels.c first (the
+# instruction-set choice, f16 headers and the q8 rounding the others use), then one file per family.
+MICROKERNEL_SOURCES = tuple(os.path.join(HERE, name) for name in (
+    "microkernels.c",         # q8 activations; Q4_0, Q4_1, Q8_0 dot products
+    "microkernels_kquant.c",  # K-quants, Q5_0, Q5_1 dot products with q8 activations
+    "microkernels_gemm.c",    # f32 GEMM micro-kernels over packed panels
+    "microkernels_conv.c",    # convolution and pooling micro-kernels
+))
+# Each source names the micro-kernels tir kernels may call (tir Extern) on one comment line of its own:
+# "externs: name name ...". A name not listed there is private to the library.
+EXTERNS_MARKER = "externs:"
 
 
 @functools.cache
 def microkernels() -> str:
-    with open(MICROKERNELS, encoding="utf-8") as f:
-        return f.read()
+    """The whole micro-kernel library, every source in order."""
+    texts = []
+    for path in MICROKERNEL_SOURCES:
+        with open(path, encoding="utf-8") as f:
+            texts.append(f.read())
+    return "\n".join(texts)
+
+
+def _declared_externs() -> frozenset[str]:
+    names = set()
+    for line in microkernels().splitlines():
+        text = line.strip().lstrip("/*").strip()
+        if text.startswith(EXTERNS_MARKER):
+            names.update(text[len(EXTERNS_MARKER):].replace("*/", " ").split())
+    return frozenset(names)
+
+
+# What the library defines for tir kernels of C targets to call.
+EXTERNS = _declared_externs()
 
 
 def uses_externs(kernels) -> bool:
@@ -308,31 +332,6 @@ def uses_externs(kernels) -> bool:
                for e in walk_expr(root))
 
 
-class WasmBuildError(RuntimeError):
-    """clang could not build the kernels (or is missing)."""
-
-
-def compile_wasm(source: str) -> bytes:
-    """The WebAssembly module for a C file from ``emit_c_module``: imports ``env.memory``, exports
-    the kernels and ``__heap_base`` (where the runtime may start placing tensors)."""
-    with tempfile.TemporaryDirectory() as folder:
-        c_path, wasm_path = os.path.join(folder, "kernels.c"), os.path.join(folder, "kernels.wasm")
-        with open(c_path, "w") as f:
-            f.write(source)
-        command = ["clang", "--target=wasm32-wasi", "--sysroot=/usr", "-isystem", "/usr/include/wasm32-wasi",
-                   "-O2", "-msimd128", "-fno-math-errno", "-nostartfiles", "-Wl,--no-entry", "-Wl,--import-memory",
-                   "-Wl,--export=__heap_base", "-Wl,--stack-first", "-L/usr/lib/wasm32-wasi", "-o", wasm_path,
-                   c_path, "-lm"]
-        try:
-            result = subprocess.run(command, capture_output=True, text=True)
-        except FileNotFoundError:
-            raise WasmBuildError("clang is not installed (Debian: clang lld wasi-libc libclang-rt-14-dev-wasm32; "
-                                 "make setup installs them)") from None
-        if result.returncode != 0:
-            raise WasmBuildError(f"clang failed to build the WASM kernels:\n{result.stderr[-4000:]}")
-        with open(wasm_path, "rb") as f:
-            return f.read()
-
-
 from .backend import CWasmBackend  # noqa: E402  (registers the backend and its target)
 from .native import CNativeBackend  # noqa: E402  (registers the backend and its targets)
+from .wasm_build import WasmBuildError, compile_wasm  # noqa: E402,F401  (the WASM build of emit_c_module)

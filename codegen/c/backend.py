@@ -20,7 +20,8 @@ from .. import (
     register_backend,
     uses_dtype,
 )
-from . import EXTERNS, LOWERING, compile_wasm, emit_c_module
+from . import EXTERNS, LOWERING, emit_c_module
+from .wasm_build import compile_wasm
 
 MODULE = "kernels.wasm"
 

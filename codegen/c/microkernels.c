@@ -11,7 +11,10 @@
  * and x * (1 / d) as single IEEE float operations and rounds to nearest even, so q is the same bit
  * for bit on every machine and in numpy's reference; only the order of the float sums differs.
  *
- * Weight rows are whole blocks laid end to end (18, 20 or 34 bytes: they are read unaligned). */
+ * Weight rows are whole blocks laid end to end (18, 20 or 34 bytes: they are read unaligned).
+ *
+ * externs: tsr_quantize_q8 tsr_dot_q4_0_q8 tsr_dot_q4_1_q8 tsr_dot_q8_0_q8
+ * externs: tsr_dot_q4_0_q8_rows tsr_dot_q4_1_q8_rows tsr_dot_q8_0_q8_rows */
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define TSR_MK_AVX2 1

@@ -14,6 +14,7 @@ from ... import arith
 from ..compute import ComputeDef, OpaqueDef, RowDef
 from ..ir import SCALAR_PREFIX, Local, PrimFunc, walk_expr, walk_stmts
 from ..pattern import Pattern, analyze_pattern
+from . import conv, cpu_gemm
 from .attention import schedule_attention, schedule_attention_merge
 from .injective import schedule_injective, schedule_injective_rows, vectorize_elementwise
 from .kv_cache import schedule_kv_cache_write, schedule_rope_append
@@ -47,12 +48,22 @@ OPAQUE_RULES = {
     "sample-token": schedule_sample_token,
 }
 
+# Rules for the micro-kernels of C targets, asked first, in order: each module's ``applies(defn,
+# target)`` says whether its schedule takes the definition.
+MICRO_KERNEL_RULES = (
+    (cpu_gemm.applies, cpu_gemm.schedule_cpu_gemm),
+    (conv.applies, conv.schedule_conv),
+)
+
 
 def schedule(defn: ComputeDef | RowDef | OpaqueDef, target, name: str) -> PrimFunc:
     if isinstance(defn, OpaqueDef):
         return OPAQUE_RULES[defn.kind](defn, target, name)
     pattern = analyze_pattern(defn)
-    if isinstance(defn, RowDef):
+    chosen = next((rule for applies, rule in MICRO_KERNEL_RULES if applies(defn, target)), None)
+    if chosen is not None:
+        func = chosen(defn, target, name)
+    elif isinstance(defn, RowDef):
         func = schedule_rows(defn, target, name)
     elif "quantized_matmul" in defn.attrs:
         info = defn.attrs["quantized_matmul"]

@@ -1,0 +1,3 @@
+/* Convolution and pooling micro-kernels.
+ *
+ * externs: */

@@ -1,0 +1,3 @@
+/* f32 GEMM micro-kernels over packed panels.
+ *
+ * externs: */
