@@ -7,7 +7,8 @@ and the chat page or a bundle's static files.
     POST /v1/chat/completions     a reply, whole or as server-sent events
     GET  /, /chat.js, ...         the chat page talking to this API, or a bundle's site as it is
 
-Errors under /v1/ have OpenAI's shape. With an API key, /v1/ needs ``Authorization: Bearer KEY``;
+Every response carries the COOP/COEP headers that make the page cross-origin isolated (WebAssembly on
+threads, docs/web.md). Errors under /v1/ have OpenAI's shape. With an API key, /v1/ needs ``Authorization: Bearer KEY``;
 /health and the page do not (the page asks for the key). A client that goes away cancels its request.
 """
 
@@ -79,7 +80,7 @@ def create_app(engine: Engine | None, *, site: str | None = None, page_html: str
                    Route("/index.html", lambda r: HTMLResponse(page_html, headers={"cache-control": "no-cache"}))]
         if page_files is not None:
             routes.append(Mount("/", SiteFiles(page_files)))
-    middleware = [Middleware(_RequireKey, key=api_key)] if api_key else []
+    middleware = [Middleware(_CrossOriginIsolated)] + ([Middleware(_RequireKey, key=api_key)] if api_key else [])
     return Starlette(routes=routes, middleware=middleware,
                      exception_handlers={APIError: _api_error, HTTPException: _http_error, Exception: _server_error})
 
@@ -230,6 +231,32 @@ class _EventStream(Response):
     async def _send(send, data: dict) -> None:
         line = b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
         await send({"type": "http.response.body", "body": line, "more_body": True})
+
+
+# Every response says the page is cross-origin isolated: only then does a browser give it
+# SharedArrayBuffer, which the runtime's WASM thread pool needs (docs/web.md). The site loads nothing
+# from another origin, so require-corp costs it nothing.
+ISOLATION_HEADERS = ((b"cross-origin-opener-policy", b"same-origin"),
+                     (b"cross-origin-embedder-policy", b"require-corp"))
+
+
+class _CrossOriginIsolated:
+    """ASGI middleware: ISOLATION_HEADERS on every HTTP response."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_isolated(message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *ISOLATION_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, send_isolated)
 
 
 class _RequireKey:
