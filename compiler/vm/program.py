@@ -13,6 +13,7 @@ devices behind ``devices.Device``.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 
 import numpy as np
 
@@ -23,6 +24,8 @@ from .devices import Device, DeviceError, View, device_for
 from .executable import Executable, sinfo_from_json
 from .interpreter import Interpreter, Tensor
 from .storage import FunctionMemory, Storage, check_copy, check_launch, evaluate, from_device, to_device
+
+STEP_CACHE_SIZE = 8  # sizes whose launch arguments a straight-line function keeps
 
 
 class VirtualMachine:
@@ -105,6 +108,9 @@ class _Function:
         self.generation = 0  # calls so far: a DeviceTensor from an earlier call is stale
         self.memory = FunctionMemory(vm.storage, record, self.bounds, self.tokens)
         self.bound = self._bind(self.memory, self.bounds)
+        # Each launch's scalars and grid (and each copy's views) by the sizes of a call: a model called
+        # at one shape evaluates its expressions once, not on every call.
+        self._steps_by_sizes: OrderedDict[tuple, list] = OrderedDict()
 
     def _bind(self, memory: FunctionMemory, sizes: dict[str, int]) -> dict[int, object]:
         device, kernels = self.vm.device, self.vm.kernels
@@ -180,11 +186,22 @@ class _Function:
             check_launch(kernel, values, grid)
             yield index, kernel, values, grid
 
+    def _steps_for(self, heap: dict[str, int]) -> list:
+        """``_launch_arguments(heap, copies=True)``, kept for the last few sizes (decode's position changes
+        every call, so the cache is small)."""
+        key = tuple(heap.items())
+        steps = self._steps_by_sizes.get(key)
+        if steps is None:
+            steps = self._steps_by_sizes[key] = list(self._launch_arguments(heap, copies=True))
+            if len(self._steps_by_sizes) > STEP_CACHE_SIZE:
+                self._steps_by_sizes.popitem(last=False)
+        return steps
+
     def call(self, args, to_host: bool = True):
         device = self.vm.device
         heap, memory, bound = self._prepare(args)
         self.generation += 1
-        for index, kernel, scalars, grid in self._launch_arguments(heap, copies=True):
+        for index, kernel, scalars, grid in self._steps_for(heap):
             if kernel is None:  # to_device: scalars and grid are the two views
                 check_copy(scalars, grid, self.name)
                 device.copy(scalars, grid)

@@ -6,7 +6,8 @@ and loaded with dlopen, once per process for each digest; before that the ELF he
 machine's architecture, since loading another's fails with an unhelpful message or not at all.
 A launch calls the kernel's entry over its workgroup range (docs/format.md, "c-native"); with
 ``threads`` > 1 the range is split across a pool (ctypes releases the GIL during the call), and
-launches still run at once, in order.
+launches still run at once, in order. A bound kernel keeps its address array from bind time and the
+scalar array of its last launch, so a model called at one shape builds no ctypes array per call.
 """
 
 from __future__ import annotations
@@ -114,15 +115,18 @@ class CPUDevice(Device):
 
     def bind(self, kernel, views: list[View]):
         addresses = (ctypes.c_void_p * max(len(views), 1))(*(v.buffer.address + v.offset for v in views))
-        return kernel, addresses, views  # the views keep their buffers alive while bound
+        return _Bound(kernel, addresses, views)
 
     def launch(self, bound, scalars: list[int], grid: list[int]) -> None:
-        fn, addresses, _ = bound
-        x, y, z = (int(g) for g in grid)
-        total = x * y * z
+        key = (*scalars, *grid)
+        if key != bound.last:  # a new shape: rebuild the scalar array; the same one reuses it
+            x, y, z = (int(g) for g in grid)
+            bound.values = (ctypes.c_int32 * max(len(scalars), 1))(*(int(s) for s in scalars))
+            bound.grid, bound.last = (x, y, z, x * y * z), key
+        fn, addresses, values = bound.fn, bound.addresses, bound.values
+        x, y, z, total = bound.grid
         if total <= 0:
             return
-        values = (ctypes.c_int32 * max(len(scalars), 1))(*(int(s) for s in scalars))
         if self._pool is None or total < 2 * self.threads:
             fn(addresses, values, x, y, z, 0, total)
             return
@@ -132,6 +136,17 @@ class CPUDevice(Device):
         fn(addresses, values, x, y, z, bounds[0], bounds[1])
         for future in pending:
             future.result()
+
+
+class _Bound:
+    """A kernel with its buffer addresses (built at bind time) and the scalar array of its last launch."""
+
+    __slots__ = ("fn", "addresses", "views", "values", "grid", "last")
+
+    def __init__(self, fn, addresses, views: list[View]):
+        self.fn, self.addresses = fn, addresses
+        self.views = views  # they keep their buffers alive while bound
+        self.values, self.grid, self.last = None, (0, 0, 0, 0), None
 
 
 def check_machine_code(path: str, data: bytes) -> None:

@@ -3,10 +3,19 @@
 The module imports its linear memory; every buffer lives in that one memory, above the module's
 ``__heap_base``, at 256-byte aligned addresses (the arena's offsets are 256-aligned too). A freed
 buffer is reused by a later allocation of the same size. Launches run at once, in order: a kernel
-export takes the buffers' addresses, the scalars and the grid (codegen/c).
+export takes the buffers' addresses, the scalars and the grid (codegen/c), all i32.
+
+A bound kernel holds its argument array, the addresses filled in once at bind time; a launch
+writes the scalars and grid only when they differ from the last launch's and calls the export
+through wasmtime's C API. wasmtime-py's ``Func.__call__`` asks for the function's type and
+converts every argument on each call, which costs more than a small kernel runs (a CNN's launch
+is a few microseconds). Where the wasmtime package lacks the C entry points used here, launches
+take the public call.
 """
 
 from __future__ import annotations
+
+import ctypes
 
 from ...target import SHADER_F16
 from . import Device, DeviceError, View
@@ -114,10 +123,90 @@ class WasmDevice(Device):
         return self.instances[path]
 
     def bind(self, kernel, views: list[View]):
-        return kernel, [v.buffer.address + v.offset for v in views]
+        addresses = [v.buffer.address + v.offset for v in views]
+        ffi = _c_api()
+        if ffi is None:
+            return _PublicCall(kernel, addresses)
+        return _BoundExport(ffi, self.store, kernel, addresses)
 
     def launch(self, bound, scalars: list[int], grid: list[int]) -> None:
-        kernel, addresses = bound
         if min(grid) <= 0:
             return
-        kernel(self.store, *addresses, *(int(s) for s in scalars), *(int(g) for g in grid))
+        bound(self.store, scalars, grid)
+
+
+class _PublicCall:
+    """A launch through wasmtime-py's ``Func.__call__``: every argument converted on each call."""
+
+    def __init__(self, kernel, addresses: list[int]):
+        self.kernel, self.addresses = kernel, addresses
+
+    def __call__(self, store, scalars, grid) -> None:
+        self.kernel(store, *self.addresses, *(_i32(s) for s in scalars), *(_i32(g) for g in grid))
+
+
+class _BoundExport:
+    """A kernel export with its i32 argument array built once: the addresses at bind time, the scalars
+    and grid rewritten when a launch's differ from the last one's."""
+
+    def __init__(self, ffi, store, kernel, addresses: list[int]):
+        params = kernel.type(store).params
+        self.ffi, self.base = ffi, len(addresses)
+        if self.base + 3 > len(params):
+            raise DeviceError(f"a kernel export takes {len(params)} arguments, fewer than its {self.base} buffers "
+                              "and a grid")
+        self.count = len(params)
+        self.values = (ffi.wasmtime_val_t * self.count)()
+        for index in range(self.count):
+            self.values[index].kind = ffi.WASMTIME_I32.value
+        for index, address in enumerate(addresses):
+            self.values[index].of.i32 = _i32(address)
+        self.last: tuple | None = None  # the scalars and grid the array holds
+        self.context = store._context()
+        self.func = ctypes.byref(kernel._func)
+        self.trap = ctypes.POINTER(ffi.wasm_trap_t)()
+        self.trap_ref = ctypes.byref(self.trap)
+        self.store = store  # the context pointer lives as long as the store
+
+    def __call__(self, store, scalars, grid) -> None:
+        key = (*scalars, *grid)
+        if key != self.last:
+            if self.base + len(key) != self.count:
+                raise DeviceError(f"a kernel export takes {self.count} arguments; this launch gives "
+                                  f"{self.base} buffers, {len(scalars)} scalars and a grid of {len(grid)}")
+            values = self.values
+            for index, value in enumerate(key, self.base):
+                values[index].of.i32 = _i32(value)
+            self.last = key
+        ffi = self.ffi
+        error = ffi.wasmtime_func_call(self.context, self.func, self.values, self.count, None, 0, self.trap_ref)
+        if error or self.trap:
+            import wasmtime
+
+            message = str(wasmtime.WasmtimeError._from_ptr(error)) if error else \
+                wasmtime.Trap._from_ptr(self.trap).message
+            self.trap = ctypes.POINTER(ffi.wasm_trap_t)()
+            self.trap_ref = ctypes.byref(self.trap)
+            raise DeviceError(f"a WebAssembly kernel trapped: {message}")
+
+
+def _i32(value: int) -> int:
+    """``value`` (an address below 4 GiB, a scalar or a workgroup count) as the signed i32 wasm passes."""
+    value = int(value)
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+_FFI: list = []
+
+
+def _c_api():
+    """wasmtime's ctypes bindings when they have what ``_BoundExport`` calls, else None."""
+    if not _FFI:
+        try:
+            from wasmtime import _ffi as ffi
+
+            wanted = ("wasmtime_func_call", "wasmtime_val_t", "WASMTIME_I32", "wasm_trap_t")
+            _FFI.append(ffi if all(hasattr(ffi, name) for name in wanted) else None)
+        except ImportError:
+            _FFI.append(None)
+    return _FFI[0]
