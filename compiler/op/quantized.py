@@ -54,10 +54,12 @@ from .registry import register_op
 
 # How x is read: as it is, or rounded to 8 bits in blocks (the module's docstring).
 ACTIVATIONS = ("", "q8")
-# The formats whose blocks meet q8 activations in llama.cpp's integer dot products (its K-quants
-# round x to blocks of 256 instead) and in this project's micro-kernels: transform.quantize_activations
-# rounds the activations of these only.
-Q8_ACTIVATION_FORMATS = ("q4_0", "q4_1", "q8_0")
+# The formats whose blocks meet q8 activations in this project's integer micro-kernels
+# (codegen/c/microkernels.c, microkernels_kquant.c): every format the loader reads. llama.cpp rounds
+# x for its K-quants to blocks of 256 with one scale (q8_K); blocks of 32 keep one rounding of x for
+# every format of a model (Q4_K_M mixes Q4_K, Q6_K, Q5_0 and Q8_0) and round it more finely.
+# transform.quantize_activations rounds the activations of these only.
+Q8_ACTIVATION_FORMATS = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
 
 
 def row_words(format: str, k) -> arith.PrimExpr:

@@ -7,9 +7,8 @@ a kernel: this pass writes it into each call (``quantized_matmul(..., activation
 the printed IR shows it and the reference interpreter computes it too (op/quantized.py).
 
 Only calls whose activations are one row change, only for the block formats that meet q8
-activations (``Q8_ACTIVATION_FORMATS``: Q4_0, Q4_1, Q8_0; a K-quant GEMV keeps reading x as it is,
-where rounding x would buy no integer kernel and cost the generic one 32 reads a value), and only
-in the ``functions`` named (all when None). A model export names its decode step: prefill, whose
+activations (``Q8_ACTIVATION_FORMATS``: every format the GGUF loader reads, each with an integer
+micro-kernel), and only in the ``functions`` named (all when None). A model export names its decode step: prefill, whose
 last position's logits choose the first token of a reply, reads x as it is. (SmolLM2's first
 token for "What is the capital of France?" is a near tie, 25.33 against 25.24, that rounding x
 flips: llama.cpp, which rounds everywhere, answers "L'Etoile, ..." where the f32 model says

@@ -54,7 +54,9 @@ def test_quantized_matmul_kernels(runner, fmt):
     lowered, kernels = check_op(runner, lambda x, w: op.quantized_matmul(x, w, format=fmt, k=k),
                                 [Tensor(("m", k), "float32"), Tensor((n, words.shape[1]), "uint32")],
                                 inputs=inputs, rtol=1e-4, atol=1e-4)
-    assert [kern.attrs["rule"] for kern in kernels] == ["quantized-matmul"]
+    # C targets: the f32 GEMM micro-kernels over dequantized panels (tir/schedule/cpu_gemm.py).
+    gemm = target_for(runner).has_extern("tsr_gemm_f32")
+    assert [kern.attrs["rule"] for kern in kernels] == ["cpu-gemm" if gemm else "quantized-matmul"]
     x = np.random.default_rng(1).standard_normal((3, k)).astype(np.float32)
     got = interpret(lowered, "main", x, words, kernel_runner=runner)
     np.testing.assert_allclose(got, x @ reference.T, rtol=1e-4, atol=1e-4)  # against ggml's own floats
@@ -86,13 +88,14 @@ def test_decode_gemv_kernels(runner, fmt):
                                rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("fmt", [*Q8_ACTIVATION_FORMATS, "q4_k"])
+@pytest.mark.parametrize("fmt", ALL)
 def test_decode_gemv_with_q8_activations(runner, fmt):
-    """activations="q8": on the cpu runner the integer SIMD micro-kernels (tir/schedule/
-    quantized_gemv_q8.py, codegen/c/microkernels.c) for the formats they have, elsewhere the generic
-    reduction reading x through the op's rounding. Both equal x rounded to 8 bits (computed here)
-    times ggml's floats, to float rounding: far closer than to the unrounded product."""
-    n, k = 70, 256  # 70 outputs: a partial last workgroup; a block of zeros: d = 0
+    """activations="q8": on the C runners the integer SIMD micro-kernels (tir/schedule/
+    quantized_gemv_q8.py, codegen/c/microkernels.c and microkernels_kquant.c) for the formats they
+    have, elsewhere the generic reduction reading x through the op's rounding. Both equal x rounded
+    to 8 bits (computed here) times ggml's floats, to float rounding: far closer than to the
+    unrounded product. K of two K-quant super-blocks."""
+    n, k = 70, 512  # 70 outputs: a partial last workgroup; a block of zeros: d = 0
     words, reference = quantized(fmt, n, k, seed=11)
     x = np.random.default_rng(12).standard_normal((1, k)).astype(np.float32)
     x[0, 64:96] = 0
@@ -120,7 +123,7 @@ def test_decode_batch_gemv_with_q8_activations(runner, fmt):
     """A decode batch's rows (models/llama.py's decode_batch: one token of each sequence) through the
     same rule: each workgroup's columns for one row after another, each row rounded on its own, with a
     fused epilogue indexed by row. Rows of 1, 3 and 7, against x rounded to 8 bits times ggml's floats."""
-    n, k = 70, 256
+    n, k = 70, 512
     words, reference = quantized(fmt, n, k, seed=13)
     gemv = lambda a, w: op.nn.silu(op.quantized_matmul(a, w, format=fmt, k=k, activations="q8"))  # noqa: E731
     mod = build(gemv, [Tensor(("b", k), "float32"), Tensor((n, words.shape[1]), "uint32")])

@@ -1,6 +1,6 @@
 """Quantized GEMV (M = 1, decode; or a few rows, a decode batch) with 8-bit activations
 (``activations="q8"``) on targets whose backend has the integer SIMD micro-kernels
-(codegen/c/microkernels.c; ``TargetKind.externs``).
+(codegen/c/microkernels.c and microkernels_kquant.c; ``TargetKind.externs``).
 
 A float loop over 4-bit weights spends its time unpacking nibbles into floats; llama.cpp's CPU
 kernels instead round x to int8 once and multiply bytes by bytes (``pmaddubsw``, ``sdot``), 32
@@ -42,11 +42,15 @@ from ..ir import (
     from_prim,
     minimum,
 )
-from ..quant import BLOCK_VALUES, QuantizedMatmulInfo
+from ..quant import BLOCK_VALUES, FORMATS, QuantizedMatmulInfo
 from .common import ceil_div, grid_for, lower_reads, scalars_of, workgroup_linear_id
 
 QUANTIZE = "tsr_quantize_q8"
-DOT = {"q4_0": "tsr_dot_q4_0_q8", "q4_1": "tsr_dot_q4_1_q8", "q8_0": "tsr_dot_q8_0_q8"}
+# One dot-product micro-kernel per block format: microkernels.c's for Q4_0, Q4_1 and Q8_0,
+# microkernels_kquant.c's for the K-quants, Q5_0 and Q5_1 (whose 256-value super-blocks each meet 8
+# q8 blocks of x).
+DOT = {fmt: f"tsr_dot_{fmt}_q8" for fmt in ("q4_0", "q4_1", "q8_0", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k",
+                                            "q6_k")}
 DOT_ROWS = {fmt: name + "_rows" for fmt, name in DOT.items()}
 GROUP = 4  # rows per call of a rows micro-kernel (TSR_MK_ROWS in microkernels.c)
 # Outputs per workgroup: enough that rounding x is a small share of the work (measured on a
@@ -60,7 +64,8 @@ def applies(info: QuantizedMatmulInfo, m_total, target) -> bool:
     """x in f32 rounded to q8 (quantize_activations marks only decode's rows so), and the target's
     backend has both micro-kernels."""
     return (info.activations == "q8" and info.x.dtype == "f32" and info.format in DOT
-            and target.has_extern(QUANTIZE) and target.has_extern(DOT[info.format]) and info.k % BLOCK_VALUES == 0
+            and target.has_extern(QUANTIZE) and target.has_extern(DOT[info.format])
+            and info.k % FORMATS[info.format].values == 0
             and (arith.Analyzer().as_int(arith.simplify(m_total)) == 1 or target.has_extern(DOT_ROWS[info.format])))
 
 
