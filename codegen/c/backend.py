@@ -3,6 +3,13 @@
 A launch is a call of the kernel's export with the buffers' addresses in the module's memory,
 then the scalars, then the grid's three workgroup counts (all i32). Registers the ``wasm`` target
 kind and preset.
+
+Beside it, ``kernels-threads.wasm`` holds the same kernels for a pool of threads over one shared
+memory (runtime-js's Web Workers): each export takes two more i32 arguments, the flattened workgroups
+``[wg_begin, wg_end)`` the call runs (x fastest, then y, then z), and keeps its workgroup memory on
+its thread's stack, so that threads run parts of one launch at once. No kernel record names that
+module (its ``backend`` in executable.json's modules is null); a runtime that has no threads
+ignores it, and the single-threaded module's exports are unchanged.
 """
 
 from __future__ import annotations
@@ -20,10 +27,30 @@ from .. import (
     register_backend,
     uses_dtype,
 )
-from . import EXTERNS, LOWERING, emit_c_module
-from .wasm_build import compile_wasm
+from . import C_RESERVED, EXTERNS, LOWERING, CRenderer, emit_c_module
+from .wasm_build import compile_wasm, compile_wasm_threads
 
 MODULE = "kernels.wasm"
+THREADS_MODULE = "kernels-threads.wasm"
+
+
+class ThreadedWasmRenderer(CRenderer):
+    """A kernel of the threaded module: the single-threaded export's arguments and a range of
+    workgroups, workgroup memory a local array of each call (each thread's stack holds its own)."""
+
+    reserved = C_RESERVED | {"tsr_wg", "wg_begin", "wg_end"}
+    scratch_storage = ""
+
+    def signature(self, entry: str) -> list[str]:
+        lines = super().signature(entry)
+        lines[-1] = lines[-1].replace("int32_t nwg_z) {", "int32_t nwg_z, int32_t wg_begin, int32_t wg_end) {")
+        return lines
+
+    def workgroup_loop(self) -> list[str]:
+        return ["  for (int32_t tsr_wg = wg_begin; tsr_wg < wg_end; tsr_wg++) {",
+                "    const int32_t wg_x = tsr_wg % nwg_x;",
+                "    const int32_t wg_y = tsr_wg / nwg_x % nwg_y;",
+                "    const int32_t wg_z = tsr_wg / nwg_x / nwg_y;"]
 
 
 class CWasmBackend(Backend):
@@ -47,8 +74,11 @@ class CWasmBackend(Backend):
                                               tuple(func.workgroup_size), abi,
                                               {"features": features, "limits": kernel_limits(func)}))
         if progress is not None:
-            progress("clang", 0, 1)
+            progress("clang", 0, 2)
         out.modules[MODULE] = compile_wasm(emit_c_module(lowered))
+        if progress is not None:
+            progress("clang", 1, 2)
+        out.modules[THREADS_MODULE] = compile_wasm_threads(emit_c_module(lowered, ThreadedWasmRenderer))
         return out
 
 

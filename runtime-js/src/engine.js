@@ -70,7 +70,8 @@ export function stableText(text) {
 export class Engine {
   /**
    * @param {{vm: any, chatConfig: any, tokenizer: import("./vendor/tokenizers.js").Tokenizer, modelId?: string,
-   *          device?: {kind: string, name: string, build: string, reason: string}, load?: any,
+   *          device?: {kind: string, name: string, build: string, reason: string, threads?: number, threading?: string},
+   *          load?: any,
    *          prefillChunk?: number, program?: {functions: Record<string, string>}}} parts  program: readProgram's,
    *   by default read from chatConfig when a function is first called
    */
@@ -273,6 +274,12 @@ export function orderBuilds(builds, backend, software) {
     : "the bundle's first choice for this device" };
 }
 
+/** What engine.device says of a WASM device's threads: how many, and why (a page that is not cross-origin
+ * isolated runs on one); nothing for another kind. @param {any} device */
+function threadsOf(device) {
+  return device.kind === "wasm" ? { threads: device.threads, threading: device.threading } : {};
+}
+
 /**
  * Load a bundle's model and make an engine for it: the first build in orderBuilds' list that can
  * run here (WebGPU when the browser has it and the device meets the build's needs, else WASM).
@@ -283,11 +290,13 @@ export function orderBuilds(builds, backend, software) {
  * @param {string} bundleUrl the model's folder in a bundle (holding bundle.json)
  * @param {{initProgressCallback?: (p: {progress: number, loaded: number, total: number, text: string}) => void,
  *          fetchFn?: (url: string) => Promise<Response>, backend?: "auto" | "webgpu" | "wasm",
- *          libraries?: Record<string, Function>, wasmMemoryLimit?: number}} options  libraries: host functions
- *   the model's call_builtin calls; wasmMemoryLimit: the most WebAssembly memory this page may use (default 4 GiB)
+ *          libraries?: Record<string, Function>, wasmMemoryLimit?: number, wasmThreads?: number}} options  libraries: host
+ *   functions the model's call_builtin calls; wasmMemoryLimit: the most WebAssembly memory this page may use (default
+ *   4 GiB); wasmThreads: how many threads a WASM build runs on at most (default navigator.hardwareConcurrency; a page
+ *   that is not cross-origin isolated runs on one, and ``engine.device.threading`` says so)
  */
 export async function createEngine(bundleUrl, { initProgressCallback = () => {}, fetchFn, backend = "auto", libraries,
-  wasmMemoryLimit = WASM_MEMORY_LIMIT } = {}) {
+  wasmMemoryLimit = WASM_MEMORY_LIMIT, wasmThreads } = {}) {
   const fetcher = fetchFn ?? ((/** @type {string} */ url) => fetch(url));
   initProgressCallback({ progress: 0, loaded: 0, total: 0, text: "Reading the bundle" });
   const { base, index } = await loadBundleJson(bundleUrl, fetcher);
@@ -345,7 +354,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
     }
     let device;
     try {
-      device = await openDevice(executable, { kind, adapter });
+      device = await openDevice(executable, { kind, adapter, threads: wasmThreads });
     } catch (error) {
       if (!(error instanceof DeviceError)) throw error;
       reasons.push(kind === "split" ? `build ${build.name}: ${error.message}` : error.message);
@@ -357,7 +366,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
     const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights, loaded.modules, { libraries });
     initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
     return new Engine({ ...parts, vm, program, prefillChunk: prefillChunk(executable, chatConfig),
-      device: { kind, name: device.name, build: build.name, reason }, load: loadFigures(loaded) });
+      device: { kind, name: device.name, build: build.name, reason, ...threadsOf(device) }, load: loadFigures(loaded) });
   }
   throw new DeviceError(`${reasons.join("; ")}${index.builds.some((/** @type {any} */ b) => b.kind === "wasm") ? "" :
     ", and this bundle has no WASM build to fall back to"}`);

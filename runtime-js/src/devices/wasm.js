@@ -4,10 +4,17 @@
 // more; a view's memory is that WebAssembly.Memory and its offset a pointer into it. A launch calls
 // the kernel's export with the pointers of its tensors, its scalars and its grid; the C code loops
 // over workgroups and threads (codegen/c).
+//
+// With threads (a cross-origin isolated page, or Node), the memory is shared and the build's
+// threaded module (kernels-threads.wasm beside kernels.wasm) runs instead: a pool of workers
+// (wasm-pool.js) each runs a share of every launch's workgroups. ``threads`` and ``threading`` say
+// how many threads run and why no more.
 
 import { DeviceError } from "../device.js";
 import { WASM_FIT } from "../plan-checks.js";
 import { RuntimeCheckError } from "../program.js";
+import { CONTROL } from "./wasm-control.js";
+import { defaultThreads, threadsUnavailable, WasmPool } from "./wasm-pool.js";
 
 const PAGE = 65536;
 /** Room for the module's data and stack below the buffers, when the memory is first made. */
@@ -19,16 +26,33 @@ const EMPTY_MODULE = Uint8Array.of(0, 0x61, 0x73, 0x6d, 1, 0, 0, 0,
   7, 0x0f, 1, 11, 0x5f, 0x5f, 0x68, 0x65, 0x61, 0x70, 0x5f, 0x62, 0x61, 0x73, 0x65, 3, 0);  // export __heap_base
 const ALIGN = 16;
 const alignUp = (/** @type {number} */ n) => Math.ceil(n / ALIGN) * ALIGN;
+/** A shared memory's maximum: the whole of wasm32's 4 GiB, as the threaded module declares
+ * (codegen/c/wasm_build.py, THREADS_MAX_MEMORY); a shared memory cannot grow past its maximum. */
+const SHARED_MAX_PAGES = 65536;
+
+/** The threaded variant of a kernel module's path: kernels.wasm -> kernels-threads.wasm. @param {string} path */
+export const threadsModulePath = (path) => path.replace(/\.wasm$/, "-threads.wasm");
 
 export class WasmDevice {
   kind = "wasm";
   backend = "c-wasm";  // the kernels it runs (docs/format.md)
-  name = "WebAssembly SIMD on the CPU";
 
-  constructor() {
+  /** @param {{threads?: number}} [options] threads: how many to run on at most (default: the cores the browser reports) */
+  constructor({ threads } = {}) {
+    if (threads !== undefined && !(Number.isInteger(threads) && threads >= 1)) {
+      throw new RangeError(`the WASM device's threads must be a whole number from 1, not ${threads}`);
+    }
     /** @type {WebAssembly.Memory|null} */ this.memory = null;  // made by loadKernels, with the module
     this.reserved = 0;  // bytes asked for before the memory was made: it starts that large
     this.end = 0;  // the first free byte
+    this.asked = threads;
+    /** @type {WasmPool|null} */ this.pool = null;
+    this.threads = 1;  // how many threads run a launch, once the kernels are loaded
+    this.threading = "";  // why that many, for people
+  }
+
+  get name() {
+    return this.threads > 1 ? `WebAssembly SIMD on the CPU, ${this.threads} threads` : "WebAssembly SIMD on the CPU";
   }
 
   fits() {
@@ -111,36 +135,89 @@ export class WasmDevice {
     // A program of calls and library functions alone has no kernels: an empty module stands in.
     const wasmBytes = paths.length ? modules.get(paths[0]) : EMPTY_MODULE;
     if (!wasmBytes) throw new Error(`the kernel module ${paths[0]} was not loaded`);
+    const threaded = paths.length ? await this.startThreads(kernels, modules.get(threadsModulePath(paths[0]))) : null;
+    if (threaded) return threaded;
     const module = await WebAssembly.compile(wasmBytes);
     this.memory = new WebAssembly.Memory({ initial: Math.ceil((this.reserved + MODULE_ROOM) / PAGE) });
     const instance = await WebAssembly.instantiate(module, { env: { memory: this.memory } });
     const exports = /** @type {any} */ (instance.exports);
     this.end = alignUp(Number(exports.__heap_base.value));
     this.grow(this.end + this.reserved);
-    return kernels.map((kernel) => {
-      const run = exports[kernel.entry_point];
-      if (typeof run !== "function") throw new Error(`${kernel.module} does not export ${kernel.entry_point} (kernel ${kernel.name})`);
-      return run;
-    });
+    return kernelExports(kernels, exports);
   }
 
-  /** @param {Function} run a loadKernels handle @param {{offset: number}[]} views */
-  bind(run, views) {
-    return { run, pointers: views.map((v) => v.offset) };
+  /**
+   * The kernels of the threaded module over a shared memory and a pool of workers, or null (with the
+   * reason in ``threading``) when this context, the build or the options give one thread.
+   * @param {any[]} kernels @param {ArrayBuffer|undefined} threadsBytes
+   */
+  async startThreads(kernels, threadsBytes) {
+    const wanted = this.asked ?? defaultThreads();
+    const unavailable = threadsUnavailable();
+    this.threading = wanted <= 1 ? (this.asked ? "one thread was asked for" : "the browser reports one core")
+      : unavailable ?? (threadsBytes ? "" : "this build has no threaded kernels (kernels-threads.wasm): rebuild it to run on threads");
+    if (this.threading) return null;
+    let memory;
+    try {
+      memory = new WebAssembly.Memory({ initial: Math.ceil((this.reserved + MODULE_ROOM) / PAGE), maximum: SHARED_MAX_PAGES,
+        shared: true });
+    } catch (error) {
+      this.threading = `no shared WebAssembly memory of 4 GiB here (${/** @type {Error} */ (error).message}), so WebAssembly runs on one thread`;
+      return null;
+    }
+    const module = await WebAssembly.compile(/** @type {ArrayBuffer} */ (threadsBytes));
+    this.memory = memory;
+    const instance = await WebAssembly.instantiate(module, { env: { memory } });  // it writes the module's data, once
+    const exports = /** @type {any} */ (instance.exports);
+    this.end = alignUp(Number(exports.__heap_base.value));
+    // The module's own stack (below its data) is the main thread's; each worker's is as large, above the heap base.
+    const stackBytes = alignUp(Number(exports.__stack_pointer.value));
+    const stackTops = Array.from({ length: wanted - 1 }, () => this.allocate(stackBytes).offset + stackBytes);
+    this.grow(this.end + this.reserved);
+    const runs = kernelExports(kernels, exports);
+    this.pool = await WasmPool.start(module, memory, stackTops, kernels.map((k) => k.entry_point));
+    this.threads = this.pool.threads;
+    this.threading = `${this.threads} threads (Web Workers over one shared memory)`;
+    return runs.map((run, index) => ({ run, index }));
   }
 
-  /** @param {{run: Function, pointers: number[]}} bound @param {number[]} scalars @param {number[]} grid */
-  launch({ run, pointers }, scalars, grid) {
-    run(...pointers, ...scalars, ...grid);
+  /** @param {Function | {run: Function, index: number}} kernel a loadKernels handle @param {{offset: number}[]} views */
+  bind(kernel, views) {
+    const pointers = views.map((v) => v.offset);
+    if (typeof kernel === "function") return { run: kernel, pointers };
+    if (pointers.length + 3 + 64 > CONTROL.MAX_ARGS) throw new DeviceError(`a kernel binding ${pointers.length} tensors is more than the WASM thread pool passes`);
+    return { ...kernel, pointers };
+  }
+
+  /** @param {{run: Function, pointers: number[], index?: number}} bound @param {number[]} scalars @param {number[]} grid */
+  launch({ run, pointers, index }, scalars, grid) {
+    if (!this.pool) {
+      run(...pointers, ...scalars, ...grid);
+      return;
+    }
+    this.pool.launch(/** @type {number} */ (index), run, [...pointers, ...scalars, ...grid], grid[0] * grid[1] * grid[2]);
   }
 
   flush() {}
 
-  destroy() {}
+  destroy() {
+    this.pool?.destroy();
+    this.pool = null;
+  }
 }
 
-/** Open the WebAssembly device, or a DeviceError when this browser has no WebAssembly. */
-export async function openWasm() {
+/** Each kernel's export of ``exports``. @param {any[]} kernels @param {any} exports */
+function kernelExports(kernels, exports) {
+  return kernels.map((kernel) => {
+    const run = exports[kernel.entry_point];
+    if (typeof run !== "function") throw new Error(`${kernel.module} does not export ${kernel.entry_point} (kernel ${kernel.name})`);
+    return run;
+  });
+}
+
+/** Open the WebAssembly device, or a DeviceError when this browser has no WebAssembly.
+ * @param {any} [_exe] @param {{threads?: number}} [options] */
+export async function openWasm(_exe, { threads } = {}) {
   if (typeof WebAssembly === "undefined") throw new DeviceError("this browser has no WebAssembly");
-  return new WasmDevice();
+  return new WasmDevice({ threads });
 }

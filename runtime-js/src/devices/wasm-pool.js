@@ -1,0 +1,136 @@
+// The WASM device's pool of threads: Web Workers in a browser (worker_threads in Node), each with an
+// instance of the threaded kernel module (kernels-threads.wasm, codegen/c/backend.py) over the
+// device's one shared WebAssembly.Memory. A launch splits the grid's flattened workgroups into
+// contiguous shares: the workers' are posted through a shared control block (wasm-control.js), the
+// main thread runs share 0 itself and then waits, spinning, for the others. The wait spins because a
+// launch is synchronous (the VM calls the next kernel right after) and a page's main thread may not
+// block in Atomics.wait; a share is short, so the spin is too.
+
+import { CONTROL, controlWords, rangeOf } from "./wasm-control.js";
+
+/** Why this context cannot run the pool, or null when it can (cross-origin isolated, or Node). */
+export function threadsUnavailable() {
+  if (typeof SharedArrayBuffer === "undefined" || /** @type {any} */ (globalThis).crossOriginIsolated === false) {
+    return "the page is not cross-origin isolated (it is served without the headers Cross-Origin-Opener-Policy: " +
+      "same-origin and Cross-Origin-Embedder-Policy: require-corp; docs/web.md), so WebAssembly runs on one thread";
+  }
+  if (typeof Worker === "undefined" && !inNode()) return "this context cannot start Web Workers, so WebAssembly runs on one thread";
+  return null;
+}
+
+/** The threads to use when no number is asked for: one per core the browser reports. */
+export function defaultThreads() {
+  return Math.max(1, Number(/** @type {any} */ (globalThis).navigator?.hardwareConcurrency) || 1);
+}
+
+/** Whether this is Node (its workers are worker_threads'). */
+const inNode = () => !!(/** @type {any} */ (globalThis).process?.versions?.node);
+/** Node's module of workers, named through a variable: a browser never resolves it, nor does the type checker. */
+const NODE_WORKERS = "node:worker_threads";
+
+/** A worker by a uniform handle: post, listen (messages and errors alike), stop. @param {URL} url */
+async function spawn(url) {
+  if (typeof Worker !== "undefined") {
+    const worker = new Worker(url, { type: "module" });
+    return {
+      post: (/** @type {any} */ message) => worker.postMessage(message),
+      listen: (/** @type {(data: any) => void} */ listener) => {
+        worker.onmessage = (event) => listener(event.data);
+        worker.onerror = (event) => listener({ type: "error", message: event.message });
+      },
+      stop: () => worker.terminate(),
+    };
+  }
+  const { Worker: NodeWorker } = await import(NODE_WORKERS);
+  const worker = new NodeWorker(url);
+  worker.unref();  // an idle pool does not keep Node running
+  return {
+    post: (/** @type {any} */ message) => worker.postMessage(message),
+    listen: (/** @type {(data: any) => void} */ listener) => {
+      worker.on("message", listener);
+      worker.on("error", (/** @type {Error} */ error) => listener({ type: "error", message: error.message }));
+    },
+    stop: () => { worker.terminate(); },
+  };
+}
+
+export class WasmPool {
+  /**
+   * Start ``stackTops.length`` workers over ``memory`` and wait until each has its instance.
+   * @param {WebAssembly.Module} module the threaded kernel module @param {WebAssembly.Memory} memory shared
+   * @param {number[]} stackTops each worker's stack top (its stack lies below, in ``memory``)
+   * @param {string[]} entries each kernel's export, by the index a launch names
+   */
+  static async start(module, memory, stackTops, entries) {
+    const control = new SharedArrayBuffer(controlWords(stackTops.length) * 4);
+    const url = new URL("./wasm-thread.js", import.meta.url);
+    const workers = await Promise.all(stackTops.map(() => spawn(url)));
+    try {
+      await Promise.all(workers.map((worker, index) => new Promise((resolve, reject) => {
+        worker.listen((data) => {
+          if (data.type === "ready") resolve(undefined);
+          else reject(new Error(`a worker of the WASM thread pool could not start: ${data.message}`));
+        });
+        worker.post({ module, memory, control, worker: index, stackTop: stackTops[index], entries });
+      })));
+    } catch (error) {
+      for (const worker of workers) worker.stop();
+      throw error;
+    }
+    return new WasmPool(workers, new Int32Array(control));
+  }
+
+  /** @param {{stop: () => void}[]} workers @param {Int32Array} control */
+  constructor(workers, control) {
+    this.workers = workers;
+    this.control = control;
+  }
+
+  /** How many threads run a launch at most: the workers and the main thread. */
+  get threads() {
+    return this.workers.length + 1;
+  }
+
+  /**
+   * Run ``total`` workgroups of kernel ``kernel`` (``run`` is the main thread's export of it) across
+   * the pool, and return once all are done.
+   * @param {number} kernel @param {Function} run @param {number[]} args the export's arguments before its range
+   * @param {number} total
+   */
+  launch(kernel, run, args, total) {
+    const parts = Math.min(this.threads, total);
+    if (parts <= 1) {
+      run(...args, 0, total);
+      return;
+    }
+    const ctl = this.control;
+    ctl[CONTROL.KERNEL] = kernel;
+    ctl[CONTROL.ARGC] = args.length;
+    ctl.set(args, CONTROL.ARGS);
+    ctl[CONTROL.PARTICIPANTS] = parts;
+    ctl[CONTROL.TOTAL] = total;
+    Atomics.store(ctl, CONTROL.DONE, 0);
+    for (let worker = 0; worker < parts - 1; worker++) {
+      Atomics.add(ctl, CONTROL.GO + worker, 1);  // seq-cst: the writes above are visible to the worker
+      Atomics.notify(ctl, CONTROL.GO + worker, 1);
+    }
+    let failure = null;
+    try {
+      run(...args, ...rangeOf(total, 0, parts));
+    } catch (error) {
+      failure = error;  // thrown once the workers are done with this launch's arguments
+    }
+    while (Atomics.load(ctl, CONTROL.DONE) < parts - 1);  // eslint-disable-line no-empty
+    if (failure) throw failure;
+    if (Atomics.exchange(ctl, CONTROL.FAILED, 0)) {
+      throw new Error(`kernel ${kernel} failed (a WebAssembly trap) on a worker of the WASM thread pool`);
+    }
+  }
+
+  destroy() {
+    for (const worker of this.workers) worker.stop();
+    this.workers = [];
+  }
+}
+
+export { CONTROL };

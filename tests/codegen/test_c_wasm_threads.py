@@ -1,0 +1,106 @@
+"""The c-wasm backend's threaded module (kernels-threads.wasm, codegen/c/backend.py): beside the
+single-threaded kernels.wasm, whose exports are unchanged, the same kernels over a shared memory with a
+workgroup range and workgroup memory on the stack. Run by runtime-js's thread pool in Node (workers
+over one shared memory, each with its own stack): shares of one launch at once give numpy's result."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+from harness import build
+from tessera import arith, op
+from tessera.codegen import get_backend
+from tessera.codegen.c import LOWERING, emit_c_module
+from tessera.codegen.c.backend import THREADS_MODULE, ThreadedWasmRenderer
+from tessera.ir import Function, Tensor
+from tessera.target import Target
+from tessera.tir.lower import lower_kernel
+from tessera.transform import legalize_ops
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WASM = Target.preset("wasm")
+# cpu_adapter off: row reductions keep their workgroup-memory schedule, so the kernel has scratch arrays,
+# which threads sharing one launch must not share.
+WORKGROUP_MEMORY = Target("wasm", limits=dict(WASM.limits), name="wasm (workgroup reductions)")
+REPEATS = 20
+
+# Runs one launch of kernel 0 over THREADS threads of runtime-js's pool, REPEATS times, and writes the
+# output of each repeat. Argument: a JSON file of the module's path, the input's (raw float32), the
+# grid, the sizes, and where the outputs go (raw float32, one after the other).
+POOL_SCRIPT = """
+import { readFileSync, writeFileSync } from "node:fs";
+import { WasmPool } from "ROOT/runtime-js/src/devices/wasm-pool.js";
+const job = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const module = await WebAssembly.compile(readFileSync(job.module));
+let unshared = null;
+try { await WebAssembly.instantiate(module, { env: { memory: new WebAssembly.Memory({ initial: 64 }) } }); }
+catch (error) { unshared = error.constructor.name; }
+const memory = new WebAssembly.Memory({ initial: 1024, maximum: 65536, shared: true });
+const exports = (await WebAssembly.instantiate(module, { env: { memory } })).exports;
+const align = (n) => Math.ceil(n / 16) * 16;
+const stack = exports.__stack_pointer.value, heap = align(exports.__heap_base.value);
+const stackTops = Array.from({ length: job.threads - 1 }, (_, i) => heap + stack * (i + 1));
+const input = heap + stack * job.threads, output = input + align(job.count * 4);
+const x = readFileSync(job.input);
+new Uint8Array(memory.buffer, input, x.length).set(x);
+const pool = await WasmPool.start(module, memory, stackTops, [job.entry]);
+const outputs = [];
+for (let repeat = 0; repeat < job.repeats; repeat++) {
+  new Float32Array(memory.buffer, output, job.count).fill(0);
+  pool.launch(0, exports[job.entry], [input, output, ...job.scalars, ...job.grid], job.grid[0] * job.grid[1] * job.grid[2]);
+  outputs.push(new Uint8Array(memory.buffer, output, job.count * 4).slice());
+}
+pool.destroy();
+writeFileSync(job.out, Buffer.concat(outputs));
+writeFileSync(job.out + ".json", JSON.stringify({ unshared, stackBytes: stack }));
+""".replace("ROOT", ROOT)
+
+
+def kernels_of(make, params, target):
+    mod = legalize_ops(build(make, params), target)
+    return [f for f in mod.functions.values() if not isinstance(f, Function)]
+
+
+def test_the_threaded_module_sits_beside_the_single_threaded_one_whose_exports_are_unchanged():
+    (kernel,) = kernels_of(op.nn.softmax, [Tensor(("n", 999), "float32")], WORKGROUP_MEMORY)
+    compiled = get_backend("c-wasm").compile([kernel], WORKGROUP_MEMORY)
+    assert set(compiled.modules) == {"kernels.wasm", THREADS_MODULE}
+    assert [k.module for k in compiled.kernels] == ["kernels.wasm"]  # no record names the threaded module
+    lowered = lower_kernel(kernel, LOWERING)
+    single, threaded = emit_c_module([lowered]), emit_c_module([lowered], ThreadedWasmRenderer)
+    entry = compiled.kernels[0].entry_point
+    assert f"void {entry}(float* in0, float* out0, int32_t sym_n, int32_t nwg_x, int32_t nwg_y, int32_t nwg_z) {{" in single
+    assert "static float" in single and "static float" not in threaded  # workgroup memory: one array vs per call
+    assert (f"void {entry}(float* in0, float* out0, int32_t sym_n, int32_t nwg_x, int32_t nwg_y, int32_t nwg_z, "
+            "int32_t wg_begin, int32_t wg_end) {") in threaded
+
+
+@pytest.mark.parametrize("rows, threads", [(2001, 2), (67, 3), (5, 4), (1, 2)])
+def test_threads_sharing_a_launch_give_numpys_softmax(tmp_path, rows, threads):
+    """Workgroup-memory softmax split over ``threads`` threads at once (shares of a ragged number of rows,
+    and more threads than workgroups), twenty times: each repeat is the whole launch's result. Static
+    workgroup memory or one stack for all would mix the threads' rows."""
+    (kernel,) = kernels_of(op.nn.softmax, [Tensor(("n", 999), "float32")], WORKGROUP_MEMORY)
+    assert kernel.scratch
+    compiled = get_backend("c-wasm").compile([kernel], WORKGROUP_MEMORY)
+    module = tmp_path / THREADS_MODULE
+    module.write_bytes(compiled.modules[THREADS_MODULE])
+    x = np.random.default_rng(rows).standard_normal((rows, 999)).astype(np.float32)
+    grid = [arith.evaluate(g, {"n": rows}) for g in kernel.grid]
+    x.tofile(tmp_path / "x.bin")
+    job = {"module": str(module), "entry": compiled.kernels[0].entry_point, "input": str(tmp_path / "x.bin"),
+           "count": x.size, "scalars": [rows], "grid": grid, "threads": threads, "repeats": REPEATS,
+           "out": str(tmp_path / "out.bin")}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    (tmp_path / "pool.mjs").write_text(POOL_SCRIPT)
+    subprocess.run(["node", str(tmp_path / "pool.mjs"), str(tmp_path / "job.json")], check=True, timeout=300)
+    result = json.loads((tmp_path / "out.bin.json").read_text())
+    assert result["unshared"] == "LinkError"  # the module imports a shared memory
+    assert result["stackBytes"] >= 1 << 20  # room for 64 KiB of workgroup memory and the kernel's locals
+    want = np.exp(x - x.max(-1, keepdims=True))
+    want /= want.sum(-1, keepdims=True)
+    outputs = np.fromfile(tmp_path / "out.bin", np.float32).reshape(REPEATS, rows, 999)
+    for output in outputs:
+        np.testing.assert_allclose(output, want, rtol=1e-5, atol=1e-6)

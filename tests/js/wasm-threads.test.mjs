@@ -1,0 +1,99 @@
+// The WASM build on a pool of threads (worker_threads in Node, as Web Workers in a page): the threaded
+// module (kernels-threads.wasm) over one shared memory gives the single-threaded module's tokens, at
+// thread counts that split launches unevenly and that exceed some launches' workgroups; a context
+// without cross-origin isolation, or a build without the threaded module, runs on one thread and says why.
+import assert from "node:assert/strict";
+import { cpSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+
+import { createEngine } from "../../runtime-js/src/tessera.js";
+import { FIXTURES, bundle, folderFetch, ORIGIN, tinyGGUF } from "../browser/bundle.mjs";
+
+const PROMPT = [{ role: "user", content: "Hello there" }];
+let site;
+const engines = [];
+
+before(() => {
+  site = bundle("tiny-site-wasm-threads", tinyGGUF(), 256, "wasm");
+});
+
+after(() => {
+  for (const engine of engines) engine.vm.device.destroy();
+});
+
+async function open(options, root = site) {
+  const engine = await createEngine(`${ORIGIN}models/tiny/`, { fetchFn: folderFetch(root), backend: "wasm", ...options });
+  engines.push(engine);
+  return engine;
+}
+
+/** A greedy reply, a seeded sampled one, and a second turn over the cached first. */
+async function replies(engine) {
+  const greedy = (await engine.chat.completions.create({ messages: PROMPT, temperature: 0, max_tokens: 24 })).choices[0].message.content;
+  const sampled = (await engine.chat.completions.create({ messages: PROMPT, temperature: 1, top_k: 40, top_p: 0.9, seed: 7,
+    max_tokens: 12 })).choices[0].message.content;
+  await engine.resetChat();
+  const first = (await engine.chat.completions.create({ messages: PROMPT, temperature: 0, max_tokens: 6 })).choices[0].message.content;
+  const second = (await engine.chat.completions.create({ messages: [...PROMPT, { role: "assistant", content: first },
+    { role: "user", content: "And then?" }], temperature: 0, max_tokens: 8 })).choices[0].message.content;
+  return { greedy, sampled, second };
+}
+
+test("on 2, 3 and 5 threads the WASM build gives the one-thread build's tokens", async () => {
+  const single = await open({ wasmThreads: 1 });
+  assert.equal(single.device.threads, 1);
+  assert.equal(single.device.name, "WebAssembly SIMD on the CPU");
+  assert.equal(single.device.threading, "one thread was asked for");
+  const expected = await replies(single);
+  assert.ok(expected.greedy.length > 0 && expected.sampled.length > 0);
+  for (const threads of [2, 3, 5]) {
+    const engine = await open({ wasmThreads: threads });
+    assert.equal(engine.device.threads, threads);
+    assert.equal(engine.device.name, `WebAssembly SIMD on the CPU, ${threads} threads`);
+    assert.match(engine.device.threading, new RegExp(`^${threads} threads \\(Web Workers over one shared memory\\)`));
+    assert.ok(engine.vm.device.memory.buffer instanceof SharedArrayBuffer);
+    assert.deepEqual(await replies(engine), expected, `${threads} threads`);
+  }
+});
+
+test("a context that is not cross-origin isolated runs on one thread and says so", async () => {
+  const threaded = await open({ wasmThreads: 2 });
+  const expected = (await threaded.chat.completions.create({ messages: PROMPT, temperature: 0, max_tokens: 12 })).choices[0].message.content;
+  globalThis.crossOriginIsolated = false;  // as a page served without COOP/COEP sees it
+  try {
+    const engine = await open({ wasmThreads: 4 });
+    assert.equal(engine.device.threads, 1);
+    assert.equal(engine.device.name, "WebAssembly SIMD on the CPU");
+    assert.match(engine.device.threading, /not cross-origin isolated .*Cross-Origin-Opener-Policy: same-origin.*Cross-Origin-Embedder-Policy: require-corp.* one thread/);
+    assert.ok(!(engine.vm.device.memory.buffer instanceof SharedArrayBuffer));
+    const reply = await engine.chat.completions.create({ messages: PROMPT, temperature: 0, max_tokens: 12 });
+    assert.equal(reply.choices[0].message.content, expected);
+  } finally {
+    delete globalThis.crossOriginIsolated;
+  }
+});
+
+test("a build without the threaded module runs on one thread and says to rebuild it", async () => {
+  const older = join(FIXTURES, "tiny-site-wasm-no-threads");
+  rmSync(older, { recursive: true, force: true });
+  cpSync(site, older, { recursive: true });
+  const build = join(older, "models", "tiny", "wasm");
+  const exe = JSON.parse(readFileSync(join(build, "executable.json"), "utf8"));
+  exe.modules = exe.modules.filter((m) => m.path !== "kernels-threads.wasm");
+  writeFileSync(join(build, "executable.json"), JSON.stringify(exe));
+  rmSync(join(build, "kernels-threads.wasm"));
+  const engine = await open({ wasmThreads: 3 }, older);
+  assert.equal(engine.device.threads, 1);
+  assert.match(engine.device.threading, /no threaded kernels \(kernels-threads\.wasm\): rebuild it/);
+  const reply = await engine.chat.completions.create({ messages: PROMPT, temperature: 0, max_tokens: 12 });
+  const single = await open({ wasmThreads: 1 });
+  assert.equal(reply.choices[0].message.content,
+    (await single.chat.completions.create({ messages: PROMPT, temperature: 0, max_tokens: 12 })).choices[0].message.content);
+});
+
+test("a thread count that is not a whole number from 1 is refused by name", async () => {
+  for (const threads of [0, 1.5, -2]) {
+    await assert.rejects(open({ wasmThreads: threads }), new RegExp(`threads must be a whole number from 1, not ${threads}`));
+  }
+});
