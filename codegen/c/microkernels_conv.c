@@ -1,3 +1,144 @@
-/* Convolution and pooling micro-kernels.
+/* Convolution and pooling micro-kernels (tir/schedule/conv.py): the raw window sums (or maxima) of
+ * a block of one NCHW image's outputs, written to the calling kernel's private scratch; the kernel
+ * applies the fused epilogue (bias, activation, residual) to each as it stores it.
  *
- * externs: */
+ * A register tile is TSR_CONV_OC output channels by TSR_CONV_PX consecutive output columns: for each
+ * input channel and tap, TSR_CONV_PX input values (one vector load where the stride is 1 and the
+ * taps lie inside the image) are multiplied by each channel's weight, so each value loaded serves
+ * TSR_CONV_OC products. The loops have constant bounds and the accumulators are local arrays, which
+ * the compiler keeps in vector registers (SSE/AVX, NEON or SIMD128) without intrinsics. Taps outside
+ * the image contribute nothing (a zero, or -inf for a maximum), as the operators' bodies say, and the
+ * sums run over channels, then rows, then columns of the window, the order of the tir reduction.
+ *
+ * externs: tsr_conv2d_f32 tsr_pool2d_f32 */
+
+#include <math.h>
+#include <stdint.h>
+
+/* Eight accumulators of two vectors each with 256-bit vectors or 32 registers; 128-bit vectors and
+ * 16 registers (SSE, WebAssembly on x86) hold four by two. */
+#if defined(__AVX2__) || defined(__AVX512F__) || defined(__aarch64__)
+#define TSR_CONV_PX 16
+#else
+#define TSR_CONV_PX 8
+#endif
+#define TSR_CONV_OC 4
+
+/* The geometry of a window over one image plane (height x width) and of the block of outputs. */
+typedef struct {
+  int32_t height, width, kh, kw, sh, sw, dh, dw, top, left;
+} tsr_conv_geometry;
+
+/* The TSR_CONV_PX values that tap column `col0` (the tile's first) reads from `row`, `sw` apart, for
+ * the tile's first `n` outputs; `fill` where a tap falls outside the row or past the tile. A pointer
+ * into the row itself where all are inside and contiguous, else `buf` filled. */
+static inline const float *tsr_conv_taps(const float *row, int32_t width, int32_t col0, int32_t sw, int32_t n,
+                                         float fill, float *buf) {
+  const int32_t last = col0 + (TSR_CONV_PX - 1) * sw;
+  if (n == TSR_CONV_PX && col0 >= 0 && last < width) {
+    if (sw == 1) return row + col0;
+    for (int32_t k = 0; k < TSR_CONV_PX; k++) buf[k] = row[col0 + k * sw];
+    return buf;
+  }
+  for (int32_t k = 0; k < TSR_CONV_PX; k++) {
+    const int32_t col = col0 + k * sw;
+    buf[k] = (k < n && col >= 0 && col < width) ? row[col] : fill;
+  }
+  return buf;
+}
+
+/* `oc` (1 .. TSR_CONV_OC, a constant where inlined) channels' sums for outputs (y, ox .. ox + n) into
+ * out[o * pitch + k]. x: the group's `channels` planes, `plane` apart; w: the first channel's
+ * weights, `w_stride` apart from one channel to the next. */
+static inline __attribute__((always_inline)) void tsr_conv_tile(int32_t oc, const float *x, int32_t plane,
+                                                                int32_t channels, const tsr_conv_geometry *g,
+                                                                const float *w, int32_t w_stride, int32_t y,
+                                                                int32_t ox, int32_t n, float *out, int32_t pitch) {
+  float acc[TSR_CONV_OC][TSR_CONV_PX] = {{0.0f}};
+  float buf[TSR_CONV_PX];
+  const int32_t taps = g->kh * g->kw;
+  for (int32_t c = 0; c < channels; c++) {
+    for (int32_t i = 0; i < g->kh; i++) {
+      const int32_t row = y * g->sh + i * g->dh - g->top;
+      if (row < 0 || row >= g->height) continue;
+      const float *line = x + (int64_t)c * plane + (int64_t)row * g->width;
+      for (int32_t j = 0; j < g->kw; j++) {
+        const float *v = tsr_conv_taps(line, g->width, ox * g->sw + j * g->dw - g->left, g->sw, n, 0.0f, buf);
+        const float *wt = w + (int64_t)c * taps + i * g->kw + j;
+        for (int32_t o = 0; o < oc; o++) {
+          const float weight = wt[(int64_t)o * w_stride];
+          for (int32_t k = 0; k < TSR_CONV_PX; k++) acc[o][k] += weight * v[k];
+        }
+      }
+    }
+  }
+  for (int32_t o = 0; o < oc; o++)
+    for (int32_t k = 0; k < n; k++) out[(int64_t)o * pitch + k] = acc[o][k];
+}
+
+/* The convolution sums of output channels [first, first + count) of one group (weights `w`, the
+ * group's, OIHW with `channels` input channels each) at output rows y0 .. y0 + rows and columns x0 .. x0 + cols of one
+ * image (`x`: the group's first input plane) into acc[o * block + r * pitch + c]. */
+static void tsr_conv2d_f32(const float *x, int32_t channels, int32_t height, int32_t width, const float *w, int32_t first,
+                           int32_t count,
+                           int32_t kh, int32_t kw, int32_t sh, int32_t sw, int32_t dh, int32_t dw, int32_t top,
+                           int32_t left, int32_t y0, int32_t rows, int32_t x0, int32_t cols, int32_t pitch,
+                           int32_t block, float *acc) {
+  tsr_conv_geometry g = {height, width, kh, kw, sh, sw, dh, dw, top, left};
+  const int32_t plane = height * width;
+  const int32_t w_stride = channels * kh * kw;
+  w += (int64_t)first * w_stride;
+  /* A 1x1 window of stride 1 without padding over whole rows inside the image reads its outputs'
+   * own positions: the block's rows are one row of rows * width columns. */
+  if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && top == 0 && left == 0 && x0 == 0 && cols == width &&
+      pitch == cols && y0 + rows <= height) {
+    g.height = 1;
+    g.width = rows * width;
+    x += (int64_t)y0 * width;
+    cols = rows * width;
+    pitch = cols;
+    rows = 1;
+    y0 = 0;
+  }
+  int32_t o = 0;
+  for (; o + TSR_CONV_OC <= count; o += TSR_CONV_OC)
+    for (int32_t r = 0; r < rows; r++)
+      for (int32_t c = 0; c < cols; c += TSR_CONV_PX)
+        tsr_conv_tile(TSR_CONV_OC, x, plane, channels, &g, w + (int64_t)o * w_stride, w_stride, y0 + r, x0 + c,
+                      cols - c < TSR_CONV_PX ? cols - c : TSR_CONV_PX, acc + (int64_t)o * block + r * pitch + c, block);
+  for (; o < count; o++)
+    for (int32_t r = 0; r < rows; r++)
+      for (int32_t c = 0; c < cols; c += TSR_CONV_PX)
+        tsr_conv_tile(1, x, plane, channels, &g, w + (int64_t)o * w_stride, w_stride, y0 + r, x0 + c,
+                      cols - c < TSR_CONV_PX ? cols - c : TSR_CONV_PX, acc + (int64_t)o * block + r * pitch + c, block);
+}
+
+/* Pooling over one plane `x`: the maximum (`is_max`; -inf where no tap is inside) or the sum of the
+ * taps inside the image, for output rows y0 .. y0 + rows and columns x0 .. x0 + cols, into
+ * acc[r * pitch + c]. */
+static void tsr_pool2d_f32(const float *x, int32_t height, int32_t width, int32_t kh, int32_t kw, int32_t sh, int32_t sw,
+                           int32_t dh, int32_t dw, int32_t top, int32_t left, int32_t y0, int32_t rows, int32_t x0,
+                           int32_t cols, int32_t pitch, int32_t is_max, float *acc) {
+  const float fill = is_max ? -INFINITY : 0.0f;
+  float buf[TSR_CONV_PX];
+  for (int32_t r = 0; r < rows; r++) {
+    for (int32_t c = 0; c < cols; c += TSR_CONV_PX) {
+      const int32_t n = cols - c < TSR_CONV_PX ? cols - c : TSR_CONV_PX;
+      float best[TSR_CONV_PX];
+      for (int32_t k = 0; k < TSR_CONV_PX; k++) best[k] = fill;
+      for (int32_t i = 0; i < kh; i++) {
+        const int32_t row = (y0 + r) * sh + i * dh - top;
+        if (row < 0 || row >= height) continue;
+        for (int32_t j = 0; j < kw; j++) {
+          const float *v = tsr_conv_taps(x + (int64_t)row * width, width, (x0 + c) * sw + j * dw - left, sw, n, fill, buf);
+          if (is_max) {
+            for (int32_t k = 0; k < TSR_CONV_PX; k++) best[k] = best[k] > v[k] ? best[k] : v[k];
+          } else {
+            for (int32_t k = 0; k < TSR_CONV_PX; k++) best[k] += v[k];
+          }
+        }
+      }
+      for (int32_t k = 0; k < n; k++) acc[r * pitch + c + k] = best[k];
+    }
+  }
+}

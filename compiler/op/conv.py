@@ -8,6 +8,7 @@ from .. import arith
 from ..ir.errors import DeductionError
 from ..tir.compute import ComputeDef, Reduction, accumulate_type, lowest, read
 from ..tir.ir import Const, binary, cast, from_prim, logical_and, maximum, minimum, select
+from ..tir.window import ConvInfo, PoolInfo, Window
 from .common import operands_vdevice, result_tensor, same_dtype, tensor_input
 from .lowering import clamp_index
 from .registry import register_op
@@ -112,7 +113,19 @@ def _legalize_conv2d(call, ctx):
         return select(inside, value, Const(0.0, acc) if acc != "i32" else Const(0))
 
     extents = (per_group, w.shape[2], w.shape[3])
-    return ComputeDef(ctx.kernel_name, (x, w), out, body, Reduction(extents, "sum", 0), accumulate_dtype=acc)
+    info = ConvInfo(x, w, _window(call, w.shape[2:]), groups)
+    return ComputeDef(ctx.kernel_name, (x, w), out, body, Reduction(extents, "sum", 0), accumulate_dtype=acc,
+                      attrs={"conv2d": info})
+
+
+def _window(call, kernel) -> Window | None:
+    """The window's geometry as schedule rules read it (tir/window.py); None where the kernel's
+    size is symbolic."""
+    sizes = tuple(arith.Analyzer().as_int(arith.simplify(arith.as_expr(k))) for k in kernel)
+    if None in sizes:
+        return None
+    top, left, _, _ = _quad(call.attr("padding"))
+    return Window(sizes, _pair(call.attr("strides")), _pair(call.attr("dilation")), top, left)
 
 
 def _inside(row, height, col, width):
@@ -194,7 +207,7 @@ def _legalize_pool(kind):
                 return select(inside, pixel, Const(lowest(acc), acc))
 
             return ComputeDef(ctx.kernel_name, (x,), out, body, Reduction((kh, kw), "max", lowest(acc)),
-                              accumulate_dtype=acc)
+                              accumulate_dtype=acc, attrs={"pool2d": PoolInfo(x, _window(call, (kh, kw)), kind)})
         include_pad = call.attr("count_include_pad")
 
         def body(idx, ridx):
@@ -209,7 +222,7 @@ def _legalize_pool(kind):
             return binary("/", total, cast(count, acc))
 
         return ComputeDef(ctx.kernel_name, (x,), out, body, Reduction((kh, kw), "sum", 0.0), finalize,
-                          accumulate_dtype=acc)
+                          accumulate_dtype=acc, attrs={"pool2d": PoolInfo(x, _window(call, (kh, kw)), kind)})
 
     return legalize
 

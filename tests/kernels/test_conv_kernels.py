@@ -1,0 +1,146 @@
+"""Convolution and pooling on C targets (tir/schedule/conv.py, codegen/c/microkernels_conv.c), on the
+c-native CPU and in WebAssembly (wasmtime), against numpy: odd channel counts, strides 1 and 2,
+asymmetric padding, dilation, groups (depthwise with and without a channel multiplier), batches
+above 1, images wider than a workgroup's band, symbolic sizes, and fused epilogues (bias, ReLU,
+ReLU6, a residual add) built through the whole pipeline. Also that the rule takes what it should
+and leaves the rest to the generic rules."""
+
+import numpy as np
+import pytest
+import tessera
+from harness import build, check_op
+from tessera import op
+from tessera.ir import Constant, Function, Tensor, interpret
+from tessera.target import Target
+from tessera.transform import legalize_ops
+from tessera.vm import VirtualMachine
+from tessera.vm.cpu_runner import CPUKernelRunner
+from tessera.vm.wasm_runner import WasmKernelRunner
+
+F32 = "float32"
+TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}
+PRESETS = {"cpu": "cpu", "wasm": "wasm"}
+
+
+@pytest.fixture(scope="module", params=sorted(PRESETS))
+def c_runner(request):
+    """(runner, the target its kernels are built for)."""
+    runner = (CPUKernelRunner if request.param == "cpu" else WasmKernelRunner)()
+    return runner, Target.preset(PRESETS[request.param])
+
+
+def rules(kernels):
+    return sorted(k.attrs["rule"] for k in kernels)
+
+
+def conv(**attrs):
+    return lambda x, w: op.nn.conv2d(x, w, **attrs)
+
+
+# (make, x shape, w shape, sizes swept for the symbolic dimension)
+CONVS = {
+    "3x3_same_odd_channels_batch": (conv(padding=1), ("n", 5, 9, 11), (7, 5, 3, 3), (1, 2, 3)),
+    "3x3_stride2": (conv(strides=2, padding=1), (2, 3, "n", 9), (6, 3, 3, 3), (1, 7, 16)),
+    "asymmetric_padding_dilation": (conv(strides=(2, 1), padding=(1, 0, 2, 1), dilation=(2, 1)),
+                                    (1, 3, "n", 10), (5, 3, 3, 2), (5, 8, 13)),
+    "groups": (conv(groups=2, padding=1), (1, 6, 7, "n"), (10, 3, 3, 3), (1, 7, 20)),
+    "depthwise": (conv(groups=7, strides=2, padding=1), (2, 7, "n", 13), (7, 1, 3, 3), (1, 6, 15)),
+    "depthwise_multiplier": (conv(groups=5, padding=1), (1, 5, 8, "n"), (10, 1, 3, 3), (2, 9)),
+    "pointwise_whole_rows": (conv(), (1, 13, "n", 11), (9, 13, 1, 1), (1, 11, 12, 30)),
+    "pointwise_bottom_padding": (conv(padding=(0, 0, 1, 1)), (2, 4, 6, 6), (17, 4, 1, 1), ((),)),
+    "pointwise_stride2": (conv(strides=2), (1, 6, 9, 9), (5, 6, 1, 1), ((),)),
+    "wide_rows_in_chunks": (conv(padding=1), (1, 2, 3, "n"), (3, 2, 3, 3), (127, 129, 300)),
+    "long_reduction": (conv(), (1, 64, 5, 5), (2, 64, 3, 3), ((),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_convolution(c_runner, name):
+    make, x_shape, w_shape, sizes = CONVS[name]
+    runner, target = c_runner
+    _, kernels = check_op(runner, make, [Tensor(x_shape, F32), Tensor(w_shape, F32)], sizes=sizes, target=target,
+                          **TOLERANCE)
+    assert rules(kernels) == ["conv2d"]
+
+
+POOLS = {
+    "max_3x3_stride2_padding": (lambda x: op.nn.max_pool2d(x, pool_size=3, strides=2, padding=1), (2, 3, "n", 9),
+                                (1, 7, 16)),
+    "max_ceil_mode_dilation": (lambda x: op.nn.max_pool2d(x, pool_size=2, strides=2, dilation=2, ceil_mode=True),
+                               (1, 3, 9, "n"), (4, 7, 10)),
+    "avg_excluding_padding": (lambda x: op.nn.avg_pool2d(x, pool_size=3, strides=2, padding=1), (1, 5, "n", 7),
+                              (1, 7, 12)),
+    "avg_including_padding": (lambda x: op.nn.avg_pool2d(x, pool_size=2, strides=2, padding=1,
+                                                         count_include_pad=True), (2, 3, 6, 6), ((),)),
+    "avg_dilated_asymmetric": (lambda x: op.nn.avg_pool2d(x, pool_size=3, strides=1, padding=(2, 1, 0, 2),
+                                                          dilation=(2, 3)), (1, 2, "n", 9), (4, 7)),
+    "max_wide_rows": (lambda x: op.nn.max_pool2d(x, pool_size=3, strides=1, padding=1), (1, 2, 2, "n"), (200,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POOLS))
+def test_pooling(c_runner, name):
+    make, x_shape, sizes = POOLS[name]
+    runner, target = c_runner
+    _, kernels = check_op(runner, make, [Tensor(x_shape, F32)], sizes=sizes, target=target, **TOLERANCE)
+    assert rules(kernels) == ["pool2d"]
+
+
+def test_what_the_rule_leaves_to_the_generic_rules(c_runner):
+    """Integer data and a kernel of symbolic size: the generic rules, still right."""
+    runner, target = c_runner
+    _, kernels = check_op(runner, conv(padding=1), [Tensor((1, 3, 5, 5), "int32"), Tensor((4, 3, 3, 3), "int32")],
+                          sizes=((),), target=target)
+    assert "conv2d" not in rules(kernels)
+    _, kernels = check_op(runner, conv(), [Tensor((1, 2, 6, 6), F32), Tensor((3, 2, "k", "k"), F32)],
+                          sizes=(1, 3), target=target, **TOLERANCE)
+    assert "conv2d" not in rules(kernels)
+
+
+def test_gpu_targets_keep_their_rules():
+    mod = build(conv(padding=1), [Tensor((1, 3, 8, 8), F32), Tensor((4, 3, 3, 3), F32)])
+    lowered = legalize_ops(mod, Target.preset("llvmpipe"))
+    assert "conv2d" not in rules(f for f in lowered.functions.values() if not isinstance(f, Function))
+
+
+# Fused epilogues: the graph built and run whole (fusion gives the convolution its bias, activation
+# and residual add), against the same graph interpreted by numpy.
+def conv_bias_relu6(x, w, b):
+    return op.clip(op.add(op.nn.conv2d(x, w, padding=1), op.reshape(b, (1, -1, 1, 1))), min=0.0, max=6.0)
+
+
+def depthwise_bias_relu(x, w, b):
+    return op.nn.relu(op.add(op.nn.conv2d(x, w, strides=2, padding=1, groups=6), op.reshape(b, (1, -1, 1, 1))))
+
+
+def pointwise_residual(x, w, b):
+    return op.add(op.add(op.nn.conv2d(x, w), op.reshape(b, (1, -1, 1, 1))), x)
+
+
+def pool_then_relu(x):
+    return op.nn.relu(op.nn.avg_pool2d(op.subtract(x, Constant(np.array(0.5, np.float32))), pool_size=3, strides=2,
+                                       padding=1))
+
+
+FUSED = {
+    "conv_bias_relu6": (conv_bias_relu6, [(2, 5, 9, 10), (7, 5, 3, 3), (7,)], "conv2d"),
+    "depthwise_bias_relu": (depthwise_bias_relu, [(1, 6, 11, 11), (6, 1, 3, 3), (6,)], "conv2d"),
+    "pointwise_bias_residual": (pointwise_residual, [(2, 6, 7, 7), (6, 6, 1, 1), (6,)], "conv2d"),
+    # The input's subtraction is fused into the pool's reads: the pool's operand is not in memory.
+    "computed_input_declines": (pool_then_relu, [(1, 3, 8, 8)], None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUSED))
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_fused_epilogues(preset, name):
+    make, shapes, rule = FUSED[name]
+    mod = build(make, [Tensor(s, F32) for s in shapes])
+    exe = tessera.build(mod, Target.preset(preset))
+    rng = np.random.default_rng(3)
+    args = [rng.uniform(-2, 2, s).astype(np.float32) for s in shapes]
+    got = VirtualMachine(exe)["main"](*args)
+    want = interpret(mod, "main", *args)
+    np.testing.assert_allclose(np.asarray(got), want, **TOLERANCE)
+    assert len(exe.kernels) == 1, [k["name"] for k in exe.kernels]  # one launch, the epilogue inside
+    assert (exe.kernels[0]["rule"] == rule) if rule else exe.kernels[0]["rule"] not in ("conv2d", "pool2d")
