@@ -147,6 +147,13 @@ def _compose(name: str, func: Function, target: Target):
         # Matmul rules read their operands from memory: those are parameters of the group.
         a_var, b_var = (read_map[reduction][id(buf)] for buf in (info.a, info.b))
         attrs["matmul"] = replace(info, a=buffer_of[a_var], b=buffer_of[b_var])
+    for key in ("conv2d", "pool2d"):  # tir/window.py: the window's operands, if the group reads them from memory
+        if key in attrs:
+            sources = {field: read_map[reduction][id(getattr(attrs[key], field))] for field in attrs[key].operands}
+            if all(isinstance(s, Var) and s in buffer_of for s in sources.values()):
+                attrs[key] = replace(attrs[key], **{field: buffer_of[s] for field, s in sources.items()})
+            else:
+                del attrs[key]
     # The reduction accumulates in its member's type, not the group's output's (a sum cast to int).
     accumulator = base.accumulate_dtype or accumulate_type(base.output.dtype)
     defn = ComputeDef(name, inputs, out, body, base.reduction, finalize, accumulator, attrs)
