@@ -28,11 +28,12 @@
 
 /* One unpacked super-block: 256 values as bytes, the integer scale of each 16 values, the float
  * d_w of the weighted dot, and c per q8 block (the s_x coefficient, for Q4_K and Q5_K).
- * Q2_K's minimums (per 16 values) are `mins`, weighted against ones with d = -dmin. */
+ * Q2_K's minimums (per 16 values) are weighted against ones with d = -dmin. */
 typedef struct {
   int8_t v[256];
   int16_t scale[16];
-  int16_t mins[16];
+  uint8_t packed[16]; /* Q2_K's scale and minimum bytes, read where they are used: a loop widening them
+                         here is vectorized by gcc 12 into byte inserts that cost more than the dot */
   float d, dmin_neg;
   float c[8];
 } tsr_kq_block;
@@ -183,7 +184,10 @@ static const int8_t tsr_kq_ones[32] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
 
 /* -- unpacking, one function per format (byte offsets as in tir/quant.py) ----------------------- */
 
-/* Q4_K and Q5_K: the 6-bit scale and minimum of sub-block s (0..7) from the 12 bytes at p. */
+/* Q4_K and Q5_K: the 6-bit scale and minimum of sub-block s (0..7) from the 12 bytes at p (ggml's
+ * get_scale_min_k4): s < 4 in the low 6 bits of bytes s and s + 4; s >= 4 in the nibbles of byte
+ * s + 4 and the top 2 bits of bytes s - 4 and s. (Written so, gcc 12 makes faster code of it than of
+ * a branch-free form.) */
 static inline void tsr_kq_scale_min(const uint8_t *p, int s, int *scale, int *minimum) {
   if (s < 4) {
     *scale = p[s] & 63, *minimum = p[s + 4] & 63;
@@ -258,7 +262,7 @@ static inline void tsr_kq_two_bits(const uint8_t *p, int shift, int8_t *v) {
 static inline void tsr_kq_unpack_q2_k(const uint8_t *w, tsr_kq_block *u) {
   u->d = tsr_mk_half(w + 80);
   u->dmin_neg = -tsr_mk_half(w + 82);
-  for (int s = 0; s < 16; s++) u->scale[s] = (int16_t)(w[s] & 15), u->mins[s] = (int16_t)(w[s] >> 4);
+  memcpy(u->packed, w, 16);
   for (int n = 0; n < 2; n++) {
     tsr_kq_two_bits(w + 16 + 32 * n, 0, u->v + 128 * n);
     tsr_kq_two_bits(w + 16 + 32 * n, 2, u->v + 128 * n + 32);
@@ -277,9 +281,12 @@ static inline void tsr_kq_three_bits(const uint8_t *p, const uint8_t *mask, int 
  * 128n + 32c + j is its 2 bits minus 4 unless bit 4n + c of mask byte j is set. */
 static inline void tsr_kq_unpack_q3_k(const uint8_t *w, tsr_kq_block *u) {
   u->d = tsr_mk_half(w + 108);
-  for (int s = 0; s < 16; s++) {
-    const int low = (w[96 + s % 8] >> (4 * (s / 8))) & 15, high = (w[104 + s % 4] >> (2 * (s / 4))) & 3;
-    u->scale[s] = (int16_t)((low | (high << 4)) - 32);
+  for (int i = 0; i < 4; i++) { /* sub-blocks i, i + 4, i + 8, i + 12 */
+    const int top = w[104 + i];
+    u->scale[i] = (int16_t)(((w[96 + i] & 15) | ((top & 3) << 4)) - 32);
+    u->scale[i + 4] = (int16_t)(((w[100 + i] & 15) | (((top >> 2) & 3) << 4)) - 32);
+    u->scale[i + 8] = (int16_t)(((w[96 + i] >> 4) | (((top >> 4) & 3) << 4)) - 32);
+    u->scale[i + 12] = (int16_t)(((w[100 + i] >> 4) | ((top >> 6) << 4)) - 32);
   }
   for (int n = 0; n < 2; n++) {
     tsr_kq_three_bits(w + 32 + 32 * n, w, 0, 4 * n, u->v + 128 * n);
@@ -295,12 +302,13 @@ static inline void tsr_kq_block_dot(const tsr_kq_block *u, int q8_blocks, int is
                                     const int8_t *q, const float *d, const float *s, tsr_kq_acc *acc,
                                     float *extra) {
   for (int i = 0; i < q8_blocks; i++) {
-    *acc = tsr_kq_dot(*acc, tsr_kq_load(u->v + 32 * i), q + 32 * i, u->scale[2 * i], u->scale[2 * i + 1],
-                      u->d * d[i], is_signed);
+    const int sc_lo = c_kind == 2 ? u->packed[2 * i] & 15 : u->scale[2 * i];
+    const int sc_hi = c_kind == 2 ? u->packed[2 * i + 1] & 15 : u->scale[2 * i + 1];
+    *acc = tsr_kq_dot(*acc, tsr_kq_load(u->v + 32 * i), q + 32 * i, sc_lo, sc_hi, u->d * d[i], is_signed);
     if (c_kind == 1) *extra += u->c[i] * s[i];
     if (c_kind == 2) /* Q2_K's minimums: a dot of ones with x, weighted per 16 values */
-      *acc = tsr_kq_dot(*acc, tsr_kq_load(tsr_kq_ones), q + 32 * i, u->mins[2 * i], u->mins[2 * i + 1],
-                        u->dmin_neg * d[i], 0);
+      *acc = tsr_kq_dot(*acc, tsr_kq_load(tsr_kq_ones), q + 32 * i, u->packed[2 * i] >> 4,
+                        u->packed[2 * i + 1] >> 4, u->dmin_neg * d[i], 0);
   }
 }
 
