@@ -2,7 +2,8 @@
 // Query parameters set the sampling (?temperature=0&max_tokens=32&top_p=0.9&seed=1) and may pick
 // the backend (?backend=wasm or ?backend=webgpu; the default tries the bundle's builds in order, WASM
 // first when the WebGPU adapter is a software renderer such as SwiftShader); ?worker=0 runs the engine on
-// the page's own thread instead of a Web Worker. Served by `tessera serve` with a model (the body has
+// the page's own thread instead of a Web Worker; ?threads=N runs a WASM build on at most N threads (by
+// default one per core, when the page is cross-origin isolated: `tessera serve` sends the headers). Served by `tessera serve` with a model (the body has
 // data-api-url), the page talks to the server's OpenAI API instead (http-engine.js). When the
 // conversation no longer fits the model's context, the engine leaves its oldest turns out; the page
 // says so, greys them and stops sending them.
@@ -112,6 +113,7 @@ async function startBrowserEngine() {
   const create = params.get("worker") === "0" ? runtime.createEngine : runtime.createWorkerEngine;
   engine = await create(new URL(body.dataset.modelUrl, location.href).href, {
     backend: params.get("backend") ?? "auto",
+    ...(params.has("threads") ? { wasmThreads: number("threads", 1) } : {}),
     initProgressCallback: ({ progress, loaded, total, text }) => {
       $("progress").value = progress;
       $("progress-text").textContent = total
@@ -121,7 +123,9 @@ async function startBrowserEngine() {
   const weights = `${formatBytes(engine.load.bytes)} of weights ${engine.load.shardsFromCache ? "from the browser cache" : "downloaded"}`;
   // A build split by --gpu-layers runs on both (engine.device.kind "split").
   const runsOn = { webgpu: "WebGPU", split: "WebGPU + WASM" }[engine.device.kind] ?? "WASM";
-  $("device").textContent = `Running on ${runsOn}: ${engine.device.name} · ${weights}`;
+  // How many threads a WASM build runs on, and why no more (a page that is not cross-origin isolated has one).
+  const threading = engine.device.threading ? ` · ${engine.device.threading}` : "";
+  $("device").textContent = `Running on ${runsOn}: ${engine.device.name} · ${weights}${threading}`;
   // Which build runs and why (a software WebGPU adapter runs the WASM build; ?backend=webgpu overrides).
   $("device-reason").textContent = `${runsOn} build: ${engine.device.reason}`;
 }

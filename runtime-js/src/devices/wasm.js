@@ -36,6 +36,7 @@ export const threadsModulePath = (path) => path.replace(/\.wasm$/, "-threads.was
 export class WasmDevice {
   kind = "wasm";
   backend = "c-wasm";  // the kernels it runs (docs/format.md)
+  name = "WebAssembly SIMD on the CPU";
 
   /** @param {{threads?: number}} [options] threads: how many to run on at most (default: the cores the browser reports) */
   constructor({ threads } = {}) {
@@ -51,9 +52,6 @@ export class WasmDevice {
     this.threading = "";  // why that many, for people
   }
 
-  get name() {
-    return this.threads > 1 ? `WebAssembly SIMD on the CPU, ${this.threads} threads` : "WebAssembly SIMD on the CPU";
-  }
 
   fits() {
     return [WASM_FIT];
