@@ -3,10 +3,10 @@
  * applies the fused epilogue (bias, activation, residual) to each as it stores it.
  *
  * A register tile is TSR_CONV_OC output channels by TSR_CONV_PX consecutive output columns: for each
- * input channel and tap, TSR_CONV_PX input values (one vector load where the stride is 1 and the
+ * input channel and tap, TSR_CONV_PX input values (two vector loads where the stride is 1 and the
  * taps lie inside the image) are multiplied by each channel's weight, so each value loaded serves
- * TSR_CONV_OC products. The loops have constant bounds and the accumulators are local arrays, which
- * the compiler keeps in vector registers (SSE/AVX, NEON or SIMD128) without intrinsics. Taps outside
+ * TSR_CONV_OC products; the accumulators are vector variables (no intrinsics: SSE/AVX, NEON and
+ * SIMD128 alike). Taps outside
  * the image contribute nothing (a zero, or -inf for a maximum), as the operators' bodies say, and the
  * sums run over channels, then rows, then columns of the window, the order of the tir reduction.
  *
@@ -14,15 +14,27 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
-/* Eight accumulators of two vectors each with 256-bit vectors or 32 registers; 128-bit vectors and
- * 16 registers (SSE, WebAssembly on x86) hold four by two. */
-#if defined(__AVX2__) || defined(__AVX512F__) || defined(__aarch64__)
-#define TSR_CONV_PX 16
+/* A vector of TSR_CONV_VEC floats in the compiler's vector extension (GCC's and clang's alike): the
+ * accumulators are named variables, so they stay in registers where an array might not. A register
+ * tile is TSR_CONV_OC channels by two vectors: 8 accumulators, which 16 registers hold with room for
+ * the inputs and weights. 256-bit vectors where the CPU has them, 128-bit ones elsewhere (SSE, NEON,
+ * WebAssembly SIMD128). */
+#if defined(__AVX2__) || defined(__AVX512F__)
+#define TSR_CONV_VEC 8
 #else
-#define TSR_CONV_PX 8
+#define TSR_CONV_VEC 4
 #endif
+#define TSR_CONV_PX (2 * TSR_CONV_VEC)
 #define TSR_CONV_OC 4
+typedef float tsr_conv_vf __attribute__((vector_size(TSR_CONV_VEC * sizeof(float))));
+
+static inline tsr_conv_vf tsr_conv_load(const float *p) {
+  tsr_conv_vf v;
+  memcpy(&v, p, sizeof v); /* unaligned */
+  return v;
+}
 
 /* The geometry of a window over one image plane (height x width) and of the block of outputs. */
 typedef struct {
@@ -47,14 +59,20 @@ static inline const float *tsr_conv_taps(const float *row, int32_t width, int32_
   return buf;
 }
 
-/* `oc` (1 .. TSR_CONV_OC, a constant where inlined) channels' sums for outputs (y, ox .. ox + n) into
- * out[o * pitch + k]. x: the group's `channels` planes, `plane` apart; w: the first channel's
- * weights, `w_stride` apart from one channel to the next. */
-static inline __attribute__((always_inline)) void tsr_conv_tile(int32_t oc, const float *x, int32_t plane,
-                                                                int32_t channels, const tsr_conv_geometry *g,
-                                                                const float *w, int32_t w_stride, int32_t y,
-                                                                int32_t ox, int32_t n, float *out, int32_t pitch) {
-  float acc[TSR_CONV_OC][TSR_CONV_PX] = {{0.0f}};
+/* The tile's `n` first columns of a channel's two accumulators to out. */
+static inline void tsr_conv_put(float *out, int32_t n, tsr_conv_vf lo, tsr_conv_vf hi) {
+  float tile[TSR_CONV_PX];
+  memcpy(tile, &lo, sizeof lo);
+  memcpy(tile + TSR_CONV_VEC, &hi, sizeof hi);
+  memcpy(out, tile, (size_t)n * sizeof(float));
+}
+
+/* TSR_CONV_OC channels' sums (TSR_CONV_OC = 4: four named pairs of accumulators) for outputs
+ * (y, ox .. ox + n) into out[o * pitch + k]. x: the group's `channels` planes, `plane` apart; w: the
+ * first channel's weights, `w_stride` apart from one channel to the next. */
+static void tsr_conv_tile4(const float *x, int32_t plane, int32_t channels, const tsr_conv_geometry *g, const float *w,
+                           int32_t w_stride, int32_t y, int32_t ox, int32_t n, float *out, int32_t pitch) {
+  tsr_conv_vf a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};
   float buf[TSR_CONV_PX];
   const int32_t taps = g->kh * g->kw;
   for (int32_t c = 0; c < channels; c++) {
@@ -62,18 +80,78 @@ static inline __attribute__((always_inline)) void tsr_conv_tile(int32_t oc, cons
       const int32_t row = y * g->sh + i * g->dh - g->top;
       if (row < 0 || row >= g->height) continue;
       const float *line = x + (int64_t)c * plane + (int64_t)row * g->width;
+      const float *wt = w + (int64_t)c * taps + i * g->kw;
       for (int32_t j = 0; j < g->kw; j++) {
         const float *v = tsr_conv_taps(line, g->width, ox * g->sw + j * g->dw - g->left, g->sw, n, 0.0f, buf);
-        const float *wt = w + (int64_t)c * taps + i * g->kw + j;
-        for (int32_t o = 0; o < oc; o++) {
-          const float weight = wt[(int64_t)o * w_stride];
-          for (int32_t k = 0; k < TSR_CONV_PX; k++) acc[o][k] += weight * v[k];
-        }
+        const tsr_conv_vf lo = tsr_conv_load(v), hi = tsr_conv_load(v + TSR_CONV_VEC);
+        const float w0 = wt[j], w1 = wt[j + w_stride], w2 = wt[j + 2 * w_stride], w3 = wt[j + 3 * w_stride];
+        a0 += lo * w0;
+        b0 += hi * w0;
+        a1 += lo * w1;
+        b1 += hi * w1;
+        a2 += lo * w2;
+        b2 += hi * w2;
+        a3 += lo * w3;
+        b3 += hi * w3;
       }
     }
   }
-  for (int32_t o = 0; o < oc; o++)
-    for (int32_t k = 0; k < n; k++) out[(int64_t)o * pitch + k] = acc[o][k];
+  tsr_conv_put(out, n, a0, b0);
+  tsr_conv_put(out + pitch, n, a1, b1);
+  tsr_conv_put(out + 2 * pitch, n, a2, b2);
+  tsr_conv_put(out + 3 * pitch, n, a3, b3);
+}
+
+/* One channel's sums, as tsr_conv_tile4 (depthwise convolutions, and the channels left over). */
+static void tsr_conv_tile1(const float *x, int32_t plane, int32_t channels, const tsr_conv_geometry *g, const float *w,
+                           int32_t y, int32_t ox, int32_t n, float *out) {
+  tsr_conv_vf a0 = {0}, b0 = {0};
+  float buf[TSR_CONV_PX];
+  const int32_t taps = g->kh * g->kw;
+  for (int32_t c = 0; c < channels; c++) {
+    for (int32_t i = 0; i < g->kh; i++) {
+      const int32_t row = y * g->sh + i * g->dh - g->top;
+      if (row < 0 || row >= g->height) continue;
+      const float *line = x + (int64_t)c * plane + (int64_t)row * g->width;
+      const float *wt = w + (int64_t)c * taps + i * g->kw;
+      for (int32_t j = 0; j < g->kw; j++) {
+        const float *v = tsr_conv_taps(line, g->width, ox * g->sw + j * g->dw - g->left, g->sw, n, 0.0f, buf);
+        a0 += tsr_conv_load(v) * wt[j];
+        b0 += tsr_conv_load(v + TSR_CONV_VEC) * wt[j];
+      }
+    }
+  }
+  tsr_conv_put(out, n, a0, b0);
+}
+
+/* A 1x1 window of stride 1 reading inside the image (pointwise convolutions: most of a MobileNet's
+ * work): TSR_CONV_OC channels' sums for the `n` positions from `x` on (`channels` planes, `plane`
+ * apart) into out[o * pitch + k], with nothing but loads and arithmetic in the channel loop. */
+static void tsr_conv_pointwise4(const float *x, int32_t plane, int32_t channels, const float *w, int32_t w_stride,
+                                int32_t n, float *out, int32_t pitch) {
+  tsr_conv_vf a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};
+  float buf[TSR_CONV_PX] = {0};
+  for (int32_t c = 0; c < channels; c++) {
+    const float *v = x + (int64_t)c * plane;
+    if (n < TSR_CONV_PX) {
+      memcpy(buf, v, (size_t)n * sizeof(float));
+      v = buf;
+    }
+    const tsr_conv_vf lo = tsr_conv_load(v), hi = tsr_conv_load(v + TSR_CONV_VEC);
+    const float w0 = w[c], w1 = w[c + w_stride], w2 = w[c + 2 * w_stride], w3 = w[c + 3 * w_stride];
+    a0 += lo * w0;
+    b0 += hi * w0;
+    a1 += lo * w1;
+    b1 += hi * w1;
+    a2 += lo * w2;
+    b2 += hi * w2;
+    a3 += lo * w3;
+    b3 += hi * w3;
+  }
+  tsr_conv_put(out, n, a0, b0);
+  tsr_conv_put(out + pitch, n, a1, b1);
+  tsr_conv_put(out + 2 * pitch, n, a2, b2);
+  tsr_conv_put(out + 3 * pitch, n, a3, b3);
 }
 
 /* The convolution sums of output channels [first, first + count) of one group (weights `w`, the
@@ -101,16 +179,25 @@ static void tsr_conv2d_f32(const float *x, int32_t channels, int32_t height, int
     y0 = 0;
   }
   int32_t o = 0;
+  if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && top == 0 && left == 0 && y0 + rows <= g.height &&
+      x0 + cols <= g.width) {
+    for (; o + TSR_CONV_OC <= count; o += TSR_CONV_OC)
+      for (int32_t r = 0; r < rows; r++)
+        for (int32_t c = 0; c < cols; c += TSR_CONV_PX)
+          tsr_conv_pointwise4(x + (int64_t)(y0 + r) * g.width + x0 + c, plane, channels, w + (int64_t)o * w_stride,
+                              w_stride, cols - c < TSR_CONV_PX ? cols - c : TSR_CONV_PX,
+                              acc + (int64_t)o * block + r * pitch + c, block);
+  }
   for (; o + TSR_CONV_OC <= count; o += TSR_CONV_OC)
     for (int32_t r = 0; r < rows; r++)
       for (int32_t c = 0; c < cols; c += TSR_CONV_PX)
-        tsr_conv_tile(TSR_CONV_OC, x, plane, channels, &g, w + (int64_t)o * w_stride, w_stride, y0 + r, x0 + c,
-                      cols - c < TSR_CONV_PX ? cols - c : TSR_CONV_PX, acc + (int64_t)o * block + r * pitch + c, block);
+        tsr_conv_tile4(x, plane, channels, &g, w + (int64_t)o * w_stride, w_stride, y0 + r, x0 + c,
+                       cols - c < TSR_CONV_PX ? cols - c : TSR_CONV_PX, acc + (int64_t)o * block + r * pitch + c, block);
   for (; o < count; o++)
     for (int32_t r = 0; r < rows; r++)
       for (int32_t c = 0; c < cols; c += TSR_CONV_PX)
-        tsr_conv_tile(1, x, plane, channels, &g, w + (int64_t)o * w_stride, w_stride, y0 + r, x0 + c,
-                      cols - c < TSR_CONV_PX ? cols - c : TSR_CONV_PX, acc + (int64_t)o * block + r * pitch + c, block);
+        tsr_conv_tile1(x, plane, channels, &g, w + (int64_t)o * w_stride, y0 + r, x0 + c,
+                       cols - c < TSR_CONV_PX ? cols - c : TSR_CONV_PX, acc + (int64_t)o * block + r * pitch + c);
 }
 
 /* Pooling over one plane `x`: the maximum (`is_max`; -inf where no tap is inside) or the sum of the
