@@ -41,6 +41,7 @@ from ..op.lowering import LegalizeError
 from ..target import Target
 from ..tir.compute import ComputeDef
 from ..tir.pattern import Pattern, analyze_pattern
+from ..tir.schedule import cpu_gemm
 from .device_targets import DeviceTargets
 from .legalize import call_signature, describe_call
 from .outline import FreshNames, group_inputs, outline_group
@@ -208,10 +209,12 @@ class _FunctionFuser:
     def _epilogue_slows(self, matmul: VarBinding) -> bool:
         """C targets' quantized GEMM tile rule (more than one row) runs its main loop 2.5x slower
         once an epilogue follows it (gcc -O3, measured on SmolLM2's prefill: 2.4 s against 1.18 s
-        unfused), so there it takes none until the rule is mended; GEMVs (decode) are unaffected, and so
-        are q8-activation GEMVs over a decode batch's rows (quantized_gemv_q8.py), whatever their rows."""
+        unfused), so there it takes none; GEMVs (decode) are unaffected, and so are q8-activation
+        GEMVs over a decode batch's rows (quantized_gemv_q8.py), whatever their rows. Targets with the
+        GEMM micro-kernels (tir/schedule/cpu_gemm.py) apply an epilogue to each output of a tile already
+        computed, so there it costs nothing."""
         target = self.targets.target_of(matmul.var.struct_info)
-        if not (target.cpu_adapter and target.serial_threads):
+        if not (target.cpu_adapter and target.serial_threads) or target.has_extern(cpu_gemm.GEMM):
             return False
         if matmul.value.op.name != "quantized_matmul" or matmul.value.attr("activations") == "q8":
             return False
