@@ -1,12 +1,12 @@
 // The WASM device's pool of threads: Web Workers in a browser (worker_threads in Node), each with an
 // instance of the threaded kernel module (kernels-threads.wasm, codegen/c/backend.py) over the
-// device's one shared WebAssembly.Memory. A launch splits the grid's flattened workgroups into
-// contiguous shares: the workers' are posted through a shared control block (wasm-control.js), the
-// main thread runs share 0 itself and then waits, spinning, for the others. The wait spins because a
-// launch is synchronous (the VM calls the next kernel right after) and a page's main thread may not
-// block in Atomics.wait; a share is short, so the spin is too.
+// device's one shared WebAssembly.Memory. A launch cuts the grid's flattened workgroups into chunks
+// that the main thread and the workers it wakes claim one by one through a shared control block
+// (wasm-control.js); the main thread then waits, spinning, for the chunks others still run. The wait
+// spins because a launch is synchronous (the VM calls the next kernel right after) and a page's main
+// thread may not block in Atomics.wait; a chunk is short, so the spin is too.
 
-import { CONTROL, controlWords, rangeOf } from "./wasm-control.js";
+import { CHUNKS_PER_THREAD, claimWord, CONTROL, controlWords, MAX_CHUNKS, runChunks } from "./wasm-control.js";
 
 /** Why this context cannot run the pool, or null when it can (cross-origin isolated, or Node). */
 export function threadsUnavailable() {
@@ -98,31 +98,31 @@ export class WasmPool {
    * @param {number} total
    */
   launch(kernel, run, args, total) {
-    const parts = Math.min(this.threads, total);
-    if (parts <= 1) {
+    const chunks = Math.min(total, this.threads * CHUNKS_PER_THREAD, MAX_CHUNKS);
+    if (chunks <= 1) {
       run(...args, 0, total);
       return;
     }
     const ctl = this.control;
+    const chunk = Math.ceil(total / chunks);
+    const count = Math.ceil(total / chunk);
     ctl[CONTROL.KERNEL] = kernel;
     ctl[CONTROL.ARGC] = args.length;
     ctl.set(args, CONTROL.ARGS);
-    ctl[CONTROL.PARTICIPANTS] = parts;
     ctl[CONTROL.TOTAL] = total;
-    Atomics.store(ctl, CONTROL.DONE, 0);
-    for (let worker = 0; worker < parts - 1; worker++) {
-      Atomics.add(ctl, CONTROL.GO + worker, 1);  // seq-cst: the writes above are visible to the worker
+    ctl[CONTROL.CHUNK] = chunk;
+    Atomics.store(ctl, CONTROL.COMPLETED, 0);
+    Atomics.store(ctl, CONTROL.NEXT, claimWord(count));  // seq-cst: the writes above are visible to a claim
+    const woken = Math.min(this.workers.length, count - 1);
+    for (let worker = 0; worker < woken; worker++) {
+      Atomics.add(ctl, CONTROL.GO + worker, 1);
       Atomics.notify(ctl, CONTROL.GO + worker, 1);
     }
-    let failure = null;
-    try {
-      run(...args, ...rangeOf(total, 0, parts));
-    } catch (error) {
-      failure = error;  // thrown once the workers are done with this launch's arguments
-    }
-    while (Atomics.load(ctl, CONTROL.DONE) < parts - 1);  // eslint-disable-line no-empty
+    const failure = runChunks(ctl, () => run);  // thrown once the workers are done with this launch's arguments
+    while (Atomics.load(ctl, CONTROL.COMPLETED) < count);  // eslint-disable-line no-empty
+    const flagged = Atomics.exchange(ctl, CONTROL.FAILED, 0);  // cleared for the next launch
     if (failure) throw failure;
-    if (Atomics.exchange(ctl, CONTROL.FAILED, 0)) {
+    if (flagged) {
       throw new Error(`kernel ${kernel} failed (a WebAssembly trap) on a worker of the WASM thread pool`);
     }
   }

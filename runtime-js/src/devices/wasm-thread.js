@@ -1,11 +1,11 @@
 // One worker of the WASM device's thread pool (wasm-pool.js), in a browser's Web Worker or Node's
 // worker_threads. It instantiates the threaded kernel module (kernels-threads.wasm) over the device's
 // shared memory with a stack of its own, says "ready", and from then on only waits on its slot of the
-// control block: each time the main thread bumps it, the worker runs its share of that launch's
-// workgroups and counts itself done. It never answers another message (its event loop is blocked in
+// control block: each time the main thread bumps it, the worker claims and runs chunks of that launch's
+// workgroups until none is left (wasm-control.js). It never answers another message (its event loop is blocked in
 // Atomics.wait), so the page's side talks to it through shared memory alone.
 
-import { CONTROL, rangeOf } from "./wasm-control.js";
+import { CONTROL, runChunks } from "./wasm-control.js";
 
 /** Node's module of workers, named through a variable: a browser never resolves it. */
 const NODE_WORKERS = "node:worker_threads";
@@ -22,9 +22,10 @@ async function nodePort() {
     onMessage: (/** @type {(data: any) => void} */ listener) => { parentPort.once("message", listener); } };
 }
 
-/** How many times a worker looks at its slot before it sleeps: back-to-back launches (a decode step's
- * hundreds) then start without a futex wake-up, and an idle worker soon stops taking a core. */
-const SPINS = 2000;
+/** How many times a worker looks at its slot before it sleeps (some tens of microseconds): back-to-back
+ * launches (a decode step's hundreds) then start without a futex wake-up, and an idle worker soon stops
+ * taking a core. */
+const SPINS = 20000;
 
 port.onMessage(async (/** @type {any} */ data) => {
   const { module, memory, control, worker, stackTop, entries } = data;
@@ -43,10 +44,11 @@ port.onMessage(async (/** @type {any} */ data) => {
   serve(new Int32Array(control), worker, functions);
 });
 
-/** Run this worker's share of each launch posted to its slot, forever.
+/** Run chunks of each launch posted to this worker's slot, forever.
  * @param {Int32Array} ctl @param {number} worker @param {Function[]} functions */
 function serve(ctl, worker, functions) {
   const slot = CONTROL.GO + worker;
+  const exportOf = (/** @type {number} */ kernel) => functions[kernel];
   let seen = 0;
   for (;;) {
     let go = Atomics.load(ctl, slot);
@@ -56,13 +58,6 @@ function serve(ctl, worker, functions) {
       continue;
     }
     seen = go;
-    try {
-      const argc = ctl[CONTROL.ARGC];
-      const [begin, end] = rangeOf(ctl[CONTROL.TOTAL], worker + 1, ctl[CONTROL.PARTICIPANTS]);
-      if (begin < end) functions[ctl[CONTROL.KERNEL]](...ctl.subarray(CONTROL.ARGS, CONTROL.ARGS + argc), begin, end);
-    } catch {
-      Atomics.store(ctl, CONTROL.FAILED, 1);  // a trap: the main thread throws once every share is in
-    }
-    Atomics.add(ctl, CONTROL.DONE, 1);
+    runChunks(ctl, exportOf);  // a failure is flagged in the control block: the main thread throws
   }
 }
