@@ -10,6 +10,11 @@ the browser's processes, summed, sampled every 100 ms; each engine runs in a bro
     .venv/bin/python bench/browser.py            (make bench runs it)
     BENCH_TOKENS=32 .venv/bin/python bench/browser.py tessera-wasm,wllama-wasm
     .venv/bin/python bench/browser.py tessera-wasm,wllama-wasm --prompt-tokens 3000
+    BENCH_THREADS=2 .venv/bin/python bench/browser.py tessera-wasm,tessera-wasm-threads,wllama-wasm-threads
+
+The site is served by `tessera serve`, so the pages are cross-origin isolated: ``tessera-wasm`` and
+``wllama-wasm`` run on one thread, ``tessera-wasm-threads`` and ``wllama-wasm-threads`` on BENCH_THREADS
+(default 2; asked for by name only). Each run's line says the threads it ran on.
 
 ``--prompt-tokens N`` replaces the short prompt with a text of N tokens (a paragraph repeated, cut
 by SmolLM2's tokenizer; the chat template adds a few), and sizes both engines' context for it and
@@ -94,6 +99,8 @@ def main() -> int:
         context *= 2
     engines = (args.engines or "tessera-webgpu,tessera-wasm,wllama-wasm").split(",")
     targets = ("webgpu-f16", "webgpu", "wasm") if "tessera-webgpu" in engines else ("wasm",)
+    if any(e.endswith("-threads") for e in engines):
+        print(f"threads: {os.environ.get('BENCH_THREADS', 2)} for the -threads engines, on {os.cpu_count()} cores")
     model = build_site(context, targets)
     url = serve_in_background()
     command = ["node", os.path.join(ROOT, "bench", "browser", "run.mjs"), url, url + model, url + "gguf/model.gguf"]
@@ -110,19 +117,23 @@ def main() -> int:
     prompt = f"a prompt of {args.prompt_tokens} tokens, " if args.prompt_tokens else ""
     print(f"SmolLM2-135M-Instruct Q4_1, headless Chromium, greedy reply of up to {replies} tokens, {prompt}"
           f"context {context}, {os.cpu_count()} cores")
-    print(f"{'engine':16} {'run':7} {'load s':>7} {'TTFT s':>7} {'decode tok/s':>13}  tokens  prompt tokens"
-          "  peak MiB  idle MiB")
+    print(f"{'engine':20} {'run':7} {'threads':>7} {'load s':>7} {'TTFT s':>7} {'decode tok/s':>13}  tokens"
+          "  prompt tokens  peak MiB  idle MiB")
     for r in results:
-        print(f"{r['engine']:16} {r['run']:7} {r['loadSeconds']:7.2f} {r['ttftSeconds']:7.2f} "
-              f"{r['decodeTokensPerSecond']:13.2f}  {r['tokens']:6}  {r.get('promptTokens', '?'):>13}"
-              f"  {r['peakMiB']:8.0f}  {r['idleMiB']:8.0f}")
+        print(f"{r['engine']:20} {r['run']:7} {r.get('threads') or '-':>7} {r['loadSeconds']:7.2f} "
+              f"{r['ttftSeconds']:7.2f} {r['decodeTokensPerSecond']:13.2f}  {r['tokens']:6}  "
+              f"{r.get('promptTokens', '?'):>13}  {r['peakMiB']:8.0f}  {r['idleMiB']:8.0f}")
     by = {(r["engine"], r["run"]): r for r in results}
-    for name in ("tessera-wasm", "tessera-webgpu"):
-        ours, peer = by.get((name, "cached")), by.get(("wllama-wasm", "cached"))
+    pairs = [("tessera-wasm", "wllama-wasm"), ("tessera-webgpu", "wllama-wasm"),
+             ("tessera-wasm-threads", "wllama-wasm-threads"), ("tessera-wasm-threads", "tessera-wasm"),
+             ("wllama-wasm-threads", "wllama-wasm")]
+    for name, other in pairs:
+        ours, peer = by.get((name, "cached")), by.get((other, "cached"))
         if ours and peer:
             decode = ours["decodeTokensPerSecond"] / peer["decodeTokensPerSecond"]
-            print(f"{name} / wllama-wasm: decode {decode:.2f}x, "
+            print(f"{name} / {other}: decode {decode:.2f}x, "
                   f"cached TTFT {peer['ttftSeconds'] / ours['ttftSeconds']:.2f}x as fast")
+    for name in ("tessera-wasm", "tessera-webgpu"):
         ours, peer = by.get((name, "cold")), by.get(("wllama-wasm", "cold"))
         if ours and peer:  # a cold run's browser held nothing before it: its peak above idle is the engine's
             mine, theirs = ours["peakMiB"] - ours["idleMiB"], peer["peakMiB"] - peer["idleMiB"]

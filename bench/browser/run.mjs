@@ -17,11 +17,16 @@ const [siteUrl, tesseraModel, ggufUrl, only] = process.argv.slice(2);
 const PROMPT = process.env.BENCH_PROMPT || "Write a short story about a cat who learns to swim.";
 const CONTEXT = Number(process.env.BENCH_CONTEXT ?? 512);
 const MAX_TOKENS = Number(process.env.BENCH_TOKENS ?? 24);
+// The "-threads" engines run on BENCH_THREADS threads (the site is cross-origin isolated: `tessera serve`);
+// the others on one.
+const THREADS = Number(process.env.BENCH_THREADS ?? 2);
 const engines = [
   { name: "tessera-webgpu", page: "tessera.html", args: { model: tesseraModel, backend: "webgpu" } },
-  { name: "tessera-wasm", page: "tessera.html", args: { model: tesseraModel, backend: "wasm" } },
-  { name: "wllama-wasm", page: "wllama.html", args: { model: ggufUrl } },
-].filter((e) => !only || only.split(",").includes(e.name));
+  { name: "tessera-wasm", page: "tessera.html", args: { model: tesseraModel, backend: "wasm", threads: 1 } },
+  { name: "tessera-wasm-threads", page: "tessera.html", args: { model: tesseraModel, backend: "wasm", threads: THREADS } },
+  { name: "wllama-wasm", page: "wllama.html", args: { model: ggufUrl, threads: 1 } },
+  { name: "wllama-wasm-threads", page: "wllama.html", args: { model: ggufUrl, threads: THREADS } },
+].filter((e) => (only ? only.split(",").includes(e.name) : !e.name.endsWith("-threads")));
 
 /** The text of a /proc file, or "" where its process ended meanwhile. Read synchronously: for /proc an
  * asynchronous read costs 20x as much (19 ms against 1 ms for the status of 66 processes here), CPU
@@ -85,7 +90,7 @@ for (const engine of engines) {
     await page.waitForFunction(() => window.benchReady === true);
     const result = await page.evaluate((args) => window.runBench(args), { ...engine.args, prompt: PROMPT, maxTokens: MAX_TOKENS, context: CONTEXT });
     const peak = await stop();
-    console.log(JSON.stringify({ ...result, run, peakMiB: peak / MIB, idleMiB: idle / MIB }));
+    console.log(JSON.stringify({ ...result, engine: engine.name, run, peakMiB: peak / MIB, idleMiB: idle / MIB }));
   }
   await browser.close();
 }
