@@ -28,6 +28,10 @@
 #endif
 #define TSR_CONV_PX (2 * TSR_CONV_VEC)
 #define TSR_CONV_OC 4
+/* 32 vector registers (AVX-512, AArch64) hold a pointwise tile of twice the channels: 16 accumulators. */
+#if defined(__AVX512F__) || defined(__aarch64__)
+#define TSR_CONV_WIDE_OC 8
+#endif
 typedef float tsr_conv_vf __attribute__((vector_size(TSR_CONV_VEC * sizeof(float))));
 
 static inline tsr_conv_vf tsr_conv_load(const float *p) {
@@ -154,6 +158,32 @@ static void tsr_conv_pointwise4(const float *x, int32_t plane, int32_t channels,
   tsr_conv_put(out + 3 * pitch, n, a3, b3);
 }
 
+#ifdef TSR_CONV_WIDE_OC
+/* tsr_conv_pointwise4 for TSR_CONV_WIDE_OC channels (the loops over them have constant bounds: the
+ * compiler unrolls them and keeps the accumulators in registers). */
+static void tsr_conv_pointwise8(const float *x, int32_t plane, int32_t channels, const float *w, int32_t w_stride,
+                                int32_t n, float *out, int32_t pitch) {
+  tsr_conv_vf lo_acc[TSR_CONV_WIDE_OC], hi_acc[TSR_CONV_WIDE_OC];
+  memset(lo_acc, 0, sizeof lo_acc);
+  memset(hi_acc, 0, sizeof hi_acc);
+  float buf[TSR_CONV_PX] = {0};
+  for (int32_t c = 0; c < channels; c++) {
+    const float *v = x + (int64_t)c * plane;
+    if (n < TSR_CONV_PX) {
+      memcpy(buf, v, (size_t)n * sizeof(float));
+      v = buf;
+    }
+    const tsr_conv_vf lo = tsr_conv_load(v), hi = tsr_conv_load(v + TSR_CONV_VEC);
+    for (int32_t o = 0; o < TSR_CONV_WIDE_OC; o++) {
+      const float weight = w[c + (int64_t)o * w_stride];
+      lo_acc[o] += lo * weight;
+      hi_acc[o] += hi * weight;
+    }
+  }
+  for (int32_t o = 0; o < TSR_CONV_WIDE_OC; o++) tsr_conv_put(out + (int64_t)o * pitch, n, lo_acc[o], hi_acc[o]);
+}
+#endif
+
 /* The convolution sums of output channels [first, first + count) of one group (weights `w`, the
  * group's, OIHW with `channels` input channels each) at output rows y0 .. y0 + rows and columns x0 .. x0 + cols of one
  * image (`x`: the group's first input plane) into acc[o * block + r * pitch + c]. */
@@ -181,6 +211,14 @@ static void tsr_conv2d_f32(const float *x, int32_t channels, int32_t height, int
   int32_t o = 0;
   if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && top == 0 && left == 0 && y0 + rows <= g.height &&
       x0 + cols <= g.width) {
+#ifdef TSR_CONV_WIDE_OC
+    for (; o + TSR_CONV_WIDE_OC <= count; o += TSR_CONV_WIDE_OC)
+      for (int32_t r = 0; r < rows; r++)
+        for (int32_t c = 0; c < cols; c += TSR_CONV_PX)
+          tsr_conv_pointwise8(x + (int64_t)(y0 + r) * g.width + x0 + c, plane, channels, w + (int64_t)o * w_stride,
+                              w_stride, cols - c < TSR_CONV_PX ? cols - c : TSR_CONV_PX,
+                              acc + (int64_t)o * block + r * pitch + c, block);
+#endif
     for (; o + TSR_CONV_OC <= count; o += TSR_CONV_OC)
       for (int32_t r = 0; r < rows; r++)
         for (int32_t c = 0; c < cols; c += TSR_CONV_PX)
