@@ -1,16 +1,21 @@
 """The MobileNet-style CNN (tessera.models.mobilenet, 1x3x32x32, float32): latency of one image on
-Tessera's Python VM (WASM in wasmtime, and WebGPU on the CPU adapter) beside onnxruntime's CPU
-execution provider on the same network with the same weights, in one run.
+Tessera's Python VM (WASM in wasmtime, native C kernels on this CPU with 1 and 2 threads, and WebGPU
+on the CPU adapter) beside onnxruntime's CPU execution provider on the same network with the same
+weights, in one run.
 
-    make bench        # or: .venv/bin/python bench/cnn.py   (needs the bench extra: onnx, onnxruntime)
+    make bench        # or: .venv/bin/python bench/cnn.py [--image-size 224]   (needs onnx, onnxruntime)
+
+At the model's 32x32 images each kernel has little work, and the launches' fixed cost dominates;
+--image-size 224 gives the convolutions ImageNet's image size (the layers are unchanged: the global
+average pool takes any size).
 
 The ONNX graph is written here with onnx.helper from the model's layer table and the weights that
 Tessera binds (batch norm already folded into the convolutions), so both run the same
 convolutions, ReLU6, pools, global average pool and head. Every engine's logits are checked
 against the others' before it is timed. Latency is the median of many calls of one image (the
 engines take turns in rounds), input from and logits to host memory, after warm-up. onnxruntime
-runs with 1 and 2 threads (the Python VM's kernels run on one); ratio = Tessera's latency /
-onnxruntime's.
+runs with 1 and 2 threads, as the native CPU kernels do (WASM and WebGPU run on one); ratio =
+Tessera's latency / onnxruntime's.
 """
 
 from __future__ import annotations
@@ -25,16 +30,17 @@ RUNS = 400
 ROUNDS = 8
 
 
-def tessera_engine(mod, weights, target: str):
+def tessera_engine(mod, weights, target: str, threads: int = 1):
     import tessera
     from tessera import nn
     from tessera.target import Target
     from tessera.transform import Pipeline
     from tessera.vm import VirtualMachine
+    from tessera.vm.devices.cpu import CPUDevice
 
     preset = Target.preset(target)
     exe = tessera.build(mod, preset, pipeline=nn.bind_weights_after_fusion(Pipeline.default(preset), weights))
-    vm = VirtualMachine(exe)
+    vm = VirtualMachine(exe, CPUDevice(threads) if target == "cpu" else None)
     return (lambda x: vm["main"](x)), vm, len(exe.kernels)
 
 
@@ -134,18 +140,25 @@ def median_ms(engines: dict, x) -> dict[str, float]:
 
 
 def main() -> int:
+    import argparse
+
     import onnxruntime as ort
     import tessera
     from tessera.models.mobilenet import MobileNetConfig, export_mobilenet, random_checkpoint
 
-    config = MobileNetConfig()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--image-size", type=int, default=MobileNetConfig.image_size, help="pixels per side")
+    config = MobileNetConfig(image_size=parser.parse_args().image_size)
     mod, weights = export_mobilenet(config, random_checkpoint(config, seed=0))
-    x = np.random.default_rng(1).standard_normal((1, config.in_channels, 32, 32)).astype(np.float32)
+    size = config.image_size
+    x = np.random.default_rng(1).standard_normal((1, config.in_channels, size, size)).astype(np.float32)
     model = onnx_model(config, weights)
     engines, notes = {}, {}
-    for label, target in (("Tessera WASM (wasmtime)", "wasm"), ("Tessera WebGPU (llvmpipe)", "llvmpipe")):
+    for label, target, threads in (("Tessera WASM (wasmtime)", "wasm", 1), ("Tessera native CPU, 1 thread", "cpu", 1),
+                                   ("Tessera native CPU, 2 threads", "cpu", 2),
+                                   ("Tessera WebGPU (llvmpipe)", "llvmpipe", 1)):
         try:
-            run, vm, kernels = tessera_engine(mod, weights, target)
+            run, vm, kernels = tessera_engine(mod, weights, target, threads)
         except tessera.ir.TesseraError as error:  # e.g. no WebGPU adapter: say so, keep the rest
             print(f"{label}: cannot run ({error})")
             continue
@@ -159,7 +172,7 @@ def main() -> int:
         np.testing.assert_allclose(run(x), reference, rtol=1e-4, atol=1e-4, err_msg=label)
     latency = median_ms(engines, x)
 
-    print(f"MobileNet-style CNN, 1x3x32x32 float32, {platform.machine()}, median of {RUNS} calls")
+    print(f"MobileNet-style CNN, 1x3x{size}x{size} float32, {platform.machine()}, median of {RUNS} calls")
     ort_labels = [k for k in latency if k.startswith("onnxruntime")]
     print("| engine | latency ms | kernels | vs ORT 1 thread | vs ORT 2 threads |")
     print("|---|---|---|---|---|")
