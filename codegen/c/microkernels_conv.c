@@ -31,6 +31,9 @@
 /* 32 vector registers (AVX-512, AArch64) hold a pointwise tile of twice the channels: 16 accumulators. */
 #if defined(__AVX512F__) || defined(__aarch64__)
 #define TSR_CONV_WIDE_OC 8
+#define TSR_CONV_MAX_OC TSR_CONV_WIDE_OC
+#else
+#define TSR_CONV_MAX_OC TSR_CONV_OC
 #endif
 typedef float tsr_conv_vf __attribute__((vector_size(TSR_CONV_VEC * sizeof(float))));
 
@@ -47,19 +50,18 @@ typedef struct {
 
 /* The TSR_CONV_PX values that tap column `col0` (the tile's first) reads from `row`, `sw` apart, for
  * the tile's first `n` outputs; `fill` where a tap falls outside the row or past the tile. A pointer
- * into the row itself where all are inside and contiguous, else `buf` filled. */
+ * into the row itself where all are inside and contiguous, else `buf` filled: the taps inside are
+ * one range [lo, hi), copied without a test per tap. */
 static inline const float *tsr_conv_taps(const float *row, int32_t width, int32_t col0, int32_t sw, int32_t n,
                                          float fill, float *buf) {
-  const int32_t last = col0 + (TSR_CONV_PX - 1) * sw;
-  if (n == TSR_CONV_PX && col0 >= 0 && last < width) {
-    if (sw == 1) return row + col0;
-    for (int32_t k = 0; k < TSR_CONV_PX; k++) buf[k] = row[col0 + k * sw];
-    return buf;
-  }
-  for (int32_t k = 0; k < TSR_CONV_PX; k++) {
-    const int32_t col = col0 + k * sw;
-    buf[k] = (k < n && col >= 0 && col < width) ? row[col] : fill;
-  }
+  if (sw == 1 && n == TSR_CONV_PX && col0 >= 0 && col0 + TSR_CONV_PX <= width) return row + col0;
+  int32_t lo = col0 < 0 ? (sw - 1 - col0) / sw : 0;          /* first k with col0 + k * sw >= 0 */
+  int32_t hi = col0 < width ? (width - col0 + sw - 1) / sw : 0; /* first k with col0 + k * sw >= width */
+  if (hi > n) hi = n;
+  if (lo > hi) lo = hi;
+  for (int32_t k = 0; k < lo; k++) buf[k] = fill;
+  for (int32_t k = lo; k < hi; k++) buf[k] = row[col0 + k * sw];
+  for (int32_t k = hi; k < TSR_CONV_PX; k++) buf[k] = fill;
   return buf;
 }
 
@@ -71,14 +73,22 @@ static inline void tsr_conv_put(float *out, int32_t n, tsr_conv_vf lo, tsr_conv_
   memcpy(out, tile, (size_t)n * sizeof(float));
 }
 
-/* TSR_CONV_OC channels' sums (TSR_CONV_OC = 4: four named pairs of accumulators) for outputs
- * (y, ox .. ox + n) into out[o * pitch + k]. x: the group's `channels` planes, `plane` apart; w: the
- * first channel's weights, `w_stride` apart from one channel to the next. */
-static void tsr_conv_tile4(const float *x, int32_t plane, int32_t channels, const tsr_conv_geometry *g, const float *w,
-                           int32_t w_stride, int32_t y, int32_t ox, int32_t n, float *out, int32_t pitch) {
-  tsr_conv_vf a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};
+/* `oc` channels' sums (a constant where inlined: the loops over channels unroll and the accumulators
+ * stay in registers) for outputs (y, ox .. ox + n) into out[o * pitch + k]. x: the group's `channels`
+ * planes, `plane` apart; w: the first channel's weights, `w_stride` apart from one channel to the
+ * next. A tile whose taps all fall inside the image's columns (most of them) loads them straight
+ * from the row; one at the border gathers them (tsr_conv_taps). */
+static inline __attribute__((always_inline)) void tsr_conv_tile(int32_t oc, const float *x, int32_t plane,
+                                                                int32_t channels, const tsr_conv_geometry *g,
+                                                                const float *w, int32_t w_stride, int32_t y,
+                                                                int32_t ox, int32_t n, float *out, int32_t pitch) {
+  tsr_conv_vf lo_acc[TSR_CONV_MAX_OC], hi_acc[TSR_CONV_MAX_OC];
+  memset(lo_acc, 0, sizeof lo_acc);
+  memset(hi_acc, 0, sizeof hi_acc);
   float buf[TSR_CONV_PX];
-  const int32_t taps = g->kh * g->kw;
+  const int32_t taps = g->kh * g->kw, col0 = ox * g->sw - g->left;
+  const int inside = n == TSR_CONV_PX && g->sw == 1 && col0 >= 0 &&
+                     col0 + TSR_CONV_PX - 1 + (g->kw - 1) * g->dw < g->width;
   for (int32_t c = 0; c < channels; c++) {
     for (int32_t i = 0; i < g->kh; i++) {
       const int32_t row = y * g->sh + i * g->dh - g->top;
@@ -86,46 +96,63 @@ static void tsr_conv_tile4(const float *x, int32_t plane, int32_t channels, cons
       const float *line = x + (int64_t)c * plane + (int64_t)row * g->width;
       const float *wt = w + (int64_t)c * taps + i * g->kw;
       for (int32_t j = 0; j < g->kw; j++) {
-        const float *v = tsr_conv_taps(line, g->width, ox * g->sw + j * g->dw - g->left, g->sw, n, 0.0f, buf);
+        const float *v = inside ? line + col0 + j * g->dw
+                                : tsr_conv_taps(line, g->width, col0 + j * g->dw, g->sw, n, 0.0f, buf);
         const tsr_conv_vf lo = tsr_conv_load(v), hi = tsr_conv_load(v + TSR_CONV_VEC);
-        const float w0 = wt[j], w1 = wt[j + w_stride], w2 = wt[j + 2 * w_stride], w3 = wt[j + 3 * w_stride];
-        a0 += lo * w0;
-        b0 += hi * w0;
-        a1 += lo * w1;
-        b1 += hi * w1;
-        a2 += lo * w2;
-        b2 += hi * w2;
-        a3 += lo * w3;
-        b3 += hi * w3;
+        for (int32_t o = 0; o < oc; o++) {
+          const float weight = wt[j + (int64_t)o * w_stride];
+          lo_acc[o] += lo * weight;
+          hi_acc[o] += hi * weight;
+        }
       }
     }
   }
-  tsr_conv_put(out, n, a0, b0);
-  tsr_conv_put(out + pitch, n, a1, b1);
-  tsr_conv_put(out + 2 * pitch, n, a2, b2);
-  tsr_conv_put(out + 3 * pitch, n, a3, b3);
+  for (int32_t o = 0; o < oc; o++) tsr_conv_put(out + (int64_t)o * pitch, n, lo_acc[o], hi_acc[o]);
 }
 
-/* One channel's sums, as tsr_conv_tile4 (depthwise convolutions, and the channels left over). */
+static void tsr_conv_tile4(const float *x, int32_t plane, int32_t channels, const tsr_conv_geometry *g, const float *w,
+                           int32_t w_stride, int32_t y, int32_t ox, int32_t n, float *out, int32_t pitch) {
+  tsr_conv_tile(TSR_CONV_OC, x, plane, channels, g, w, w_stride, y, ox, n, out, pitch);
+}
+
+#ifdef TSR_CONV_WIDE_OC
+static void tsr_conv_tile8(const float *x, int32_t plane, int32_t channels, const tsr_conv_geometry *g, const float *w,
+                           int32_t w_stride, int32_t y, int32_t ox, int32_t n, float *out, int32_t pitch) {
+  tsr_conv_tile(TSR_CONV_WIDE_OC, x, plane, channels, g, w, w_stride, y, ox, n, out, pitch);
+}
+#endif
+
+/* One channel's sums (depthwise convolutions, and the channels left over), as tsr_conv_tile with
+ * one pair of accumulators. */
 static void tsr_conv_tile1(const float *x, int32_t plane, int32_t channels, const tsr_conv_geometry *g, const float *w,
                            int32_t y, int32_t ox, int32_t n, float *out) {
-  tsr_conv_vf a0 = {0}, b0 = {0};
+  tsr_conv_vf lo_acc = {0}, hi_acc = {0};
   float buf[TSR_CONV_PX];
-  const int32_t taps = g->kh * g->kw;
+  const int32_t taps = g->kh * g->kw, col0 = ox * g->sw - g->left;
+  const int inside = n == TSR_CONV_PX && g->sw == 1 && col0 >= 0 &&
+                     col0 + TSR_CONV_PX - 1 + (g->kw - 1) * g->dw < g->width;
   for (int32_t c = 0; c < channels; c++) {
     for (int32_t i = 0; i < g->kh; i++) {
       const int32_t row = y * g->sh + i * g->dh - g->top;
       if (row < 0 || row >= g->height) continue;
       const float *line = x + (int64_t)c * plane + (int64_t)row * g->width;
       const float *wt = w + (int64_t)c * taps + i * g->kw;
-      for (int32_t j = 0; j < g->kw; j++) {
-        const float *v = tsr_conv_taps(line, g->width, ox * g->sw + j * g->dw - g->left, g->sw, n, 0.0f, buf);
-        a0 += tsr_conv_load(v) * wt[j];
-        b0 += tsr_conv_load(v + TSR_CONV_VEC) * wt[j];
+      if (inside) {
+        for (int32_t j = 0; j < g->kw; j++) {
+          const float *v = line + col0 + j * g->dw;
+          lo_acc += tsr_conv_load(v) * wt[j];
+          hi_acc += tsr_conv_load(v + TSR_CONV_VEC) * wt[j];
+        }
+      } else {
+        for (int32_t j = 0; j < g->kw; j++) {
+          const float *v = tsr_conv_taps(line, g->width, col0 + j * g->dw, g->sw, n, 0.0f, buf);
+          lo_acc += tsr_conv_load(v) * wt[j];
+          hi_acc += tsr_conv_load(v + TSR_CONV_VEC) * wt[j];
+        }
       }
     }
   }
-  tsr_conv_put(out, n, a0, b0);
+  tsr_conv_put(out, n, lo_acc, hi_acc);
 }
 
 /* A 1x1 window of stride 1 reading inside the image (pointwise convolutions: most of a MobileNet's
@@ -226,6 +253,13 @@ static void tsr_conv2d_f32(const float *x, int32_t channels, int32_t height, int
                               w_stride, cols - c < TSR_CONV_PX ? cols - c : TSR_CONV_PX,
                               acc + (int64_t)o * block + r * pitch + c, block);
   }
+#ifdef TSR_CONV_WIDE_OC
+  for (; o + TSR_CONV_WIDE_OC <= count; o += TSR_CONV_WIDE_OC)
+    for (int32_t r = 0; r < rows; r++)
+      for (int32_t c = 0; c < cols; c += TSR_CONV_PX)
+        tsr_conv_tile8(x, plane, channels, &g, w + (int64_t)o * w_stride, w_stride, y0 + r, x0 + c,
+                       cols - c < TSR_CONV_PX ? cols - c : TSR_CONV_PX, acc + (int64_t)o * block + r * pitch + c, block);
+#endif
   for (; o + TSR_CONV_OC <= count; o += TSR_CONV_OC)
     for (int32_t r = 0; r < rows; r++)
       for (int32_t c = 0; c < cols; c += TSR_CONV_PX)
