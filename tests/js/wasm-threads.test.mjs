@@ -7,6 +7,7 @@ import { cpSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 
+import { WasmPool } from "../../runtime-js/src/devices/wasm-pool.js";
 import { createEngine } from "../../runtime-js/src/tessera.js";
 import { FIXTURES, bundle, folderFetch, ORIGIN, tinyGGUF } from "../browser/bundle.mjs";
 
@@ -90,6 +91,24 @@ test("a build without the threaded module runs on one thread and says to rebuild
   const single = await open({ wasmThreads: 1 });
   assert.equal(reply.choices[0].message.content,
     (await single.chat.completions.create({ messages: PROMPT, temperature: 0, max_tokens: 12 })).choices[0].message.content);
+});
+
+test("where workers cannot start, the threaded module runs on one thread and says why", async () => {
+  const single = await open({ wasmThreads: 1 });
+  const expected = (await single.chat.completions.create({ messages: PROMPT, temperature: 0, max_tokens: 12 })).choices[0].message.content;
+  const start = WasmPool.start;
+  WasmPool.start = async () => { throw new Error("refused by the page's Content-Security-Policy"); };
+  try {
+    const engine = await open({ wasmThreads: 3 });
+    assert.equal(engine.device.threads, 1);
+    assert.equal(engine.device.threading,
+      "the thread pool could not start (refused by the page's Content-Security-Policy), so WebAssembly runs on one thread");
+    assert.ok(engine.vm.device.memory.buffer instanceof SharedArrayBuffer);  // the threaded module, on this thread
+    const reply = await engine.chat.completions.create({ messages: PROMPT, temperature: 0, max_tokens: 12 });
+    assert.equal(reply.choices[0].message.content, expected);
+  } finally {
+    WasmPool.start = start;
+  }
 });
 
 test("a thread count that is not a whole number from 1 is refused by name", async () => {

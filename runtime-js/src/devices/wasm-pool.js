@@ -80,6 +80,11 @@ export class WasmPool {
     return new WasmPool(workers, new Int32Array(control));
   }
 
+  /** A pool of no workers: every launch on the calling thread (the threaded module without threads). */
+  static alone() {
+    return new WasmPool([], new Int32Array(new SharedArrayBuffer(controlWords(0) * 4)));
+  }
+
   /** @param {{stop: () => void}[]} workers @param {Int32Array} control */
   constructor(workers, control) {
     this.workers = workers;

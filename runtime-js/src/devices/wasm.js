@@ -173,9 +173,15 @@ export class WasmDevice {
     const stackTops = Array.from({ length: wanted - 1 }, () => this.allocate(stackBytes).offset + stackBytes);
     this.grow(this.end + this.reserved);
     const runs = kernelExports(kernels, exports);
-    this.pool = await WasmPool.start(module, memory, stackTops, kernels.map((k) => k.entry_point));
+    try {
+      this.pool = await WasmPool.start(module, memory, stackTops, kernels.map((k) => k.entry_point));
+      this.threading = `${this.pool.threads} threads (Web Workers over one shared memory)`;
+    } catch (error) {
+      // Workers refused (a Content-Security-Policy, say): the threaded module runs on this thread alone.
+      this.pool = WasmPool.alone();
+      this.threading = `the thread pool could not start (${/** @type {Error} */ (error).message}), so WebAssembly runs on one thread`;
+    }
     this.threads = this.pool.threads;
-    this.threading = `${this.threads} threads (Web Workers over one shared memory)`;
     return runs.map((run, index) => ({ run, index }));
   }
 
