@@ -67,10 +67,15 @@ static inline const float *tsr_conv_taps(const float *row, int32_t width, int32_
 
 /* The tile's `n` first columns of a channel's two accumulators to out. */
 static inline void tsr_conv_put(float *out, int32_t n, tsr_conv_vf lo, tsr_conv_vf hi) {
+  if (n == TSR_CONV_PX) { /* constant sizes: two vector stores (a call of memcpy in WebAssembly otherwise) */
+    memcpy(out, &lo, sizeof lo);
+    memcpy(out + TSR_CONV_VEC, &hi, sizeof hi);
+    return;
+  }
   float tile[TSR_CONV_PX];
   memcpy(tile, &lo, sizeof lo);
   memcpy(tile + TSR_CONV_VEC, &hi, sizeof hi);
-  memcpy(out, tile, (size_t)n * sizeof(float));
+  for (int32_t k = 0; k < n; k++) out[k] = tile[k];
 }
 
 /* `oc` channels' sums (a constant where inlined: the loops over channels unroll and the accumulators
@@ -165,7 +170,7 @@ static void tsr_conv_pointwise4(const float *x, int32_t plane, int32_t channels,
   for (int32_t c = 0; c < channels; c++) {
     const float *v = x + (int64_t)c * plane;
     if (n < TSR_CONV_PX) {
-      memcpy(buf, v, (size_t)n * sizeof(float));
+      for (int32_t k = 0; k < n; k++) buf[k] = v[k];
       v = buf;
     }
     const tsr_conv_vf lo = tsr_conv_load(v), hi = tsr_conv_load(v + TSR_CONV_VEC);
@@ -197,7 +202,7 @@ static void tsr_conv_pointwise8(const float *x, int32_t plane, int32_t channels,
   for (int32_t c = 0; c < channels; c++) {
     const float *v = x + (int64_t)c * plane;
     if (n < TSR_CONV_PX) {
-      memcpy(buf, v, (size_t)n * sizeof(float));
+      for (int32_t k = 0; k < n; k++) buf[k] = v[k];
       v = buf;
     }
     const tsr_conv_vf lo = tsr_conv_load(v), hi = tsr_conv_load(v + TSR_CONV_VEC);
