@@ -43,6 +43,45 @@ static inline tsr_conv_vf tsr_conv_load(const float *p) {
   return v;
 }
 
+typedef int32_t tsr_conv_vi __attribute__((vector_size(TSR_CONV_VEC * sizeof(int32_t))));
+static const int32_t tsr_conv_lanes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+/* A tap's TSR_CONV_PX values at stride 1 from column `start` of `line`, the lanes whose column falls
+ * outside [0, width) cleared (padding): two vector loads and masks instead of a copy per value. The
+ * caller checks that all TSR_CONV_PX loads stay inside the image. */
+static inline void tsr_conv_masked(const float *line, int32_t start, int32_t width, tsr_conv_vf *lo, tsr_conv_vf *hi) {
+  tsr_conv_vi col_lo, col_hi;
+  memcpy(&col_lo, tsr_conv_lanes, sizeof col_lo);
+  memcpy(&col_hi, tsr_conv_lanes + TSR_CONV_VEC, sizeof col_hi);
+  col_lo += start;
+  col_hi += start;
+  const tsr_conv_vi zero = {0}, end = zero + width;
+  const tsr_conv_vi keep_lo = (col_lo >= zero) & (col_lo < end), keep_hi = (col_hi >= zero) & (col_hi < end);
+  *lo = (tsr_conv_vf)((tsr_conv_vi)tsr_conv_load(line + start) & keep_lo);
+  *hi = (tsr_conv_vf)((tsr_conv_vi)tsr_conv_load(line + start + TSR_CONV_VEC) & keep_hi);
+}
+
+/* tsr_conv_masked at stride 2 (downsampling convolutions): four loads, the even values of each pair. */
+#if TSR_CONV_VEC == 8
+#define TSR_CONV_EVENS(a, b) __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14)
+#else
+#define TSR_CONV_EVENS(a, b) __builtin_shufflevector(a, b, 0, 2, 4, 6)
+#endif
+static inline void tsr_conv_masked2(const float *line, int32_t start, int32_t width, tsr_conv_vf *lo, tsr_conv_vf *hi) {
+  tsr_conv_vi col_lo, col_hi;
+  memcpy(&col_lo, tsr_conv_lanes, sizeof col_lo);
+  memcpy(&col_hi, tsr_conv_lanes + TSR_CONV_VEC, sizeof col_hi);
+  col_lo = col_lo * 2 + start;
+  col_hi = col_hi * 2 + start;
+  const tsr_conv_vi zero = {0}, end = zero + width;
+  const tsr_conv_vi keep_lo = (col_lo >= zero) & (col_lo < end), keep_hi = (col_hi >= zero) & (col_hi < end);
+  const float *p = line + start;
+  const tsr_conv_vf v0 = tsr_conv_load(p), v1 = tsr_conv_load(p + TSR_CONV_VEC);
+  const tsr_conv_vf v2 = tsr_conv_load(p + 2 * TSR_CONV_VEC), v3 = tsr_conv_load(p + 3 * TSR_CONV_VEC);
+  *lo = (tsr_conv_vf)((tsr_conv_vi)TSR_CONV_EVENS(v0, v1) & keep_lo);
+  *hi = (tsr_conv_vf)((tsr_conv_vi)TSR_CONV_EVENS(v2, v3) & keep_hi);
+}
+
 /* The geometry of a window over one image plane (height x width) and of the block of outputs. */
 typedef struct {
   int32_t height, width, kh, kw, sh, sw, dh, dw, top, left;
@@ -78,11 +117,27 @@ static inline void tsr_conv_put(float *out, int32_t n, tsr_conv_vf lo, tsr_conv_
   for (int32_t k = 0; k < n; k++) out[k] = tile[k];
 }
 
+/* Whether a tile of `n` outputs from column `col0` on reads each tap's values straight from the row:
+ * stride 1, and every tap of the first `n` columns inside the row. A tile narrower than the vectors
+ * (rows of 7 or 14 outputs) then loads values past its last column too, from the next row or
+ * channel, and discards them; never past the last row of the group's last channel. */
+static inline int tsr_conv_inside(const tsr_conv_geometry *g, int32_t channels, int32_t plane, int32_t y, int32_t col0,
+                                  int32_t n) {
+  const int32_t last_col = col0 + (g->kw - 1) * g->dw;
+  if (g->sw != 1 || col0 < 0 || last_col + n - 1 >= g->width) return 0;
+  if (n == TSR_CONV_PX) return 1;
+  int32_t last_row = y * g->sh + (g->kh - 1) * g->dh - g->top;
+  if (last_row >= g->height) last_row = g->height - 1;
+  return (int64_t)(channels - 1) * plane + (int64_t)last_row * g->width + last_col + TSR_CONV_PX <=
+         (int64_t)channels * plane;
+}
+
 /* `oc` channels' sums (a constant where inlined: the loops over channels unroll and the accumulators
  * stay in registers) for outputs (y, ox .. ox + n) into out[o * pitch + k]. x: the group's `channels`
  * planes, `plane` apart; w: the first channel's weights, `w_stride` apart from one channel to the
  * next. A tile whose taps all fall inside the image's columns (most of them) loads them straight
- * from the row; one at the border gathers them (tsr_conv_taps). */
+ * from the row; one at the border loads and masks them (tsr_conv_masked), or where those loads would
+ * leave the image (its first and last values) or the stride is not 1, gathers them (tsr_conv_taps). */
 static inline __attribute__((always_inline)) void tsr_conv_tile(int32_t oc, const float *x, int32_t plane,
                                                                 int32_t channels, const tsr_conv_geometry *g,
                                                                 const float *w, int32_t w_stride, int32_t y,
@@ -92,18 +147,30 @@ static inline __attribute__((always_inline)) void tsr_conv_tile(int32_t oc, cons
   memset(hi_acc, 0, sizeof hi_acc);
   float buf[TSR_CONV_PX];
   const int32_t taps = g->kh * g->kw, col0 = ox * g->sw - g->left;
-  const int inside = n == TSR_CONV_PX && g->sw == 1 && col0 >= 0 &&
-                     col0 + TSR_CONV_PX - 1 + (g->kw - 1) * g->dw < g->width;
+  const int inside = tsr_conv_inside(g, channels, plane, y, col0, n);
   for (int32_t c = 0; c < channels; c++) {
     for (int32_t i = 0; i < g->kh; i++) {
       const int32_t row = y * g->sh + i * g->dh - g->top;
       if (row < 0 || row >= g->height) continue;
       const float *line = x + (int64_t)c * plane + (int64_t)row * g->width;
       const float *wt = w + (int64_t)c * taps + i * g->kw;
+      const int64_t line_at = (int64_t)c * plane + (int64_t)row * g->width;
       for (int32_t j = 0; j < g->kw; j++) {
-        const float *v = inside ? line + col0 + j * g->dw
-                                : tsr_conv_taps(line, g->width, col0 + j * g->dw, g->sw, n, 0.0f, buf);
-        const tsr_conv_vf lo = tsr_conv_load(v), hi = tsr_conv_load(v + TSR_CONV_VEC);
+        const int32_t start = col0 + j * g->dw;
+        tsr_conv_vf lo, hi;
+        if (inside) {
+          lo = tsr_conv_load(line + start);
+          hi = tsr_conv_load(line + start + TSR_CONV_VEC);
+        } else if (g->sw == 1 && line_at + start >= 0 && line_at + start + TSR_CONV_PX <= (int64_t)channels * plane) {
+          tsr_conv_masked(line, start, g->width, &lo, &hi);
+        } else if (g->sw == 2 && line_at + start >= 0 &&
+                   line_at + start + 2 * TSR_CONV_PX <= (int64_t)channels * plane) {
+          tsr_conv_masked2(line, start, g->width, &lo, &hi);
+        } else {
+          const float *v = tsr_conv_taps(line, g->width, start, g->sw, n, 0.0f, buf);
+          lo = tsr_conv_load(v);
+          hi = tsr_conv_load(v + TSR_CONV_VEC);
+        }
         for (int32_t o = 0; o < oc; o++) {
           const float weight = wt[j + (int64_t)o * w_stride];
           lo_acc[o] += lo * weight;
@@ -134,8 +201,7 @@ static void tsr_conv_tile1(const float *x, int32_t plane, int32_t channels, cons
   tsr_conv_vf lo_acc = {0}, hi_acc = {0};
   float buf[TSR_CONV_PX];
   const int32_t taps = g->kh * g->kw, col0 = ox * g->sw - g->left;
-  const int inside = n == TSR_CONV_PX && g->sw == 1 && col0 >= 0 &&
-                     col0 + TSR_CONV_PX - 1 + (g->kw - 1) * g->dw < g->width;
+  const int inside = tsr_conv_inside(g, channels, plane, y, col0, n);
   for (int32_t c = 0; c < channels; c++) {
     for (int32_t i = 0; i < g->kh; i++) {
       const int32_t row = y * g->sh + i * g->dh - g->top;
@@ -149,10 +215,22 @@ static void tsr_conv_tile1(const float *x, int32_t plane, int32_t channels, cons
           hi_acc += tsr_conv_load(v + TSR_CONV_VEC) * wt[j];
         }
       } else {
+        const int64_t line_at = (int64_t)c * plane + (int64_t)row * g->width;
         for (int32_t j = 0; j < g->kw; j++) {
-          const float *v = tsr_conv_taps(line, g->width, col0 + j * g->dw, g->sw, n, 0.0f, buf);
-          lo_acc += tsr_conv_load(v) * wt[j];
-          hi_acc += tsr_conv_load(v + TSR_CONV_VEC) * wt[j];
+          const int32_t start = col0 + j * g->dw;
+          tsr_conv_vf lo, hi;
+          if (g->sw == 1 && line_at + start >= 0 && line_at + start + TSR_CONV_PX <= (int64_t)channels * plane) {
+            tsr_conv_masked(line, start, g->width, &lo, &hi);
+          } else if (g->sw == 2 && line_at + start >= 0 &&
+                     line_at + start + 2 * TSR_CONV_PX <= (int64_t)channels * plane) {
+            tsr_conv_masked2(line, start, g->width, &lo, &hi);
+          } else {
+            const float *v = tsr_conv_taps(line, g->width, start, g->sw, n, 0.0f, buf);
+            lo = tsr_conv_load(v);
+            hi = tsr_conv_load(v + TSR_CONV_VEC);
+          }
+          lo_acc += lo * wt[j];
+          hi_acc += hi * wt[j];
         }
       }
     }
