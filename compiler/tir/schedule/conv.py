@@ -50,6 +50,8 @@ BAND = 128
 
 
 def applies(defn: ComputeDef, target) -> bool:
+    """A convolution or pool that its legalization describes (tir/window.py), in float32, over operands
+    the kernel reads from memory, on a target whose backend has the micro-kernel."""
     info = defn.attrs.get("conv2d") or defn.attrs.get("pool2d")
     if info is None or info.window is None or (defn.accumulate_dtype or "f32") != "f32":
         return False
@@ -64,6 +66,8 @@ def applies(defn: ComputeDef, target) -> bool:
 
 
 def schedule_conv(defn: ComputeDef, target, name: str) -> PrimFunc:
+    """Workgroup ``unit`` -> (image, group, block of channels, band of rows, chunk of a row); one call of
+    the micro-kernel fills ``acc`` with the block's sums; each is stored through ``defn.finalize``."""
     info = defn.attrs.get("conv2d") or defn.attrs.get("pool2d")
     out = defn.output
     batch, out_channels, out_height, out_width = out.shape
