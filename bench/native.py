@@ -3,7 +3,10 @@ GGUF, the same prompt ids, the same thread count; greedy decoding. With --engine
 on its GPU devices (Vulkan: lavapipe here; OpenCL: PoCL here) beside the Python VM on the same devices.
 
     .venv/bin/python bench/native.py [--threads 2] [--prompt-tokens 128] [--decode-tokens 128] [--rounds 3]
-                                     [--engines native-cpu,llama]
+                                     [--engines native-cpu,llama] [--model FILE]
+
+--model: any GGUF instead of the demo model (SmolLM2-135M-Instruct Q4_1), e.g. one of bench/requantize.py's
+(the demo model in Q4_K_M, Q5_K_M, Q6_K, Q5_0); both engines run that file.
 
 Engines (--engines, comma-separated; default native-cpu,llama): native-cpu, native-vulkan, native-opencl
 (runtime-native on the cpu, vulkan and opencl builds, each on its device), vm-vulkan, vm-opencl (the
@@ -268,6 +271,7 @@ def main() -> None:
     parser.add_argument("--directory")
     parser.add_argument("--gguf")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model", help="the GGUF to run (default: the demo model, SmolLM2-135M-Instruct Q4_1)")
     parser.add_argument("--ids", type=lambda text: [int(t) for t in text.split(",")])
     parser.add_argument("--loop", type=float, help="with --worker native or vm: decode for this many seconds, for "
                                                    "perf record (RESULTS.md, issue 34)")
@@ -282,7 +286,7 @@ def main() -> None:
     unknown = [e for e in engines if e not in ENGINES]
     if unknown or not engines:
         raise SystemExit(f"--engines: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(ENGINES)}")
-    gguf = bundled_smollm2_path()
+    gguf = args.model or bundled_smollm2_path()
     folders = {target: cached_compile(gguf, target, args.context)
                for target in dict.fromkeys(ENGINES[e][2] or "cpu" for e in engines)}
     ids = prompt_ids(folders.get("cpu") or next(iter(folders.values())), args.prompt_tokens)
@@ -290,7 +294,7 @@ def main() -> None:
     for engine in engines:
         _, kind, target, device = ENGINES[engine]
         results[engine] = spawn(kind, args, folders[target or "cpu"], gguf, ids, device)
-    print(f"SmolLM2-135M-Instruct Q4_1, {len(ids)} prompt tokens, {args.decode_tokens} greedy tokens, "
+    print(f"{os.path.basename(gguf)}, {len(ids)} prompt tokens, {args.decode_tokens} greedy tokens, "
           f"{args.threads} threads, context {args.context}\n")
     print("| round | engine | prefill tok/s | decode tok/s |")
     print("|---|---|---|---|")
