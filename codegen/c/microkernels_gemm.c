@@ -143,28 +143,52 @@ static void tsr_gemm_tile(const float *a, int32_t lda, int32_t rows, int32_t dep
 #undef TSR_GEMM_STORE
 }
 #elif defined(TSR_MK_NEON)
+/* 32 vector registers: 6 rows x 16 columns of accumulators (24), each a named variable (gcc kept an
+ * array of them in memory, stored back every step). */
 #define TSR_GEMM_MR 6
 static void tsr_gemm_tile(const float *a, int32_t lda, int32_t rows, int32_t depth, const float *strip, float *c,
                           int32_t ldc, int32_t accumulate) {
-  const float *r[TSR_GEMM_MR];
-  float32x4_t acc[TSR_GEMM_MR][4];
-  for (int i = 0; i < TSR_GEMM_MR; i++) {
-    r[i] = a + (size_t)(i < rows ? i : rows - 1) * lda;
-    for (int v = 0; v < 4; v++)
-      acc[i][v] = accumulate && i < rows ? vld1q_f32(c + (size_t)i * ldc + 4 * v) : vdupq_n_f32(0.0f);
+  const float *r0 = a, *r1 = a + (size_t)(rows > 1 ? 1 : 0) * lda, *r2 = a + (size_t)(rows > 2 ? 2 : rows - 1) * lda,
+              *r3 = a + (size_t)(rows > 3 ? 3 : rows - 1) * lda, *r4 = a + (size_t)(rows > 4 ? 4 : rows - 1) * lda,
+              *r5 = a + (size_t)(rows > 5 ? 5 : rows - 1) * lda;
+  const float32x4_t zero = vdupq_n_f32(0.0f);
+  float32x4_t c00 = zero, c01 = zero, c02 = zero, c03 = zero, c10 = zero, c11 = zero, c12 = zero, c13 = zero,
+              c20 = zero, c21 = zero, c22 = zero, c23 = zero, c30 = zero, c31 = zero, c32 = zero, c33 = zero,
+              c40 = zero, c41 = zero, c42 = zero, c43 = zero, c50 = zero, c51 = zero, c52 = zero, c53 = zero;
+  if (accumulate) {
+#define TSR_GEMM_LOAD(R, C0, C1, C2, C3)                              \
+  if (rows > R) {                                                     \
+    C0 = vld1q_f32(c + (size_t)(R) * ldc);                            \
+    C1 = vld1q_f32(c + (size_t)(R) * ldc + 4);                        \
+    C2 = vld1q_f32(c + (size_t)(R) * ldc + 8);                        \
+    C3 = vld1q_f32(c + (size_t)(R) * ldc + 12);                       \
+  }
+    TSR_GEMM_LOAD(0, c00, c01, c02, c03) TSR_GEMM_LOAD(1, c10, c11, c12, c13) TSR_GEMM_LOAD(2, c20, c21, c22, c23)
+    TSR_GEMM_LOAD(3, c30, c31, c32, c33) TSR_GEMM_LOAD(4, c40, c41, c42, c43) TSR_GEMM_LOAD(5, c50, c51, c52, c53)
+#undef TSR_GEMM_LOAD
   }
   for (int32_t kk = 0; kk < depth; kk++, strip += TSR_GEMM_STRIP) {
     const float32x4_t b0 = vld1q_f32(strip), b1 = vld1q_f32(strip + 4), b2 = vld1q_f32(strip + 8),
                       b3 = vld1q_f32(strip + 12);
-    for (int i = 0; i < TSR_GEMM_MR; i++) {
-      const float32x4_t x = vld1q_dup_f32(r[i] + kk);
-      acc[i][0] = vfmaq_f32(acc[i][0], x, b0), acc[i][1] = vfmaq_f32(acc[i][1], x, b1);
-      acc[i][2] = vfmaq_f32(acc[i][2], x, b2), acc[i][3] = vfmaq_f32(acc[i][3], x, b3);
-    }
+#define TSR_GEMM_ROW(R, C0, C1, C2, C3)                                                             \
+  {                                                                                                 \
+    const float32x4_t x = vld1q_dup_f32(R + kk);                                                    \
+    C0 = vfmaq_f32(C0, x, b0), C1 = vfmaq_f32(C1, x, b1), C2 = vfmaq_f32(C2, x, b2), C3 = vfmaq_f32(C3, x, b3); \
   }
-  for (int i = 0; i < TSR_GEMM_MR; i++)
-    if (i < rows)
-      for (int v = 0; v < 4; v++) vst1q_f32(c + (size_t)i * ldc + 4 * v, acc[i][v]);
+    TSR_GEMM_ROW(r0, c00, c01, c02, c03) TSR_GEMM_ROW(r1, c10, c11, c12, c13) TSR_GEMM_ROW(r2, c20, c21, c22, c23)
+    TSR_GEMM_ROW(r3, c30, c31, c32, c33) TSR_GEMM_ROW(r4, c40, c41, c42, c43) TSR_GEMM_ROW(r5, c50, c51, c52, c53)
+#undef TSR_GEMM_ROW
+  }
+#define TSR_GEMM_STORE(R, C0, C1, C2, C3)                             \
+  if (rows > R) {                                                     \
+    vst1q_f32(c + (size_t)(R) * ldc, C0);                             \
+    vst1q_f32(c + (size_t)(R) * ldc + 4, C1);                         \
+    vst1q_f32(c + (size_t)(R) * ldc + 8, C2);                         \
+    vst1q_f32(c + (size_t)(R) * ldc + 12, C3);                        \
+  }
+  TSR_GEMM_STORE(0, c00, c01, c02, c03) TSR_GEMM_STORE(1, c10, c11, c12, c13) TSR_GEMM_STORE(2, c20, c21, c22, c23)
+  TSR_GEMM_STORE(3, c30, c31, c32, c33) TSR_GEMM_STORE(4, c40, c41, c42, c43) TSR_GEMM_STORE(5, c50, c51, c52, c53)
+#undef TSR_GEMM_STORE
 }
 #elif defined(TSR_MK_SSSE3) || defined(TSR_MK_WASM)
 /* 16 vector registers of 4 floats: tiles of 4 rows x 8 columns (8 accumulators), each strip in two halves. */
