@@ -2,13 +2,14 @@
  * a block of one NCHW image's outputs, written to the calling kernel's private scratch; the kernel
  * applies the fused epilogue (bias, activation, residual) to each as it stores it.
  *
- * A register tile is TSR_CONV_OC output channels by TSR_CONV_PX consecutive output columns: for each
- * input channel and tap, TSR_CONV_PX input values (two vector loads where the stride is 1 and the
- * taps lie inside the image) are multiplied by each channel's weight, so each value loaded serves
- * TSR_CONV_OC products; the accumulators are vector variables (no intrinsics: SSE/AVX, NEON and
- * SIMD128 alike). Taps outside
- * the image contribute nothing (a zero, or -inf for a maximum), as the operators' bodies say, and the
- * sums run over channels, then rows, then columns of the window, the order of the tir reduction.
+ * A register tile is TSR_CONV_OC output channels (TSR_CONV_WIDE_OC with 32 vector registers) by
+ * TSR_CONV_PX consecutive output columns: for each input channel and tap, TSR_CONV_PX input values
+ * (two vector loads at stride 1) are multiplied by each channel's weight, so each value loaded
+ * serves every channel of the tile; the accumulators are vectors of the compiler's vector extension
+ * (no intrinsics: SSE/AVX, NEON and SIMD128 alike). Taps outside the image contribute nothing (a
+ * zero, or -inf for a maximum), as the operators' bodies say, and the sums run over channels, then
+ * rows, then columns of the window, the order of the tir reduction. No fused multiply-add (gcc's
+ * ISO C default), as in the tir kernels.
  *
  * externs: tsr_conv2d_f32 tsr_pool2d_f32 */
 
@@ -16,11 +17,11 @@
 #include <stdint.h>
 #include <string.h>
 
-/* A vector of TSR_CONV_VEC floats in the compiler's vector extension (GCC's and clang's alike): the
- * accumulators are named variables, so they stay in registers where an array might not. A register
- * tile is TSR_CONV_OC channels by two vectors: 8 accumulators, which 16 registers hold with room for
- * the inputs and weights. 256-bit vectors where the CPU has them, 128-bit ones elsewhere (SSE, NEON,
- * WebAssembly SIMD128). */
+/* A vector of TSR_CONV_VEC floats in the compiler's vector extension (GCC's and clang's alike): as
+ * variables (not float arrays) the accumulators stay in registers. A register tile of TSR_CONV_OC
+ * channels by two vectors is 8 accumulators, which 16 registers hold with room for the inputs and
+ * weights. 256-bit vectors where the CPU has them, 128-bit ones elsewhere (SSE, NEON, WebAssembly
+ * SIMD128). */
 #if defined(__AVX2__) || defined(__AVX512F__)
 #define TSR_CONV_VEC 8
 #else
@@ -28,7 +29,7 @@
 #endif
 #define TSR_CONV_PX (2 * TSR_CONV_VEC)
 #define TSR_CONV_OC 4
-/* 32 vector registers (AVX-512, AArch64) hold a pointwise tile of twice the channels: 16 accumulators. */
+/* 32 vector registers (AVX-512, AArch64) hold a tile of twice the channels: 16 accumulators. */
 #if defined(__AVX512F__) || defined(__aarch64__)
 #define TSR_CONV_WIDE_OC 8
 #define TSR_CONV_MAX_OC TSR_CONV_WIDE_OC
