@@ -63,11 +63,20 @@ static inline int32_t tsr_min_i32(int32_t a, int32_t b) { return a < b ? a : b; 
 static inline int32_t tsr_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
 static inline uint32_t tsr_min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 static inline uint32_t tsr_max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
-#define min(a, b) _Generic((a), float: fminf, double: fmin, int32_t: tsr_min_i32, uint32_t: tsr_min_u32)((a), (b))
-#define max(a, b) _Generic((a), float: fmaxf, double: fmax, int32_t: tsr_max_i32, uint32_t: tsr_max_u32)((a), (b))
+/* fmaxf/fminf's rule (a NaN operand yields the other one) written out: gcc calls libm's fmaxf for
+   each element, which made a fused ReLU cost as much as the convolution before it; a comparison
+   and a select inline and vectorize. */
+static inline float tsr_max_f32(float a, float b) { return (a > b || b != b) ? a : b; }
+static inline float tsr_min_f32(float a, float b) { return (a < b || b != b) ? a : b; }
+static inline double tsr_max_f64(double a, double b) { return (a > b || b != b) ? a : b; }
+static inline double tsr_min_f64(double a, double b) { return (a < b || b != b) ? a : b; }
+#define min(a, b) _Generic((a), float: tsr_min_f32, double: tsr_min_f64, int32_t: tsr_min_i32, \\
+                           uint32_t: tsr_min_u32)((a), (b))
+#define max(a, b) _Generic((a), float: tsr_max_f32, double: tsr_max_f64, int32_t: tsr_max_i32, \\
+                           uint32_t: tsr_max_u32)((a), (b))
 #define tsr_abs(x) _Generic((x), float: fabsf, double: fabs, int32_t: abs)(x)
-static inline float tsr_clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
-static inline double tsr_clamp_f64(double x, double lo, double hi) { return fmin(fmax(x, lo), hi); }
+static inline float tsr_clamp(float x, float lo, float hi) { return tsr_min_f32(tsr_max_f32(x, lo), hi); }
+static inline double tsr_clamp_f64(double x, double lo, double hi) { return tsr_min_f64(tsr_max_f64(x, lo), hi); }
 """ + helper_text(FLOORDIV, INT32="int32_t") + """
 static inline uint32_t tsr_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float tsr_half_to_float(uint32_t h) {
