@@ -113,3 +113,79 @@ def test_threads_sharing_a_launch_give_numpys_softmax(tmp_path, rows, threads):
     outputs = np.fromfile(tmp_path / "out.bin", np.float32).reshape(REPEATS, rows, 999)
     for output in outputs:
         np.testing.assert_allclose(output, want, rtol=1e-5, atol=1e-6)
+
+
+# A kernel of the threaded module's ABI whose frame is 16 KiB: each workgroup spins (so that every
+# thread claims chunks) and then writes where its frame lies (so the test sees each thread's stack
+# pointer), or traps.
+PROBE_C = r"""
+#include <stdint.h>
+__attribute__((export_name("probe")))
+void probe(int32_t *frames, int32_t spin, int32_t trap, int32_t nwg_x, int32_t nwg_y, int32_t nwg_z, int32_t wg_begin, int32_t wg_end) {
+  volatile int32_t scratch[4096];
+  (void)nwg_y; (void)nwg_z;
+  for (int32_t wg = wg_begin; wg < wg_end && wg < nwg_x; wg++) {
+    scratch[wg & 4095] = wg;
+    for (volatile int32_t i = 0; i < spin; i++) {}
+    if (trap) __builtin_trap();
+    frames[wg] = (int32_t)(intptr_t)&scratch[0];
+  }
+}
+"""
+
+# Frames of GOOD launches, then TRAPS launches that trap on every thread, then GOOD launches again, on
+# runtime-js's WasmDevice with THREADS threads; writes each thread's frame addresses before and after.
+TRAPS_SCRIPT = """
+import { readFileSync, writeFileSync } from "node:fs";
+import { WasmDevice } from "ROOT/runtime-js/src/devices/wasm.js";
+const job = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const bytes = readFileSync(job.module);
+const device = new WasmDevice({ threads: job.threads });
+const [kernel] = await device.loadKernels([{ module: "probe.wasm", entry_point: "probe", name: "probe" }],
+  new Map([["probe.wasm", bytes], ["probe-threads.wasm", bytes]]));
+const total = 64;
+const frames = device.allocate(total * 4);
+const bound = device.bind(kernel, [frames]);
+const seen = () => {
+  const addresses = new Set();
+  for (let launch = 0; launch < job.good; launch++) {
+    device.launch(bound, [job.spin, 0], [total, 1, 1]);
+    for (const address of new Int32Array(device.memory.buffer, frames.offset, total)) addresses.add(address);
+  }
+  return [...addresses].sort((a, b) => a - b);
+};
+const mainBefore = device.stackPointer.value;
+const before = seen();
+let traps = 0;
+for (let launch = 0; launch < job.traps; launch++) {
+  try { device.launch(bound, [job.spin, 1], [total, 1, 1]); } catch { traps += 1; }
+}
+const after = seen();
+writeFileSync(job.out, JSON.stringify({ threads: device.threads, traps, before, after, mainBefore, stackTops: device.stackTops,
+  mainAfter: device.stackPointer.value }));
+device.destroy();
+""".replace("ROOT", ROOT)
+
+
+def test_traps_on_every_thread_leave_each_threads_stack_where_it_was(tmp_path):
+    """A trap skips the kernel's epilogue, which restores the stack pointer: unless the pool puts it
+    back, 150 traps of a 16 KiB frame walk each worker's stack 2.4 MiB down, through its 1 MiB stack
+    into its neighbour's. After them, every thread's frames are where they were before."""
+    from tessera.codegen.c.wasm_build import compile_wasm_threads
+
+    module = tmp_path / "probe-threads.wasm"
+    module.write_bytes(compile_wasm_threads(PROBE_C))
+    job = {"module": str(module), "threads": 4, "good": 20, "traps": 150, "spin": 20000, "out": str(tmp_path / "out.json")}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    (tmp_path / "traps.mjs").write_text(TRAPS_SCRIPT)
+    subprocess.run(["node", str(tmp_path / "traps.mjs"), str(tmp_path / "job.json")], check=True, timeout=300)
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["threads"] == 4 and result["traps"] == job["traps"]
+    assert result["mainAfter"] == result["mainBefore"]
+    # Every call's frame lies the same distance below its thread's stack top (the main thread's is lowest).
+    frame = result["mainBefore"] - min(result["before"])
+    assert 16384 <= frame < 20000
+    frames = {top - frame for top in [result["mainBefore"], *result["stackTops"]]}
+    assert len(frames) == 4 and len(result["before"]) >= 2  # workers ran chunks, not the main thread alone
+    assert set(result["before"]) <= frames
+    assert set(result["after"]) <= frames, "a thread's frames moved after the traps"

@@ -33,12 +33,33 @@ export const controlWords = (workers) => CONTROL.GO + workers;
 export const claimWord = (chunks) => chunks << 16;
 
 /**
+ * Call ``run`` with ``args`` on a thread whose instance's stack pointer is ``stackPointer``. A trap skips
+ * the export's epilogue, which would leave the stack pointer lowered by the call's frame: trap after trap
+ * a worker's stack would walk down into its neighbour's (or the module's data), so it is put back.
+ * @param {WebAssembly.Global | null} stackPointer @param {Function} run @param {number[]} args
+ */
+export function callKeepingStack(stackPointer, run, args) {
+  if (!stackPointer) {
+    run(...args);
+    return;
+  }
+  const top = stackPointer.value;
+  try {
+    run(...args);
+  } catch (error) {
+    stackPointer.value = top;
+    throw error;
+  }
+}
+
+/**
  * Claim and run chunks of the current launch until none is left. After a failure (a trap) on any thread
  * the chunks still claimed are counted without running, so that the launch ends; returns this thread's
  * error, or null.
  * @param {Int32Array} ctl @param {(kernel: number) => Function} exportOf each kernel's export on this thread
+ * @param {WebAssembly.Global | null} stackPointer this thread's instance's, put back after a trap
  */
-export function runChunks(ctl, exportOf) {
+export function runChunks(ctl, exportOf, stackPointer) {
   let failure = null;
   for (;;) {
     const claim = Atomics.add(ctl, CONTROL.NEXT, 1);
@@ -47,8 +68,8 @@ export function runChunks(ctl, exportOf) {
     if (!Atomics.load(ctl, CONTROL.FAILED)) {
       const total = ctl[CONTROL.TOTAL], chunk = ctl[CONTROL.CHUNK];
       try {
-        exportOf(ctl[CONTROL.KERNEL])(...ctl.subarray(CONTROL.ARGS, CONTROL.ARGS + ctl[CONTROL.ARGC]), index * chunk,
-          Math.min(total, (index + 1) * chunk));
+        callKeepingStack(stackPointer, exportOf(ctl[CONTROL.KERNEL]),
+          [...ctl.subarray(CONTROL.ARGS, CONTROL.ARGS + ctl[CONTROL.ARGC]), index * chunk, Math.min(total, (index + 1) * chunk)]);
       } catch (error) {
         failure ??= error;
         Atomics.store(ctl, CONTROL.FAILED, 1);

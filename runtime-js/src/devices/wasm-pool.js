@@ -6,7 +6,7 @@
 // spins because a launch is synchronous (the VM calls the next kernel right after) and a page's main
 // thread may not block in Atomics.wait; a chunk is short, so the spin is too.
 
-import { CHUNKS_PER_THREAD, claimWord, CONTROL, controlWords, MAX_CHUNKS, runChunks } from "./wasm-control.js";
+import { callKeepingStack, CHUNKS_PER_THREAD, claimWord, CONTROL, controlWords, MAX_CHUNKS, runChunks } from "./wasm-control.js";
 
 /** Why this context cannot run the pool, or null when it can (cross-origin isolated, or Node). */
 export function threadsUnavailable() {
@@ -100,12 +100,13 @@ export class WasmPool {
    * Run ``total`` workgroups of kernel ``kernel`` (``run`` is the main thread's export of it) across
    * the pool, and return once all are done.
    * @param {number} kernel @param {Function} run @param {number[]} args the export's arguments before its range
-   * @param {number} total
+   * @param {number} total @param {WebAssembly.Global | null} [stackPointer] the main thread's instance's, put
+   * back after a trap (wasm-control.js, callKeepingStack)
    */
-  launch(kernel, run, args, total) {
+  launch(kernel, run, args, total, stackPointer = null) {
     const chunks = Math.min(total, this.threads * CHUNKS_PER_THREAD, MAX_CHUNKS);
     if (chunks <= 1) {
-      run(...args, 0, total);
+      callKeepingStack(stackPointer, run, [...args, 0, total]);
       return;
     }
     const ctl = this.control;
@@ -123,7 +124,7 @@ export class WasmPool {
       Atomics.add(ctl, CONTROL.GO + worker, 1);
       Atomics.notify(ctl, CONTROL.GO + worker, 1);
     }
-    const failure = runChunks(ctl, () => run);  // thrown once the workers are done with this launch's arguments
+    const failure = runChunks(ctl, () => run, stackPointer);  // thrown once the workers are done with this launch's arguments
     while (Atomics.load(ctl, CONTROL.COMPLETED) < count);  // eslint-disable-line no-empty
     const flagged = Atomics.exchange(ctl, CONTROL.FAILED, 0);  // cleared for the next launch
     if (failure) throw failure;

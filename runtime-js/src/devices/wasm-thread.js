@@ -29,24 +29,26 @@ const SPINS = 20000;
 
 port.onMessage(async (/** @type {any} */ data) => {
   const { module, memory, control, worker, stackTop, entries } = data;
-  let functions;
+  let functions, stackPointer;
   try {
     const instance = /** @type {WebAssembly.Instance} */ (/** @type {unknown} */ (await WebAssembly.instantiate(module, { env: { memory } })));
     const exports = /** @type {any} */ (instance.exports);
     // Every instance's stack pointer starts where the module's own stack ends: this worker gets its own.
-    exports.__stack_pointer.value = stackTop;
+    stackPointer = exports.__stack_pointer;
+    stackPointer.value = stackTop;
     functions = entries.map((/** @type {string} */ name) => exports[name]);
   } catch (error) {
     port.postMessage({ type: "error", message: /** @type {Error} */ (error).message ?? String(error) });
     return;
   }
   port.postMessage({ type: "ready" });
-  serve(new Int32Array(control), worker, functions);
+  serve(new Int32Array(control), worker, functions, stackPointer);
 });
 
 /** Run chunks of each launch posted to this worker's slot, forever.
- * @param {Int32Array} ctl @param {number} worker @param {Function[]} functions */
-function serve(ctl, worker, functions) {
+ * @param {Int32Array} ctl @param {number} worker @param {Function[]} functions
+ * @param {WebAssembly.Global} stackPointer this worker's, kept at its stack top between launches */
+function serve(ctl, worker, functions, stackPointer) {
   const slot = CONTROL.GO + worker;
   const exportOf = (/** @type {number} */ kernel) => functions[kernel];
   let seen = 0;
@@ -58,6 +60,6 @@ function serve(ctl, worker, functions) {
       continue;
     }
     seen = go;
-    runChunks(ctl, exportOf);  // a failure is flagged in the control block: the main thread throws
+    runChunks(ctl, exportOf, stackPointer);  // a failure is flagged in the control block: the main thread throws
   }
 }

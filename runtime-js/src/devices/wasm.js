@@ -48,6 +48,8 @@ export class WasmDevice {
     this.end = 0;  // the first free byte
     this.asked = threads;
     /** @type {WasmPool|null} */ this.pool = null;
+    /** @type {WebAssembly.Global|null} */ this.stackPointer = null;  // the threaded module's, put back after a trap
+    /** @type {number[]} */ this.stackTops = [];  // each worker's stack top (its stack lies below)
     this.threads = 1;  // how many threads run a launch, once the kernels are loaded
     this.threading = "";  // why that many, for people
   }
@@ -170,11 +172,12 @@ export class WasmDevice {
     this.end = alignUp(Number(exports.__heap_base.value));
     // The module's own stack (below its data) is the main thread's; each worker's is as large, above the heap base.
     const stackBytes = alignUp(Number(exports.__stack_pointer.value));
-    const stackTops = Array.from({ length: wanted - 1 }, () => this.allocate(stackBytes).offset + stackBytes);
+    this.stackTops = Array.from({ length: wanted - 1 }, () => this.allocate(stackBytes).offset + stackBytes);
     this.grow(this.end + this.reserved);
+    this.stackPointer = exports.__stack_pointer;
     const runs = kernelExports(kernels, exports);
     try {
-      this.pool = await WasmPool.start(module, memory, stackTops, kernels.map((k) => k.entry_point));
+      this.pool = await WasmPool.start(module, memory, this.stackTops, kernels.map((k) => k.entry_point));
       this.threading = `${this.pool.threads} threads (Web Workers over one shared memory)`;
     } catch (error) {
       // Workers refused (a Content-Security-Policy, say): the threaded module runs on this thread alone.
@@ -196,10 +199,14 @@ export class WasmDevice {
   /** @param {{run: Function, pointers: number[], index?: number}} bound @param {number[]} scalars @param {number[]} grid */
   launch({ run, pointers, index }, scalars, grid) {
     if (!this.pool) {
+      // A trap leaves the single-threaded module's stack pointer lowered by the frame, and kernels.wasm does
+      // not export it to put back; its stack lies first in memory (--stack-first), so the leak can only walk
+      // down to address 0, and then a call traps: it never overwrites data.
       run(...pointers, ...scalars, ...grid);
       return;
     }
-    this.pool.launch(/** @type {number} */ (index), run, [...pointers, ...scalars, ...grid], grid[0] * grid[1] * grid[2]);
+    this.pool.launch(/** @type {number} */ (index), run, [...pointers, ...scalars, ...grid], grid[0] * grid[1] * grid[2],
+      this.stackPointer);
   }
 
   flush() {}
