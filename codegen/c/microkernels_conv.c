@@ -83,9 +83,12 @@ static inline void tsr_conv_masked2(const float *line, int32_t start, int32_t wi
   *hi = (tsr_conv_vf)((tsr_conv_vi)TSR_CONV_EVENS(v2, v3) & keep_hi);
 }
 
-/* The geometry of a window over one image plane (height x width) and of the block of outputs. */
+/* The geometry of a window over one image plane (height x width) and of the block of outputs.
+ * `end`: how many values from the input pointer on may be read (the group's planes, less the rows a
+ * pointwise block skips when it moves the pointer to its first row): no load goes past it. */
 typedef struct {
   int32_t height, width, kh, kw, sh, sw, dh, dw, top, left;
+  int64_t end;
 } tsr_conv_geometry;
 
 /* The TSR_CONV_PX values that tap column `col0` (the tile's first) reads from `row`, `sw` apart, for
@@ -121,7 +124,7 @@ static inline void tsr_conv_put(float *out, int32_t n, tsr_conv_vf lo, tsr_conv_
 /* Whether a tile of `n` outputs from column `col0` on reads each tap's values straight from the row:
  * stride 1, and every tap of the first `n` columns inside the row. A tile narrower than the vectors
  * (rows of 7 or 14 outputs) then loads values past its last column too, from the next row or
- * channel, and discards them; never past the last row of the group's last channel. */
+ * channel, and discards them; never past the input's end (g->end). */
 static inline int tsr_conv_inside(const tsr_conv_geometry *g, int32_t channels, int32_t plane, int32_t y, int32_t col0,
                                   int32_t n) {
   const int32_t last_col = col0 + (g->kw - 1) * g->dw;
@@ -129,8 +132,7 @@ static inline int tsr_conv_inside(const tsr_conv_geometry *g, int32_t channels, 
   if (n == TSR_CONV_PX) return 1;
   int32_t last_row = y * g->sh + (g->kh - 1) * g->dh - g->top;
   if (last_row >= g->height) last_row = g->height - 1;
-  return (int64_t)(channels - 1) * plane + (int64_t)last_row * g->width + last_col + TSR_CONV_PX <=
-         (int64_t)channels * plane;
+  return (int64_t)(channels - 1) * plane + (int64_t)last_row * g->width + last_col + TSR_CONV_PX <= g->end;
 }
 
 /* `oc` channels' sums (a constant where inlined: the loops over channels unroll and the accumulators
@@ -162,10 +164,10 @@ static inline __attribute__((always_inline)) void tsr_conv_tile(int32_t oc, cons
         if (inside) {
           lo = tsr_conv_load(line + start);
           hi = tsr_conv_load(line + start + TSR_CONV_VEC);
-        } else if (g->sw == 1 && line_at + start >= 0 && line_at + start + TSR_CONV_PX <= (int64_t)channels * plane) {
+        } else if (g->sw == 1 && line_at + start >= 0 && line_at + start + TSR_CONV_PX <= g->end) {
           tsr_conv_masked(line, start, g->width, &lo, &hi);
         } else if (g->sw == 2 && line_at + start >= 0 &&
-                   line_at + start + 2 * TSR_CONV_PX <= (int64_t)channels * plane) {
+                   line_at + start + 2 * TSR_CONV_PX <= g->end) {
           tsr_conv_masked2(line, start, g->width, &lo, &hi);
         } else {
           const float *v = tsr_conv_taps(line, g->width, start, g->sw, n, 0.0f, buf);
@@ -220,10 +222,10 @@ static void tsr_conv_tile1(const float *x, int32_t plane, int32_t channels, cons
         for (int32_t j = 0; j < g->kw; j++) {
           const int32_t start = col0 + j * g->dw;
           tsr_conv_vf lo, hi;
-          if (g->sw == 1 && line_at + start >= 0 && line_at + start + TSR_CONV_PX <= (int64_t)channels * plane) {
+          if (g->sw == 1 && line_at + start >= 0 && line_at + start + TSR_CONV_PX <= g->end) {
             tsr_conv_masked(line, start, g->width, &lo, &hi);
           } else if (g->sw == 2 && line_at + start >= 0 &&
-                     line_at + start + 2 * TSR_CONV_PX <= (int64_t)channels * plane) {
+                     line_at + start + 2 * TSR_CONV_PX <= g->end) {
             tsr_conv_masked2(line, start, g->width, &lo, &hi);
           } else {
             const float *v = tsr_conv_taps(line, g->width, start, g->sw, n, 0.0f, buf);
@@ -303,17 +305,19 @@ static void tsr_conv2d_f32(const float *x, int32_t channels, int32_t height, int
                            int32_t kh, int32_t kw, int32_t sh, int32_t sw, int32_t dh, int32_t dw, int32_t top,
                            int32_t left, int32_t y0, int32_t rows, int32_t x0, int32_t cols, int32_t pitch,
                            int32_t block, float *acc) {
-  tsr_conv_geometry g = {height, width, kh, kw, sh, sw, dh, dw, top, left};
   const int32_t plane = height * width;
+  tsr_conv_geometry g = {height, width, kh, kw, sh, sw, dh, dw, top, left, (int64_t)channels * plane};
   const int32_t w_stride = channels * kh * kw;
   w += (int64_t)first * w_stride;
   /* A 1x1 window of stride 1 without padding over whole rows inside the image reads its outputs'
-   * own positions: the block's rows are one row of rows * width columns. */
+   * own positions: the block's rows are one row of rows * width columns. The input then starts at
+   * row y0: y0 rows fewer of it may be read. */
   if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && top == 0 && left == 0 && x0 == 0 && cols == width &&
       pitch == cols && y0 + rows <= height) {
     g.height = 1;
     g.width = rows * width;
     x += (int64_t)y0 * width;
+    g.end -= (int64_t)y0 * width;
     cols = rows * width;
     pitch = cols;
     rows = 1;

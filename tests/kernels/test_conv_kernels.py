@@ -152,9 +152,11 @@ def test_fused_epilogues(preset, name):
     assert (exe.kernels[0]["rule"] == rule) if rule else exe.kernels[0]["rule"] not in ("conv2d", "pool2d")
 
 
-# The micro-kernels alone, called by a C harness on random geometries (blocks at any offset, pitches
-# wider than the block) against sums in double, on each vector path this CPU runs (128-bit vectors
-# with plain x86-64, 256-bit with AVX2, the widest with -march=native) and under ASan and UBSan.
+# The micro-kernels alone, called by a C harness against sums in double: every block that ends where
+# the input ends, over a sweep of small geometries, then random geometries (blocks at any offset,
+# pitches wider than the block); on each vector path this CPU runs (128-bit vectors with plain
+# x86-64, 256-bit with AVX2, the widest with -march=native) and under ASan and UBSan, which catch a
+# load past the input's end. -ffp-contract=off: clang would otherwise fuse multiplies and adds.
 HARNESS = r"""#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -162,16 +164,92 @@ HARNESS = r"""#include <math.h>
 #include <string.h>
 #include "MICROKERNELS"
 
-/* Random geometries (a fixed generator): each block of outputs from the micro-kernels against sums
- * in double, every tap inside the image checked. */
+/* A fixed generator: the same draws on every run. */
 static uint32_t state = 12345u;
 static int32_t draw(int32_t lo, int32_t hi) {
   state = state * 1664525u + 1013904223u;
   return lo + (int32_t)((state >> 8) % (uint32_t)(hi - lo + 1));
 }
 
+/* One block of outputs from the micro-kernels against sums in double, every tap inside the image
+ * checked. The input is allocated to its exact size, so a load past its end (the last plane of the
+ * last image) is an error under ASan; pooling reads the last plane. Returns the wrong outputs. */
+static int32_t check(int32_t channels, int32_t height, int32_t width, int32_t count, int32_t kh, int32_t kw,
+                     int32_t sh, int32_t sw, int32_t dh, int32_t dw, int32_t top, int32_t left, int32_t y0,
+                     int32_t rows, int32_t x0, int32_t cols, int32_t pitch, int32_t block, int32_t first,
+                     int32_t is_max) {
+  int32_t failures = 0;
+  const int32_t size = channels * height * width, plane = height * width;
+  float *x = malloc(sizeof(float) * (size_t)size);
+  float *w = malloc(sizeof(float) * (size_t)((first + count) * channels * kh * kw));
+  float *acc = malloc(sizeof(float) * (size_t)(count * block));
+  for (int32_t i = 0; i < size; i++) x[i] = (float)draw(-64, 64) / 16.0f;
+  for (int32_t i = 0; i < (first + count) * channels * kh * kw; i++) w[i] = (float)draw(-64, 64) / 32.0f;
+  tsr_conv2d_f32(x, channels, height, width, w, first, count, kh, kw, sh, sw, dh, dw, top, left, y0, rows, x0, cols,
+                 pitch, block, acc);
+  for (int32_t o = 0; o < count; o++)
+    for (int32_t r = 0; r < rows; r++)
+      for (int32_t c = 0; c < cols; c++) {
+        double sum = 0.0;
+        for (int32_t ci = 0; ci < channels; ci++)
+          for (int32_t i = 0; i < kh; i++)
+            for (int32_t j = 0; j < kw; j++) {
+              const int32_t row = (y0 + r) * sh + i * dh - top, col = (x0 + c) * sw + j * dw - left;
+              if (row >= 0 && row < height && col >= 0 && col < width)
+                sum += (double)w[(((first + o) * channels + ci) * kh + i) * kw + j] *
+                       x[(ci * height + row) * width + col];
+            }
+        if (fabs(acc[o * block + r * pitch + c] - sum) > 1e-3) failures++;
+      }
+  const float *last = x + (channels - 1) * plane;
+  tsr_pool2d_f32(last, height, width, kh, kw, sh, sw, dh, dw, top, left, y0, rows, x0, cols, pitch, is_max, acc);
+  for (int32_t r = 0; r < rows; r++)
+    for (int32_t c = 0; c < cols; c++) {
+      double want = is_max ? -INFINITY : 0.0;
+      for (int32_t i = 0; i < kh; i++)
+        for (int32_t j = 0; j < kw; j++) {
+          const int32_t row = (y0 + r) * sh + i * dh - top, col = (x0 + c) * sw + j * dw - left;
+          if (row < 0 || row >= height || col < 0 || col >= width) continue;
+          const double v = last[row * width + col];
+          want = is_max ? (v > want ? v : want) : want + v;
+        }
+      if (!(acc[r * pitch + c] == (float)want || fabs(acc[r * pitch + c] - want) <= 1e-4)) failures++;
+    }
+  free(x);
+  free(w);
+  free(acc);
+  return failures;
+}
+
+static int32_t output_size(int32_t size, int32_t k, int32_t stride, int32_t dilation, int32_t padding) {
+  return (size + 2 * padding - dilation * (k - 1) - 1) / stride + 1;
+}
+
 int main(void) {
   int32_t failures = 0;
+  /* The blocks that end where the input ends: the last band of rows (whole rows, as a workgroup
+   * takes them: a pointwise layer's are one long row), the last row, the last column, at widths
+   * around and below a register tile's, with channels left over after the 4- and 8-channel tiles. */
+  static const int32_t widths[] = {1, 3, 5, 7, 14, 17, 33}, heights[] = {1, 2, 3, 6}, counts[] = {1, 5, 9, 13};
+  for (int32_t k = 1; k <= 3; k += 2)
+    for (int32_t s = 1; s <= 2; s++)
+      for (int32_t p = 0; p <= 1; p++)
+        for (int32_t d = 1; d <= 2; d++)
+          for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++)
+            for (size_t hi = 0; hi < sizeof heights / sizeof *heights; hi++)
+              for (int32_t channels = 1; channels <= 3; channels += 2)
+                for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
+                  const int32_t width = widths[wi], height = heights[hi], count = counts[ci];
+                  const int32_t out_h = output_size(height, k, s, d, p), out_w = output_size(width, k, s, d, p);
+                  if (out_h < 1 || out_w < 1) continue;
+                  for (int32_t y0 = 0; y0 < out_h; y0++) {
+                    failures += check(channels, height, width, count, k, k, s, s, d, d, p, p, y0, out_h - y0, 0,
+                                      out_w, out_w, (out_h - y0) * out_w, 0, (int32_t)(y0 & 1));
+                    failures += check(channels, height, width, count, k, k, s, s, d, d, p, p, y0, 1, out_w - 1, 1,
+                                      1, 1, 1, 1);
+                  }
+                }
+  /* Random geometries: blocks at any offset, pitches wider than the block. */
   for (int32_t trial = 0; trial < 400; trial++) {
     const int32_t channels = draw(1, 9), height = draw(1, 12), width = draw(1, 40), count = draw(1, 11);
     const int32_t kh = draw(1, 3), kw = draw(1, 3), sh = draw(1, 2), sw = draw(1, 2), dh = draw(1, 2), dw = draw(1, 2);
@@ -181,44 +259,8 @@ int main(void) {
     if (out_h < 1 || out_w < 1) continue;
     const int32_t y0 = draw(0, out_h - 1), rows = draw(1, out_h - y0), x0 = draw(0, out_w - 1), cols = draw(1, out_w - x0);
     const int32_t pitch = cols + draw(0, 3), block = rows * pitch + draw(0, 3), first = draw(0, 2);
-    const int32_t is_max = draw(0, 1);
-    float *x = malloc(sizeof(float) * (size_t)(channels * height * width));
-    float *w = malloc(sizeof(float) * (size_t)((first + count) * channels * kh * kw));
-    float *acc = malloc(sizeof(float) * (size_t)(count * block));
-    for (int32_t i = 0; i < channels * height * width; i++) x[i] = (float)draw(-64, 64) / 16.0f;
-    for (int32_t i = 0; i < (first + count) * channels * kh * kw; i++) w[i] = (float)draw(-64, 64) / 32.0f;
-    tsr_conv2d_f32(x, channels, height, width, w, first, count, kh, kw, sh, sw, dh, dw, top, left, y0, rows, x0, cols,
-                   pitch, block, acc);
-    for (int32_t o = 0; o < count; o++)
-      for (int32_t r = 0; r < rows; r++)
-        for (int32_t c = 0; c < cols; c++) {
-          double sum = 0.0;
-          for (int32_t ci = 0; ci < channels; ci++)
-            for (int32_t i = 0; i < kh; i++)
-              for (int32_t j = 0; j < kw; j++) {
-                const int32_t row = (y0 + r) * sh + i * dh - top, col = (x0 + c) * sw + j * dw - left;
-                if (row >= 0 && row < height && col >= 0 && col < width)
-                  sum += (double)w[(((first + o) * channels + ci) * kh + i) * kw + j] *
-                         x[(ci * height + row) * width + col];
-              }
-          if (fabs(acc[o * block + r * pitch + c] - sum) > 1e-3) failures++;
-        }
-    tsr_pool2d_f32(x, height, width, kh, kw, sh, sw, dh, dw, top, left, y0, rows, x0, cols, pitch, is_max, acc);
-    for (int32_t r = 0; r < rows; r++)
-      for (int32_t c = 0; c < cols; c++) {
-        double want = is_max ? -INFINITY : 0.0;
-        for (int32_t i = 0; i < kh; i++)
-          for (int32_t j = 0; j < kw; j++) {
-            const int32_t row = (y0 + r) * sh + i * dh - top, col = (x0 + c) * sw + j * dw - left;
-            if (row < 0 || row >= height || col < 0 || col >= width) continue;
-            const double v = x[row * width + col];
-            want = is_max ? (v > want ? v : want) : want + v;
-          }
-        if (!(acc[r * pitch + c] == (float)want || fabs(acc[r * pitch + c] - want) <= 1e-4)) failures++;
-      }
-    free(x);
-    free(w);
-    free(acc);
+    failures += check(channels, height, width, count, kh, kw, sh, sw, dh, dw, top, left, y0, rows, x0, cols, pitch,
+                      block, first, draw(0, 1));
   }
   printf("%d\n", failures);
   return failures != 0;
@@ -243,7 +285,7 @@ def test_micro_kernels_on_every_vector_path(tmp_path, name, flags):
     source = tmp_path / "harness.c"
     source.write_text(HARNESS.replace("MICROKERNELS", os.path.join(HERE, "microkernels_conv.c")))
     binary = tmp_path / "harness"
-    subprocess.run([compiler, "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", *flags, str(source), "-o", str(binary),
-                    "-lm"], check=True)
+    subprocess.run([compiler, "-O2", "-std=c11", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", *flags, str(source),
+                    "-o", str(binary), "-lm"], check=True)
     result = subprocess.run([str(binary)], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.strip() == "0", (result.stdout, result.stderr[-2000:])
