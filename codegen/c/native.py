@@ -73,10 +73,11 @@ ANDROID_IMPORTS = frozenset(
 # The module's segments align to 16 KiB pages, which Android 15 devices may use (the NDK's default since r27).
 ANDROID_LINK = ("-nostdlib", "-fno-stack-protector", "-U_FORTIFY_SOURCE", "-Wl,--no-as-needed",
                 "-Wl,-z,max-page-size=16384", "-Wl,-soname,kernels.so", "-Wl,--hash-style=both")
-# -ffp-contract stays off (ISO C mode): no fused multiply-add the interpreter does not do either, and
-# no -ffast-math, so results match the reference within the tests' 1e-4.
+# -ffp-contract=off: no fused multiply-add the interpreter does not do either (gcc's ISO C mode
+# implies it, clang's default fuses within a statement), and no -ffast-math, so results match the
+# reference within the tests' 1e-4 and the micro-kernels' bit-for-bit tests hold.
 FLAGS = ("-O3", "-shared", "-fPIC", "-fno-math-errno", "-fno-semantic-interposition", "-std=c11",
-         "-fvisibility=hidden", "-s")
+         "-ffp-contract=off", "-fvisibility=hidden", "-s")
 # gcc's -O3 fuses two iterations of a loop around an inner lane loop (the quantized GEMV of
 # tir/schedule/quantized_gemv.py) into one, which it then no longer vectorizes (measured 5x slower).
 # clang has no such pass by default and rejects the flag.
