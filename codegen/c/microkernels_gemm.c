@@ -86,7 +86,8 @@ TSR_GEMM_PACK_Q(tsr_gemm_pack_q4_0, 18, 16, {
   out[p * TSR_GEMM_STRIP + j] = d[j] * (float)((int32_t)(q[p][j] & 15) - 8);
   out[(p + 16) * TSR_GEMM_STRIP + j] = d[j] * (float)((int32_t)(q[p][j] >> 4) - 8);
 })
-/* Q4_1: d * q + m, the product rounded before the sum (one statement each: no contraction to FMA). */
+/* Q4_1: d * q + m, the product rounded before the sum: -ffp-contract=off keeps it from becoming one
+ * FMA (gcc in GNU mode fuses even across statements; wasm32 SIMD128 has no FMA). */
 TSR_GEMM_PACK_Q(tsr_gemm_pack_q4_1, 20, 16, {
   const float low = d[j] * (float)(q[p][j] & 15);
   const float high = d[j] * (float)(q[p][j] >> 4);

@@ -151,7 +151,7 @@ def test_every_simd_path_packs_and_multiplies_as_numpy_replays(data, name, compi
     tag = name.replace(" ", "-")
     binary = folder / f"harness-{tag}"
     # The harness calls the GEMM micro-kernels, not the rest of microkernels.c.
-    subprocess.run([*compiler, "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror",
+    subprocess.run([*compiler, "-O2", "-std=c11", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror",
                     "-Wno-unused-function", "-o", str(binary),
                     str(folder / "harness.c"), "-lm"], check=True, capture_output=True, text=True)
     output = folder / f"output-{tag}.bin"

@@ -105,7 +105,7 @@ def _run(folder, name, compiler, runner) -> tuple[np.ndarray, int]:
         assert shutil.which(tool), f"{tool} is missing: make setup installs it"
     binary = folder / f"harness-{name.replace(' ', '-')}"
     # The harness calls none of microkernels.c's own dot products.
-    subprocess.run([*compiler, "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-function",
+    subprocess.run([*compiler, "-O2", "-std=c11", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", "-Wno-unused-function",
                     "-o", str(binary), str(folder / "harness.c"), "-lm"], check=True, capture_output=True, text=True)
     output = folder / f"output-{name.replace(' ', '-')}.bin"
     if runner == [WASM]:
