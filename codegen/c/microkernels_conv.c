@@ -21,7 +21,9 @@
  * variables (not float arrays) the accumulators stay in registers. A register tile of TSR_CONV_OC
  * channels by two vectors is 8 accumulators, which 16 registers hold with room for the inputs and
  * weights. 256-bit vectors where the CPU has them, 128-bit ones elsewhere (SSE, NEON, WebAssembly
- * SIMD128). */
+ * SIMD128). Chosen here rather than from microkernels.c's TSR_MK_*: those name instruction sets for
+ * intrinsics (their AVX2 path also needs FMA and F16C, and none is AVX-512), where this needs only
+ * the vector width and the register count; and this file compiles alone in its test harness. */
 #if defined(__AVX2__) || defined(__AVX512F__)
 #define TSR_CONV_VEC 8
 #else
