@@ -14,10 +14,10 @@
  *
  * tsr_gemm_f32 then computes rows x nc outputs into `c` (row stride nc): each output is one sum over
  * k, in order kk = 0, 1, ..., accumulated onto c's value (when `accumulate`) so a long K runs as
- * several panels of `depth` values, still in order. Tiles of rows (6 on AVX2 and NEON, 4 elsewhere)
- * keep their outputs in registers; a last, shorter tile reads its last row again in place of the
+ * several panels of `depth` values, still in order. Tiles of rows (6 on AVX2 and NEON, 4 elsewhere;
+ * with AVX-512, 6 rows of both strips of a 32-column panel at once) keep their outputs in registers; a last, shorter tile reads its last row again in place of the
  * missing ones and stores only its own. Every path sums in the same order, so results do not
- * depend on the tiling; AVX2 and NEON multiply-add fused (FMA), the other paths (SSSE3, WASM
+ * depend on the tiling; AVX2 (and AVX-512) and NEON multiply-add fused (FMA), the other paths (SSSE3, WASM
  * SIMD128, plain C) round the product, then the sum. The two groups agree bit for bit among
  * themselves (tests/kernels/test_gemm_microkernels.py).
  *
@@ -143,6 +143,52 @@ static void tsr_gemm_tile(const float *a, int32_t lda, int32_t rows, int32_t dep
   TSR_GEMM_STORE(3, c30, c31) TSR_GEMM_STORE(4, c40, c41) TSR_GEMM_STORE(5, c50, c51)
 #undef TSR_GEMM_STORE
 }
+#if defined(__AVX512F__)
+/* AVX-512: both strips of a 32-column panel at once, 6 rows x 32 columns in 12 zmm accumulators, the
+ * same fused steps in the same order as the AVX2 tile (so the same bits). */
+#define TSR_GEMM_PAIR 1
+static void tsr_gemm_tile_pair(const float *a, int32_t lda, int32_t rows, int32_t depth, const float *strip0,
+                               const float *strip1, float *c, int32_t ldc, int32_t accumulate) {
+  const float *r0 = a, *r1 = a + (size_t)(rows > 1 ? 1 : 0) * lda, *r2 = a + (size_t)(rows > 2 ? 2 : rows - 1) * lda,
+              *r3 = a + (size_t)(rows > 3 ? 3 : rows - 1) * lda, *r4 = a + (size_t)(rows > 4 ? 4 : rows - 1) * lda,
+              *r5 = a + (size_t)(rows > 5 ? 5 : rows - 1) * lda;
+  __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
+         c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  if (accumulate) {
+#define TSR_GEMM_LOAD(R, C0, C1)                                      \
+  if (rows > R) {                                                     \
+    C0 = _mm512_loadu_ps(c + (size_t)(R) * ldc);                      \
+    C1 = _mm512_loadu_ps(c + (size_t)(R) * ldc + 16);                 \
+  }
+    TSR_GEMM_LOAD(0, c00, c01) TSR_GEMM_LOAD(1, c10, c11) TSR_GEMM_LOAD(2, c20, c21)
+    TSR_GEMM_LOAD(3, c30, c31) TSR_GEMM_LOAD(4, c40, c41) TSR_GEMM_LOAD(5, c50, c51)
+#undef TSR_GEMM_LOAD
+  }
+  for (int32_t kk = 0; kk < depth; kk++, strip0 += TSR_GEMM_STRIP, strip1 += TSR_GEMM_STRIP) {
+    const __m512 b0 = _mm512_loadu_ps(strip0), b1 = _mm512_loadu_ps(strip1);
+    __m512 x = _mm512_set1_ps(r0[kk]);
+    c00 = _mm512_fmadd_ps(x, b0, c00), c01 = _mm512_fmadd_ps(x, b1, c01);
+    x = _mm512_set1_ps(r1[kk]);
+    c10 = _mm512_fmadd_ps(x, b0, c10), c11 = _mm512_fmadd_ps(x, b1, c11);
+    x = _mm512_set1_ps(r2[kk]);
+    c20 = _mm512_fmadd_ps(x, b0, c20), c21 = _mm512_fmadd_ps(x, b1, c21);
+    x = _mm512_set1_ps(r3[kk]);
+    c30 = _mm512_fmadd_ps(x, b0, c30), c31 = _mm512_fmadd_ps(x, b1, c31);
+    x = _mm512_set1_ps(r4[kk]);
+    c40 = _mm512_fmadd_ps(x, b0, c40), c41 = _mm512_fmadd_ps(x, b1, c41);
+    x = _mm512_set1_ps(r5[kk]);
+    c50 = _mm512_fmadd_ps(x, b0, c50), c51 = _mm512_fmadd_ps(x, b1, c51);
+  }
+#define TSR_GEMM_STORE(R, C0, C1)                                     \
+  if (rows > R) {                                                     \
+    _mm512_storeu_ps(c + (size_t)(R) * ldc, C0);                      \
+    _mm512_storeu_ps(c + (size_t)(R) * ldc + 16, C1);                 \
+  }
+  TSR_GEMM_STORE(0, c00, c01) TSR_GEMM_STORE(1, c10, c11) TSR_GEMM_STORE(2, c20, c21)
+  TSR_GEMM_STORE(3, c30, c31) TSR_GEMM_STORE(4, c40, c41) TSR_GEMM_STORE(5, c50, c51)
+#undef TSR_GEMM_STORE
+}
+#endif
 #elif defined(TSR_MK_NEON)
 /* 32 vector registers: 6 rows x 16 columns of accumulators (24), each a named variable (gcc kept an
  * array of them in memory, stored back every step). */
@@ -271,7 +317,18 @@ static void tsr_gemm_tile(const float *a, int32_t lda, int32_t rows, int32_t dep
 static void tsr_gemm_f32(const float *a, int32_t lda, int32_t row0, int32_t rows, int32_t k0, int32_t depth,
                          const float *panel, int32_t nc, float *c, int32_t accumulate) {
   a += (size_t)row0 * lda + k0;
-  for (int32_t s = 0; s < nc / TSR_GEMM_STRIP; s++) {
+  int32_t s = 0;
+#if defined(TSR_GEMM_PAIR)
+  for (; s + 1 < nc / TSR_GEMM_STRIP; s += 2) {
+    const float *strip = panel + (size_t)s * depth * TSR_GEMM_STRIP;
+    for (int32_t i = 0; i < rows; i += TSR_GEMM_MR) {
+      const int32_t tile = rows - i < TSR_GEMM_MR ? rows - i : TSR_GEMM_MR;
+      tsr_gemm_tile_pair(a + (size_t)i * lda, lda, tile, depth, strip, strip + (size_t)depth * TSR_GEMM_STRIP,
+                         c + (size_t)i * nc + s * TSR_GEMM_STRIP, nc, accumulate);
+    }
+  }
+#endif
+  for (; s < nc / TSR_GEMM_STRIP; s++) {
     const float *strip = panel + (size_t)s * depth * TSR_GEMM_STRIP;
     for (int32_t i = 0; i < rows; i += TSR_GEMM_MR) {
       const int32_t tile = rows - i < TSR_GEMM_MR ? rows - i : TSR_GEMM_MR;

@@ -1,8 +1,9 @@
 """The f32 GEMM micro-kernels (codegen/c/microkernels_gemm.c) on every instruction-set path the q8
 micro-kernels have (test_microkernels.py: plain C, SSSE3, AVX2, NEON under qemu, WASM SIMD128 under
-wasmtime), plus plain C and AVX2 under ASan and UBSan, against numpy bit for bit.
+wasmtime), AVX-512 where this CPU has it, plus plain C and AVX2 under ASan and UBSan, against numpy
+bit for bit.
 
-Every path sums each output over k in order, one panel after another; AVX2 and NEON fuse each
+Every path sums each output over k in order, one panel after another; AVX2, AVX-512 and NEON fuse each
 multiply-add, the others round the product first. numpy replays both orders exactly (the fused one in
 long double, which holds a product of two floats and its sum exactly enough to round once), so each
 path must equal its replay bit for bit, which also makes the paths of each group equal to one
@@ -11,6 +12,7 @@ another. Sizes are ragged on purpose: M = 13 (tiles of 6 or 4 rows and a short o
 44). The packers' panels are checked value by value: ggml's floats (gguf's dequantization) in their
 places, zeros past the last column."""
 
+import platform
 import shutil
 import subprocess
 
@@ -23,7 +25,7 @@ from test_microkernels import WASM, paths, run_wasm
 M, N, K, KQ, DEPTH, NC = 13, 37, 300, 320, 256, 32
 FORMATS = {"q4_0": (gguf.GGMLQuantizationType.Q4_0, 18), "q4_1": (gguf.GGMLQuantizationType.Q4_1, 20),
            "q8_0": (gguf.GGMLQuantizationType.Q8_0, 34)}
-FUSED = ("AVX2", "NEON", "NEON dotprod", "AVX2 sanitized")
+FUSED = ("AVX2", "AVX-512", "NEON", "NEON dotprod", "AVX2 sanitized")
 
 HARNESS = r"""
 #include <math.h>
@@ -140,7 +142,14 @@ def all_paths():
     for name, compiler, runner in list(found):
         if name in ("plain C", "AVX2"):
             found.append((f"{name} sanitized", [*compiler, *sanitize], runner))
+    if platform.machine() in ("x86_64", "AMD64") and _has_avx512():
+        found.append(("AVX-512", ["cc", "-march=x86-64-v4"], []))
     return found
+
+
+def _has_avx512() -> bool:
+    with open("/proc/cpuinfo") as f:
+        return " avx512f" in f.read()
 
 
 @pytest.mark.parametrize("name,compiler,runner", all_paths(), ids=[p[0] for p in all_paths()])
@@ -173,6 +182,4 @@ def test_every_simd_path_packs_and_multiplies_as_numpy_replays(data, name, compi
 
 
 def _native_fuses() -> bool:
-    import platform
-
     return platform.machine() in ("aarch64", "arm64")
