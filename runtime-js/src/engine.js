@@ -361,9 +361,15 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
       continue;
     }
     const reason = chosen(build);
-    const loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable, tensorCacheUrl });
-    initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
-    const vm = await VirtualMachine.create(device, loaded.executable, loaded.weights, loaded.modules, { libraries });
+    let loaded, vm;
+    try {
+      loaded = await loadBuild(folder, { onProgress: initProgressCallback, fetchFn: fetcher, executable, tensorCacheUrl });
+      initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Compiling kernels" });
+      vm = await VirtualMachine.create(device, loaded.executable, loaded.weights, loaded.modules, { libraries });
+    } catch (error) {
+      device.destroy();  // else a WASM device's workers and memory, or a GPUDevice, outlive the failed load
+      throw error;
+    }
     initProgressCallback({ progress: 1, loaded: loaded.bytes, total: loaded.bytes, text: "Ready" });
     return new Engine({ ...parts, vm, program, prefillChunk: prefillChunk(executable, chatConfig),
       device: { kind, name: device.name, build: build.name, reason, ...threadsOf(device) }, load: loadFigures(loaded) });

@@ -5,8 +5,10 @@
 import assert from "node:assert/strict";
 import { cpSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { after, before, test } from "node:test";
 
+import { WasmDevice } from "../../runtime-js/src/devices/wasm.js";
 import { WasmPool } from "../../runtime-js/src/devices/wasm-pool.js";
 import { createEngine } from "../../runtime-js/src/tessera.js";
 import { FIXTURES, bundle, folderFetch, ORIGIN, tinyGGUF } from "../browser/bundle.mjs";
@@ -115,4 +117,79 @@ test("a thread count that is not a whole number from 1 is refused by name", asyn
   for (const threads of [0, 1.5, -2]) {
     await assert.rejects(open({ wasmThreads: threads }), new RegExp(`threads must be a whole number from 1, not ${threads}`));
   }
+});
+
+/** A module of nothing and a shared memory: what a pool's start posts to workers that never instantiate it. */
+const EMPTY = new WebAssembly.Module(Uint8Array.of(0, 0x61, 0x73, 0x6d, 1, 0, 0, 0));
+const SHARED = new WebAssembly.Memory({ initial: 1, maximum: 1, shared: true });
+
+/** Web Workers stand-ins (the pool's browser path): ``behave`` says what the n-th one does. Returns the
+ * workers made and a way to put the real Worker back. @param {(n: number, worker: any) => void} behave */
+function fakeWorkers(behave) {
+  const made = [];
+  globalThis.Worker = class {
+    constructor() {
+      behave(made.length + 1, this);
+      this.terminated = false;
+      made.push(this);
+    }
+    postMessage() { queueMicrotask(() => this.answer?.()); }
+    terminate() { this.terminated = true; }
+  };
+  return { made, restore: () => { delete globalThis.Worker; } };
+}
+
+test("a worker that cannot be made stops the workers made before it", async () => {
+  const { made, restore } = fakeWorkers((n) => { if (n === 3) throw new Error("too many workers"); });
+  try {
+    await assert.rejects(WasmPool.start(EMPTY, SHARED, [0, 0, 0, 0], []), /too many workers/);
+    assert.equal(made.length, 2);
+    assert.ok(made.every((worker) => worker.terminated));
+  } finally {
+    restore();
+  }
+});
+
+test("workers that never say ready, or whose message cannot be read, fail the start and are stopped", { timeout: 10000 }, async () => {
+  const silent = fakeWorkers(() => {});
+  try {
+    await assert.rejects(WasmPool.start(EMPTY, SHARED, [0, 0, 0], [], { timeoutMs: 100 }),
+      /the workers of the WASM thread pool were not ready within 100 ms/);
+    assert.equal(silent.made.length, 3);
+    assert.ok(silent.made.every((worker) => worker.terminated));
+  } finally {
+    silent.restore();
+  }
+  const garbled = fakeWorkers((n, worker) => { worker.answer = () => worker.onmessageerror?.({}); });
+  try {
+    await assert.rejects(WasmPool.start(EMPTY, SHARED, [0, 0], [], { timeoutMs: 5000 }),
+      /could not start: a message of the worker could not be read/);
+    assert.ok(garbled.made.every((worker) => worker.terminated));
+  } finally {
+    garbled.restore();
+  }
+});
+
+test("a Node worker that exits before it is ready fails the start at once", { timeout: 10000 }, async () => {
+  const script = join(FIXTURES, "wasm-thread-exits.mjs");
+  writeFileSync(script, "process.exit(3);\n");
+  await assert.rejects(WasmPool.start(EMPTY, SHARED, [0, 0], [], { script: pathToFileURL(script) }),
+    /could not start: the worker exited \(code 3\)/);
+});
+
+test("a load that fails once the pool has started stops its workers and lets its memory go", async () => {
+  const allocate = WasmDevice.prototype.allocate;
+  let device = null;
+  WasmDevice.prototype.allocate = function (nbytes) {
+    if (this.pool) { device = this; throw new Error("no room for the weights"); }
+    return allocate.call(this, nbytes);
+  };
+  try {
+    await assert.rejects(open({ wasmThreads: 3 }), /no room for the weights/);
+  } finally {
+    WasmDevice.prototype.allocate = allocate;
+  }
+  assert.ok(device, "the pool started before the failure");
+  assert.equal(device.pool, null);
+  assert.equal(device.memory, null);
 });

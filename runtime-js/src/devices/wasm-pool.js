@@ -28,7 +28,12 @@ const inNode = () => !!(/** @type {any} */ (globalThis).process?.versions?.node)
 /** Node's module of workers, named through a variable: a browser never resolves it, nor does the type checker. */
 const NODE_WORKERS = "node:worker_threads";
 
-/** A worker by a uniform handle: post, listen (messages and errors alike), stop. @param {URL} url */
+/** How long a pool waits for its workers to say "ready" before it gives up (a worker that never answers:
+ * a blocked script, a browser that starts no more workers) and the device runs on one thread. */
+export const START_TIMEOUT_MS = 30000;
+
+/** A worker by a uniform handle: post, listen (messages, errors, messages that could not be read, and an
+ * exit, the last three as {type: "error"}), stop. @param {URL} url */
 async function spawn(url) {
   if (typeof Worker !== "undefined") {
     const worker = new Worker(url, { type: "module" });
@@ -37,6 +42,7 @@ async function spawn(url) {
       listen: (/** @type {(data: any) => void} */ listener) => {
         worker.onmessage = (event) => listener(event.data);
         worker.onerror = (event) => listener({ type: "error", message: event.message });
+        worker.onmessageerror = () => listener({ type: "error", message: "a message of the worker could not be read" });
       },
       stop: () => worker.terminate(),
     };
@@ -49,6 +55,8 @@ async function spawn(url) {
     listen: (/** @type {(data: any) => void} */ listener) => {
       worker.on("message", listener);
       worker.on("error", (/** @type {Error} */ error) => listener({ type: "error", message: error.message }));
+      worker.on("messageerror", () => listener({ type: "error", message: "a message of the worker could not be read" }));
+      worker.on("exit", (/** @type {number} */ code) => listener({ type: "error", message: `the worker exited (code ${code})` }));
     },
     stop: () => { worker.terminate(); },
   };
@@ -56,26 +64,38 @@ async function spawn(url) {
 
 export class WasmPool {
   /**
-   * Start ``stackTops.length`` workers over ``memory`` and wait until each has its instance.
+   * Start ``stackTops.length`` workers over ``memory`` and wait until each has its instance; if one
+   * cannot start (it fails, exits, or says nothing for ``timeoutMs``), stop those started and throw.
    * @param {WebAssembly.Module} module the threaded kernel module @param {WebAssembly.Memory} memory shared
    * @param {number[]} stackTops each worker's stack top (its stack lies below, in ``memory``)
    * @param {string[]} entries each kernel's export, by the index a launch names
+   * @param {{timeoutMs?: number, script?: URL}} [options] script: the workers' module (wasm-thread.js)
    */
-  static async start(module, memory, stackTops, entries) {
+  static async start(module, memory, stackTops, entries, { timeoutMs = START_TIMEOUT_MS,
+    script = new URL("./wasm-thread.js", import.meta.url) } = {}) {
     const control = new SharedArrayBuffer(controlWords(stackTops.length) * 4);
-    const url = new URL("./wasm-thread.js", import.meta.url);
-    const workers = await Promise.all(stackTops.map(() => spawn(url)));
+    /** @type {{post: (message: any) => void, listen: (listener: (data: any) => void) => void, stop: () => void}[]} */
+    const workers = [];
+    let timer;
     try {
-      await Promise.all(workers.map((worker, index) => new Promise((resolve, reject) => {
+      for (const _ of stackTops) workers.push(await spawn(script));
+      const ready = Promise.all(workers.map((worker, index) => new Promise((resolve, reject) => {
         worker.listen((data) => {
           if (data.type === "ready") resolve(undefined);
           else reject(new Error(`a worker of the WASM thread pool could not start: ${data.message}`));
         });
         worker.post({ module, memory, control, worker: index, stackTop: stackTops[index], entries });
       })));
+      const late = new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`the workers of the WASM thread pool were not ready within ${timeoutMs} ms`)),
+          timeoutMs);
+      });
+      await Promise.race([ready, late]);
     } catch (error) {
       for (const worker of workers) worker.stop();
       throw error;
+    } finally {
+      clearTimeout(timer);
     }
     return new WasmPool(workers, new Int32Array(control));
   }

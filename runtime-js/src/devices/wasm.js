@@ -211,9 +211,12 @@ export class WasmDevice {
 
   flush() {}
 
+  /** Stop the pool's workers and let the memory go (the workers hold it too while they run). */
   destroy() {
     this.pool?.destroy();
     this.pool = null;
+    this.memory = null;
+    this.stackPointer = null;
   }
 }
 
