@@ -54,6 +54,9 @@ FEW_ROWS = 8
 
 
 def applies(defn, target) -> bool:
+    """The target's backend has the micro-kernels; a quantized matmul of f32 x (not rounded to q8: decode's
+    and decode batches' rows) with more than one row; an f32 matmul of two matrices with more than
+    FEW_ROWS rows and at least half a strip of columns (fewer would leave most of a tile's lanes idle)."""
     if not isinstance(defn, ComputeDef) or not target.has_extern(GEMM):
         return False
     if "quantized_matmul" in defn.attrs:
