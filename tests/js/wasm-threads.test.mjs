@@ -193,3 +193,22 @@ test("a load that fails once the pool has started stops its workers and lets its
   assert.equal(device.pool, null);
   assert.equal(device.memory, null);
 });
+
+test("a launch with more arguments than the pool passes is refused by the kernel's name and count", async () => {
+  const engine = await open({ wasmThreads: 3 });
+  const device = engine.vm.device;
+  const kernel = engine.vm.kernels[0];
+  const name = engine.vm.exe.kernels[0].name;
+  const bound = device.bind(kernel, [device.allocate(64)]);
+  // 1 tensor + 254 scalars + the grid: 258 arguments, which would run past the control block's 256 into the
+  // words that wake the workers.
+  assert.throws(() => device.launch(bound, new Array(254).fill(1), [1, 1, 1]),
+    new RegExp(`kernel ${name} takes 258 arguments \\(its tensors, scalars and grid\\), more than the WASM thread pool passes \\(256\\)`));
+  assert.throws(() => device.bind(kernel, new Array(254).fill({ offset: 0 })), new RegExp(`kernel ${name} takes 257 arguments`));
+  assert.throws(() => device.pool.launch(0, () => {}, new Array(257).fill(0), 8), /kernel 0 takes 257 arguments before its range/);
+  // The pool still runs a launch whole: the model's reply is the one-thread build's.
+  const reply = await engine.chat.completions.create({ messages: PROMPT, temperature: 0, max_tokens: 8 });
+  const single = await open({ wasmThreads: 1 });
+  assert.equal(reply.choices[0].message.content,
+    (await single.chat.completions.create({ messages: PROMPT, temperature: 0, max_tokens: 8 })).choices[0].message.content);
+});

@@ -15,7 +15,7 @@
 export const CONTROL = Object.freeze({
   COMPLETED: 0, FAILED: 1, KERNEL: 2, ARGC: 3, TOTAL: 4, CHUNK: 5, NEXT: 6,
   ARGS: 8,  // the export's i32 arguments before its range: pointers, scalars, grid
-  MAX_ARGS: 256,  // bindings (at most maxStorageBuffersPerShaderStage, 64) + scalars + 3
+  MAX_ARGS: 256,  // bindings + scalars + 3 (the grid): WasmDevice.launch refuses more, naming the kernel
   GO: 8 + 256,
 });
 

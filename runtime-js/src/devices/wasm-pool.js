@@ -124,6 +124,9 @@ export class WasmPool {
    * back after a trap (wasm-control.js, callKeepingStack)
    */
   launch(kernel, run, args, total, stackPointer = null) {
+    if (args.length > CONTROL.MAX_ARGS) {  // more would overwrite the workers' wake-up words
+      throw new RangeError(`kernel ${kernel} takes ${args.length} arguments before its range, more than the WASM thread pool passes (${CONTROL.MAX_ARGS})`);
+    }
     const chunks = Math.min(total, this.threads * CHUNKS_PER_THREAD, MAX_CHUNKS);
     if (chunks <= 1) {
       callKeepingStack(stackPointer, run, [...args, 0, total]);

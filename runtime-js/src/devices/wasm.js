@@ -185,19 +185,23 @@ export class WasmDevice {
       this.threading = `the thread pool could not start (${/** @type {Error} */ (error).message}), so WebAssembly runs on one thread`;
     }
     this.threads = this.pool.threads;
-    return runs.map((run, index) => ({ run, index }));
+    return runs.map((run, index) => ({ run, index, name: kernels[index].name }));
   }
 
-  /** @param {Function | {run: Function, index: number}} kernel a loadKernels handle @param {{offset: number}[]} views */
+  /** @param {Function | {run: Function, index: number, name: string}} kernel a loadKernels handle @param {{offset: number}[]} views */
   bind(kernel, views) {
     const pointers = views.map((v) => v.offset);
     if (typeof kernel === "function") return { run: kernel, pointers };
-    if (pointers.length + 3 + 64 > CONTROL.MAX_ARGS) throw new DeviceError(`a kernel binding ${pointers.length} tensors is more than the WASM thread pool passes`);
+    if (pointers.length + 3 > CONTROL.MAX_ARGS) throw tooManyArguments(kernel.name, pointers.length + 3);
     return { ...kernel, pointers };
   }
 
-  /** @param {{run: Function, pointers: number[], index?: number}} bound @param {number[]} scalars @param {number[]} grid */
-  launch({ run, pointers, index }, scalars, grid) {
+  /** @param {{run: Function, pointers: number[], index?: number, name?: string}} bound @param {number[]} scalars @param {number[]} grid */
+  launch({ run, pointers, index, name }, scalars, grid) {
+    // The pool passes a launch's arguments through its control block, which has room for MAX_ARGS.
+    if (index !== undefined && pointers.length + scalars.length + 3 > CONTROL.MAX_ARGS) {
+      throw tooManyArguments(/** @type {string} */ (name), pointers.length + scalars.length + 3);
+    }
     if (!this.pool) {
       // A trap leaves the single-threaded module's stack pointer lowered by the frame, and kernels.wasm does
       // not export it to put back; its stack lies first in memory (--stack-first), so the leak can only walk
@@ -219,6 +223,10 @@ export class WasmDevice {
     this.stackPointer = null;
   }
 }
+
+/** The error of a launch with more arguments than the thread pool passes. @param {string} name @param {number} count */
+const tooManyArguments = (name, count) => new DeviceError(`kernel ${name} takes ${count} arguments (its tensors, ` +
+  `scalars and grid), more than the WASM thread pool passes (${CONTROL.MAX_ARGS})`);
 
 /** Each kernel's export of ``exports``. @param {any[]} kernels @param {any} exports */
 function kernelExports(kernels, exports) {
