@@ -274,10 +274,12 @@ export function orderBuilds(builds, backend, software) {
     : "the bundle's first choice for this device" };
 }
 
-/** What engine.device says of a WASM device's threads: how many, and why (a page that is not cross-origin
- * isolated runs on one); nothing for another kind. @param {any} device */
-function threadsOf(device) {
-  return device.kind === "wasm" ? { threads: device.threads, threading: device.threading } : {};
+/** What engine.device says of a WASM device's threads, on its own or as the part of a split build: how
+ * many, and why (a page that is not cross-origin isolated runs on one); nothing for a device without a
+ * WASM part. @param {any} device */
+export function threadsOf(device) {
+  const wasm = device.kind === "split" ? device.parts.find((/** @type {any} */ part) => part.kind === "wasm") : device;
+  return wasm?.kind === "wasm" ? { threads: wasm.threads, threading: wasm.threading } : {};
 }
 
 /**

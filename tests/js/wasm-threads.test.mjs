@@ -8,7 +8,9 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { after, before, test } from "node:test";
 
+import { SplitDevice } from "../../runtime-js/src/devices/split.js";
 import { WasmDevice } from "../../runtime-js/src/devices/wasm.js";
+import { threadsOf } from "../../runtime-js/src/engine.js";
 import { WasmPool } from "../../runtime-js/src/devices/wasm-pool.js";
 import { createEngine } from "../../runtime-js/src/tessera.js";
 import { FIXTURES, bundle, folderFetch, ORIGIN, tinyGGUF } from "../browser/bundle.mjs";
@@ -211,4 +213,14 @@ test("a launch with more arguments than the pool passes is refused by the kernel
   const single = await open({ wasmThreads: 1 });
   assert.equal(reply.choices[0].message.content,
     (await single.chat.completions.create({ messages: PROMPT, temperature: 0, max_tokens: 8 })).choices[0].message.content);
+});
+
+test("a split build's WASM part says its threads, as a WASM build does", async () => {
+  const wasm = (await open({ wasmThreads: 3 })).vm.device;
+  const gpu = { kind: "webgpu", name: "WebGPU", fits: () => [{}] };
+  const split = new SplitDevice([gpu, wasm], ["webgpu:0", "wasm:0"]);
+  assert.deepEqual(threadsOf(split), { threads: 3, threading: "3 threads (Web Workers over one shared memory)" });
+  assert.deepEqual(threadsOf(wasm), threadsOf(split));
+  assert.deepEqual(threadsOf(gpu), {});
+  assert.deepEqual(threadsOf(new SplitDevice([gpu, gpu], ["webgpu:0", "webgpu:1"])), {});
 });
