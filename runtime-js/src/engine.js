@@ -356,7 +356,7 @@ export async function createEngine(bundleUrl, { initProgressCallback = () => {},
     }
     let device;
     try {
-      device = await openDevice(executable, { kind, adapter, threads: wasmThreads });
+      device = await openDevice(executable, { kind, adapter, threads: wasmThreads, memoryLimit: wasmMemoryLimit });
     } catch (error) {
       if (!(error instanceof DeviceError)) throw error;
       reasons.push(kind === "split" ? `build ${build.name}: ${error.message}` : error.message);

@@ -224,3 +224,51 @@ test("a split build's WASM part says its threads, as a WASM build does", async (
   assert.deepEqual(threadsOf(gpu), {});
   assert.deepEqual(threadsOf(new SplitDevice([gpu, gpu], ["webgpu:0", "webgpu:1"])), {});
 });
+
+/** The fixture's WASM build, as a device's loadKernels takes it, and its threaded module's heap base and
+ * stack size (over a shared memory of its own). */
+async function wasmBuild() {
+  const folder = join(site, "models", "tiny", "wasm");
+  const kernels = JSON.parse(readFileSync(join(folder, "executable.json"), "utf8")).kernels;
+  const modules = new Map(["kernels.wasm", "kernels-threads.wasm"].map((path) => [path, readFileSync(join(folder, path))]));
+  const memory = new WebAssembly.Memory({ initial: 64, maximum: 65536, shared: true });
+  const { instance: { exports } } = await WebAssembly.instantiate(modules.get("kernels-threads.wasm"), { env: { memory } });
+  const align = (/** @type {number} */ n) => Math.ceil(n / 16) * 16;
+  return { kernels, modules, heap: align(exports.__heap_base.value), stack: align(exports.__stack_pointer.value) };
+}
+
+test("a pool that falls back to one thread gives its workers' stacks back to the tensors", async () => {
+  const { kernels, modules, heap } = await wasmBuild();
+  const start = WasmPool.start;
+  WasmPool.start = async () => { throw new Error("refused"); };
+  const device = new WasmDevice({ threads: 4 });
+  try {
+    await device.loadKernels(kernels, modules);
+  } finally {
+    WasmPool.start = start;
+  }
+  assert.equal(device.threads, 1);
+  assert.deepEqual(device.stackTops, []);
+  assert.equal(device.allocate(16).offset, heap);  // the first tensor where the first worker's stack was
+  device.destroy();
+});
+
+test("the worker stacks come out of the memory limit: as many threads as fit, and threading says why", async () => {
+  const { kernels, modules, heap, stack } = await wasmBuild();
+  const weights = 5 << 20;
+  const device = new WasmDevice({ threads: 4, memoryLimit: heap + weights + 2 * stack + 4096 });
+  device.reserve(weights);
+  await device.loadKernels(kernels, modules);
+  assert.equal(device.threads, 3);
+  assert.equal(device.threading, "3 threads (Web Workers over one shared memory): the model leaves room in " +
+    `WebAssembly's memory for 2 more thread stacks of ${stack >> 20} MiB, not 3`);
+  assert.ok(device.end + weights <= device.memoryLimit);
+  device.destroy();
+  const none = new WasmDevice({ threads: 2, memoryLimit: heap + weights + stack - 16 });
+  none.reserve(weights);
+  await none.loadKernels(kernels, modules);
+  assert.equal(none.threads, 1);
+  assert.match(none.threading, /could not start \(no room for a second thread's stack: .* for 0 more thread stacks/);
+  assert.equal(none.allocate(16).offset, heap);
+  none.destroy();
+});

@@ -52,8 +52,8 @@ export const KIND_LABELS = { webgpu: "WebGPU", wasm: "WASM", split: "WebGPU + WA
 /**
  * Each kind of device by the function that opens one for an executable, or throws a DeviceError saying
  * why it cannot here. Options: ``adapter`` (the WebGPU adapter to ask), ``gpuDevice`` (a GPUDevice to use),
- * ``threads`` (the most threads a WASM device runs on).
- * @type {Record<string, (exe: any, options: {adapter?: any, gpuDevice?: GPUDevice, threads?: number}) => Promise<any>>}
+ * ``threads`` (the most threads a WASM device runs on), ``memoryLimit`` (the most WebAssembly memory it may use).
+ * @type {Record<string, (exe: any, options: {adapter?: any, gpuDevice?: GPUDevice, threads?: number, memoryLimit?: number}) => Promise<any>>}
  */
 export const DEVICE_OPENERS = { webgpu: openWebGPU, wasm: openWasm, split: openSplit };
 
@@ -69,7 +69,7 @@ export function deviceKind(exe) {
 }
 
 /** Open the device ``exe`` runs on (``kind``, by default deviceKind's), by DEVICE_OPENERS.
- * @param {any} exe @param {{kind?: string, adapter?: any, gpuDevice?: GPUDevice, threads?: number}} [options] */
+ * @param {any} exe @param {{kind?: string, adapter?: any, gpuDevice?: GPUDevice, threads?: number, memoryLimit?: number}} [options] */
 export async function openDevice(exe, { kind = deviceKind(exe), ...options } = {}) {
   const open = DEVICE_OPENERS[kind];
   if (!open) throw new DeviceError(`this runtime has no ${kind} device (it has ${Object.keys(DEVICE_OPENERS).join(", ")})`);

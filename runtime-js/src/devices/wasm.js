@@ -19,6 +19,8 @@ import { defaultThreads, threadsUnavailable, WasmPool } from "./wasm-pool.js";
 const PAGE = 65536;
 /** Room for the module's data and stack below the buffers, when the memory is first made. */
 const MODULE_ROOM = 1 << 20;
+/** The threaded module's room: its stack alone is 1 MiB (codegen/c/wasm_build.py, THREAD_STACK_BYTES). */
+const THREADED_MODULE_ROOM = 2 * MODULE_ROOM;
 /** A module that imports env.memory and exports __heap_base = 0, for executables without kernels. */
 const EMPTY_MODULE = Uint8Array.of(0, 0x61, 0x73, 0x6d, 1, 0, 0, 0,
   2, 0x0f, 1, 3, 0x65, 0x6e, 0x76, 6, 0x6d, 0x65, 0x6d, 0x6f, 0x72, 0x79, 2, 0, 0,  // import env.memory
@@ -38,8 +40,9 @@ export class WasmDevice {
   backend = "c-wasm";  // the kernels it runs (docs/format.md)
   name = "WebAssembly SIMD on the CPU";
 
-  /** @param {{threads?: number}} [options] threads: how many to run on at most (default: the cores the browser reports) */
-  constructor({ threads } = {}) {
+  /** @param {{threads?: number, memoryLimit?: number}} [options] threads: how many to run on at most (default: the
+   * cores the browser reports); memoryLimit: the most WebAssembly memory this page may use (default 4 GiB) */
+  constructor({ threads, memoryLimit = SHARED_MAX_PAGES * PAGE } = {}) {
     if (threads !== undefined && !(Number.isInteger(threads) && threads >= 1)) {
       throw new RangeError(`the WASM device's threads must be a whole number from 1, not ${threads}`);
     }
@@ -47,6 +50,7 @@ export class WasmDevice {
     this.reserved = 0;  // bytes asked for before the memory was made: it starts that large
     this.end = 0;  // the first free byte
     this.asked = threads;
+    this.memoryLimit = memoryLimit;
     /** @type {WasmPool|null} */ this.pool = null;
     /** @type {WebAssembly.Global|null} */ this.stackPointer = null;  // the threaded module's, put back after a trap
     /** @type {number[]} */ this.stackTops = [];  // each worker's stack top (its stack lies below)
@@ -159,7 +163,7 @@ export class WasmDevice {
     if (this.threading) return null;
     let memory;
     try {
-      memory = new WebAssembly.Memory({ initial: Math.ceil((this.reserved + MODULE_ROOM) / PAGE), maximum: SHARED_MAX_PAGES,
+      memory = new WebAssembly.Memory({ initial: Math.ceil((this.reserved + THREADED_MODULE_ROOM) / PAGE), maximum: SHARED_MAX_PAGES,
         shared: true });
     } catch (error) {
       this.threading = `no shared WebAssembly memory of 4 GiB here (${/** @type {Error} */ (error).message}), so WebAssembly runs on one thread`;
@@ -170,18 +174,30 @@ export class WasmDevice {
     const instance = await WebAssembly.instantiate(module, { env: { memory } });  // it writes the module's data, once
     const exports = /** @type {any} */ (instance.exports);
     this.end = alignUp(Number(exports.__heap_base.value));
-    // The module's own stack (below its data) is the main thread's; each worker's is as large, above the heap base.
+    // The module's own stack (below its data) is the main thread's; each worker's is as large, above the heap
+    // base. The build's memory figures (bundle.json, which wasmMisfit checks before anything is fetched) cannot
+    // know the threads, so the worker stacks come out of what the model leaves below the memory limit: as
+    // many workers as fit, and ``threading`` says when that is fewer than asked.
     const stackBytes = alignUp(Number(exports.__stack_pointer.value));
-    this.stackTops = Array.from({ length: wanted - 1 }, () => this.allocate(stackBytes).offset + stackBytes);
+    const stacksStart = this.end;
+    const room = Math.floor((this.memoryLimit - stacksStart - this.reserved) / stackBytes);
+    const workers = Math.max(0, Math.min(wanted - 1, room));
+    const cramped = workers < wanted - 1 ? `: the model leaves room in WebAssembly's memory for ${workers} more ` +
+      `thread stacks of ${stackBytes >> 20} MiB, not ${wanted - 1}` : "";
+    this.stackTops = Array.from({ length: workers }, () => this.allocate(stackBytes).offset + stackBytes);
     this.grow(this.end + this.reserved);
     this.stackPointer = exports.__stack_pointer;
     const runs = kernelExports(kernels, exports);
     try {
+      if (!workers) throw new Error(`no room for a second thread's stack${cramped}`);
       this.pool = await WasmPool.start(module, memory, this.stackTops, kernels.map((k) => k.entry_point));
-      this.threading = `${this.pool.threads} threads (Web Workers over one shared memory)`;
+      this.threading = `${this.pool.threads} threads (Web Workers over one shared memory)${cramped}`;
     } catch (error) {
-      // Workers refused (a Content-Security-Policy, say): the threaded module runs on this thread alone.
+      // Workers refused (a Content-Security-Policy, say): the threaded module runs on this thread alone, and
+      // the workers' stacks are given back to the tensors.
       this.pool = WasmPool.alone();
+      this.end = stacksStart;
+      this.stackTops = [];
       this.threading = `the thread pool could not start (${/** @type {Error} */ (error).message}), so WebAssembly runs on one thread`;
     }
     this.threads = this.pool.threads;
@@ -238,8 +254,8 @@ function kernelExports(kernels, exports) {
 }
 
 /** Open the WebAssembly device, or a DeviceError when this browser has no WebAssembly.
- * @param {any} [_exe] @param {{threads?: number}} [options] */
-export async function openWasm(_exe, { threads } = {}) {
+ * @param {any} [_exe] @param {{threads?: number, memoryLimit?: number}} [options] */
+export async function openWasm(_exe, { threads, memoryLimit } = {}) {
   if (typeof WebAssembly === "undefined") throw new DeviceError("this browser has no WebAssembly");
-  return new WasmDevice({ threads });
+  return new WasmDevice({ threads, memoryLimit });
 }
