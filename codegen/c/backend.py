@@ -28,7 +28,7 @@ from .. import (
     uses_dtype,
 )
 from . import C_RESERVED, EXTERNS, LOWERING, CRenderer, emit_c_module
-from .wasm_build import compile_wasm, compile_wasm_threads
+from .wasm_build import compile_wasm_pair
 
 MODULE = "kernels.wasm"
 THREADS_MODULE = "kernels-threads.wasm"
@@ -74,11 +74,9 @@ class CWasmBackend(Backend):
                                               tuple(func.workgroup_size), abi,
                                               {"features": features, "limits": kernel_limits(func)}))
         if progress is not None:
-            progress("clang", 0, 2)
-        out.modules[MODULE] = compile_wasm(emit_c_module(lowered))
-        if progress is not None:
-            progress("clang", 1, 2)
-        out.modules[THREADS_MODULE] = compile_wasm_threads(emit_c_module(lowered, ThreadedWasmRenderer))
+            progress("clang", 0, 1)
+        out.modules[MODULE], out.modules[THREADS_MODULE] = compile_wasm_pair(
+            emit_c_module(lowered), emit_c_module(lowered, ThreadedWasmRenderer))
         return out
 
 

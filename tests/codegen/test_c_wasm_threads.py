@@ -189,3 +189,36 @@ def test_traps_on_every_thread_leave_each_threads_stack_where_it_was(tmp_path):
     assert len(frames) == 4 and len(result["before"]) >= 2  # workers ran chunks, not the main thread alone
     assert set(result["before"]) <= frames
     assert set(result["after"]) <= frames, "a thread's frames moved after the traps"
+
+
+def test_the_two_modules_build_at_once_and_a_failure_names_its_module(monkeypatch):
+    """Both clang processes start before either is awaited (one after the other doubled a WASM build's
+    time); a C error in one module names it, and no clang is left running."""
+    events, processes = [], []
+    real_popen = subprocess.Popen
+
+    class Recorded(real_popen):
+        def __init__(self, command, *args, **kwargs):
+            super().__init__(command, *args, **kwargs)
+            events.append("start")
+            processes.append(self)
+
+        def wait(self, *args, **kwargs):
+            events.append("wait")
+            return super().wait(*args, **kwargs)
+
+        def communicate(self, *args, **kwargs):
+            events.append("wait")
+            return super().communicate(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", Recorded)
+    (kernel,) = kernels_of(op.nn.softmax, [Tensor(("n", 999), "float32")], WORKGROUP_MEMORY)
+    compiled = get_backend("c-wasm").compile([kernel], WORKGROUP_MEMORY)
+    assert events[:2] == ["start", "start"]
+    assert compiled.modules["kernels.wasm"][:4] == compiled.modules[THREADS_MODULE][:4] == b"\0asm"
+    from tessera.codegen.c.wasm_build import WasmBuildError, compile_wasm_pair
+
+    processes.clear()
+    with pytest.raises(WasmBuildError, match=r"\(kernels-threads\.wasm\):\n(.|\n)*undeclared_name"):
+        compile_wasm_pair(PROBE_C, PROBE_C.replace("scratch[wg & 4095] = wg;", "undeclared_name = wg;"))
+    assert len(processes) == 2 and all(process.poll() is not None for process in processes)
