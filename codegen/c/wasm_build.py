@@ -13,7 +13,9 @@ import tempfile
 
 COMMON_FLAGS = ("--target=wasm32-wasi", "--sysroot=/usr", "-isystem", "/usr/include/wasm32-wasi", "-O2", "-msimd128",
                 "-fno-math-errno", "-nostartfiles", "-Wl,--no-entry", "-Wl,--import-memory", "-Wl,--export=__heap_base",
-                "-Wl,--stack-first", "-L/usr/lib/wasm32-wasi")
+                "-Wl,--stack-first", "-L/usr/lib/wasm32-wasi", "-mmutable-globals", "-Wl,--export=__stack_pointer")
+# __stack_pointer is exported (a mutable global) so that a runtime can put it back after a trap, which skips
+# the kernel's epilogue and would leave it lowered by the frame: trap after trap, every call would trap.
 # Each thread's stack holds its workgroup memory (up to maxComputeWorkgroupStorageSize, 64 KiB) besides
 # the kernel's locals: 1 MiB leaves room. A worker's stack is as large (runtime-js allocates it).
 THREAD_STACK_BYTES = 1 << 20
@@ -21,10 +23,9 @@ THREAD_STACK_BYTES = 1 << 20
 # memory may not exceed what the module declares, and cannot grow past it).
 THREADS_MAX_MEMORY = 1 << 32
 # Shared memory needs atomics and bulk memory (wasm-ld initializes the data once, with memory.init, for
-# the first instance only); the stack pointer is exported (a mutable global) so that each worker's
-# instance is given a stack of its own: every instance's __stack_pointer starts at the same value.
-THREADS_FLAGS = ("-matomics", "-mbulk-memory", "-mmutable-globals", "-Wl,--shared-memory",
-                 f"-Wl,--max-memory={THREADS_MAX_MEMORY}", "-Wl,--export=__stack_pointer",
+# the first instance only); each worker's instance is given a stack of its own through the exported
+# __stack_pointer: every instance's starts at the same value.
+THREADS_FLAGS = ("-matomics", "-mbulk-memory", "-Wl,--shared-memory", f"-Wl,--max-memory={THREADS_MAX_MEMORY}",
                  f"-Wl,-z,stack-size={THREAD_STACK_BYTES}")
 
 
@@ -34,7 +35,7 @@ class WasmBuildError(RuntimeError):
 
 def compile_wasm(source: str) -> bytes:
     """The WebAssembly module for a C file from ``emit_c_module``: imports ``env.memory``, exports
-    the kernels and ``__heap_base`` (where the runtime may start placing tensors)."""
+    the kernels, ``__heap_base`` (where the runtime may start placing tensors) and ``__stack_pointer``."""
     (module,) = _clang_all([("kernels.wasm", source, ())])
     return module
 

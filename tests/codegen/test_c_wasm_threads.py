@@ -222,3 +222,57 @@ def test_the_two_modules_build_at_once_and_a_failure_names_its_module(monkeypatc
     with pytest.raises(WasmBuildError, match=r"\(kernels-threads\.wasm\):\n(.|\n)*undeclared_name"):
         compile_wasm_pair(PROBE_C, PROBE_C.replace("scratch[wg & 4095] = wg;", "undeclared_name = wg;"))
     assert len(processes) == 2 and all(process.poll() is not None for process in processes)
+
+
+# The probe with the single-threaded module's ABI: the whole grid, no range.
+PROBE_SINGLE_C = PROBE_C.replace("int32_t nwg_z, int32_t wg_begin, int32_t wg_end)", "int32_t nwg_z)").replace(
+    "wg = wg_begin; wg < wg_end && wg < nwg_x;", "wg = 0; wg < nwg_x;")
+
+# TRAPS launches that trap between two good ones on runtime-js's one-thread WasmDevice (kernels.wasm).
+SINGLE_SCRIPT = """
+import { readFileSync, writeFileSync } from "node:fs";
+import { WasmDevice } from "ROOT/runtime-js/src/devices/wasm.js";
+const job = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const device = new WasmDevice({ threads: 1 });
+const [kernel] = await device.loadKernels([{ module: "probe.wasm", entry_point: "probe", name: "probe" }],
+  new Map([["probe.wasm", readFileSync(job.module)]]));
+const frames = device.allocate(16);
+const bound = device.bind(kernel, [frames]);
+const frame = () => { device.launch(bound, [0, 0], [4, 1, 1]); return new Int32Array(device.memory.buffer, frames.offset, 4)[3]; };
+const before = frame();
+let traps = 0;
+for (let launch = 0; launch < job.traps; launch++) {
+  try { device.launch(bound, [0, 1], [4, 1, 1]); } catch { traps += 1; }
+}
+writeFileSync(job.out, JSON.stringify({ traps, before, after: frame() }));
+""".replace("ROOT", ROOT)
+
+
+def test_traps_leave_the_single_threaded_modules_stack_where_it_was(tmp_path):
+    """kernels.wasm's stack is 64 KiB: without the stack pointer put back, four traps of a 16 KiB frame
+    take it below address 0, and every launch after traps. On runtime-js's device and on the VM's."""
+    from tessera.codegen.c.wasm_build import compile_wasm
+    from tessera.vm.devices import View
+    from tessera.vm.devices.wasm import WasmDevice
+
+    module = compile_wasm(PROBE_SINGLE_C)
+    (tmp_path / "probe.wasm").write_bytes(module)
+    job = {"module": str(tmp_path / "probe.wasm"), "traps": 20, "out": str(tmp_path / "out.json")}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    (tmp_path / "single.mjs").write_text(SINGLE_SCRIPT)
+    subprocess.run(["node", str(tmp_path / "single.mjs"), str(tmp_path / "job.json")], check=True, timeout=120)
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["traps"] == 20 and 0 < result["after"] == result["before"]
+
+    device = WasmDevice()
+    (kernel,) = device.load_kernels([{"module": "probe.wasm", "entry_point": "probe"}], {"probe.wasm": module})
+    frames = device.allocate(16)
+    bound = device.bind(kernel, [View(frames, 0, 16)])
+    device.launch(bound, [0, 0], [4, 1, 1])
+    before = np.frombuffer(device.read_back(View(frames, 0, 16)), np.int32)
+    for _ in range(20):
+        with pytest.raises(Exception, match="unreachable|trap"):
+            device.launch(bound, [0, 1], [4, 1, 1])
+    device.launch(bound, [0, 0], [4, 1, 1])
+    after = np.frombuffer(device.read_back(View(frames, 0, 16)), np.int32)
+    assert before[3] > 0 and after[3] == before[3]

@@ -50,6 +50,9 @@ class WasmDevice(Device):
         self.store = wasmtime.Store(self.engine)
         self.memory = None
         self.instances: dict[str, object] = {}  # module path -> exports
+        # The module's stack pointer and where it rests between calls: a trap skips the kernel's epilogue,
+        # so after one it is put back (else trap after trap it walks off the stack, and every call traps).
+        self.stack_pointer, self.stack_top = None, 0
         self.end = 0  # the first free address
         self._free: dict[int, list[WasmBuffer]] = {}
         self.buffers_created = 0  # every allocate call: the tests count what a call allocates
@@ -118,6 +121,9 @@ class WasmDevice(Device):
             instance = wt.Instance(self.store, module, [self.memory])
             exports = instance.exports(self.store)
             base = exports["__heap_base"].value(self.store)
+            self.stack_pointer = exports.get("__stack_pointer")  # builds before it was exported have none
+            if self.stack_pointer is not None:
+                self.stack_top = self.stack_pointer.value(self.store)
             self.end = max(self.end, base)
             self.instances[path] = exports
         return self.instances[path]
@@ -132,7 +138,12 @@ class WasmDevice(Device):
     def launch(self, bound, scalars: list[int], grid: list[int]) -> None:
         if min(grid) <= 0:
             return
-        bound(self.store, scalars, grid)
+        try:
+            bound(self.store, scalars, grid)
+        except Exception:
+            if self.stack_pointer is not None:
+                self.stack_pointer.set_value(self.store, self.stack_top)
+            raise
 
 
 class _PublicCall:

@@ -13,7 +13,7 @@
 import { DeviceError } from "../device.js";
 import { WASM_FIT } from "../plan-checks.js";
 import { RuntimeCheckError } from "../program.js";
-import { CONTROL } from "./wasm-control.js";
+import { callKeepingStack, CONTROL } from "./wasm-control.js";
 import { defaultThreads, threadsUnavailable, WasmPool } from "./wasm-pool.js";
 
 const PAGE = 65536;
@@ -52,7 +52,7 @@ export class WasmDevice {
     this.asked = threads;
     this.memoryLimit = memoryLimit;
     /** @type {WasmPool|null} */ this.pool = null;
-    /** @type {WebAssembly.Global|null} */ this.stackPointer = null;  // the threaded module's, put back after a trap
+    /** @type {WebAssembly.Global|null} */ this.stackPointer = null;  // the module's, put back after a trap
     /** @type {number[]} */ this.stackTops = [];  // each worker's stack top (its stack lies below)
     this.threads = 1;  // how many threads run a launch, once the kernels are loaded
     this.threading = "";  // why that many, for people
@@ -147,6 +147,7 @@ export class WasmDevice {
     const exports = /** @type {any} */ (instance.exports);
     this.end = alignUp(Number(exports.__heap_base.value));
     this.grow(this.end + this.reserved);
+    this.stackPointer = exports.__stack_pointer ?? null;  // a build before it was exported has none to put back
     return kernelExports(kernels, exports);
   }
 
@@ -219,10 +220,7 @@ export class WasmDevice {
       throw tooManyArguments(/** @type {string} */ (name), pointers.length + scalars.length + 3);
     }
     if (!this.pool) {
-      // A trap leaves the single-threaded module's stack pointer lowered by the frame, and kernels.wasm does
-      // not export it to put back; its stack lies first in memory (--stack-first), so the leak can only walk
-      // down to address 0, and then a call traps: it never overwrites data.
-      run(...pointers, ...scalars, ...grid);
+      callKeepingStack(this.stackPointer, run, [...pointers, ...scalars, ...grid]);
       return;
     }
     this.pool.launch(/** @type {number} */ (index), run, [...pointers, ...scalars, ...grid], grid[0] * grid[1] * grid[2],
