@@ -17,6 +17,7 @@ memory). Each becomes ``R.call_dps_library(prefix + name, ...)``.
 from __future__ import annotations
 
 from ..transform.fuse_by_pattern import FusionPattern
+from ..transform.fuse_ops import quantized_gemm_epilogues_slow
 from ..transform.pattern import ExprPattern, is_op, wildcard
 
 
@@ -42,12 +43,12 @@ def projection(x: ExprPattern) -> ExprPattern:
 def compile_patterns(target=None) -> list[FusionPattern]:
     """RoPE with the reshape of the projection it rotates (heads split out), and SwiGLU as the gate
     projection's epilogue: the groups fuse_ops forms for ``target``. On C targets (serial threads on
-    a CPU) a quantized GEMM of more than one row takes no epilogue (fuse_ops's ``_epilogue_slows``):
-    there SwiGLU fuses into a quantized gate projection in decode only."""
+    a CPU) without the GEMM micro-kernels a quantized GEMM of more than one row takes no epilogue
+    (fuse_ops's ``_epilogue_slows``): there SwiGLU fuses into a quantized gate projection in decode only."""
     gate = swiglu_of(projection(wildcard("x")))
-    serial_cpu = target is not None and target.cpu_adapter and target.serial_threads
+    slow_epilogues = target is not None and quantized_gemm_epilogues_slow(target)
     return [FusionPattern("llama.rope", rope(is_op("reshape")(wildcard("projected"), wildcard()))),
-            FusionPattern("llama.swiglu", gate, _one_row if serial_cpu else None)]
+            FusionPattern("llama.swiglu", gate, _one_row if slow_epilogues else None)]
 
 
 def _one_row(m) -> bool:

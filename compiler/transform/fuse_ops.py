@@ -70,6 +70,13 @@ class _Group:
     matmul: bool = False
 
 
+def quantized_gemm_epilogues_slow(target) -> bool:
+    """Whether ``target``'s quantized GEMMs of more than one row run slower with an epilogue fused: C
+    targets (serial threads on a CPU) whose backend lacks the GEMM micro-kernels (cpu_gemm.py), where
+    the old tile rule's main loop ran 2.5x slower with one. llama_fusion's patterns ask the same."""
+    return bool(target.cpu_adapter and target.serial_threads) and not target.has_extern(cpu_gemm.GEMM)
+
+
 class _FunctionFuser:
     def __init__(self, func: Function, targets: DeviceTargets, functions: dict, fresh: FreshNames, kinds: dict):
         self.func, self.targets, self.functions, self.fresh, self.kinds = func, targets, functions, fresh, kinds
@@ -213,8 +220,7 @@ class _FunctionFuser:
         GEMVs over a decode batch's rows (quantized_gemv_q8.py), whatever their rows. Targets with the
         GEMM micro-kernels (tir/schedule/cpu_gemm.py) apply an epilogue to each output of a tile already
         computed, so there it costs nothing."""
-        target = self.targets.target_of(matmul.var.struct_info)
-        if not (target.cpu_adapter and target.serial_threads) or target.has_extern(cpu_gemm.GEMM):
+        if not quantized_gemm_epilogues_slow(self.targets.target_of(matmul.var.struct_info)):
             return False
         if matmul.value.op.name != "quantized_matmul" or matmul.value.attr("activations") == "q8":
             return False
