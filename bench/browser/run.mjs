@@ -6,11 +6,11 @@
 // (PSS: resident memory, shared pages divided among their sharers, so that the sum counts each
 // page once) of every process of that browser (browser, GPU, renderers), summed, is sampled every
 // 100 ms; a run reports the peak of that sum, and the sum with a blank page open before it (idle).
-import { readdirSync, readFileSync } from "node:fs";
 
 import { chromium } from "playwright-core";
 
 import { CHROMIUM_FLAGS } from "../../tests/browser/chromium.mjs";
+import { browserResidentBytes, samplePeak } from "./pss.mjs";
 
 const [siteUrl, tesseraModel, ggufUrl, only] = process.argv.slice(2);
 // bench/browser.py passes a long prompt (--prompt-tokens) and the context it sized both engines for.
@@ -27,53 +27,6 @@ const engines = [
   { name: "wllama-wasm", page: "wllama.html", args: { model: ggufUrl, threads: 1 } },
   { name: "wllama-wasm-threads", page: "wllama.html", args: { model: ggufUrl, threads: THREADS } },
 ].filter((e) => (only ? only.split(",").includes(e.name) : !e.name.endsWith("-threads")));
-
-/** The text of a /proc file, or "" where its process ended meanwhile. Read synchronously: for /proc an
- * asynchronous read costs 20x as much (19 ms against 1 ms for the status of 66 processes here), CPU
- * time taken from the engine being measured. */
-function procText(path) {
-  try {
-    return readFileSync(path, "utf8");
-  } catch {
-    return "";
-  }
-}
-
-/** Proportional resident bytes (PSS) of this process's descendants (the browser Playwright started and its children).
- * Every process's parent is read first, and PSS (the kernel walks a process's page tables for it) only for
- * the browser's own: the sampler runs beside the engine it measures. */
-function browserResidentBytes() {
-  const parents = new Map();
-  for (const name of readdirSync("/proc")) {
-    const parent = /^\d+$/.test(name) && /^PPid:\s+(\d+)/m.exec(procText(`/proc/${name}/status`));
-    if (parent) parents.set(Number(name), Number(parent[1]));
-  }
-  const within = (pid) => {
-    for (let p = pid; p > 1; p = parents.get(p) ?? 0) if (parents.get(p) === process.pid) return true;
-    return false;
-  };
-  let total = 0;
-  for (const pid of parents.keys()) {
-    if (within(pid)) total += 1024 * Number(/^Pss:\s+(\d+)/m.exec(procText(`/proc/${pid}/smaps_rollup`))?.[1] ?? 0);
-  }
-  return total;
-}
-
-/** Samples browserResidentBytes every 100 ms until stop() is called; stop() resolves to the peak. */
-function samplePeak() {
-  let peak = 0, running = true;
-  const loop = (async () => {
-    while (running) {
-      peak = Math.max(peak, browserResidentBytes());
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  })();
-  return async () => {
-    running = false;
-    await loop;
-    return Math.max(peak, browserResidentBytes());
-  };
-}
 
 const MIB = 1024 * 1024;
 for (const engine of engines) {
